@@ -1,0 +1,1 @@
+//! backend-hip (in progress).

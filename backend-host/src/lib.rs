@@ -1,0 +1,1 @@
+//! backend-host (in progress).

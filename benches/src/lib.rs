@@ -1,0 +1,1 @@
+//! Benches (in progress).

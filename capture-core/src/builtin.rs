@@ -1,0 +1,127 @@
+//! The four kernels every backend ships, so that one conformance suite and one
+//! set of benches can run unchanged on all of them.
+//!
+//! All operate on `f32` arrays and read their element count (and scalar) from
+//! the launch's info bytes, laid out as [`BuiltinInfo`]. Kernels index
+//! element `i = global_id.x + global_id.y * groups.x * WORKGROUP_SIZE` and do
+//! nothing where `i >= n`, so a launch may use [`groups_for`]'s grid for any
+//! `n`.
+
+use std::sync::Arc;
+
+use crate::driver::{Access, Driver, DriverError};
+
+/// Threads per workgroup (CUDA block) of every builtin kernel.
+pub const WORKGROUP_SIZE: u32 = 64;
+
+/// Most workgroups one grid dimension may hold on every backend.
+pub const MAX_GROUPS_PER_DIM: u32 = 65_535;
+
+/// One of the four builtin kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Builtin {
+    /// `out[i] = value`. Bindings: `[out (write)]`.
+    Fill,
+    /// `x[i] += y[i]`. Bindings: `[x (read-write), y (read)]`.
+    Add,
+    /// `dst[i] = src[i]`. Bindings: `[src (read), dst (write)]`.
+    Copy,
+    /// `y[i] += a * x[i]`. Bindings: `[x (read), y (read-write)]`.
+    Axpy,
+}
+
+impl Builtin {
+    /// Every builtin, in a fixed order.
+    pub const ALL: [Builtin; 4] = [Builtin::Fill, Builtin::Add, Builtin::Copy, Builtin::Axpy];
+
+    /// How the kernel uses each of its bindings, in binding order.
+    pub fn accesses(self) -> &'static [Access] {
+        match self {
+            Builtin::Fill => &[Access::Write],
+            Builtin::Add => &[Access::ReadWrite, Access::Read],
+            Builtin::Copy => &[Access::Read, Access::Write],
+            Builtin::Axpy => &[Access::Read, Access::ReadWrite],
+        }
+    }
+
+    /// The kernel's name in every backend's sources.
+    pub fn name(self) -> &'static str {
+        match self {
+            Builtin::Fill => "fill",
+            Builtin::Add => "add",
+            Builtin::Copy => "copy",
+            Builtin::Axpy => "axpy",
+        }
+    }
+}
+
+/// A backend's compiled builtin kernels.
+pub trait Builtins: Driver {
+    /// Compile (or fetch from the backend's cache) `which` for `device`.
+    fn builtin(device: &Arc<Self::Device>, which: Builtin) -> Result<Self::Kernel, DriverError>;
+}
+
+/// The info bytes of a builtin launch: 16 bytes, little-endian, so that every
+/// backend's alignment rules for a uniform or storage binding hold.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BuiltinInfo {
+    /// Number of elements the launch covers.
+    pub n: u32,
+    /// `value` for `fill`, `a` for `axpy`; ignored by the others.
+    pub scalar: f32,
+}
+
+impl BuiltinInfo {
+    /// Size of the encoded form.
+    pub const SIZE: usize = 16;
+
+    /// The info for `n` elements and `scalar`.
+    pub fn new(n: u32, scalar: f32) -> Self {
+        Self { n, scalar }
+    }
+
+    /// The bytes a launch carries: `n`, `scalar`, then 8 zero bytes.
+    pub fn to_bytes(self) -> [u8; Self::SIZE] {
+        let mut out = [0u8; Self::SIZE];
+        out[0..4].copy_from_slice(&self.n.to_le_bytes());
+        out[4..8].copy_from_slice(&self.scalar.to_le_bytes());
+        out
+    }
+
+    /// Decode info bytes; `None` when they are too short.
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let n = u32::from_le_bytes(bytes.get(0..4)?.try_into().ok()?);
+        let scalar = f32::from_le_bytes(bytes.get(4..8)?.try_into().ok()?);
+        Some(Self { n, scalar })
+    }
+}
+
+/// The grid that covers `n` elements with [`WORKGROUP_SIZE`]-thread groups,
+/// spilling into y past [`MAX_GROUPS_PER_DIM`].
+pub fn groups_for(n: u32) -> [u32; 3] {
+    let groups = n.div_ceil(WORKGROUP_SIZE).max(1);
+    let x = groups.min(MAX_GROUPS_PER_DIM);
+    [x, groups.div_ceil(x), 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn info_round_trips() {
+        let info = BuiltinInfo::new(1234, -2.5);
+        assert_eq!(BuiltinInfo::from_bytes(&info.to_bytes()), Some(info));
+        assert_eq!(BuiltinInfo::from_bytes(&[1, 2, 3]), None);
+    }
+
+    #[test]
+    fn grid_covers_every_element() {
+        for n in [0u32, 1, 63, 64, 65, 64 * 65_535, 64 * 65_535 + 1, 10_000_000] {
+            let [x, y, z] = groups_for(n);
+            assert!(x >= 1 && y >= 1 && z == 1);
+            assert!(x <= MAX_GROUPS_PER_DIM && y <= MAX_GROUPS_PER_DIM);
+            assert!(u64::from(x) * u64::from(y) * u64::from(WORKGROUP_SIZE) >= u64::from(n));
+        }
+    }
+}

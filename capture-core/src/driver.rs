@@ -1,0 +1,285 @@
+//! The contract a backend implements: the primitives capture-core cannot
+//! provide for itself, and nothing more.
+//!
+//! Everything here is an associated function over backend-owned types, so a
+//! backend keeps whatever per-stream state its API needs (a CUDA stream and
+//! its context, a Vulkan command pool and timeline semaphore) and capture-core
+//! keeps the bookkeeping that is the same on every backend: pools, the drop
+//! queue, the info cache, failures and the capture state.
+
+use std::fmt::{self, Debug};
+use std::sync::Arc;
+
+use crate::error::Error;
+
+/// Whether a backend's device can be used on this machine, and why not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Availability {
+    /// A device was found and opened.
+    Available(DeviceInfo),
+    /// No usable device; the reason is meant for a person
+    /// (`no CUDA driver: libcuda.so not found`).
+    Unavailable(String),
+}
+
+/// What a person needs to know about the device a backend runs on.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeviceInfo {
+    /// The device's own name (`NVIDIA H200`, `llvmpipe (LLVM 15.0.6, 256 bits)`).
+    pub name: String,
+    /// The driver's version, as the driver reports it.
+    pub driver_version: String,
+}
+
+/// A driver call that failed, with the driver's own words kept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{backend}: {op} failed: {message}")]
+pub struct DriverError {
+    /// The backend that answered (`host`, `vulkan`, `cuda`, `hip`).
+    pub backend: &'static str,
+    /// The primitive that failed (`allocate device page`, `begin capture`, ...).
+    pub op: &'static str,
+    /// The driver's message, including its error code's name where it has one.
+    pub message: String,
+}
+
+impl DriverError {
+    /// A failure of `op` on `backend`, described by `message`.
+    pub fn new(backend: &'static str, op: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            backend,
+            op,
+            message: message.into(),
+        }
+    }
+}
+
+/// How a kernel uses one of its buffers.
+///
+/// capture-core needs this to know what a launch writes (what a failure
+/// claims, what a graph's replay rewrites) and what it reads (what a claimed
+/// input poisons); a backend may also use it to place no more barriers than
+/// the accesses need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// Read only.
+    Read,
+    /// Written without being read first.
+    Write,
+    /// Read and written.
+    ReadWrite,
+}
+
+impl Access {
+    /// Whether the kernel reads the buffer.
+    pub fn reads(self) -> bool {
+        matches!(self, Access::Read | Access::ReadWrite)
+    }
+
+    /// Whether the kernel writes the buffer.
+    pub fn writes(self) -> bool {
+        matches!(self, Access::Write | Access::ReadWrite)
+    }
+}
+
+/// A byte range of a device page.
+pub struct DeviceSlice<'a, D: Driver> {
+    /// The page the range lies in.
+    pub page: &'a D::DevicePage,
+    /// Byte offset of the range in the page.
+    pub offset: u64,
+    /// Length of the range in bytes.
+    pub len: u64,
+}
+
+/// A byte range of a pinned host page.
+pub struct HostSlice<'a, D: Driver> {
+    /// The page the range lies in.
+    pub page: &'a D::HostPage,
+    /// Byte offset of the range in the page.
+    pub offset: u64,
+    /// Length of the range in bytes.
+    pub len: u64,
+}
+
+/// One buffer bound to a launch.
+pub struct Binding<'a, D: Driver> {
+    /// The memory bound.
+    pub slice: DeviceSlice<'a, D>,
+    /// How the kernel uses it.
+    pub access: Access,
+}
+
+/// Everything one kernel launch needs.
+pub struct Launch<'a, D: Driver> {
+    /// The kernel, as the backend compiled it.
+    pub kernel: &'a D::Kernel,
+    /// Number of workgroups (CUDA blocks) in x, y and z.
+    pub groups: [u32; 3],
+    /// The buffers, in the kernel's binding order.
+    pub bindings: &'a [Binding<'a, D>],
+    /// The device slice holding the launch's info bytes (element counts,
+    /// scalars), bound after the buffers.
+    pub info: DeviceSlice<'a, D>,
+}
+
+// Manual impls: a derive would demand `D: Clone`, which a driver marker type
+// has no reason to be.
+impl<D: Driver> Clone for DeviceSlice<'_, D> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<D: Driver> Copy for DeviceSlice<'_, D> {}
+impl<D: Driver> Clone for HostSlice<'_, D> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<D: Driver> Copy for HostSlice<'_, D> {}
+impl<D: Driver> Debug for DeviceSlice<'_, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DeviceSlice({}..{})", self.offset, self.offset + self.len)
+    }
+}
+impl<D: Driver> Debug for HostSlice<'_, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HostSlice({}..{})", self.offset, self.offset + self.len)
+    }
+}
+
+/// The primitives a backend provides.
+///
+/// Every call may be made from any thread (capture-core serializes them under
+/// one lock per device), so a backend must not depend on the calling thread:
+/// CUDA and HIP make their context current on every entry.
+///
+/// Nothing here may panic on a driver's answer: a failure is a [`DriverError`].
+pub trait Driver: Sized + Send + 'static {
+    /// The opened device, shared by every stream on it.
+    type Device: Send + Sync + 'static;
+    /// One in-order queue of work, with whatever the backend needs to record
+    /// it into a graph.
+    type Stream: Send + 'static;
+    /// A page of device memory, cut into slices by capture-core.
+    type DevicePage: Send + 'static;
+    /// A page of pinned host memory the device can copy from and to.
+    type HostPage: Send + 'static;
+    /// A point in a stream's work that a fence can wait for.
+    type Signal: Copy + Send + Debug + 'static;
+    /// A compiled kernel.
+    type Kernel: Send + Sync + 'static;
+
+    /// The backend's short name, used in trial names and reports.
+    const NAME: &'static str;
+
+    /// Whether this machine has a usable device, and why not.
+    ///
+    /// Must never panic: a missing library, a stub library, no device or a
+    /// driver that is too old are all reasons.
+    fn probe() -> Availability;
+
+    /// Open the device the environment selects (each backend documents its
+    /// selection variable).
+    fn open() -> Result<Arc<Self::Device>, DriverError>;
+
+    /// What the opened device is.
+    fn device_info(device: &Self::Device) -> DeviceInfo;
+
+    /// Create a stream on `device`.
+    fn create_stream(device: &Arc<Self::Device>) -> Result<Self::Stream, DriverError>;
+
+    /// Allocate a device page of at least `bytes` bytes.
+    fn allocate_device_page(
+        stream: &mut Self::Stream,
+        bytes: u64,
+    ) -> Result<Self::DevicePage, DriverError>;
+
+    /// Give a device page back. capture-core calls this only once no
+    /// enqueued work can touch the page any more.
+    fn release_device_page(stream: &mut Self::Stream, page: Self::DevicePage);
+
+    /// Allocate a pinned host page of at least `bytes` bytes.
+    fn allocate_host_page(
+        stream: &mut Self::Stream,
+        bytes: u64,
+    ) -> Result<Self::HostPage, DriverError>;
+
+    /// Give a host page back, under the same promise as device pages.
+    fn release_host_page(stream: &mut Self::Stream, page: Self::HostPage);
+
+    /// Copy `bytes` into a host page at `offset`, on the host, now.
+    ///
+    /// capture-core only writes a range no enqueued copy still reads (the
+    /// drop queue guarantees that), and always within the page.
+    fn write_host(page: &Self::HostPage, offset: u64, bytes: &[u8]);
+
+    /// Copy from a host page at `offset` into `out`, on the host, now.
+    ///
+    /// capture-core calls this only after a fence on the copy that filled it.
+    fn read_host(page: &Self::HostPage, offset: u64, out: &mut [u8]);
+
+    /// Enqueue a copy of `src` into `dst` (equal lengths). The copy reads
+    /// `src` when it runs, not when it is enqueued.
+    fn copy_to_device(
+        stream: &mut Self::Stream,
+        src: HostSlice<'_, Self>,
+        dst: DeviceSlice<'_, Self>,
+    ) -> Result<(), DriverError>;
+
+    /// Enqueue a copy of `src` into `dst` (equal lengths).
+    fn copy_to_host(
+        stream: &mut Self::Stream,
+        src: DeviceSlice<'_, Self>,
+        dst: HostSlice<'_, Self>,
+    ) -> Result<(), DriverError>;
+
+    /// Enqueue a kernel launch.
+    fn launch(stream: &mut Self::Stream, launch: Launch<'_, Self>) -> Result<(), DriverError>;
+
+    /// Mark the current end of the stream's work.
+    fn signal(stream: &mut Self::Stream) -> Result<Self::Signal, DriverError>;
+
+    /// Block the host until the stream's work up to `signal` has finished.
+    ///
+    /// An error any earlier asynchronous work ran into is reported here.
+    fn fence(stream: &mut Self::Stream, signal: Self::Signal) -> Result<(), DriverError>;
+}
+
+/// A driver that can record a stream's launches into a replayable graph.
+pub trait GraphDriver: Driver {
+    /// An instantiated graph, released when it drops.
+    ///
+    /// Dropping is the only way to destroy one, so no path can lose an
+    /// executable without releasing it; capture-core drops it only once no
+    /// replay of it can still be running.
+    type Executable: Send + 'static;
+
+    /// Put `stream` into recording mode: from here every copy and launch
+    /// issued on it is recorded instead of run.
+    ///
+    /// On an error the stream must be as it was found; capture-core restores
+    /// its own state so the whole prepare-then-begin sequence can be retried.
+    fn begin(stream: &mut Self::Stream) -> Result<(), DriverError>;
+
+    /// Close the recording on `stream` and instantiate what it recorded.
+    ///
+    /// The recording is closed on every path: a stream left recording would
+    /// swallow every launch after it. `doomed` is a recording already known
+    /// not to become a graph (an operation in it failed or was skipped); it is
+    /// closed and then handed back as the error. A recording that allocated
+    /// memory is refused too: a graph owning memory nodes allocates on launch
+    /// and never frees, so every driver that permits one rejects its second
+    /// launch while the first succeeds.
+    fn instantiate(stream: &mut Self::Stream, doomed: Option<Error>)
+    -> Result<Self::Executable, Error>;
+
+    /// Pre-stage `exec` so the first replay does not pay for it.
+    ///
+    /// Best-effort by contract: capture-core logs a failure and goes on, since
+    /// a replay stages on demand.
+    fn upload(exec: &Self::Executable, stream: &mut Self::Stream) -> Result<(), DriverError>;
+
+    /// Enqueue `exec`'s recorded work on `stream`.
+    fn replay(exec: &Self::Executable, stream: &mut Self::Stream) -> Result<(), DriverError>;
+}

@@ -1,0 +1,159 @@
+//! What can go wrong, said so that the caller knows what to do next.
+
+use std::sync::Arc;
+
+use crate::driver::DriverError;
+use crate::ids::{BufferId, GraphId, StreamId, WindowId};
+
+/// Any failure of a capture-core call.
+///
+/// Cheap to clone: a failure is stored on every buffer it claims and handed
+/// back by each read of them.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Error {
+    /// The backend has no usable device here.
+    #[error("{backend} is unavailable: {reason}")]
+    Unavailable {
+        /// The backend asked for.
+        backend: &'static str,
+        /// Why, in the driver's words.
+        reason: String,
+    },
+    /// A driver primitive failed.
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    /// A capture call arrived in the wrong order; nothing changed, and the
+    /// call the state expects still works.
+    #[error("{call} refused on {stream}: {reason}")]
+    OutOfOrder {
+        /// The refused call.
+        call: &'static str,
+        /// The stream it was made on.
+        stream: StreamId,
+        /// The state that refused it.
+        reason: String,
+    },
+    /// The stream id names no live stream of this client.
+    #[error("{0} is unknown or destroyed")]
+    UnknownStream(StreamId),
+    /// The graph id names no live graph; nothing was enqueued.
+    #[error("{0} is unknown or already destroyed")]
+    UnknownGraph(GraphId),
+    /// A buffer was used on a stream other than the one it was allocated on.
+    #[error("{buffer} belongs to {owner} and cannot be used on {used}")]
+    ForeignBuffer {
+        /// The buffer.
+        buffer: BufferId,
+        /// The stream it was allocated on.
+        owner: StreamId,
+        /// The stream it was used on.
+        used: StreamId,
+    },
+    /// A buffer of zero bytes was asked for.
+    #[error("a buffer must hold at least one byte")]
+    EmptyBuffer,
+    /// A buffer larger than the configured limit was asked for.
+    #[error("{requested} bytes requested, but one allocation may hold at most {limit}")]
+    TooLarge {
+        /// Bytes asked for.
+        requested: u64,
+        /// The limit (`Config::max_allocation`).
+        limit: u64,
+    },
+    /// Bytes written or read do not match the buffer's size.
+    #[error("{buffer} holds {expected} bytes, the call passed {got}")]
+    SizeMismatch {
+        /// The buffer.
+        buffer: BufferId,
+        /// Its size.
+        expected: u64,
+        /// What the call passed.
+        got: u64,
+    },
+    /// A launch bound more buffers than a launch may carry.
+    #[error("a launch may bind at most {limit} buffers, got {got}")]
+    TooManyBindings {
+        /// Bindings passed.
+        got: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// Launch info bytes were empty or too long.
+    #[error("launch info must be 1 to {limit} bytes, got {got}")]
+    BadInfo {
+        /// Bytes passed.
+        got: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A host sync (a read, a synchronize) on a stream that is recording;
+    /// the sync would abort the recording, so it is refused on the spot.
+    #[error("{0} is recording a capture window; host syncs are refused until it is instantiated")]
+    SyncWhileRecording(StreamId),
+    /// A replay on a stream that is recording another window.
+    #[error("{0} is recording a capture window; replay it after instantiating")]
+    ReplayWhileRecording(StreamId),
+    /// The buffer holds no valid bytes: an operation that was to write it
+    /// failed or never ran. A successful write clears this.
+    #[error("{buffer} holds no valid data: {cause}")]
+    Claimed {
+        /// The buffer read.
+        buffer: BufferId,
+        /// Why it was never written.
+        cause: Arc<Error>,
+    },
+    /// A device page was requested from the driver while the window recorded.
+    #[error(
+        "a device or host page was allocated while {0} was recording; warm the pools with a \
+         warmup run between prepare and begin that allocates what the recorded run will"
+    )]
+    AllocationWhileRecording(StreamId),
+    /// Work inside the window failed or was skipped, so the recording is
+    /// missing an operation and cannot become a graph.
+    #[error("an operation inside the capture window failed or was skipped, so the recording cannot seal: {0}")]
+    Doomed(Arc<Error>),
+    /// The window was closed by a caller that does not own it. It is closed
+    /// all the same; no graph comes out.
+    #[error("{window} was closed by {closer}, which does not own it; no graph was made{}", doomed_suffix(.doomed))]
+    Abandoned {
+        /// The window that was open.
+        window: WindowId,
+        /// The caller that closed it.
+        closer: WindowId,
+        /// What had already doomed the recording, if anything.
+        doomed: Option<Arc<Error>>,
+    },
+    /// The driver refused to replay the graph, so none of its launches ran.
+    #[error("replay of {graph} failed: {cause}")]
+    ReplayFailed {
+        /// The graph.
+        graph: GraphId,
+        /// The driver's refusal.
+        cause: Arc<Error>,
+    },
+    /// The client's server lock was poisoned by a panic on another thread.
+    #[error("the device state was poisoned by a panic on another thread")]
+    Poisoned,
+}
+
+fn doomed_suffix(doomed: &Option<Arc<Error>>) -> String {
+    match doomed {
+        Some(reason) => format!("; it was also doomed: {reason}"),
+        None => String::new(),
+    }
+}
+
+impl Error {
+    /// The cause behind a [`Error::Claimed`] or [`Error::Doomed`] chain, or
+    /// `self`.
+    pub fn root(&self) -> &Error {
+        match self {
+            Error::Claimed { cause, .. } | Error::Doomed(cause) => cause.root(),
+            Error::ReplayFailed { cause, .. } => cause.root(),
+            other => other,
+        }
+    }
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
