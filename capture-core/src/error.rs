@@ -78,6 +78,9 @@ pub enum Error {
         /// The limit.
         limit: usize,
     },
+    /// A launch's arguments do not fit its kernel.
+    #[error("bad launch: {0}")]
+    BadLaunch(String),
     /// Launch info bytes were empty or too long.
     #[error("launch info must be 1 to {limit} bytes, got {got}")]
     BadInfo {

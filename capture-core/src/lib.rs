@@ -1,16 +1,53 @@
 //! Backend-neutral bookkeeping for recording a GPU stream's launches once and
 //! replaying them many times.
+//!
+//! A backend implements [`Driver`] and [`GraphDriver`]: a handful of
+//! primitives. Everything that makes replay safe is here, written once:
+//! memory pools that warm before a window and pin what a graph uses
+//! ([`pool`]), frees that wait for the device ([`drop_queue`]), launch info
+//! cached by content ([`info_cache`]), buffers claimed by failures
+//! ([`failure`]), the per-stream capture state ([`capture_state`]) and the
+//! window that drives it ([`window`]).
+//!
+//! Users call a [`Client`]:
+//!
+//! ```ignore
+//! let client = Client::<Host>::open()?;
+//! let stream = client.create_stream()?;
+//! let x = client.create_f32(stream, &[1.0; 256])?;
+//! let (graph, ()) = client.capture(stream, |_pass| {
+//!     client.run_builtin(stream, Builtin::Add, &[&x, &x], 256, 0.0)
+//! })?;
+//! for _ in 0..1000 {
+//!     client.replay(&graph)?;
+//! }
+//! let values = client.read_f32(&x)?;
+//! ```
 #![forbid(unsafe_code)]
 
 pub mod builtin;
+pub mod capture_state;
+pub mod client;
 pub mod driver;
+pub mod drop_queue;
 pub mod error;
+pub mod failure;
+pub mod graph;
 pub mod ids;
+pub mod info_cache;
+pub mod pool;
+pub mod server;
+pub mod stream;
+pub mod window;
 
-pub use builtin::{Builtin, BuiltinInfo, Builtins};
+pub use builtin::{Builtin, BuiltinInfo, Builtins, groups_for};
+pub use client::{Buffer, Client, GraphHandle, Kernel, Pass};
 pub use driver::{
     Access, Availability, Binding, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver,
     HostSlice, Launch,
 };
 pub use error::{Error, Result};
+pub use graph::{Captures, Graph, Refused};
 pub use ids::{BufferId, GraphId, StreamId, WindowId};
+pub use pool::PoolUsage;
+pub use stream::{Config, StreamUsage};

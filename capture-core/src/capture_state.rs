@@ -1,0 +1,296 @@
+//! One stream's capture state: `None → Prepared(owner) → Recording(owner) →
+//! None`, every transition checked, and what the open window has recorded.
+//!
+//! A refused transition changes nothing, so the caller can always make the
+//! call the state expects next. `abort` returns to `None` from anywhere; it is
+//! how every unwinding path (a driver that refused to begin, a window closed
+//! before it opened) leaves the stream usable.
+
+use std::collections::HashSet;
+
+use crate::error::Error;
+use crate::ids::{BufferId, WindowId};
+use crate::pool::SliceHandle;
+
+/// Where the stream is in a capture window's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// No window.
+    None,
+    /// Pools armed, warmup running; the driver is not recording.
+    Prepared(WindowId),
+    /// The driver records every launch and copy issued on the stream.
+    Recording(WindowId),
+}
+
+/// How `end` found the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// The window that was recording.
+    pub owner: WindowId,
+    /// Who closed it.
+    pub closer: WindowId,
+}
+
+impl Outcome {
+    /// Closed by a caller that does not own it: closed all the same, but no
+    /// graph may come out of it.
+    pub fn is_abandoned(&self) -> bool {
+        self.owner != self.closer
+    }
+
+    /// The refusal an abandoned window yields, carrying whatever had already
+    /// doomed it so the caller sees both reasons.
+    pub fn abandoned_error(&self, doomed: Option<Error>) -> Error {
+        Error::Abandoned {
+            window: self.owner,
+            closer: self.closer,
+            doomed: doomed.map(Into::into),
+        }
+    }
+}
+
+/// The capture state of one stream, and what its open window accumulated.
+#[derive(Debug)]
+pub struct StreamCapture {
+    phase: Phase,
+    /// Buffers the recorded work writes, each once.
+    written: Vec<BufferId>,
+    written_seen: HashSet<BufferId>,
+    /// Buffers the recorded work reads, each once.
+    read: Vec<BufferId>,
+    read_seen: HashSet<BufferId>,
+    /// Every device slice the recorded work touches, allocated in the window
+    /// or before it.
+    touched: Vec<SliceHandle>,
+    /// Pinned host slices recorded copies read from on every replay.
+    host: Vec<SliceHandle>,
+    /// The first operation inside the window that failed or was skipped.
+    failure: Option<Error>,
+}
+
+impl Default for StreamCapture {
+    fn default() -> Self {
+        Self {
+            phase: Phase::None,
+            written: Vec::new(),
+            written_seen: HashSet::new(),
+            read: Vec::new(),
+            read_seen: HashSet::new(),
+            touched: Vec::new(),
+            host: Vec::new(),
+            failure: None,
+        }
+    }
+}
+
+/// What a closed window recorded.
+#[derive(Debug, Default)]
+pub struct Recorded {
+    /// Buffers the recorded work writes.
+    pub written: Vec<BufferId>,
+    /// Buffers the recorded work reads.
+    pub read: Vec<BufferId>,
+    /// Device slices the recorded work touches.
+    pub touched: Vec<SliceHandle>,
+    /// Host slices recorded copies read from.
+    pub host: Vec<SliceHandle>,
+}
+
+impl StreamCapture {
+    /// The current phase.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// Whether a window is open, prepared or recording.
+    pub fn is_active(&self) -> bool {
+        self.phase != Phase::None
+    }
+
+    /// Whether the driver is recording.
+    pub fn is_recording(&self) -> bool {
+        matches!(self.phase, Phase::Recording(_))
+    }
+
+    /// `None → Prepared(window)`.
+    pub fn prepare(&mut self, window: WindowId) -> Result<(), String> {
+        match self.phase {
+            Phase::None => {
+                self.phase = Phase::Prepared(window);
+                Ok(())
+            }
+            Phase::Prepared(open) => Err(format!("{open} is already prepared")),
+            Phase::Recording(open) => Err(format!("{open} is recording")),
+        }
+    }
+
+    /// `Prepared(window) → Recording(window)`.
+    pub fn begin(&mut self, window: WindowId) -> Result<(), String> {
+        match self.phase {
+            Phase::Prepared(open) if open == window => {
+                self.phase = Phase::Recording(window);
+                Ok(())
+            }
+            Phase::Prepared(open) => Err(format!("{open} is prepared, not {window}")),
+            Phase::None => Err("no window is prepared".into()),
+            Phase::Recording(open) => Err(format!("{open} is already recording")),
+        }
+    }
+
+    /// `Recording(owner) → None`, closed by `closer`.
+    pub fn end(&mut self, closer: WindowId) -> Result<Outcome, String> {
+        match self.phase {
+            Phase::Recording(owner) => {
+                self.phase = Phase::None;
+                Ok(Outcome { owner, closer })
+            }
+            Phase::Prepared(open) => Err(format!("{open} was prepared but never began recording")),
+            Phase::None => Err("no window is open".into()),
+        }
+    }
+
+    /// Back to `None` from anywhere, forgetting what was recorded.
+    pub fn abort(&mut self) {
+        self.phase = Phase::None;
+        self.clear();
+    }
+
+    /// The recorded work writes `buffer`.
+    pub fn record_write(&mut self, buffer: BufferId) {
+        if self.written_seen.insert(buffer) {
+            self.written.push(buffer);
+        }
+    }
+
+    /// The recorded work reads `buffer`.
+    pub fn record_read(&mut self, buffer: BufferId) {
+        if self.read_seen.insert(buffer) {
+            self.read.push(buffer);
+        }
+    }
+
+    /// The recorded work touches `slice`; the graph must pin it.
+    pub fn record_touch(&mut self, slice: &SliceHandle) {
+        self.touched.push(slice.clone());
+    }
+
+    /// A recorded copy reads `slice` on every replay.
+    pub fn record_host(&mut self, slice: SliceHandle) {
+        self.host.push(slice);
+    }
+
+    /// An operation inside the window failed or was skipped. The first one
+    /// is kept: it is the one that explains the rest.
+    pub fn record_failure(&mut self, error: Error) {
+        self.failure.get_or_insert(error);
+    }
+
+    /// Whether the window is already doomed.
+    pub fn is_doomed(&self) -> bool {
+        self.failure.is_some()
+    }
+
+    /// The first failure inside the window, if any.
+    pub fn take_failure(&mut self) -> Option<Error> {
+        self.failure.take()
+    }
+
+    /// Everything the window recorded, leaving nothing behind.
+    pub fn take_recorded(&mut self) -> Recorded {
+        self.written_seen.clear();
+        self.read_seen.clear();
+        Recorded {
+            written: std::mem::take(&mut self.written),
+            read: std::mem::take(&mut self.read),
+            touched: std::mem::take(&mut self.touched),
+            host: std::mem::take(&mut self.host),
+        }
+    }
+
+    fn clear(&mut self) {
+        drop(self.take_recorded());
+        self.failure = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const W1: WindowId = WindowId(1);
+    const W2: WindowId = WindowId(2);
+
+    #[test]
+    fn the_happy_path() {
+        let mut state = StreamCapture::default();
+        state.prepare(W1).expect("from None");
+        state.begin(W1).expect("from Prepared");
+        assert!(state.is_recording());
+        let outcome = state.end(W1).expect("from Recording");
+        assert!(!outcome.is_abandoned());
+        assert_eq!(state.phase(), Phase::None);
+    }
+
+    #[test]
+    fn refused_transitions_change_nothing() {
+        let mut state = StreamCapture::default();
+        assert!(state.begin(W1).is_err());
+        assert!(state.end(W1).is_err());
+        assert_eq!(state.phase(), Phase::None);
+
+        state.prepare(W1).expect("from None");
+        assert!(state.prepare(W2).is_err());
+        assert!(state.begin(W2).is_err(), "another window's begin");
+        assert!(state.end(W1).is_err(), "not recording yet");
+        assert_eq!(state.phase(), Phase::Prepared(W1));
+
+        state.begin(W1).expect("the expected call still works");
+        assert!(state.prepare(W2).is_err());
+        assert!(state.begin(W1).is_err());
+        assert_eq!(state.phase(), Phase::Recording(W1));
+    }
+
+    #[test]
+    fn a_foreign_close_is_a_close() {
+        let mut state = StreamCapture::default();
+        state.prepare(W1).expect("prepare");
+        state.begin(W1).expect("begin");
+        let outcome = state.end(W2).expect("closed all the same");
+        assert!(outcome.is_abandoned());
+        assert!(!state.is_active());
+        let err = outcome.abandoned_error(Some(Error::EmptyBuffer));
+        assert!(err.to_string().contains("does not own it"));
+        assert!(err.to_string().contains("also doomed"));
+    }
+
+    #[test]
+    fn recordings_are_deduplicated_and_drained() {
+        let mut state = StreamCapture::default();
+        state.record_write(BufferId(1));
+        state.record_write(BufferId(1));
+        state.record_write(BufferId(2));
+        state.record_read(BufferId(2));
+        state.record_failure(Error::EmptyBuffer);
+        state.record_failure(Error::Poisoned);
+        assert_eq!(state.take_failure(), Some(Error::EmptyBuffer));
+        let recorded = state.take_recorded();
+        assert_eq!(recorded.written, vec![BufferId(1), BufferId(2)]);
+        assert_eq!(recorded.read, vec![BufferId(2)]);
+        assert!(state.take_recorded().written.is_empty());
+    }
+
+    #[test]
+    fn abort_returns_to_none_from_anywhere() {
+        let mut state = StreamCapture::default();
+        state.prepare(W1).expect("prepare");
+        state.record_failure(Error::EmptyBuffer);
+        state.abort();
+        assert_eq!(state.phase(), Phase::None);
+        assert!(!state.is_doomed());
+        state.prepare(W1).expect("usable again");
+        state.begin(W1).expect("begin");
+        state.abort();
+        assert_eq!(state.phase(), Phase::None);
+    }
+}

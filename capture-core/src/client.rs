@@ -1,0 +1,474 @@
+//! What a user calls: a cheap, clonable handle to one device.
+//!
+//! Every call takes the device's lock, so the server is driven from whichever
+//! thread calls and a driver must not depend on the calling thread.
+
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use crate::builtin::{Builtin, BuiltinInfo, Builtins, groups_for};
+use crate::driver::{Access, DeviceInfo, DeviceSlice, Driver, GraphDriver};
+use crate::error::Error;
+use crate::ids::{BufferId, GraphId, StreamId, WindowId};
+use crate::pool::SliceHandle;
+use crate::server::{BufferRef, Graveyard, MAX_BINDINGS, Server};
+use crate::stream::{Config, StreamUsage};
+
+struct Shared<D: GraphDriver> {
+    server: Mutex<Server<D>>,
+    graveyard: Arc<Graveyard>,
+    device: Arc<D::Device>,
+}
+
+/// A handle to one device. `Clone + Send + Sync`: clones share the device.
+pub struct Client<D: GraphDriver> {
+    shared: Arc<Shared<D>>,
+}
+
+impl<D: GraphDriver> Clone for Client<D> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// A device buffer. Clones share it; once the last one drops, its memory
+/// returns to the pool after a fence, unless a graph still uses it, in which
+/// case the graph keeps it for its lifetime.
+pub struct Buffer {
+    inner: Arc<BufferInner>,
+}
+
+struct BufferInner {
+    slice: Option<SliceHandle>,
+    stream: StreamId,
+    graveyard: Weak<Graveyard>,
+}
+
+impl Clone for Buffer {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Buffer({}, {} bytes, {})", self.id(), self.len(), self.inner.stream)
+    }
+}
+
+impl Drop for BufferInner {
+    fn drop(&mut self) {
+        // The device may still be using the memory: hand it to the server,
+        // which queues it for a fence, instead of freeing it here.
+        if let (Some(slice), Some(graveyard)) = (self.slice.take(), self.graveyard.upgrade())
+            && let Ok(mut dead) = graveyard.lock()
+        {
+            dead.push((self.stream, slice));
+        }
+    }
+}
+
+impl Buffer {
+    fn slice(&self) -> &SliceHandle {
+        // Only `Drop` takes the slice out, so a live buffer always has it.
+        self.inner
+            .slice
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("a live buffer holds its slice"))
+    }
+
+    fn as_ref(&self) -> BufferRef<'_> {
+        BufferRef {
+            slice: self.slice(),
+            stream: self.inner.stream,
+        }
+    }
+
+    /// The allocation's id, as errors name it.
+    pub fn id(&self) -> BufferId {
+        self.slice().id()
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> u64 {
+        self.slice().len()
+    }
+
+    /// Whether the buffer holds no bytes (never: empty buffers are refused).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The stream it was allocated on, the only one it may be used on.
+    pub fn stream(&self) -> StreamId {
+        self.inner.stream
+    }
+}
+
+/// A compiled kernel.
+pub struct Kernel<D: Driver>(Arc<D::Kernel>);
+
+impl<D: Driver> Clone for Kernel<D> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+/// A graph. Clones share it; the last drop destroys it after syncing its
+/// stream (deferred until the window closes if that stream is recording).
+pub struct GraphHandle<D: GraphDriver> {
+    inner: Arc<GraphInner<D>>,
+}
+
+struct GraphInner<D: GraphDriver> {
+    id: GraphId,
+    stream: StreamId,
+    shared: Weak<Shared<D>>,
+}
+
+impl<D: GraphDriver> Clone for GraphHandle<D> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<D: GraphDriver> std::fmt::Debug for GraphHandle<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GraphHandle({}, {})", self.inner.id, self.inner.stream)
+    }
+}
+
+impl<D: GraphDriver> GraphHandle<D> {
+    /// The graph's id.
+    pub fn id(&self) -> GraphId {
+        self.inner.id
+    }
+
+    /// The stream it replays on.
+    pub fn stream(&self) -> StreamId {
+        self.inner.stream
+    }
+}
+
+impl<D: GraphDriver> Drop for GraphInner<D> {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.upgrade() {
+            // A poisoned lock still holds a consistent server between calls;
+            // leaking the executable would be worse than using it.
+            let mut server = shared
+                .server
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            server.destroy_graph(self.id);
+        }
+    }
+}
+
+/// Which run of a one-call capture the closure is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// The warmup run, executed for real, that grows the pools.
+    Warmup,
+    /// The run that is recorded into the graph.
+    Record,
+}
+
+impl<D: GraphDriver> Client<D> {
+    /// Open the device the backend's environment selects, with default sizes.
+    pub fn open() -> Result<Self, Error> {
+        Self::open_with(Config::default())
+    }
+
+    /// Open the device the backend's environment selects.
+    pub fn open_with(config: Config) -> Result<Self, Error> {
+        let device = D::open()?;
+        Ok(Self::with_device(device, config))
+    }
+
+    /// A client over an already opened device.
+    pub fn with_device(device: Arc<D::Device>, config: Config) -> Self {
+        let graveyard = Arc::new(Graveyard::default());
+        Self {
+            shared: Arc::new(Shared {
+                server: Mutex::new(Server::new(device.clone(), config, graveyard.clone())),
+                graveyard,
+                device,
+            }),
+        }
+    }
+
+    fn server(&self) -> Result<MutexGuard<'_, Server<D>>, Error> {
+        self.shared.server.lock().map_err(|_| Error::Poisoned)
+    }
+
+    /// The opened device.
+    pub fn device(&self) -> &Arc<D::Device> {
+        &self.shared.device
+    }
+
+    /// What the device is.
+    pub fn device_info(&self) -> DeviceInfo {
+        D::device_info(&self.shared.device)
+    }
+
+    /// Create a stream.
+    pub fn create_stream(&self) -> Result<StreamId, Error> {
+        self.server()?.create_stream()
+    }
+
+    /// Destroy a stream, its graphs and its memory.
+    pub fn destroy_stream(&self, stream: StreamId) -> Result<(), Error> {
+        self.server()?.destroy_stream(stream)
+    }
+
+    /// Allocate `len` bytes on `stream`, contents unspecified.
+    pub fn allocate(&self, stream: StreamId, len: u64) -> Result<Buffer, Error> {
+        let slice = self.server()?.allocate(stream, len)?;
+        Ok(Buffer {
+            inner: Arc::new(BufferInner {
+                slice: Some(slice),
+                stream,
+                graveyard: Arc::downgrade(&self.shared.graveyard),
+            }),
+        })
+    }
+
+    /// Allocate a buffer on `stream` holding `bytes`.
+    pub fn create(&self, stream: StreamId, bytes: &[u8]) -> Result<Buffer, Error> {
+        let buffer = self.allocate(stream, bytes.len() as u64)?;
+        self.write(&buffer, bytes)?;
+        Ok(buffer)
+    }
+
+    /// Allocate a buffer on `stream` holding `values`.
+    pub fn create_f32(&self, stream: StreamId, values: &[f32]) -> Result<Buffer, Error> {
+        self.create(stream, &f32_bytes(values))
+    }
+
+    /// Enqueue a copy of `bytes` (exactly the buffer's size) into `buffer`.
+    pub fn write(&self, buffer: &Buffer, bytes: &[u8]) -> Result<(), Error> {
+        self.server()?.write(buffer.as_ref(), bytes)
+    }
+
+    /// Enqueue a copy of `values` into `buffer`.
+    pub fn write_f32(&self, buffer: &Buffer, values: &[f32]) -> Result<(), Error> {
+        self.write(buffer, &f32_bytes(values))
+    }
+
+    /// Read `buffer` back, waiting for the work before it. Fails with the
+    /// claim if an operation that was to write it failed or never ran.
+    pub fn read(&self, buffer: &Buffer) -> Result<Vec<u8>, Error> {
+        self.server()?.read(buffer.as_ref())
+    }
+
+    /// Read `buffer` back as `f32`s.
+    pub fn read_f32(&self, buffer: &Buffer) -> Result<Vec<f32>, Error> {
+        let bytes = self.read(buffer)?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+
+    /// Wait for everything enqueued on `stream`.
+    pub fn sync(&self, stream: StreamId) -> Result<(), Error> {
+        self.server()?.sync(stream)
+    }
+
+    /// Give back every page of `stream` that holds no live slice.
+    pub fn trim(&self, stream: StreamId) -> Result<usize, Error> {
+        self.server()?.trim(stream)
+    }
+
+    /// Enqueue a launch of `kernel` over `args` with `info` bytes.
+    pub fn launch(
+        &self,
+        stream: StreamId,
+        kernel: &Kernel<D>,
+        groups: [u32; 3],
+        args: &[(&Buffer, Access)],
+        info: &[u8],
+    ) -> Result<(), Error> {
+        if args.len() > MAX_BINDINGS {
+            return Err(Error::TooManyBindings {
+                got: args.len(),
+                limit: MAX_BINDINGS,
+            });
+        }
+        let mut refs: smallvec::SmallVec<[(BufferRef<'_>, Access); 8]> = smallvec::SmallVec::new();
+        refs.extend(args.iter().map(|(buffer, access)| (buffer.as_ref(), *access)));
+        self.server()?.launch(stream, &kernel.0, groups, &refs, info)
+    }
+
+    /// Open a capture window on `stream` and arm its pools: run the warmup
+    /// next, then [`Client::begin`].
+    pub fn prepare(&self, stream: StreamId) -> Result<WindowId, Error> {
+        self.server()?.prepare(stream)
+    }
+
+    /// Start recording `window`: the work issued on `stream` from here until
+    /// [`Client::instantiate`] is recorded, not run.
+    pub fn begin(&self, stream: StreamId, window: WindowId) -> Result<(), Error> {
+        self.server()?.begin(stream, window)
+    }
+
+    /// Close `window` and make a graph of what it recorded. The stream
+    /// leaves capture mode whatever the answer.
+    pub fn instantiate(&self, stream: StreamId, window: WindowId) -> Result<GraphHandle<D>, Error> {
+        let id = self.server()?.instantiate(stream, window)?;
+        Ok(GraphHandle {
+            inner: Arc::new(GraphInner {
+                id,
+                stream,
+                shared: Arc::downgrade(&self.shared),
+            }),
+        })
+    }
+
+    /// Capture in one call: run `body` once for real as warmup
+    /// ([`Pass::Warmup`]), then once more recorded ([`Pass::Record`]), and
+    /// instantiate. Returns the graph and what the recorded run returned.
+    ///
+    /// `body` must issue the same work in both passes; whatever it
+    /// allocates in the recorded run must have been allocated in warmup.
+    pub fn capture<T>(
+        &self,
+        stream: StreamId,
+        mut body: impl FnMut(Pass) -> Result<T, Error>,
+    ) -> Result<(GraphHandle<D>, T), Error> {
+        let window = self.prepare(stream)?;
+        if let Err(err) = body(Pass::Warmup) {
+            // Closing from Prepared disarms the pools; its refusal says
+            // nothing the warmup's own error does not.
+            let _closed = self.instantiate(stream, window);
+            return Err(err);
+        }
+        self.begin(stream, window)?;
+        let recorded = body(Pass::Record);
+        let graph = self.instantiate(stream, window);
+        match (recorded, graph) {
+            (Ok(value), Ok(graph)) => Ok((graph, value)),
+            (Ok(_), Err(refusal)) => Err(refusal),
+            // The window's refusal names the failed operation and its
+            // consequence; the body's error stands if the window sealed.
+            (Err(body_err), Err(refusal)) => Err(match refusal {
+                Error::Doomed(_) => refusal,
+                _ => body_err,
+            }),
+            (Err(body_err), Ok(_graph)) => Err(body_err),
+        }
+    }
+
+    /// Enqueue `graph`'s recorded work on its stream.
+    pub fn replay(&self, graph: &GraphHandle<D>) -> Result<(), Error> {
+        self.server()?.replay(graph.id())
+    }
+
+    /// Replay graph `id`, which may be unknown or destroyed.
+    pub fn replay_id(&self, id: GraphId) -> Result<(), Error> {
+        self.server()?.replay(id)
+    }
+
+    /// Destroy `graph` now, after syncing its stream. Later replays of it
+    /// fail with [`Error::UnknownGraph`]; destroying twice is a no-op.
+    pub fn destroy(&self, graph: &GraphHandle<D>) -> Result<(), Error> {
+        self.server()?.destroy_graph(graph.id());
+        Ok(())
+    }
+
+    /// Whether `graph` is live.
+    pub fn is_live(&self, graph: &GraphHandle<D>) -> bool {
+        self.server().is_ok_and(|server| server.has_graph(graph.id()))
+    }
+
+    /// Live graphs on the device.
+    pub fn live_graphs(&self) -> usize {
+        self.server().map_or(0, |server| server.live_graphs())
+    }
+
+    /// Buffers currently claimed by a failure.
+    pub fn claimed_buffers(&self) -> usize {
+        self.server().map_or(0, |server| server.claimed_buffers())
+    }
+
+    /// What `stream` holds now.
+    pub fn usage(&self, stream: StreamId) -> Result<StreamUsage, Error> {
+        self.server()?.usage(stream)
+    }
+
+    /// Run `f` on `graph`'s executable and its driver stream under the lock;
+    /// for measuring the raw driver against the core on the same executable.
+    pub fn with_raw_graph<R>(
+        &self,
+        graph: &GraphHandle<D>,
+        f: impl FnOnce(&D::Executable, &mut D::Stream) -> R,
+    ) -> Result<R, Error> {
+        self.server()?.with_raw_graph(graph.id(), f)
+    }
+
+    /// Run `f` on `stream`'s driver stream and the device slices of
+    /// `buffers` under the lock; for measuring raw driver launches against
+    /// the core's on the same memory.
+    pub fn with_raw_stream<R>(
+        &self,
+        stream: StreamId,
+        buffers: &[&Buffer],
+        f: impl FnOnce(&mut D::Stream, &[DeviceSlice<'_, D>]) -> R,
+    ) -> Result<R, Error> {
+        let mut refs: smallvec::SmallVec<[BufferRef<'_>; 8]> = smallvec::SmallVec::new();
+        refs.extend(buffers.iter().map(|buffer| buffer.as_ref()));
+        self.server()?.with_raw_stream(stream, &refs, f)
+    }
+}
+
+impl<D: GraphDriver + Builtins> Client<D> {
+    /// Builtin kernel `which`, compiled once per device.
+    pub fn builtin(&self, which: Builtin) -> Result<Kernel<D>, Error> {
+        Ok(Kernel(self.server()?.builtin(which)?))
+    }
+
+    /// Launch builtin `which` over `n` elements of `buffers` (in the
+    /// kernel's binding order) with `scalar`.
+    pub fn run_builtin(
+        &self,
+        stream: StreamId,
+        which: Builtin,
+        buffers: &[&Buffer],
+        n: u32,
+        scalar: f32,
+    ) -> Result<(), Error> {
+        let accesses = which.accesses();
+        if buffers.len() != accesses.len() {
+            return Err(Error::BadLaunch(format!(
+                "{} binds {} buffers, got {}",
+                which.name(),
+                accesses.len(),
+                buffers.len()
+            )));
+        }
+        if let Some(short) = buffers.iter().find(|b| b.len() < u64::from(n) * 4) {
+            return Err(Error::BadLaunch(format!(
+                "{} over {n} elements needs {} bytes, {} holds {}",
+                which.name(),
+                u64::from(n) * 4,
+                short.id(),
+                short.len()
+            )));
+        }
+        let mut server = self.server()?;
+        let kernel = server.builtin(which)?;
+        let mut refs: smallvec::SmallVec<[(BufferRef<'_>, Access); 4]> = smallvec::SmallVec::new();
+        refs.extend(buffers.iter().zip(accesses).map(|(b, a)| (b.as_ref(), *a)));
+        let info = BuiltinInfo::new(n, scalar).to_bytes();
+        server.launch(stream, &kernel, groups_for(n), &refs, &info)
+    }
+}
+
+fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}

@@ -1,0 +1,81 @@
+//! Which buffers hold no valid bytes, and why.
+//!
+//! An operation that was to write a buffer and did not (it failed, it was
+//! refused, its graph never became one) leaves whatever bytes were there
+//! before. Reading them back as if fresh is the silent error this store
+//! exists to prevent: the buffer carries the failure, every read of it on any
+//! stream fails with it, and a later successful write clears it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::error::Error;
+use crate::ids::BufferId;
+
+/// The device-wide record of claimed buffers.
+#[derive(Debug, Default)]
+pub struct FailureStore {
+    claims: HashMap<BufferId, Arc<Error>>,
+}
+
+impl FailureStore {
+    /// Mark `buffer` as holding no valid bytes because of `cause`. A buffer
+    /// already claimed keeps its first cause, the one that explains it.
+    pub fn claim(&mut self, buffer: BufferId, cause: &Arc<Error>) {
+        self.claims.entry(buffer).or_insert_with(|| cause.clone());
+    }
+
+    /// Why `buffer` holds no valid bytes, if it does not.
+    pub fn check(&self, buffer: BufferId) -> Option<&Arc<Error>> {
+        if self.claims.is_empty() {
+            return None;
+        }
+        self.claims.get(&buffer)
+    }
+
+    /// The error a read of `buffer` fails with, if it is claimed.
+    pub fn read_error(&self, buffer: BufferId) -> Option<Error> {
+        self.check(buffer).map(|cause| Error::Claimed {
+            buffer,
+            cause: cause.clone(),
+        })
+    }
+
+    /// `buffer` was written successfully.
+    pub fn clear(&mut self, buffer: BufferId) {
+        if !self.claims.is_empty() {
+            self.claims.remove(&buffer);
+        }
+    }
+
+    /// Claimed buffers.
+    pub fn len(&self) -> usize {
+        self.claims.len()
+    }
+
+    /// Whether no buffer is claimed.
+    pub fn is_empty(&self) -> bool {
+        self.claims.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claim_check_clear() {
+        let mut store = FailureStore::default();
+        let cause = Arc::new(Error::EmptyBuffer);
+        store.claim(BufferId(3), &cause);
+        store.claim(BufferId(3), &Arc::new(Error::Poisoned));
+        assert_eq!(store.check(BufferId(3)).map(|c| &**c), Some(&Error::EmptyBuffer));
+        assert!(matches!(
+            store.read_error(BufferId(3)),
+            Some(Error::Claimed { buffer: BufferId(3), .. })
+        ));
+        assert!(store.check(BufferId(4)).is_none());
+        store.clear(BufferId(3));
+        assert!(store.is_empty());
+    }
+}

@@ -1,0 +1,142 @@
+//! Instantiated graphs, and windows that closed without one.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use crate::driver::{DriverError, GraphDriver};
+use crate::error::Error;
+use crate::ids::{BufferId, GraphId, StreamId};
+use crate::pool::SliceHandle;
+
+/// An instantiated graph, and everything its window pinned for it.
+///
+/// Lives inside the server, referenced by [`GraphId`]: nothing a client holds
+/// can reach the executable, so it is only touched under the server's lock
+/// and only destroyed after its stream was synced.
+pub struct Graph<D: GraphDriver> {
+    pub(crate) exec: D::Executable,
+    pub(crate) stream: StreamId,
+    /// Every device and host slice the recording touched. A replay re-runs
+    /// the recorded work against these exact addresses, and a recorded copy
+    /// reads its host bytes again each time; holding them keeps the pools
+    /// from handing that memory to a later allocation, even one made after
+    /// the user dropped the buffer.
+    pub(crate) _retained: Vec<SliceHandle>,
+    /// Buffers the recorded work writes. A replay that fails to enqueue runs
+    /// none of it, so each of these is claimed by that failure.
+    pub(crate) written: Vec<BufferId>,
+    /// Buffers the recorded work reads. A replay over a claimed one would
+    /// compute from bytes nobody wrote, so it is refused.
+    pub(crate) read: Vec<BufferId>,
+}
+
+impl<D: GraphDriver> Graph<D> {
+    /// The stream the graph replays on.
+    pub fn stream(&self) -> StreamId {
+        self.stream
+    }
+
+    /// Buffers a replay writes.
+    pub fn written(&self) -> &[BufferId] {
+        &self.written
+    }
+
+    /// Buffers a replay reads.
+    pub fn read(&self) -> &[BufferId] {
+        &self.read
+    }
+
+    /// The driver's executable.
+    pub fn executable(&self) -> &D::Executable {
+        &self.exec
+    }
+}
+
+/// A capture window that closed without a graph.
+///
+/// Not only an error: the recorded work never ran and never will, so the
+/// buffers it would have written hold whatever they held before. The window
+/// has no failure store to claim them in, so it says what to claim and why;
+/// the server claims them before a read can return those bytes as fresh.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refused {
+    /// Why no graph came out.
+    pub error: Error,
+    /// The buffers the recording's work would have written.
+    pub written: Vec<BufferId>,
+}
+
+/// The graphs of a device, by id.
+pub struct Captures<D: GraphDriver> {
+    graphs: HashMap<GraphId, Graph<D>>,
+}
+
+impl<D: GraphDriver> Default for Captures<D> {
+    fn default() -> Self {
+        Self {
+            graphs: HashMap::new(),
+        }
+    }
+}
+
+impl<D: GraphDriver> fmt::Debug for Captures<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Executables are opaque driver handles; the count is all there is.
+        f.debug_struct("Captures")
+            .field("graphs", &self.graphs.len())
+            .finish()
+    }
+}
+
+impl<D: GraphDriver> Captures<D> {
+    /// Register a graph under `id`.
+    pub fn insert(&mut self, id: GraphId, graph: Graph<D>) {
+        self.graphs.insert(id, graph);
+    }
+
+    /// The live graph `id`.
+    pub fn get(&self, id: GraphId) -> Option<&Graph<D>> {
+        self.graphs.get(&id)
+    }
+
+    /// Whether `id` names a live graph.
+    pub fn contains(&self, id: GraphId) -> bool {
+        self.graphs.contains_key(&id)
+    }
+
+    /// Enqueue `id`'s recorded work on `stream`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownGraph`] when `id` names no live graph (nothing was
+    /// enqueued, nothing is stale), else the driver's refusal.
+    pub fn replay(&self, id: GraphId, stream: &mut D::Stream) -> Result<(), Error> {
+        let graph = self.graphs.get(&id).ok_or(Error::UnknownGraph(id))?;
+        D::replay(&graph.exec, stream).map_err(|err: DriverError| Error::from(err))
+    }
+
+    /// Take graph `id` out, to be dropped once its stream is synced. `None`
+    /// for an unknown id, which makes a double destroy a no-op.
+    pub fn remove(&mut self, id: GraphId) -> Option<Graph<D>> {
+        self.graphs.remove(&id)
+    }
+
+    /// The ids of every graph replaying on `stream`.
+    pub fn on_stream(&self, stream: StreamId) -> Vec<GraphId> {
+        self.graphs
+            .iter()
+            .filter(|(_, graph)| graph.stream == stream)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Live graphs.
+    pub fn len(&self) -> usize {
+        self.graphs.len()
+    }
+
+    /// Whether no graph is live.
+    pub fn is_empty(&self) -> bool {
+        self.graphs.is_empty()
+    }
+}

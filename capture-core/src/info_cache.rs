@@ -1,0 +1,207 @@
+//! Launch info bytes, cached on the device by content.
+//!
+//! Most launches of a decode step repeat the same few element counts and
+//! scalars, so each distinct content is staged and copied to the device once
+//! and reused. A graph's recorded launches point at those device slices, so
+//! while a window records, every entry it uses is pinned; `capture_commit`
+//! seals the pins under the new graph, and an entry is freed once no live
+//! graph pins it any more.
+
+use std::collections::HashMap;
+
+use smallvec::SmallVec;
+
+use crate::ids::GraphId;
+use crate::pool::SliceHandle;
+
+/// Longest info payload a launch may carry.
+pub const MAX_INFO_BYTES: usize = 256;
+
+struct Entry {
+    slice: SliceHandle,
+    /// Live graphs whose recordings point at this entry.
+    graphs: SmallVec<[GraphId; 2]>,
+    /// Used by the window now open.
+    window: bool,
+}
+
+/// The info cache of one stream.
+pub struct InfoCache {
+    entries: HashMap<Box<[u8]>, Entry>,
+    capacity: usize,
+    capturing: bool,
+}
+
+impl InfoCache {
+    /// A cache that evicts unpinned entries beyond `capacity`.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            entries: HashMap::new(),
+            capacity: capacity.max(1),
+            capturing: false,
+        }
+    }
+
+    /// The device slice holding `bytes`, if cached; pins it for an open window.
+    pub fn get(&mut self, bytes: &[u8]) -> Option<SliceHandle> {
+        let capturing = self.capturing;
+        self.entries.get_mut(bytes).map(|entry| {
+            entry.window |= capturing;
+            entry.slice.clone()
+        })
+    }
+
+    /// Cache `slice` as holding `bytes`. Returns the slices evicted to make
+    /// room; they go to the drop queue, since launches may still read them.
+    pub fn insert(&mut self, bytes: &[u8], slice: SliceHandle) -> Vec<SliceHandle> {
+        let mut evicted = Vec::new();
+        if !self.capturing && self.entries.len() >= self.capacity {
+            self.entries.retain(|_, entry| {
+                let keep = !entry.graphs.is_empty() || entry.window;
+                if !keep {
+                    evicted.push(entry.slice.clone());
+                }
+                keep
+            });
+        }
+        self.entries.insert(
+            bytes.into(),
+            Entry {
+                slice,
+                graphs: SmallVec::new(),
+                window: self.capturing,
+            },
+        );
+        evicted
+    }
+
+    /// A window opens: pin every entry used from here.
+    pub fn capture_start(&mut self) {
+        self.capturing = true;
+    }
+
+    /// The window became graph `id`: its pins become that graph's.
+    pub fn capture_commit(&mut self, id: GraphId) {
+        self.capturing = false;
+        for entry in self.entries.values_mut() {
+            if std::mem::take(&mut entry.window) {
+                entry.graphs.push(id);
+            }
+        }
+    }
+
+    /// The window yielded no graph: drop its pins, keeping the entries as
+    /// ordinary cached values.
+    pub fn capture_discard(&mut self) {
+        self.capturing = false;
+        for entry in self.entries.values_mut() {
+            entry.window = false;
+        }
+    }
+
+    /// Graph `id` is gone: free every entry it pinned that no other live
+    /// graph pins. Returns their slices for the drop queue.
+    pub fn graph_release(&mut self, id: GraphId) -> Vec<SliceHandle> {
+        let mut freed = Vec::new();
+        self.entries.retain(|_, entry| {
+            let Some(at) = entry.graphs.iter().position(|g| *g == id) else {
+                return true;
+            };
+            entry.graphs.swap_remove(at);
+            let keep = !entry.graphs.is_empty() || entry.window;
+            if !keep {
+                freed.push(entry.slice.clone());
+            }
+            keep
+        });
+        freed
+    }
+
+    /// Drop every entry (the stream is going away).
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+
+    /// Entries cached.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Graphs pinning the entry for `bytes` (0 when uncached).
+    pub fn pins(&self, bytes: &[u8]) -> usize {
+        self.entries.get(bytes).map_or(0, |entry| entry.graphs.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::BufferId;
+    use crate::pool::Pool;
+
+    fn slice(pool: &mut Pool<()>, id: u64) -> SliceHandle {
+        pool.reserve(BufferId(id), 16, true, |_| Ok(()))
+            .ok()
+            .flatten()
+            .expect("grows")
+    }
+
+    #[test]
+    fn content_is_the_key() {
+        let mut pool = Pool::new(4096);
+        let mut cache = InfoCache::new(8);
+        let s = slice(&mut pool, 1);
+        assert!(cache.insert(b"abc", s.clone()).is_empty());
+        assert!(cache.get(b"abc").is_some_and(|got| got.same(&s)));
+        assert!(cache.get(b"abd").is_none());
+    }
+
+    #[test]
+    fn shared_entries_live_until_the_last_graph_goes() {
+        let mut pool = Pool::new(4096);
+        let mut cache = InfoCache::new(8);
+        cache.capture_start();
+        cache.insert(b"n=4", slice(&mut pool, 1));
+        cache.capture_commit(GraphId(1));
+        cache.capture_start();
+        assert!(cache.get(b"n=4").is_some());
+        cache.capture_commit(GraphId(2));
+        assert_eq!(cache.pins(b"n=4"), 2);
+
+        assert!(cache.graph_release(GraphId(1)).is_empty(), "graph 2 still pins it");
+        assert!(cache.get(b"n=4").is_some());
+        assert_eq!(cache.graph_release(GraphId(2)).len(), 1);
+        assert!(cache.get(b"n=4").is_none());
+        assert!(cache.graph_release(GraphId(2)).is_empty(), "a double release is a no-op");
+    }
+
+    #[test]
+    fn a_discarded_window_leaves_ordinary_entries() {
+        let mut pool = Pool::new(4096);
+        let mut cache = InfoCache::new(8);
+        cache.capture_start();
+        cache.insert(b"x", slice(&mut pool, 1));
+        cache.capture_discard();
+        assert_eq!(cache.pins(b"x"), 0);
+        assert!(cache.get(b"x").is_some());
+    }
+
+    #[test]
+    fn eviction_spares_pinned_entries() {
+        let mut pool = Pool::new(4096);
+        let mut cache = InfoCache::new(2);
+        cache.capture_start();
+        cache.insert(b"pinned", slice(&mut pool, 1));
+        cache.capture_commit(GraphId(7));
+        cache.insert(b"a", slice(&mut pool, 2));
+        let evicted = cache.insert(b"b", slice(&mut pool, 3));
+        assert_eq!(evicted.len(), 1);
+        assert!(cache.get(b"pinned").is_some());
+        assert!(cache.get(b"b").is_some());
+    }
+}

@@ -1,0 +1,400 @@
+//! Pages from the driver, cut into slices and reused.
+//!
+//! A slice is handed out as a [`SliceHandle`], a shared reference the pool
+//! also holds. The pool may give the range to another allocation once it is
+//! the only holder left, so "who still needs this memory" is answered by who
+//! still holds a handle: a user's buffer, the drop queue waiting for a fence,
+//! a graph that replays into it, or a capture window that pinned it.
+
+use std::sync::Arc;
+
+use crate::driver::DriverError;
+use crate::ids::BufferId;
+
+/// Every slice starts at a multiple of this many bytes, which satisfies the
+/// binding-offset alignment of every supported backend.
+pub const SLICE_ALIGN: u64 = 256;
+
+/// A range of one pool page, shared by everyone who still needs it.
+#[derive(Debug, Clone)]
+pub struct SliceHandle(Arc<SliceMeta>);
+
+#[derive(Debug)]
+struct SliceMeta {
+    id: BufferId,
+    slot: usize,
+    offset: u64,
+    len: u64,
+    span: u64,
+}
+
+impl SliceHandle {
+    /// The allocation this slice was made for; never reused.
+    pub fn id(&self) -> BufferId {
+        self.0.id
+    }
+
+    /// Byte offset in its page.
+    pub fn offset(&self) -> u64 {
+        self.0.offset
+    }
+
+    /// Bytes requested.
+    pub fn len(&self) -> u64 {
+        self.0.len
+    }
+
+    /// Whether the slice holds no bytes (never true for a pool slice).
+    pub fn is_empty(&self) -> bool {
+        self.0.len == 0
+    }
+
+    /// Which page slot of its pool the slice lies in.
+    pub(crate) fn slot(&self) -> usize {
+        self.0.slot
+    }
+
+    /// Whether `self` and `other` are the same allocation.
+    pub fn same(&self, other: &SliceHandle) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// The first byte past the slice's reserved span.
+    fn end(&self) -> u64 {
+        self.0.offset + self.0.span
+    }
+
+    /// Whether someone other than the pool still holds this slice.
+    fn in_use(&self) -> bool {
+        Arc::strong_count(&self.0) > 1
+    }
+}
+
+/// How much memory one pool holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolUsage {
+    /// Bytes of every page obtained from the driver.
+    pub reserved_bytes: u64,
+    /// Bytes of the slices someone still holds (aligned spans).
+    pub in_use_bytes: u64,
+    /// Live slices.
+    pub slices: usize,
+    /// Pages obtained from the driver and not yet released.
+    pub pages: usize,
+}
+
+/// Where a pool is in a capture window's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// No window: slices are reused as soon as they are free.
+    Normal,
+    /// Between `prepare` and `begin`: warmup's slices are retained, so the
+    /// pool grows to hold everything the run allocates at once.
+    Priming,
+    /// Between `begin` and `instantiate`: slices are retained for the graph,
+    /// and a new page is a fault the window must answer for.
+    Recording,
+}
+
+struct Page<P> {
+    page: P,
+    size: u64,
+    /// Live slices, sorted by offset.
+    slices: Vec<SliceHandle>,
+}
+
+/// The pages of one kind of memory (device or pinned host) of one stream.
+pub struct Pool<P> {
+    slots: Vec<Option<Page<P>>>,
+    page_size: u64,
+    mode: Mode,
+    retained: Vec<SliceHandle>,
+    grew_while_recording: bool,
+}
+
+impl<P> Pool<P> {
+    /// An empty pool that asks the driver for pages of `page_size` bytes, or
+    /// more for a larger slice.
+    pub fn new(page_size: u64) -> Self {
+        Self {
+            slots: Vec::new(),
+            page_size: page_size.max(SLICE_ALIGN),
+            mode: Mode::Normal,
+            retained: Vec::new(),
+            grew_while_recording: false,
+        }
+    }
+
+    /// The page a slice of this pool lies in.
+    pub fn page(&self, slice: &SliceHandle) -> Option<&P> {
+        self.slots
+            .get(slice.slot())
+            .and_then(Option::as_ref)
+            .map(|page| &page.page)
+    }
+
+    /// A slice of `len` bytes for allocation `id`, from a free range of an
+    /// existing page or, when none fits and `may_grow` allows it, from a new
+    /// page obtained through `allocate_page`.
+    ///
+    /// Returns `Ok(None)` when no existing page fits and growing was not
+    /// allowed, so the caller can free memory (flush its drop queue) and try
+    /// again before paying for a page.
+    pub fn reserve(
+        &mut self,
+        id: BufferId,
+        len: u64,
+        may_grow: bool,
+        allocate_page: impl FnOnce(u64) -> Result<P, DriverError>,
+    ) -> Result<Option<SliceHandle>, DriverError> {
+        let span = len.max(1).div_ceil(SLICE_ALIGN) * SLICE_ALIGN;
+        let found = self
+            .slots
+            .iter_mut()
+            .enumerate()
+            .find_map(|(slot, page)| {
+                let page = page.as_mut()?;
+                page.slices.retain(SliceHandle::in_use);
+                first_fit(page, span).map(|(index, offset)| (slot, index, offset))
+            });
+        let (slot, index, offset) = match found {
+            Some(found) => found,
+            None if !may_grow => return Ok(None),
+            None => {
+                let size = span.max(self.page_size);
+                let page = allocate_page(size)?;
+                if self.mode == Mode::Recording {
+                    self.grew_while_recording = true;
+                }
+                let fresh = Page {
+                    page,
+                    size,
+                    slices: Vec::new(),
+                };
+                let slot = match self.slots.iter().position(Option::is_none) {
+                    Some(slot) => {
+                        self.slots[slot] = Some(fresh);
+                        slot
+                    }
+                    None => {
+                        self.slots.push(Some(fresh));
+                        self.slots.len() - 1
+                    }
+                };
+                (slot, 0, 0)
+            }
+        };
+        let handle = SliceHandle(Arc::new(SliceMeta {
+            id,
+            slot,
+            offset,
+            len,
+            span,
+        }));
+        if let Some(page) = self.slots[slot].as_mut() {
+            page.slices.insert(index, handle.clone());
+        }
+        if self.mode != Mode::Normal {
+            self.retained.push(handle.clone());
+        }
+        Ok(Some(handle))
+    }
+
+    /// What the pool holds now. Reclaims free slices on the way, so the
+    /// figures are exact.
+    pub fn usage(&mut self) -> PoolUsage {
+        let mut usage = PoolUsage::default();
+        for page in self.slots.iter_mut().flatten() {
+            page.slices.retain(SliceHandle::in_use);
+            usage.pages += 1;
+            usage.reserved_bytes += page.size;
+            usage.slices += page.slices.len();
+            usage.in_use_bytes += page.slices.iter().map(|s| s.0.span).sum::<u64>();
+        }
+        usage
+    }
+
+    /// Release every page no slice is held in. The caller guarantees no
+    /// enqueued work still uses them.
+    pub fn trim(&mut self, mut release: impl FnMut(P)) -> usize {
+        let mut released = 0;
+        for slot in &mut self.slots {
+            let empty = slot.as_mut().is_some_and(|page| {
+                page.slices.retain(SliceHandle::in_use);
+                page.slices.is_empty()
+            });
+            if empty && let Some(page) = slot.take() {
+                release(page.page);
+                released += 1;
+            }
+        }
+        released
+    }
+
+    /// Release every page, held or not: the stream is going away.
+    pub fn release_all(&mut self, mut release: impl FnMut(P)) {
+        self.retained.clear();
+        for page in self.slots.drain(..).flatten() {
+            release(page.page);
+        }
+    }
+
+    /// Arm for a window about to open: from here every slice handed out is
+    /// retained, so warmup grows the pool to everything the run holds at
+    /// once and the recorded run finds it all free again.
+    pub fn capture_begin(&mut self) {
+        self.mode = Mode::Priming;
+        self.retained.clear();
+        self.grew_while_recording = false;
+    }
+
+    /// Warmup is over: let go of what it retained so the recorded run reuses
+    /// those slices instead of allocating pages, which mid-recording is a
+    /// fault. Mandatory, not an optimisation.
+    pub fn capture_priming_end(&mut self) {
+        self.mode = Mode::Recording;
+        self.retained.clear();
+    }
+
+    /// Close the window: disarm, and hand over every slice the recorded run
+    /// was given, for the graph to pin for its lifetime.
+    pub fn capture_end(&mut self) -> Vec<SliceHandle> {
+        self.mode = Mode::Normal;
+        self.grew_while_recording = false;
+        std::mem::take(&mut self.retained)
+    }
+
+    /// Whether a page was obtained from the driver since recording began.
+    pub fn grew_while_recording(&self) -> bool {
+        self.grew_while_recording
+    }
+
+    /// Whether the pool is armed for a window.
+    pub fn is_armed(&self) -> bool {
+        self.mode != Mode::Normal
+    }
+}
+
+/// The first gap of at least `span` bytes in `page`: the index the new slice
+/// takes in the sorted list and its offset.
+fn first_fit<P>(page: &Page<P>, span: u64) -> Option<(usize, u64)> {
+    let mut cursor = 0;
+    for (index, slice) in page.slices.iter().enumerate() {
+        if slice.offset() - cursor >= span {
+            return Some((index, cursor));
+        }
+        cursor = slice.end();
+    }
+    (page.size - cursor >= span).then_some((page.slices.len(), cursor))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reserve(pool: &mut Pool<u32>, id: u64, len: u64, pages: &mut u32) -> SliceHandle {
+        pool.reserve(BufferId(id), len, true, |_| {
+            *pages += 1;
+            Ok(*pages)
+        })
+        .expect("test allocator never fails")
+        .expect("growth allowed")
+    }
+
+    #[test]
+    fn slices_are_aligned_and_disjoint() {
+        let mut pool = Pool::new(4096);
+        let mut pages = 0;
+        let a = reserve(&mut pool, 1, 10, &mut pages);
+        let b = reserve(&mut pool, 2, 300, &mut pages);
+        let c = reserve(&mut pool, 3, 1, &mut pages);
+        assert_eq!(pages, 1);
+        assert_eq!((a.offset(), b.offset(), c.offset()), (0, 256, 768));
+        assert_eq!(pool.usage().in_use_bytes, 256 + 512 + 256);
+    }
+
+    #[test]
+    fn freed_slices_are_reused_and_held_ones_are_not() {
+        let mut pool = Pool::new(1024);
+        let mut pages = 0;
+        let a = reserve(&mut pool, 1, 512, &mut pages);
+        let b = reserve(&mut pool, 2, 512, &mut pages);
+        drop(a);
+        let c = reserve(&mut pool, 3, 256, &mut pages);
+        assert_eq!(c.offset(), 0, "the freed range is reused");
+        let d = reserve(&mut pool, 4, 512, &mut pages);
+        assert_eq!(pages, 2, "a held range is never shared");
+        assert!(!d.same(&b));
+        drop((b, c, d));
+        assert_eq!(pool.usage().in_use_bytes, 0);
+        assert_eq!(pool.trim(|_| ()), 2);
+        assert_eq!(pool.usage(), PoolUsage::default());
+    }
+
+    #[test]
+    fn no_growth_asks_the_caller_first() {
+        let mut pool: Pool<u32> = Pool::new(256);
+        let got = pool.reserve(BufferId(1), 8, false, |_| Ok(0));
+        assert!(matches!(got, Ok(None)));
+        assert_eq!(pool.usage().pages, 0);
+    }
+
+    #[test]
+    fn oversized_slices_get_their_own_page() {
+        let mut pool = Pool::new(1024);
+        let mut pages = 0;
+        let big = reserve(&mut pool, 1, 10_000, &mut pages);
+        assert_eq!(big.offset(), 0);
+        assert_eq!(pool.usage().reserved_bytes, 10_240);
+    }
+
+    #[test]
+    fn driver_refusal_is_returned_and_changes_nothing() {
+        let mut pool: Pool<u32> = Pool::new(1024);
+        let err = pool.reserve(BufferId(1), 8, true, |_| {
+            Err(DriverError::new("test", "allocate", "out of memory"))
+        });
+        assert!(err.is_err());
+        assert_eq!(pool.usage(), PoolUsage::default());
+    }
+
+    #[test]
+    fn capture_mode_primes_then_pins_the_recorded_run() {
+        let mut pool = Pool::new(1024);
+        let mut pages = 0;
+        pool.capture_begin();
+        // Warmup: an intermediate freed at once is still retained, so the
+        // second allocation does not reuse it.
+        let warm = reserve(&mut pool, 1, 512, &mut pages);
+        drop(warm);
+        let warm2 = reserve(&mut pool, 2, 512, &mut pages);
+        drop(warm2);
+        assert_eq!(pool.usage().in_use_bytes, 1024);
+        pool.capture_priming_end();
+        // The recorded run finds both ranges free: no page is needed.
+        let rec = reserve(&mut pool, 3, 512, &mut pages);
+        drop(rec);
+        let rec2 = reserve(&mut pool, 4, 512, &mut pages);
+        drop(rec2);
+        assert!(!pool.grew_while_recording());
+        assert_eq!(pages, 1);
+        let pinned = pool.capture_end();
+        assert_eq!(pinned.len(), 2);
+        assert_eq!(pool.usage().in_use_bytes, 1024, "the graph's pins hold both");
+        drop(pinned);
+        assert_eq!(pool.usage().in_use_bytes, 0);
+    }
+
+    #[test]
+    fn a_page_while_recording_is_noticed() {
+        let mut pool = Pool::new(256);
+        let mut pages = 0;
+        pool.capture_begin();
+        pool.capture_priming_end();
+        let _slice = reserve(&mut pool, 1, 8, &mut pages);
+        assert!(pool.grew_while_recording());
+        assert_eq!(pool.capture_end().len(), 1);
+        assert!(!pool.grew_while_recording());
+        assert!(!pool.is_armed());
+    }
+}

@@ -1,0 +1,303 @@
+//! One stream and everything capture-core keeps for it.
+
+use crate::capture_state::StreamCapture;
+use crate::driver::{DeviceSlice, Driver, DriverError, HostSlice};
+use crate::drop_queue::DropQueue;
+use crate::error::Error;
+use crate::ids::{BufferId, GraphId, StreamId};
+use crate::info_cache::InfoCache;
+use crate::pool::{Pool, PoolUsage, SliceHandle};
+
+/// Sizes and limits of a device's pools and queues.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Bytes per device page asked of the driver (more for a larger buffer).
+    pub device_page_bytes: u64,
+    /// Bytes per pinned host page asked of the driver.
+    pub host_page_bytes: u64,
+    /// The largest single buffer a caller may allocate.
+    pub max_allocation_bytes: u64,
+    /// Slices the drop queue holds before the execution path flushes it.
+    pub drop_queue_threshold: usize,
+    /// Info-cache entries kept before unpinned ones are evicted.
+    pub info_cache_capacity: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            device_page_bytes: 4 << 20,
+            host_page_bytes: 1 << 20,
+            max_allocation_bytes: 1 << 32,
+            drop_queue_threshold: 64,
+            info_cache_capacity: 1024,
+        }
+    }
+}
+
+/// What one stream holds, as a test or a dashboard reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StreamUsage {
+    /// The device pool.
+    pub device: PoolUsage,
+    /// The pinned host pool.
+    pub host: PoolUsage,
+    /// Slices waiting in the drop queue for a fence.
+    pub pending_drops: usize,
+    /// Info-cache entries.
+    pub info_entries: usize,
+    /// Graph uploads that failed (best-effort, so only counted and logged).
+    pub upload_failures: usize,
+}
+
+/// A stream: the driver's stream, its pools, drop queue, info cache and
+/// capture state.
+pub struct StreamState<D: Driver> {
+    pub(crate) id: StreamId,
+    pub(crate) raw: D::Stream,
+    pub(crate) device: Pool<D::DevicePage>,
+    pub(crate) host: Pool<D::HostPage>,
+    pub(crate) drops: DropQueue,
+    pub(crate) info: InfoCache,
+    pub(crate) capture: StreamCapture,
+    /// Graphs whose destroy arrived while this stream recorded: a destroy
+    /// syncs, which would abort the recording, so it waits for the close.
+    pub(crate) deferred_destroys: Vec<GraphId>,
+    pub(crate) upload_failures: usize,
+}
+
+fn missing_page() -> Error {
+    // A slice always comes from a live page of its stream's pool; this is
+    // the answer if that invariant were ever broken, instead of a panic.
+    Error::Driver(DriverError::new(
+        "core",
+        "page lookup",
+        "a slice's page is no longer in its pool",
+    ))
+}
+
+impl<D: Driver> StreamState<D> {
+    /// A fresh stream over `raw`.
+    pub(crate) fn new(id: StreamId, raw: D::Stream, config: &Config) -> Self {
+        Self {
+            id,
+            raw,
+            device: Pool::new(config.device_page_bytes),
+            host: Pool::new(config.host_page_bytes),
+            drops: DropQueue::new(config.drop_queue_threshold),
+            info: InfoCache::new(config.info_cache_capacity),
+            capture: StreamCapture::default(),
+            deferred_destroys: Vec::new(),
+            upload_failures: 0,
+        }
+    }
+
+    /// Wait for everything enqueued so far, then free what waited for it.
+    pub(crate) fn sync(&mut self) -> Result<(), DriverError> {
+        let signal = D::signal(&mut self.raw)?;
+        D::fence(&mut self.raw, signal)?;
+        self.drops.release_fenced();
+        Ok(())
+    }
+
+    /// Drain the drop queue with a fence (no fence when it is empty).
+    pub(crate) fn drain_drops(&mut self) -> Result<(), DriverError> {
+        let raw = &mut self.raw;
+        self.drops.drain(|| {
+            let signal = D::signal(raw)?;
+            D::fence(raw, signal)
+        })
+    }
+
+    /// Flush the drop queue if it has grown past its threshold and the
+    /// stream may sync. A failed fence is logged: the slices stay queued and
+    /// the error resurfaces at the next sync.
+    pub(crate) fn maybe_flush(&mut self) {
+        if !self.capture.is_recording()
+            && self.drops.wants_flush()
+            && let Err(err) = self.drain_drops()
+        {
+            log::warn!("{}: deferred frees kept after a failed fence: {err}", self.id);
+        }
+    }
+
+    /// A device slice of `len` bytes for allocation `id`.
+    ///
+    /// Reuses free memory first; before growing, frees what waits in the
+    /// drop queue (unless recording, where that would sync). A page obtained
+    /// while recording dooms the window.
+    pub(crate) fn allocate_device(&mut self, id: BufferId, len: u64) -> Result<SliceHandle, Error> {
+        let recording = self.capture.is_recording();
+        if let Some(slice) = self.device.reserve(id, len, false, |_| unreachable_page())? {
+            return Ok(slice);
+        }
+        if !recording && !self.drops.is_empty() {
+            self.drain_drops()?;
+            if let Some(slice) = self.device.reserve(id, len, false, |_| unreachable_page())? {
+                return Ok(slice);
+            }
+        }
+        let raw = &mut self.raw;
+        let slice = self
+            .device
+            .reserve(id, len, true, |size| D::allocate_device_page(raw, size))?
+            .ok_or_else(missing_page)?;
+        if recording {
+            self.capture
+                .record_failure(Error::AllocationWhileRecording(self.id));
+        }
+        Ok(slice)
+    }
+
+    /// A pinned host slice of `len` bytes, under the same rules.
+    pub(crate) fn allocate_host(&mut self, id: BufferId, len: u64) -> Result<SliceHandle, Error> {
+        let recording = self.capture.is_recording();
+        if let Some(slice) = self.host.reserve(id, len, false, |_| unreachable_page())? {
+            return Ok(slice);
+        }
+        if !recording && !self.drops.is_empty() {
+            self.drain_drops()?;
+            if let Some(slice) = self.host.reserve(id, len, false, |_| unreachable_page())? {
+                return Ok(slice);
+            }
+        }
+        let raw = &mut self.raw;
+        let slice = self
+            .host
+            .reserve(id, len, true, |size| D::allocate_host_page(raw, size))?
+            .ok_or_else(missing_page)?;
+        if recording {
+            self.capture
+                .record_failure(Error::AllocationWhileRecording(self.id));
+        }
+        Ok(slice)
+    }
+
+    /// Enqueue a copy of `bytes` into `dst` through a pinned staging slice.
+    ///
+    /// The staging slice waits in the drop queue until a fence proves the
+    /// copy read it; while recording, the graph also keeps it, since the
+    /// recorded copy reads it again on every replay.
+    pub(crate) fn stage_to_device(
+        &mut self,
+        staging_id: BufferId,
+        bytes: &[u8],
+        dst: &SliceHandle,
+    ) -> Result<(), Error> {
+        let len = bytes.len() as u64;
+        let staging = self.allocate_host(staging_id, len)?;
+        let host_page = self.host.page(&staging).ok_or_else(missing_page)?;
+        D::write_host(host_page, staging.offset(), bytes);
+        let device_page = self.device.page(dst).ok_or_else(missing_page)?;
+        let copied = D::copy_to_device(
+            &mut self.raw,
+            HostSlice {
+                page: host_page,
+                offset: staging.offset(),
+                len,
+            },
+            DeviceSlice {
+                page: device_page,
+                offset: dst.offset(),
+                len,
+            },
+        );
+        if self.capture.is_recording() {
+            self.capture.record_host(staging.clone());
+            self.capture.record_touch(dst);
+        }
+        self.drops.push(staging);
+        copied.map_err(Error::from)
+    }
+
+    /// Copy `src` back to the host, waiting for it: a host sync.
+    pub(crate) fn read_back(
+        &mut self,
+        staging_id: BufferId,
+        src: &SliceHandle,
+    ) -> Result<Vec<u8>, Error> {
+        let len = src.len();
+        let staging = self.allocate_host(staging_id, len)?;
+        let host_page = self.host.page(&staging).ok_or_else(missing_page)?;
+        let device_page = self.device.page(src).ok_or_else(missing_page)?;
+        D::copy_to_host(
+            &mut self.raw,
+            DeviceSlice {
+                page: device_page,
+                offset: src.offset(),
+                len,
+            },
+            HostSlice {
+                page: host_page,
+                offset: staging.offset(),
+                len,
+            },
+        )?;
+        let signal = D::signal(&mut self.raw)?;
+        D::fence(&mut self.raw, signal)?;
+        let mut out = vec![0u8; usize::try_from(len).unwrap_or(usize::MAX)];
+        D::read_host(host_page, staging.offset(), &mut out);
+        // Everything enqueued before the signal has finished, so whatever
+        // waited in the drop queue is free too.
+        self.drops.release_fenced();
+        Ok(out)
+    }
+
+    /// The device slice holding `bytes`, from the info cache or staged now.
+    pub(crate) fn info_slice(
+        &mut self,
+        bytes: &[u8],
+        ids: &mut impl FnMut() -> BufferId,
+    ) -> Result<SliceHandle, Error> {
+        if let Some(slice) = self.info.get(bytes) {
+            return Ok(slice);
+        }
+        let slice = self.allocate_device(ids(), bytes.len() as u64)?;
+        self.stage_to_device(ids(), bytes, &slice)?;
+        for evicted in self.info.insert(bytes, slice.clone()) {
+            self.drops.push(evicted);
+        }
+        Ok(slice)
+    }
+
+    /// What the stream holds now.
+    pub(crate) fn usage(&mut self) -> StreamUsage {
+        StreamUsage {
+            device: self.device.usage(),
+            host: self.host.usage(),
+            pending_drops: self.drops.len(),
+            info_entries: self.info.len(),
+            upload_failures: self.upload_failures,
+        }
+    }
+
+    /// Release every page no slice is held in. Syncs first.
+    pub(crate) fn trim(&mut self) -> Result<usize, Error> {
+        if self.capture.is_recording() {
+            return Err(Error::SyncWhileRecording(self.id));
+        }
+        self.sync()?;
+        let raw = &mut self.raw;
+        let mut released = self.device.trim(|page| D::release_device_page(raw, page));
+        released += self.host.trim(|page| D::release_host_page(raw, page));
+        Ok(released)
+    }
+
+    /// Release every page: the stream is going away and has been synced.
+    pub(crate) fn release_all(&mut self) {
+        self.info.clear();
+        self.drops.release_fenced();
+        let raw = &mut self.raw;
+        self.device.release_all(|page| D::release_device_page(raw, page));
+        self.host.release_all(|page| D::release_host_page(raw, page));
+    }
+}
+
+/// The page allocator passed when growth is not allowed; never called.
+fn unreachable_page<P>() -> Result<P, DriverError> {
+    Err(DriverError::new(
+        "core",
+        "allocate page",
+        "growth was not allowed for this reservation",
+    ))
+}
