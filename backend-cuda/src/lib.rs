@@ -1,1 +1,166 @@
-//! backend-cuda (in progress).
+//! The CUDA backend of capture-core: the NVIDIA driver API, loaded at run
+//! time, with CUDA graphs made by stream capture as the native graph.
+//!
+//! Nothing is linked at build time and no CUDA toolkit is needed to build or
+//! run: `libcuda.so` is opened when first probed, and the builtin kernels are
+//! PTX text the driver compiles for the GPU it finds. A machine without the
+//! driver or a device gets [`Availability::Unavailable`] with the reason,
+//! never a panic.
+//!
+//! Only cudarc's raw `sys` layer is used. capture-core owns memory lifetimes
+//! and ordering; the event tracking of cudarc's safe layer would add driver
+//! work to every launch, and to every recording.
+//!
+//! [`CAPTURE_CUDA_DEVICE`](DEVICE_ENV) selects the device by index (default
+//! 0).
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod device;
+mod error;
+mod event;
+mod graph;
+mod kernels;
+mod loader;
+mod memory;
+mod stream;
+
+use std::sync::Arc;
+
+use capture_core::{
+    Availability, Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, Error,
+    GraphDriver, HostSlice, Launch,
+};
+
+pub use device::{CudaDevice, DEVICE_ENV};
+pub use graph::CudaExecutable;
+pub use kernels::CudaKernel;
+pub use memory::{CudaDevicePage, CudaHostPage};
+pub use stream::{CudaSignal, CudaStream};
+
+/// The CUDA backend, named in generic code as `D = Cuda`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Cuda;
+
+impl Driver for Cuda {
+    type Device = CudaDevice;
+    type Stream = CudaStream;
+    type DevicePage = CudaDevicePage;
+    type HostPage = CudaHostPage;
+    type Signal = CudaSignal;
+    type Kernel = CudaKernel;
+
+    const NAME: &'static str = "cuda";
+
+    /// Opens the device for real (retaining its primary context and
+    /// releasing it again), because a device the driver lists may still
+    /// refuse a context: one in prohibited compute mode, or one taken by
+    /// another process in exclusive mode.
+    fn probe() -> Availability {
+        match CudaDevice::open() {
+            Ok(device) => Availability::Available(device.info().clone()),
+            Err(e) if e.op == device::LOAD_OP => Availability::Unavailable(e.message),
+            Err(e) => Availability::Unavailable(format!("{}: {}", e.op, e.message)),
+        }
+    }
+
+    fn open() -> Result<Arc<CudaDevice>, DriverError> {
+        CudaDevice::open()
+    }
+
+    fn device_info(device: &CudaDevice) -> DeviceInfo {
+        device.info().clone()
+    }
+
+    fn create_stream(device: &Arc<CudaDevice>) -> Result<CudaStream, DriverError> {
+        CudaStream::create(device)
+    }
+
+    fn allocate_device_page(
+        stream: &mut CudaStream,
+        bytes: u64,
+    ) -> Result<CudaDevicePage, DriverError> {
+        CudaDevicePage::allocate(&stream.device, bytes)
+    }
+
+    /// Dropping the page frees it (see [`CudaDevicePage`]).
+    fn release_device_page(_stream: &mut CudaStream, page: CudaDevicePage) {
+        drop(page);
+    }
+
+    fn allocate_host_page(
+        stream: &mut CudaStream,
+        bytes: u64,
+    ) -> Result<CudaHostPage, DriverError> {
+        CudaHostPage::allocate(&stream.device, bytes)
+    }
+
+    /// Dropping the page frees it (see [`CudaHostPage`]).
+    fn release_host_page(_stream: &mut CudaStream, page: CudaHostPage) {
+        drop(page);
+    }
+
+    fn write_host(page: &CudaHostPage, offset: u64, bytes: &[u8]) {
+        page.write(offset, bytes);
+    }
+
+    fn read_host(page: &CudaHostPage, offset: u64, out: &mut [u8]) {
+        page.read(offset, out);
+    }
+
+    fn copy_to_device(
+        stream: &mut CudaStream,
+        src: HostSlice<'_, Self>,
+        dst: DeviceSlice<'_, Self>,
+    ) -> Result<(), DriverError> {
+        stream.copy_to_device(src, dst)
+    }
+
+    fn copy_to_host(
+        stream: &mut CudaStream,
+        src: DeviceSlice<'_, Self>,
+        dst: HostSlice<'_, Self>,
+    ) -> Result<(), DriverError> {
+        stream.copy_to_host(src, dst)
+    }
+
+    fn launch(stream: &mut CudaStream, launch: Launch<'_, Self>) -> Result<(), DriverError> {
+        stream.launch(launch)
+    }
+
+    fn signal(stream: &mut CudaStream) -> Result<CudaSignal, DriverError> {
+        stream.signal()
+    }
+
+    fn fence(stream: &mut CudaStream, signal: CudaSignal) -> Result<(), DriverError> {
+        stream.fence(signal)
+    }
+}
+
+impl GraphDriver for Cuda {
+    type Executable = CudaExecutable;
+
+    fn begin(stream: &mut CudaStream) -> Result<(), DriverError> {
+        graph::begin(stream)
+    }
+
+    fn instantiate(
+        stream: &mut CudaStream,
+        doomed: Option<Error>,
+    ) -> Result<CudaExecutable, Error> {
+        graph::instantiate(stream, doomed)
+    }
+
+    fn upload(exec: &CudaExecutable, stream: &mut CudaStream) -> Result<(), DriverError> {
+        graph::upload(exec, stream)
+    }
+
+    fn replay(exec: &CudaExecutable, stream: &mut CudaStream) -> Result<(), DriverError> {
+        graph::replay(exec, stream)
+    }
+}
+
+impl Builtins for Cuda {
+    fn builtin(device: &Arc<CudaDevice>, which: Builtin) -> Result<CudaKernel, DriverError> {
+        kernels::builtin(device, which)
+    }
+}

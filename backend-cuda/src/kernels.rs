@@ -1,0 +1,192 @@
+//! The builtin kernels: PTX text shipped in the crate and compiled by the
+//! driver's JIT for whatever GPU it finds, once per device.
+
+use std::ffi::{CString, c_uint, c_void};
+use std::sync::{Arc, MutexGuard, PoisonError};
+
+use capture_core::{Builtin, DriverError};
+use cudarc::driver::sys::{self, CUfunction, CUmodule};
+
+use crate::device::CudaDevice;
+use crate::error::{check, describe, refuse};
+
+/// The kernels' source, NUL-terminated as `cuModuleLoadDataEx` reads it.
+const PTX: &str = concat!(include_str!("kernels.ptx"), "\0");
+
+/// Bytes kept of the JIT's error log, enough for any message about a module
+/// this small.
+const LOG_BYTES: usize = 4096;
+
+/// A builtin kernel, compiled for one device.
+///
+/// Holds its device, which holds the module the function lives in, so the
+/// function cannot outlive its code.
+pub struct CudaKernel {
+    pub(crate) function: CUfunction,
+    pub(crate) device: Arc<CudaDevice>,
+    which: Builtin,
+}
+
+// SAFETY: a CUfunction is an immutable, process-wide handle any thread may
+// launch once its context is current, which every launch ensures.
+unsafe impl Send for CudaKernel {}
+// SAFETY: as for Send; nothing mutates the handle.
+unsafe impl Sync for CudaKernel {}
+
+impl std::fmt::Debug for CudaKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CudaKernel({})", self.which.name())
+    }
+}
+
+/// The loaded PTX module and its four functions, in [`Builtin::ALL`] order.
+pub(crate) struct Module {
+    raw: CUmodule,
+    functions: [CUfunction; 4],
+}
+
+impl Module {
+    /// Compile the PTX. The caller has made the device's context current.
+    fn load() -> Result<Self, DriverError> {
+        const OP: &str = "compile builtin kernels";
+        let mut log = vec![0u8; LOG_BYTES];
+        let mut options = [
+            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        ];
+        // The JIT takes each option's value in a pointer-sized slot; a size
+        // is passed as the integer itself, not as a pointer to it.
+        let mut values: [*mut c_void; 2] =
+            [log.as_mut_ptr().cast::<c_void>(), LOG_BYTES as *mut c_void];
+        let mut raw: CUmodule = std::ptr::null_mut();
+        // SAFETY: the image is NUL-terminated PTX text that outlives the call;
+        // `options` and `values` hold the same number of entries, which is
+        // passed; the log buffer holds the LOG_BYTES the option announces.
+        let loaded = unsafe {
+            sys::cuModuleLoadDataEx(
+                &mut raw,
+                PTX.as_ptr().cast::<c_void>(),
+                options.len() as c_uint,
+                options.as_mut_ptr(),
+                values.as_mut_ptr(),
+            )
+        };
+        if let Err(e) = check(OP, loaded) {
+            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+            let jit = String::from_utf8_lossy(&log[..end]);
+            let jit = jit.trim();
+            return Err(if jit.is_empty() {
+                e
+            } else {
+                refuse(OP, format!("{}; the JIT said: {jit}", describe(loaded)))
+            });
+        }
+        let mut module = Self {
+            raw,
+            functions: [std::ptr::null_mut(); 4],
+        };
+        for which in Builtin::ALL {
+            let slot = &mut module.functions[index(which)];
+            let name = CString::new(entry_name(which))
+                .map_err(|_| refuse(OP, "a kernel name holds a NUL byte"))?;
+            // SAFETY: the module is live, the name NUL-terminated, and `slot`
+            // a valid place for the handle.
+            let found = unsafe { sys::cuModuleGetFunction(slot, module.raw, name.as_ptr()) };
+            if let Err(e) = check(OP, found) {
+                module.unload();
+                return Err(e);
+            }
+        }
+        Ok(module)
+    }
+
+    /// Unload the module. The caller has made its context current and holds
+    /// no function of it any more.
+    pub(crate) fn unload(self) {
+        // SAFETY: the module is owned here and unloaded once.
+        let unloaded = unsafe { sys::cuModuleUnload(self.raw) };
+        if let Err(e) = check("unload builtin kernels", unloaded) {
+            log::warn!("{e}");
+        }
+    }
+}
+
+/// The PTX entry point of `which`: its name behind a prefix, since `add` is a
+/// reserved word of PTX.
+pub(crate) fn entry_name(which: Builtin) -> String {
+    format!("builtin_{}", which.name())
+}
+
+/// Where `which` sits in [`Module`]'s function table.
+fn index(which: Builtin) -> usize {
+    match which {
+        Builtin::Fill => 0,
+        Builtin::Add => 1,
+        Builtin::Copy => 2,
+        Builtin::Axpy => 3,
+    }
+}
+
+/// `which`, compiled for `device`; the module is compiled on the first call
+/// and kept by the device, so later calls cost a lock and a lookup.
+pub(crate) fn builtin(device: &Arc<CudaDevice>, which: Builtin) -> Result<CudaKernel, DriverError> {
+    let mut slot: MutexGuard<'_, Option<Module>> = device
+        .kernels
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let module = match &mut *slot {
+        Some(module) => module,
+        empty => {
+            device.bind()?;
+            empty.insert(Module::load()?)
+        }
+    };
+    Ok(CudaKernel {
+        function: module.functions[index(which)],
+        device: Arc::clone(device),
+        which,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The PTX cannot be compiled here, so at least its interface is checked:
+    /// one entry per builtin, each taking one pointer per binding plus the
+    /// info pointer, and every entry in the same shape.
+    #[test]
+    fn every_builtin_has_an_entry_with_its_bindings() {
+        for which in Builtin::ALL {
+            let entry = entry_name(which);
+            let start = PTX
+                .find(&format!(".visible .entry {entry}("))
+                .unwrap_or_else(|| panic!("{entry} is missing"));
+            let rest = &PTX[start..];
+            let params = &rest[..rest.find(')').expect("parameter list closes")];
+            let count = params.matches(".param .u64").count();
+            assert_eq!(count, which.accesses().len() + 1, "{entry} parameters");
+            let body_end = rest.find("\n}\n").expect("body closes");
+            let body = &rest[..body_end];
+            for needle in [
+                "%ctaid.y",
+                "%nctaid.x",
+                "%ctaid.x",
+                "%tid.x",
+                "mul.wide.u32",
+                "setp.ge.u64",
+                "ret;",
+            ] {
+                assert!(body.contains(needle), "{entry} lacks {needle}");
+            }
+            assert_eq!(
+                body.matches("st.global.f32").count(),
+                1,
+                "{entry} stores once"
+            );
+        }
+        assert_eq!(PTX.matches(".visible .entry").count(), Builtin::ALL.len());
+        assert_eq!(PTX.matches('{').count(), PTX.matches('}').count());
+        assert!(PTX.ends_with('\0') && !PTX[..PTX.len() - 1].contains('\0'));
+    }
+}
