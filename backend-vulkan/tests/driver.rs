@@ -1,0 +1,535 @@
+//! The raw driver contract on whatever Vulkan device this machine has
+//! (lavapipe on a machine without a GPU). Every test checks afterwards that
+//! the validation layer reported no error.
+//!
+//! Each test skips, saying why, when no Vulkan device is available.
+
+use std::sync::Arc;
+
+use backend_vulkan::{Device, DevicePage, HostPage, Kernel, Stream, Vulkan, validation_counts};
+use capture_core::{
+    Access, Availability, Binding, Builtin, BuiltinInfo, Builtins, DeviceSlice, Driver, Error,
+    GraphDriver, HostSlice, Launch, builtin::groups_for,
+};
+
+/// Bytes per slice slot; capture-core keeps binding offsets at multiples of 256.
+const SLOT: u64 = 256;
+
+struct Fixture {
+    device: Arc<Device>,
+    stream: Stream,
+    host: HostPage,
+    info: DevicePage,
+    next_info: u64,
+}
+
+fn open(test: &str) -> Option<Fixture> {
+    match Vulkan::probe() {
+        Availability::Available(_) => {}
+        Availability::Unavailable(reason) => {
+            eprintln!("skipping {test}: vulkan unavailable: {reason}");
+            return None;
+        }
+    }
+    let device = Vulkan::open().expect("open after a successful probe");
+    let mut stream = Vulkan::create_stream(&device).expect("create stream");
+    let host = Vulkan::allocate_host_page(&mut stream, 1 << 20).expect("host page");
+    let info = Vulkan::allocate_device_page(&mut stream, 64 * SLOT).expect("info page");
+    Some(Fixture {
+        device,
+        stream,
+        host,
+        info,
+        next_info: 0,
+    })
+}
+
+fn to_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn from_bytes(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn bytes_of(n: usize) -> u64 {
+    (n * 4) as u64
+}
+
+impl Fixture {
+    fn kernel(&self, which: Builtin) -> Kernel {
+        Vulkan::builtin(&self.device, which).expect("builtin")
+    }
+
+    fn page(&mut self, bytes: u64) -> DevicePage {
+        Vulkan::allocate_device_page(&mut self.stream, bytes).expect("device page")
+    }
+
+    /// Writes `values` to the host page at `host_offset` and copies them to
+    /// `page` at `offset`.
+    fn upload(&mut self, host_offset: u64, values: &[f32], page: &DevicePage, offset: u64) {
+        let bytes = to_bytes(values);
+        Vulkan::write_host(&self.host, host_offset, &bytes);
+        let len = bytes.len() as u64;
+        Vulkan::copy_to_device(
+            &mut self.stream,
+            HostSlice {
+                page: &self.host,
+                offset: host_offset,
+                len,
+            },
+            DeviceSlice { page, offset, len },
+        )
+        .expect("copy to device");
+    }
+
+    /// Enqueues a copy of `n` floats of `page` at `offset` into the host
+    /// page at `host_offset`.
+    fn enqueue_download(&mut self, page: &DevicePage, offset: u64, n: usize, host_offset: u64) {
+        let len = bytes_of(n);
+        Vulkan::copy_to_host(
+            &mut self.stream,
+            DeviceSlice { page, offset, len },
+            HostSlice {
+                page: &self.host,
+                offset: host_offset,
+                len,
+            },
+        )
+        .expect("copy to host");
+    }
+
+    fn sync(&mut self) {
+        let signal = Vulkan::signal(&mut self.stream).expect("signal");
+        Vulkan::fence(&mut self.stream, signal).expect("fence");
+    }
+
+    fn read(&self, host_offset: u64, n: usize) -> Vec<f32> {
+        let mut out = vec![0u8; n * 4];
+        Vulkan::read_host(&self.host, host_offset, &mut out);
+        from_bytes(&out)
+    }
+
+    /// Downloads `n` floats, syncs, and returns them.
+    fn download(&mut self, page: &DevicePage, offset: u64, n: usize) -> Vec<f32> {
+        let host_offset = 512 * 1024;
+        self.enqueue_download(page, offset, n, host_offset);
+        self.sync();
+        self.read(host_offset, n)
+    }
+
+    /// Stages info bytes for `n` elements and `scalar` in a fresh info slot.
+    fn info(&mut self, n: u32, scalar: f32) -> u64 {
+        let slot = self.next_info;
+        self.next_info += 1;
+        let offset = slot * SLOT;
+        let host_offset = 768 * 1024 + offset;
+        Vulkan::write_host(
+            &self.host,
+            host_offset,
+            &BuiltinInfo::new(n, scalar).to_bytes(),
+        );
+        let len = BuiltinInfo::SIZE as u64;
+        Vulkan::copy_to_device(
+            &mut self.stream,
+            HostSlice {
+                page: &self.host,
+                offset: host_offset,
+                len,
+            },
+            DeviceSlice {
+                page: &self.info,
+                offset,
+                len,
+            },
+        )
+        .expect("copy info");
+        offset
+    }
+
+    /// Launches `kernel` over `n` elements with `buffers` (page, offset) in
+    /// binding order and info at `info`.
+    fn launch(
+        &mut self,
+        kernel: &Kernel,
+        which: Builtin,
+        n: usize,
+        info: u64,
+        buffers: &[(&DevicePage, u64)],
+    ) {
+        let bindings: Vec<Binding<'_, Vulkan>> = buffers
+            .iter()
+            .zip(which.accesses())
+            .map(|(&(page, offset), &access)| Binding {
+                slice: DeviceSlice {
+                    page,
+                    offset,
+                    len: bytes_of(n),
+                },
+                access,
+            })
+            .collect();
+        Vulkan::launch(
+            &mut self.stream,
+            Launch {
+                kernel,
+                groups: groups_for(n as u32),
+                bindings: &bindings,
+                info: DeviceSlice {
+                    page: &self.info,
+                    offset: info,
+                    len: BuiltinInfo::SIZE as u64,
+                },
+            },
+        )
+        .expect("launch");
+    }
+
+    /// Drops the stream and pages and checks the validation layer's verdict.
+    fn finish(self) {
+        let Fixture {
+            device,
+            stream,
+            host,
+            info,
+            ..
+        } = self;
+        drop((host, info));
+        drop(stream);
+        check_validation(&device);
+    }
+}
+
+fn check_validation(device: &Device) {
+    let counts = validation_counts(device);
+    eprintln!("validation: {counts:?}");
+    assert_eq!(counts.errors, 0, "validation errors: {counts:?}");
+    let layer_wanted = std::env::var(backend_vulkan::VALIDATION_ENV).map_or(true, |v| v != "0");
+    let layer_installed =
+        std::path::Path::new("/usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json")
+            .exists();
+    if layer_wanted && layer_installed {
+        assert!(
+            counts.enabled,
+            "the installed validation layer was not enabled"
+        );
+        if std::env::var(backend_vulkan::SYNC_VALIDATION_ENV).is_ok_and(|v| v == "1") {
+            assert!(counts.sync, "sync validation was asked for but not enabled");
+        }
+    }
+}
+
+#[test]
+fn probe_reports_the_device() {
+    match Vulkan::probe() {
+        Availability::Available(info) => {
+            assert!(!info.name.is_empty());
+            assert!(!info.driver_version.is_empty());
+            let device = Vulkan::open().expect("open");
+            assert_eq!(Vulkan::device_info(&device), info);
+            eprintln!("vulkan device: {info:?}");
+            check_validation(&device);
+        }
+        Availability::Unavailable(reason) => {
+            eprintln!("skipping probe_reports_the_device: {reason}");
+        }
+    }
+}
+
+#[test]
+fn eager_builtins_compute_expected_values() {
+    let Some(mut f) = open("eager_builtins_compute_expected_values") else {
+        return;
+    };
+    let n = 1000usize; // not a multiple of the workgroup size
+    let slot = bytes_of(n).next_multiple_of(SLOT);
+    let page = f.page(4 * slot);
+    let (x, y, z, w) = (0, slot, 2 * slot, 3 * slot);
+    let xs: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    f.upload(0, &xs, &page, x);
+
+    let fill = f.kernel(Builtin::Fill);
+    let add = f.kernel(Builtin::Add);
+    let copy = f.kernel(Builtin::Copy);
+    let axpy = f.kernel(Builtin::Axpy);
+
+    let info_fill = f.info(n as u32, 2.0);
+    f.launch(&fill, Builtin::Fill, n, info_fill, &[(&page, y)]);
+    let info_n = f.info(n as u32, 0.0);
+    f.launch(&add, Builtin::Add, n, info_n, &[(&page, x), (&page, y)]); // x = i + 2
+    f.launch(&copy, Builtin::Copy, n, info_n, &[(&page, x), (&page, z)]); // z = i + 2
+    let info_axpy = f.info(n as u32, 0.5);
+    f.launch(
+        &axpy,
+        Builtin::Axpy,
+        n,
+        info_axpy,
+        &[(&page, y), (&page, z)],
+    ); // z = i + 3
+    // Fewer elements than the buffer holds: the tail stays as filled.
+    f.launch(&fill, Builtin::Fill, n, info_fill, &[(&page, w)]);
+    let info_short = f.info(10, -1.0);
+    f.launch(&fill, Builtin::Fill, n, info_short, &[(&page, w)]);
+
+    let got_x = f.download(&page, x, n);
+    let got_z = f.download(&page, z, n);
+    let got_w = f.download(&page, w, n);
+    for i in 0..n {
+        assert_eq!(got_x[i], i as f32 + 2.0, "x[{i}]");
+        assert_eq!(got_z[i], i as f32 + 3.0, "z[{i}]");
+        assert_eq!(got_w[i], if i < 10 { -1.0 } else { 2.0 }, "w[{i}]");
+    }
+    f.finish();
+}
+
+#[test]
+fn long_eager_chains_cross_batch_boundaries() {
+    let Some(mut f) = open("long_eager_chains_cross_batch_boundaries") else {
+        return;
+    };
+    let n = 130usize;
+    let page = f.page(2 * SLOT.max(bytes_of(n).next_multiple_of(SLOT)));
+    let slot = bytes_of(n).next_multiple_of(SLOT);
+    f.upload(0, &vec![0.0; n], &page, 0);
+    f.upload(4096, &vec![1.0; n], &page, slot);
+    let add = f.kernel(Builtin::Add);
+    let info = f.info(n as u32, 0.0);
+    // Every add reads and writes x, so each needs a barrier, across more
+    // than two batches.
+    let adds = 700;
+    for _ in 0..adds {
+        f.launch(&add, Builtin::Add, n, info, &[(&page, 0), (&page, slot)]);
+    }
+    let got = f.download(&page, 0, n);
+    assert!(got.iter().all(|&v| v == adds as f32), "{:?}", &got[..4]);
+    f.finish();
+}
+
+#[test]
+fn independent_launches_on_one_page_all_land() {
+    let Some(mut f) = open("independent_launches_on_one_page_all_land") else {
+        return;
+    };
+    let n = 64usize;
+    let slots = 40u64;
+    let page = f.page(slots * SLOT);
+    let fill = f.kernel(Builtin::Fill);
+    for s in 0..slots {
+        let info = f.info(n as u32, s as f32);
+        f.launch(&fill, Builtin::Fill, n, info, &[(&page, s * SLOT)]);
+    }
+    for s in 0..slots {
+        f.enqueue_download(&page, s * SLOT, n, s * SLOT);
+    }
+    f.sync();
+    for s in 0..slots {
+        let got = f.read(s * SLOT, n);
+        assert!(
+            got.iter().all(|&v| v == s as f32),
+            "slot {s}: {:?}",
+            &got[..4]
+        );
+    }
+    f.finish();
+}
+
+/// Records `adds` adds of ones into x (at 0) plus a download of x, in a
+/// window; returns the executable.
+fn record_add_chain(
+    f: &mut Fixture,
+    page: &DevicePage,
+    n: usize,
+    adds: usize,
+) -> backend_vulkan::Executable {
+    let slot = bytes_of(n).next_multiple_of(SLOT);
+    let add = f.kernel(Builtin::Add);
+    let info = f.info(n as u32, 0.0);
+    Vulkan::begin(&mut f.stream).expect("begin");
+    for _ in 0..adds {
+        f.launch(&add, Builtin::Add, n, info, &[(page, 0), (page, slot)]);
+    }
+    f.enqueue_download(page, 0, n, 0);
+    Vulkan::instantiate(&mut f.stream, None).expect("instantiate")
+}
+
+#[test]
+fn graph_replays_accumulate() {
+    let Some(mut f) = open("graph_replays_accumulate") else {
+        return;
+    };
+    let n = 200usize;
+    let slot = bytes_of(n).next_multiple_of(SLOT);
+    let page = f.page(2 * slot);
+    f.upload(0, &vec![0.0; n], &page, 0);
+    f.upload(4096, &vec![1.0; n], &page, slot);
+    let exec = record_add_chain(&mut f, &page, n, 2);
+
+    // Recording ran nothing.
+    assert_eq!(f.download(&page, 0, n), vec![0.0; n]);
+
+    Vulkan::upload(&exec, &mut f.stream).expect("upload");
+    for _ in 0..3 {
+        Vulkan::replay(&exec, &mut f.stream).expect("replay");
+    }
+    f.sync();
+    // The window's own download left the result in host bytes 0..
+    assert!(
+        f.read(0, n).iter().all(|&v| v == 6.0),
+        "{:?}",
+        &f.read(0, 4)
+    );
+    assert!(f.download(&page, 0, n).iter().all(|&v| v == 6.0));
+
+    // Eager work after replays sees their results, and replays see eager work.
+    let fill = f.kernel(Builtin::Fill);
+    let info = f.info(n as u32, 10.0);
+    f.launch(&fill, Builtin::Fill, n, info, &[(&page, 0)]);
+    Vulkan::replay(&exec, &mut f.stream).expect("replay");
+    assert!(f.download(&page, 0, n).iter().all(|&v| v == 12.0));
+
+    drop(exec);
+    drop(page);
+    f.finish();
+}
+
+#[test]
+fn replay_without_upload_and_drop_while_pending() {
+    let Some(mut f) = open("replay_without_upload_and_drop_while_pending") else {
+        return;
+    };
+    let n = 300usize;
+    let slot = bytes_of(n).next_multiple_of(SLOT);
+    let page = f.page(2 * slot);
+    f.upload(0, &vec![0.0; n], &page, 0);
+    f.upload(4096, &vec![1.0; n], &page, slot);
+    let exec = record_add_chain(&mut f, &page, n, 5);
+    for _ in 0..4 {
+        Vulkan::replay(&exec, &mut f.stream).expect("replay");
+    }
+    // Dropped with replays possibly still pending: the drop waits for them.
+    drop(exec);
+    // The page outlives its owner's release while the executable ran.
+    assert!(f.download(&page, 0, n).iter().all(|&v| v == 20.0));
+    f.finish();
+}
+
+#[test]
+fn doomed_window_is_closed_and_refused() {
+    let Some(mut f) = open("doomed_window_is_closed_and_refused") else {
+        return;
+    };
+    let n = 100usize;
+    let slot = bytes_of(n).next_multiple_of(SLOT);
+    let page = f.page(2 * slot);
+    f.upload(0, &vec![0.0; n], &page, 0);
+    f.upload(4096, &vec![1.0; n], &page, slot);
+    let add = f.kernel(Builtin::Add);
+    let info = f.info(n as u32, 0.0);
+
+    Vulkan::begin(&mut f.stream).expect("begin");
+    f.launch(&add, Builtin::Add, n, info, &[(&page, 0), (&page, slot)]);
+    let doomed = Error::EmptyBuffer;
+    let refused = Vulkan::instantiate(&mut f.stream, Some(doomed.clone()));
+    assert_eq!(refused.err(), Some(doomed));
+
+    // The stream left recording mode: eager work runs.
+    f.launch(&add, Builtin::Add, n, info, &[(&page, 0), (&page, slot)]);
+    assert!(f.download(&page, 0, n).iter().all(|&v| v == 1.0));
+
+    // A second instantiate has no window to close.
+    assert!(Vulkan::instantiate(&mut f.stream, None).is_err());
+    // And a new window can be recorded.
+    let exec = record_add_chain(&mut f, &page, n, 1);
+    Vulkan::replay(&exec, &mut f.stream).expect("replay");
+    assert!(f.download(&page, 0, n).iter().all(|&v| v == 2.0));
+    drop(exec);
+    f.finish();
+}
+
+#[test]
+fn allocation_while_recording_is_refused() {
+    let Some(mut f) = open("allocation_while_recording_is_refused") else {
+        return;
+    };
+    Vulkan::begin(&mut f.stream).expect("begin");
+    let page = f.page(SLOT);
+    let fill = f.kernel(Builtin::Fill);
+    f.launch(&fill, Builtin::Fill, 64, 0, &[(&page, 0)]);
+    match Vulkan::instantiate(&mut f.stream, None) {
+        Err(Error::Driver(e)) => assert!(e.message.contains("allocated"), "{e}"),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+    // Not recording any more.
+    let info = f.info(64, 3.0);
+    f.launch(&fill, Builtin::Fill, 64, info, &[(&page, 0)]);
+    assert!(f.download(&page, 0, 64).iter().all(|&v| v == 3.0));
+    f.finish();
+}
+
+#[test]
+fn signal_and_fence_while_recording_do_not_run_the_window() {
+    let Some(mut f) = open("signal_and_fence_while_recording_do_not_run_the_window") else {
+        return;
+    };
+    let page = f.page(SLOT);
+    let fill = f.kernel(Builtin::Fill);
+    let info = f.info(64, 1.0);
+    f.launch(&fill, Builtin::Fill, 64, info, &[(&page, 0)]);
+    let info2 = f.info(64, 7.0);
+    Vulkan::begin(&mut f.stream).expect("begin");
+    f.launch(&fill, Builtin::Fill, 64, info2, &[(&page, 0)]);
+    // begin submitted the eager work; the window's launch is not run.
+    f.sync();
+    let exec = Vulkan::instantiate(&mut f.stream, None).expect("instantiate");
+    assert!(f.download(&page, 0, 64).iter().all(|&v| v == 1.0));
+    Vulkan::replay(&exec, &mut f.stream).expect("replay");
+    assert!(f.download(&page, 0, 64).iter().all(|&v| v == 7.0));
+    drop(exec);
+    f.finish();
+}
+
+#[test]
+fn streams_are_independent() {
+    let Some(mut f) = open("streams_are_independent") else {
+        return;
+    };
+    let mut other = Vulkan::create_stream(&f.device).expect("second stream");
+    let page = f.page(2 * SLOT);
+    let fill = f.kernel(Builtin::Fill);
+    let info = f.info(64, 4.0);
+    f.sync();
+    Vulkan::begin(&mut f.stream).expect("begin");
+    // Work on the other stream is not recorded.
+    let bindings = [Binding {
+        slice: DeviceSlice {
+            page: &page,
+            offset: SLOT,
+            len: SLOT,
+        },
+        access: Access::Write,
+    }];
+    Vulkan::launch(
+        &mut other,
+        Launch {
+            kernel: &fill,
+            groups: groups_for(64),
+            bindings: &bindings,
+            info: DeviceSlice {
+                page: &f.info,
+                offset: info,
+                len: 16,
+            },
+        },
+    )
+    .expect("launch on the other stream");
+    let signal = Vulkan::signal(&mut other).expect("signal");
+    Vulkan::fence(&mut other, signal).expect("fence");
+    let exec = Vulkan::instantiate(&mut f.stream, None).expect("instantiate");
+    assert!(f.download(&page, SLOT, 64).iter().all(|&v| v == 4.0));
+    drop(exec);
+    drop(other);
+    f.finish();
+}
