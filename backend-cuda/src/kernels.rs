@@ -56,8 +56,10 @@ impl Module {
         ];
         // The JIT takes each option's value in a pointer-sized slot; a size
         // is passed as the integer itself, not as a pointer to it.
-        let mut values: [*mut c_void; 2] =
-            [log.as_mut_ptr().cast::<c_void>(), LOG_BYTES as *mut c_void];
+        let mut values: [*mut c_void; 2] = [
+            log.as_mut_ptr().cast::<c_void>(),
+            std::ptr::without_provenance_mut(LOG_BYTES),
+        ];
         let mut raw: CUmodule = std::ptr::null_mut();
         // SAFETY: the image is NUL-terminated PTX text that outlives the call;
         // `options` and `values` hold the same number of entries, which is
