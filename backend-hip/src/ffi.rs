@@ -1,0 +1,446 @@
+//! The part of the HIP runtime and hiprtc C APIs this backend calls, declared
+//! by hand.
+//!
+//! Only what the backend uses is declared, as function-pointer types filled
+//! in by [`crate::loader`] at run time, so the crate builds and links on a
+//! machine without ROCm. Every value that crosses from the runtime is a plain
+//! integer: a C enum read into a Rust enum is undefined behaviour for any code
+//! a newer runtime adds, so codes stay `i32` and are named by lookup.
+//!
+//! The declarations are public so that the `abi-check` feature's test can
+//! compare each one with the bindings generated from ROCm's headers.
+//!
+//! No struct of the runtime is read: `hipDeviceProp_t` changed layout between
+//! ROCm 5 and 6 (and is versioned per symbol since), so the device's name and
+//! versions come from the scalar getters instead.
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+/// `hipError_t`: a C enum, carried as its underlying `int` so that an unknown
+/// code stays a value instead of becoming undefined behaviour.
+pub type HipError = i32;
+
+/// `hiprtcResult`, kept as an integer for the same reason as [`HipError`].
+pub type RtcResult = i32;
+
+/// `hipDevice_t`: the runtime's device handle, an `int`.
+pub type Device = c_int;
+
+/// `hipStream_t`: an opaque runtime pointer.
+pub type Stream = *mut c_void;
+/// `hipEvent_t`: an opaque runtime pointer.
+pub type Event = *mut c_void;
+/// `hipModule_t`: an opaque runtime pointer.
+pub type Module = *mut c_void;
+/// `hipFunction_t`: an opaque runtime pointer.
+pub type Function = *mut c_void;
+/// `hipGraph_t`: an opaque runtime pointer.
+pub type Graph = *mut c_void;
+/// `hipGraphExec_t`: an opaque runtime pointer.
+pub type GraphExec = *mut c_void;
+/// `hipGraphNode_t`: an opaque runtime pointer.
+pub type GraphNode = *mut c_void;
+/// `hiprtcProgram`: an opaque hiprtc pointer.
+pub type RtcProgram = *mut c_void;
+
+// ---------------------------------------------------------------- error codes
+
+/// `hipSuccess`.
+pub const SUCCESS: HipError = 0;
+/// `hipErrorInvalidValue`.
+pub const ERROR_INVALID_VALUE: HipError = 1;
+/// `hipErrorOutOfMemory`.
+pub const ERROR_OUT_OF_MEMORY: HipError = 2;
+/// `hipErrorNotInitialized`.
+pub const ERROR_NOT_INITIALIZED: HipError = 3;
+/// `hipErrorInvalidConfiguration`.
+pub const ERROR_INVALID_CONFIGURATION: HipError = 9;
+/// `hipErrorInsufficientDriver`: the kernel driver is older than the runtime.
+pub const ERROR_INSUFFICIENT_DRIVER: HipError = 35;
+/// `hipErrorInvalidDeviceFunction`.
+pub const ERROR_INVALID_DEVICE_FUNCTION: HipError = 98;
+/// `hipErrorNoDevice`: the answer of a machine without a usable AMD GPU.
+pub const ERROR_NO_DEVICE: HipError = 100;
+/// `hipErrorInvalidDevice`: what ROCm 5.2's `hipInit` answers on such a machine.
+pub const ERROR_INVALID_DEVICE: HipError = 101;
+/// `hipErrorInvalidImage`: a code object the device cannot load.
+pub const ERROR_INVALID_IMAGE: HipError = 200;
+/// `hipErrorNoBinaryForGpu`: a code object built for another architecture.
+pub const ERROR_NO_BINARY_FOR_GPU: HipError = 209;
+/// `hipErrorInvalidHandle`.
+pub const ERROR_INVALID_HANDLE: HipError = 400;
+/// `hipErrorIllegalState`: for example ending a capture that never began.
+pub const ERROR_ILLEGAL_STATE: HipError = 401;
+/// `hipErrorNotFound`: for example a kernel name missing from a module.
+pub const ERROR_NOT_FOUND: HipError = 500;
+/// `hipErrorNotReady`: `hipEventQuery`'s "not yet", not a failure.
+pub const ERROR_NOT_READY: HipError = 600;
+/// `hipErrorIllegalAddress`.
+pub const ERROR_ILLEGAL_ADDRESS: HipError = 700;
+/// `hipErrorLaunchOutOfResources`.
+pub const ERROR_LAUNCH_OUT_OF_RESOURCES: HipError = 701;
+/// `hipErrorLaunchFailure`.
+pub const ERROR_LAUNCH_FAILURE: HipError = 719;
+/// `hipErrorNotSupported`.
+pub const ERROR_NOT_SUPPORTED: HipError = 801;
+/// `hipErrorStreamCaptureUnsupported`: an operation a capture cannot record.
+pub const ERROR_STREAM_CAPTURE_UNSUPPORTED: HipError = 900;
+/// `hipErrorStreamCaptureInvalidated`: the capture broke and was ended.
+pub const ERROR_STREAM_CAPTURE_INVALIDATED: HipError = 901;
+/// `hipErrorStreamCaptureWrongThread`: what global and thread-local capture
+/// modes answer when the capture ends on another thread.
+pub const ERROR_STREAM_CAPTURE_WRONG_THREAD: HipError = 908;
+/// `hipErrorUnknown`.
+pub const ERROR_UNKNOWN: HipError = 999;
+
+/// The name and a short description of every error code this backend names,
+/// for when the runtime cannot be asked (it is not loaded) or answers with the
+/// bare name, as ROCm 5.2's `hipGetErrorString` does.
+const ERRORS: &[(HipError, &str, &str)] = &[
+    (SUCCESS, "hipSuccess", "no error"),
+    (
+        ERROR_INVALID_VALUE,
+        "hipErrorInvalidValue",
+        "an argument is out of range",
+    ),
+    (ERROR_OUT_OF_MEMORY, "hipErrorOutOfMemory", "out of memory"),
+    (
+        ERROR_NOT_INITIALIZED,
+        "hipErrorNotInitialized",
+        "the runtime is not initialised",
+    ),
+    (
+        ERROR_INVALID_CONFIGURATION,
+        "hipErrorInvalidConfiguration",
+        "invalid launch configuration",
+    ),
+    (
+        ERROR_INSUFFICIENT_DRIVER,
+        "hipErrorInsufficientDriver",
+        "the kernel driver is older than the runtime",
+    ),
+    (
+        ERROR_INVALID_DEVICE_FUNCTION,
+        "hipErrorInvalidDeviceFunction",
+        "the kernel cannot run on this device",
+    ),
+    (
+        ERROR_NO_DEVICE,
+        "hipErrorNoDevice",
+        "no ROCm-capable device was found",
+    ),
+    (
+        ERROR_INVALID_DEVICE,
+        "hipErrorInvalidDevice",
+        "invalid device ordinal",
+    ),
+    (
+        ERROR_INVALID_IMAGE,
+        "hipErrorInvalidImage",
+        "the code object is invalid",
+    ),
+    (
+        ERROR_NO_BINARY_FOR_GPU,
+        "hipErrorNoBinaryForGpu",
+        "the code object has no kernel for this device's architecture",
+    ),
+    (
+        ERROR_INVALID_HANDLE,
+        "hipErrorInvalidHandle",
+        "invalid resource handle",
+    ),
+    (
+        ERROR_ILLEGAL_STATE,
+        "hipErrorIllegalState",
+        "the operation is not allowed in the object's current state",
+    ),
+    (
+        ERROR_NOT_FOUND,
+        "hipErrorNotFound",
+        "named symbol not found",
+    ),
+    (
+        ERROR_NOT_READY,
+        "hipErrorNotReady",
+        "the work has not finished yet",
+    ),
+    (
+        ERROR_ILLEGAL_ADDRESS,
+        "hipErrorIllegalAddress",
+        "a kernel accessed an illegal address",
+    ),
+    (
+        ERROR_LAUNCH_OUT_OF_RESOURCES,
+        "hipErrorLaunchOutOfResources",
+        "too many resources requested for launch",
+    ),
+    (
+        ERROR_LAUNCH_FAILURE,
+        "hipErrorLaunchFailure",
+        "a kernel failed while running",
+    ),
+    (
+        ERROR_NOT_SUPPORTED,
+        "hipErrorNotSupported",
+        "operation not supported",
+    ),
+    (
+        ERROR_STREAM_CAPTURE_UNSUPPORTED,
+        "hipErrorStreamCaptureUnsupported",
+        "the operation is not permitted while the stream is capturing",
+    ),
+    (
+        ERROR_STREAM_CAPTURE_INVALIDATED,
+        "hipErrorStreamCaptureInvalidated",
+        "the capture was invalidated by an earlier error",
+    ),
+    (
+        ERROR_STREAM_CAPTURE_WRONG_THREAD,
+        "hipErrorStreamCaptureWrongThread",
+        "the capture was begun on another thread in a mode that forbids it",
+    ),
+    (ERROR_UNKNOWN, "hipErrorUnknown", "unknown error"),
+];
+
+/// The C name of `code`, when it is one this backend knows.
+pub fn error_name(code: HipError) -> Option<&'static str> {
+    ERRORS
+        .iter()
+        .find(|(c, ..)| *c == code)
+        .map(|(_, name, _)| *name)
+}
+
+/// A short description of `code`, when it is one this backend knows.
+pub fn error_description(code: HipError) -> Option<&'static str> {
+    ERRORS
+        .iter()
+        .find(|(c, ..)| *c == code)
+        .map(|(.., text)| *text)
+}
+
+/// `HIPRTC_SUCCESS`.
+pub const RTC_SUCCESS: RtcResult = 0;
+/// `HIPRTC_ERROR_COMPILATION`: the source did not compile; the log says why.
+pub const RTC_ERROR_COMPILATION: RtcResult = 6;
+
+/// hiprtc's result names, for when `hiprtcGetErrorString` cannot be asked.
+const RTC_ERRORS: &[&str] = &[
+    "HIPRTC_SUCCESS",
+    "HIPRTC_ERROR_OUT_OF_MEMORY",
+    "HIPRTC_ERROR_PROGRAM_CREATION_FAILURE",
+    "HIPRTC_ERROR_INVALID_INPUT",
+    "HIPRTC_ERROR_INVALID_PROGRAM",
+    "HIPRTC_ERROR_INVALID_OPTION",
+    "HIPRTC_ERROR_COMPILATION",
+    "HIPRTC_ERROR_BUILTIN_OPERATION_FAILURE",
+    "HIPRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION",
+    "HIPRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION",
+    "HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID",
+    "HIPRTC_ERROR_INTERNAL_ERROR",
+];
+
+/// The C name of a hiprtc result, when it is one of ROCm's documented codes.
+pub fn rtc_result_name(code: RtcResult) -> Option<&'static str> {
+    usize::try_from(code)
+        .ok()
+        .and_then(|index| RTC_ERRORS.get(index))
+        .copied()
+}
+
+// ---------------------------------------------------------------- flags and modes
+
+/// `hipStreamNonBlocking`: the stream does not wait for the legacy null
+/// stream, so work other code puts there cannot stall or join a capture.
+pub const STREAM_NON_BLOCKING: c_uint = 0x1;
+/// `hipEventDisableTiming`: events are only ever waited on, and timing makes
+/// every record slower.
+pub const EVENT_DISABLE_TIMING: c_uint = 0x2;
+/// `hipHostMallocDefault`: pinned, portable enough for the one device used.
+pub const HOST_MALLOC_DEFAULT: c_uint = 0x0;
+
+/// `hipStreamCaptureMode`, as its underlying `int`.
+pub type CaptureMode = c_int;
+/// `hipStreamCaptureModeGlobal`.
+pub const CAPTURE_MODE_GLOBAL: CaptureMode = 0;
+/// `hipStreamCaptureModeThreadLocal`.
+pub const CAPTURE_MODE_THREAD_LOCAL: CaptureMode = 1;
+/// `hipStreamCaptureModeRelaxed`: the only mode in which a capture may end on
+/// another thread than the one that began it.
+pub const CAPTURE_MODE_RELAXED: CaptureMode = 2;
+
+/// `hipGraphNodeType`, as its underlying `int`.
+///
+/// Its numbering changed twice: ROCm 5.2 counted from 1 (kernel = 1), 5.3 and
+/// 5.4 counted from 0 with the symbol copies at 10 and 11, and later releases
+/// inserted the memory nodes at 10 and 11, moving the symbol copies to 12 and
+/// 13. Slots 10 and 11 are therefore a memory allocation or free node, or a
+/// symbol copy this backend never issues, on every release; that is the only
+/// reading of a node type the backend relies on.
+pub type GraphNodeType = c_int;
+/// `hipGraphNodeTypeMemAlloc` (ROCm ≥ 5.5; a symbol copy before).
+pub const GRAPH_NODE_TYPE_MEM_ALLOC: GraphNodeType = 10;
+/// `hipGraphNodeTypeMemFree` (ROCm ≥ 5.5; a symbol copy before).
+pub const GRAPH_NODE_TYPE_MEM_FREE: GraphNodeType = 11;
+
+// ---------------------------------------------------------------- functions
+
+/// `hipInit(unsigned flags)`.
+pub type HipInit = unsafe extern "C" fn(flags: c_uint) -> HipError;
+/// `hipGetDeviceCount(int* count)`.
+pub type HipGetDeviceCount = unsafe extern "C" fn(count: *mut c_int) -> HipError;
+/// `hipSetDevice(int ordinal)`.
+pub type HipSetDevice = unsafe extern "C" fn(ordinal: c_int) -> HipError;
+/// `hipDeviceGet(hipDevice_t* device, int ordinal)`.
+pub type HipDeviceGet = unsafe extern "C" fn(device: *mut Device, ordinal: c_int) -> HipError;
+/// `hipDeviceGetName(char* name, int len, hipDevice_t device)`.
+pub type HipDeviceGetName =
+    unsafe extern "C" fn(name: *mut c_char, len: c_int, device: Device) -> HipError;
+/// `hipRuntimeGetVersion(int*)` and `hipDriverGetVersion(int*)`.
+pub type HipGetVersion = unsafe extern "C" fn(version: *mut c_int) -> HipError;
+/// `hipGetErrorName(hipError_t)` and `hipGetErrorString(hipError_t)`.
+pub type HipGetErrorText = unsafe extern "C" fn(code: HipError) -> *const c_char;
+
+/// `hipStreamCreateWithFlags(hipStream_t*, unsigned flags)`.
+pub type HipStreamCreateWithFlags =
+    unsafe extern "C" fn(stream: *mut Stream, flags: c_uint) -> HipError;
+/// `hipStreamDestroy(hipStream_t)` and `hipStreamSynchronize(hipStream_t)`.
+pub type HipStreamOp = unsafe extern "C" fn(stream: Stream) -> HipError;
+
+/// `hipMalloc(void** ptr, size_t size)`.
+pub type HipMalloc = unsafe extern "C" fn(ptr: *mut *mut c_void, size: usize) -> HipError;
+/// `hipFree(void*)` and `hipHostFree(void*)`.
+pub type HipFree = unsafe extern "C" fn(ptr: *mut c_void) -> HipError;
+/// `hipHostMalloc(void** ptr, size_t size, unsigned flags)`.
+pub type HipHostMalloc =
+    unsafe extern "C" fn(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> HipError;
+/// `hipMemcpyHtoDAsync(hipDeviceptr_t dst, void* src, size_t, hipStream_t)`.
+pub type HipMemcpyHtoDAsync = unsafe extern "C" fn(
+    dst: *mut c_void,
+    src: *mut c_void,
+    bytes: usize,
+    stream: Stream,
+) -> HipError;
+/// `hipMemcpyDtoHAsync(void* dst, hipDeviceptr_t src, size_t, hipStream_t)`.
+pub type HipMemcpyDtoHAsync = unsafe extern "C" fn(
+    dst: *mut c_void,
+    src: *mut c_void,
+    bytes: usize,
+    stream: Stream,
+) -> HipError;
+
+/// `hipModuleLoadData(hipModule_t*, const void* image)`.
+pub type HipModuleLoadData =
+    unsafe extern "C" fn(module: *mut Module, image: *const c_void) -> HipError;
+/// `hipModuleUnload(hipModule_t)`.
+pub type HipModuleUnload = unsafe extern "C" fn(module: Module) -> HipError;
+/// `hipModuleGetFunction(hipFunction_t*, hipModule_t, const char* name)`.
+pub type HipModuleGetFunction =
+    unsafe extern "C" fn(function: *mut Function, module: Module, name: *const c_char) -> HipError;
+/// `hipModuleLaunchKernel(f, grid x/y/z, block x/y/z, shared bytes, stream,
+/// void** params, void** extra)`.
+pub type HipModuleLaunchKernel = unsafe extern "C" fn(
+    function: Function,
+    grid_x: c_uint,
+    grid_y: c_uint,
+    grid_z: c_uint,
+    block_x: c_uint,
+    block_y: c_uint,
+    block_z: c_uint,
+    shared_bytes: c_uint,
+    stream: Stream,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> HipError;
+
+/// `hipEventCreateWithFlags(hipEvent_t*, unsigned flags)`.
+pub type HipEventCreateWithFlags =
+    unsafe extern "C" fn(event: *mut Event, flags: c_uint) -> HipError;
+/// `hipEventRecord(hipEvent_t, hipStream_t)`.
+pub type HipEventRecord = unsafe extern "C" fn(event: Event, stream: Stream) -> HipError;
+/// `hipEventSynchronize`, `hipEventQuery` and `hipEventDestroy`, all
+/// `(hipEvent_t)`.
+pub type HipEventOp = unsafe extern "C" fn(event: Event) -> HipError;
+
+/// `hipStreamBeginCapture(hipStream_t, hipStreamCaptureMode)`.
+pub type HipStreamBeginCapture =
+    unsafe extern "C" fn(stream: Stream, mode: CaptureMode) -> HipError;
+/// `hipStreamEndCapture(hipStream_t, hipGraph_t*)`.
+pub type HipStreamEndCapture = unsafe extern "C" fn(stream: Stream, graph: *mut Graph) -> HipError;
+/// `hipGraphGetNodes(hipGraph_t, hipGraphNode_t* nodes, size_t* count)`.
+pub type HipGraphGetNodes =
+    unsafe extern "C" fn(graph: Graph, nodes: *mut GraphNode, count: *mut usize) -> HipError;
+/// `hipGraphNodeGetType(hipGraphNode_t, hipGraphNodeType*)`.
+pub type HipGraphNodeGetType =
+    unsafe extern "C" fn(node: GraphNode, kind: *mut GraphNodeType) -> HipError;
+/// `hipGraphInstantiate(hipGraphExec_t*, hipGraph_t, hipGraphNode_t* error
+/// node, char* log, size_t log size)`.
+pub type HipGraphInstantiate = unsafe extern "C" fn(
+    exec: *mut GraphExec,
+    graph: Graph,
+    error_node: *mut GraphNode,
+    log: *mut c_char,
+    log_size: usize,
+) -> HipError;
+/// `hipGraphDestroy(hipGraph_t)`.
+pub type HipGraphDestroy = unsafe extern "C" fn(graph: Graph) -> HipError;
+/// `hipGraphExecDestroy(hipGraphExec_t)`.
+pub type HipGraphExecDestroy = unsafe extern "C" fn(exec: GraphExec) -> HipError;
+/// `hipGraphLaunch(hipGraphExec_t, hipStream_t)` and `hipGraphUpload`, which
+/// share the signature.
+pub type HipGraphOnStream = unsafe extern "C" fn(exec: GraphExec, stream: Stream) -> HipError;
+
+/// `hiprtcCreateProgram(hiprtcProgram*, const char* src, const char* name,
+/// int headers, const char** sources, const char** include names)`.
+pub type RtcCreateProgram = unsafe extern "C" fn(
+    program: *mut RtcProgram,
+    source: *const c_char,
+    name: *const c_char,
+    header_count: c_int,
+    headers: *const *const c_char,
+    include_names: *const *const c_char,
+) -> RtcResult;
+/// `hiprtcCompileProgram(hiprtcProgram, int count, const char** options)`.
+pub type RtcCompileProgram = unsafe extern "C" fn(
+    program: RtcProgram,
+    option_count: c_int,
+    options: *const *const c_char,
+) -> RtcResult;
+/// `hiprtcGetCodeSize` and `hiprtcGetProgramLogSize`, both
+/// `(hiprtcProgram, size_t*)`.
+pub type RtcGetSize = unsafe extern "C" fn(program: RtcProgram, size: *mut usize) -> RtcResult;
+/// `hiprtcGetCode` and `hiprtcGetProgramLog`, both `(hiprtcProgram, char*)`.
+pub type RtcGetBytes = unsafe extern "C" fn(program: RtcProgram, out: *mut c_char) -> RtcResult;
+/// `hiprtcDestroyProgram(hiprtcProgram*)`.
+pub type RtcDestroyProgram = unsafe extern "C" fn(program: *mut RtcProgram) -> RtcResult;
+/// `hiprtcGetErrorString(hiprtcResult)`.
+pub type RtcGetErrorString = unsafe extern "C" fn(code: RtcResult) -> *const c_char;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_named_code_has_one_entry() {
+        for (i, (code, name, text)) in ERRORS.iter().enumerate() {
+            assert!(name.starts_with("hip") && !text.is_empty());
+            assert!(
+                ERRORS[i + 1..].iter().all(|(other, ..)| other != code),
+                "{name} twice"
+            );
+            assert_eq!(error_name(*code), Some(*name));
+        }
+        assert_eq!(error_name(ERROR_NO_DEVICE), Some("hipErrorNoDevice"));
+        assert_eq!(error_name(123_456), None);
+    }
+
+    #[test]
+    fn rtc_names_follow_their_codes() {
+        assert_eq!(rtc_result_name(RTC_SUCCESS), Some("HIPRTC_SUCCESS"));
+        assert_eq!(
+            rtc_result_name(RTC_ERROR_COMPILATION),
+            Some("HIPRTC_ERROR_COMPILATION")
+        );
+        assert_eq!(rtc_result_name(-1), None);
+        assert_eq!(rtc_result_name(99), None);
+    }
+}

@@ -1,0 +1,302 @@
+//! Finding and loading `libamdhip64.so` (and hiprtc) at run time, once per
+//! process.
+//!
+//! Loading at run time, the way cudarc loads CUDA, is what lets the crate
+//! build, link and run its tests on a machine with no ROCm at all: a missing
+//! library becomes a probe reason instead of a link error.
+//!
+//! Where the library is looked for, in order:
+//! - `CAPTURE_HIP_LIBRARY`, when set, is the only path tried, so a test (or a
+//!   person) can point the backend at one exact build or at nothing;
+//! - `$ROCM_PATH/lib`, then `$HIP_PATH/lib`, for an installation outside the
+//!   loader's search path;
+//! - the dynamic loader's own search (`ld.so.conf`, `LD_LIBRARY_PATH`).
+//!
+//! In each place `libamdhip64.so`, then `.so.6`, then `.so.5` is tried, so a
+//! machine with only the runtime package (no development symlink) works too.
+//!
+//! hiprtc is its own library from ROCm 6 on (`libhiprtc.so`); ROCm 5 ships its
+//! functions inside `libamdhip64.so`. Both are tried, the separate library
+//! first.
+
+use std::env;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use libloading::Library;
+
+use crate::ffi;
+
+/// Environment variable naming the one HIP runtime library to load.
+pub const LIBRARY_VAR: &str = "CAPTURE_HIP_LIBRARY";
+
+const HIP_NAMES: [&str; 3] = ["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"];
+const RTC_NAMES: [&str; 3] = ["libhiprtc.so", "libhiprtc.so.6", "libhiprtc.so.5"];
+
+/// The runtime's entry points this backend calls, resolved once.
+pub(crate) struct Api {
+    pub init: ffi::HipInit,
+    pub get_device_count: ffi::HipGetDeviceCount,
+    pub set_device: ffi::HipSetDevice,
+    pub device_get: ffi::HipDeviceGet,
+    pub device_get_name: ffi::HipDeviceGetName,
+    pub runtime_get_version: ffi::HipGetVersion,
+    pub driver_get_version: ffi::HipGetVersion,
+    pub get_error_name: ffi::HipGetErrorText,
+    pub get_error_string: ffi::HipGetErrorText,
+    pub stream_create_with_flags: ffi::HipStreamCreateWithFlags,
+    pub stream_destroy: ffi::HipStreamOp,
+    pub stream_synchronize: ffi::HipStreamOp,
+    pub malloc: ffi::HipMalloc,
+    pub free: ffi::HipFree,
+    pub host_malloc: ffi::HipHostMalloc,
+    pub host_free: ffi::HipFree,
+    pub memcpy_htod_async: ffi::HipMemcpyHtoDAsync,
+    pub memcpy_dtoh_async: ffi::HipMemcpyDtoHAsync,
+    pub module_load_data: ffi::HipModuleLoadData,
+    pub module_unload: ffi::HipModuleUnload,
+    pub module_get_function: ffi::HipModuleGetFunction,
+    pub module_launch_kernel: ffi::HipModuleLaunchKernel,
+    pub event_create_with_flags: ffi::HipEventCreateWithFlags,
+    pub event_record: ffi::HipEventRecord,
+    pub event_synchronize: ffi::HipEventOp,
+    pub event_query: ffi::HipEventOp,
+    pub event_destroy: ffi::HipEventOp,
+    pub stream_begin_capture: ffi::HipStreamBeginCapture,
+    pub stream_end_capture: ffi::HipStreamEndCapture,
+    pub graph_get_nodes: ffi::HipGraphGetNodes,
+    pub graph_node_get_type: ffi::HipGraphNodeGetType,
+    pub graph_instantiate: ffi::HipGraphInstantiate,
+    pub graph_destroy: ffi::HipGraphDestroy,
+    pub graph_exec_destroy: ffi::HipGraphExecDestroy,
+    pub graph_launch: ffi::HipGraphOnStream,
+    /// Absent before ROCm 5.3; an upload is then skipped (a launch stages the
+    /// graph itself).
+    pub graph_upload: Option<ffi::HipGraphOnStream>,
+    /// hiprtc, or why it could not be found.
+    pub rtc: Result<Rtc, String>,
+    /// Where the runtime was loaded from, for reports.
+    pub path: String,
+    // Kept last and never dropped (the Api lives in a static): every pointer
+    // above points into these libraries.
+    _libraries: Vec<Library>,
+}
+
+/// hiprtc's entry points.
+pub(crate) struct Rtc {
+    pub create_program: ffi::RtcCreateProgram,
+    pub compile_program: ffi::RtcCompileProgram,
+    pub get_program_log_size: ffi::RtcGetSize,
+    pub get_program_log: ffi::RtcGetBytes,
+    pub get_code_size: ffi::RtcGetSize,
+    pub get_code: ffi::RtcGetBytes,
+    pub destroy_program: ffi::RtcDestroyProgram,
+    pub get_error_string: ffi::RtcGetErrorString,
+    /// Where the functions were found, for reports.
+    pub path: String,
+}
+
+/// The loaded runtime, or the reason it could not be loaded; decided once,
+/// since neither the environment nor the installed files are expected to
+/// change under a running process.
+pub(crate) fn api() -> Result<&'static Api, &'static str> {
+    static API: OnceLock<Result<Api, String>> = OnceLock::new();
+    API.get_or_init(load).as_ref().map_err(String::as_str)
+}
+
+/// The install roots' library folders named by `ROCM_PATH` and `HIP_PATH`.
+fn env_dirs() -> Vec<PathBuf> {
+    ["ROCM_PATH", "HIP_PATH"]
+        .iter()
+        .filter_map(|var| env::var_os(var).filter(|v| !v.is_empty()))
+        .map(|root| PathBuf::from(root).join("lib"))
+        .collect()
+}
+
+/// Every name in every folder, folder by folder, then (when `system`) the bare
+/// names for the dynamic loader's own search.
+fn candidates(names: &[&str], dirs: &[PathBuf], system: bool) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = dirs
+        .iter()
+        .flat_map(|dir| names.iter().map(move |name| dir.join(name)))
+        .collect();
+    if system {
+        out.extend(names.iter().map(PathBuf::from));
+    }
+    out
+}
+
+/// Open the first candidate that loads; the error lists what each said.
+fn open_first(candidates: &[PathBuf]) -> Result<(Library, PathBuf), String> {
+    let mut failures = Vec::new();
+    for path in candidates {
+        // SAFETY: loading a shared library runs its initialisers. The
+        // candidates are the HIP runtime's own file names in ROCm's install
+        // locations, or the path the user named in CAPTURE_HIP_LIBRARY;
+        // their initialisers are the vendor's, which do not assume anything
+        // of the loading program.
+        match unsafe { Library::new(path) } {
+            Ok(library) => return Ok((library, path.clone())),
+            // dlopen's message names the file already.
+            Err(error) => failures.push(error.to_string()),
+        }
+    }
+    Err(failures.join("; "))
+}
+
+/// Resolve `name` in `library` as a function pointer of type `T`.
+///
+/// # Safety
+///
+/// `T` must be the `unsafe extern "C" fn` type matching the C prototype of
+/// `name` in ROCm's headers.
+unsafe fn symbol<T: Copy>(library: &Library, name: &str) -> Result<T, String> {
+    let mut bytes = Vec::with_capacity(name.len() + 1);
+    bytes.extend_from_slice(name.as_bytes());
+    bytes.push(0);
+    // SAFETY: the caller promises `T` is the symbol's real function type; the
+    // copied pointer stays valid as long as `library` is loaded, which the
+    // Api guarantees by owning it for the life of the process.
+    unsafe { library.get::<T>(&bytes) }
+        .map(|symbol| *symbol)
+        .map_err(|error| format!("{name}: {error}"))
+}
+
+fn load() -> Result<Api, String> {
+    let explicit = env::var_os(LIBRARY_VAR)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    let hip_candidates = match &explicit {
+        Some(path) => vec![path.clone()],
+        None => candidates(&HIP_NAMES, &env_dirs(), true),
+    };
+    let (hip, hip_path) = open_first(&hip_candidates)
+        .map_err(|tried| format!("libamdhip64.so not found ({tried})"))?;
+    // hiprtc is looked for where the runtime was: beside an explicit library
+    // only, else along the same search.
+    let rtc_candidates = match &explicit {
+        Some(path) => {
+            let dir = path.parent().map(PathBuf::from).unwrap_or_default();
+            candidates(&RTC_NAMES, &[dir], false)
+        }
+        None => candidates(&RTC_NAMES, &env_dirs(), true),
+    };
+    let rtc_library = open_first(&rtc_candidates);
+
+    macro_rules! hip_fn {
+        ($name:literal) => {
+            // SAFETY: each field's type is the `ffi` declaration of the C
+            // function of the same name (checked against ROCm's headers by
+            // the abi-check feature's test).
+            unsafe { symbol(&hip, $name) }
+                .map_err(|e| format!("{} is not a usable HIP runtime: {e}", hip_path.display()))?
+        };
+    }
+
+    // SAFETY: as for `hip_fn!`: the type is hipGraphUpload's declaration.
+    let graph_upload = unsafe { symbol::<ffi::HipGraphOnStream>(&hip, "hipGraphUpload") }.ok();
+
+    let mut libraries = Vec::new();
+    let rtc = match rtc_library {
+        Ok((library, path)) => {
+            let rtc = load_rtc(&library, &path.display().to_string());
+            libraries.push(library);
+            rtc
+        }
+        Err(separate) => load_rtc(&hip, &hip_path.display().to_string())
+            .map_err(|inside| format!("{separate}; and not inside the runtime: {inside}")),
+    };
+
+    let mut api = Api {
+        init: hip_fn!("hipInit"),
+        get_device_count: hip_fn!("hipGetDeviceCount"),
+        set_device: hip_fn!("hipSetDevice"),
+        device_get: hip_fn!("hipDeviceGet"),
+        device_get_name: hip_fn!("hipDeviceGetName"),
+        runtime_get_version: hip_fn!("hipRuntimeGetVersion"),
+        driver_get_version: hip_fn!("hipDriverGetVersion"),
+        get_error_name: hip_fn!("hipGetErrorName"),
+        get_error_string: hip_fn!("hipGetErrorString"),
+        stream_create_with_flags: hip_fn!("hipStreamCreateWithFlags"),
+        stream_destroy: hip_fn!("hipStreamDestroy"),
+        stream_synchronize: hip_fn!("hipStreamSynchronize"),
+        malloc: hip_fn!("hipMalloc"),
+        free: hip_fn!("hipFree"),
+        host_malloc: hip_fn!("hipHostMalloc"),
+        host_free: hip_fn!("hipHostFree"),
+        memcpy_htod_async: hip_fn!("hipMemcpyHtoDAsync"),
+        memcpy_dtoh_async: hip_fn!("hipMemcpyDtoHAsync"),
+        module_load_data: hip_fn!("hipModuleLoadData"),
+        module_unload: hip_fn!("hipModuleUnload"),
+        module_get_function: hip_fn!("hipModuleGetFunction"),
+        module_launch_kernel: hip_fn!("hipModuleLaunchKernel"),
+        event_create_with_flags: hip_fn!("hipEventCreateWithFlags"),
+        event_record: hip_fn!("hipEventRecord"),
+        event_synchronize: hip_fn!("hipEventSynchronize"),
+        event_query: hip_fn!("hipEventQuery"),
+        event_destroy: hip_fn!("hipEventDestroy"),
+        stream_begin_capture: hip_fn!("hipStreamBeginCapture"),
+        stream_end_capture: hip_fn!("hipStreamEndCapture"),
+        graph_get_nodes: hip_fn!("hipGraphGetNodes"),
+        graph_node_get_type: hip_fn!("hipGraphNodeGetType"),
+        graph_instantiate: hip_fn!("hipGraphInstantiate"),
+        graph_destroy: hip_fn!("hipGraphDestroy"),
+        graph_exec_destroy: hip_fn!("hipGraphExecDestroy"),
+        graph_launch: hip_fn!("hipGraphLaunch"),
+        graph_upload,
+        rtc,
+        path: hip_path.display().to_string(),
+        _libraries: Vec::new(),
+    };
+    libraries.push(hip);
+    api._libraries = libraries;
+    Ok(api)
+}
+
+fn load_rtc(library: &Library, path: &str) -> Result<Rtc, String> {
+    macro_rules! rtc_fn {
+        ($name:literal) => {
+            // SAFETY: each field's type is the `ffi` declaration of the hiprtc
+            // function of the same name in ROCm's hiprtc.h.
+            unsafe { symbol(library, $name) }.map_err(|e| format!("{path}: {e}"))?
+        };
+    }
+    Ok(Rtc {
+        create_program: rtc_fn!("hiprtcCreateProgram"),
+        compile_program: rtc_fn!("hiprtcCompileProgram"),
+        get_program_log_size: rtc_fn!("hiprtcGetProgramLogSize"),
+        get_program_log: rtc_fn!("hiprtcGetProgramLog"),
+        get_code_size: rtc_fn!("hiprtcGetCodeSize"),
+        get_code: rtc_fn!("hiprtcGetCode"),
+        destroy_program: rtc_fn!("hiprtcDestroyProgram"),
+        get_error_string: rtc_fn!("hiprtcGetErrorString"),
+        path: path.to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn install_roots_come_before_the_system_search() {
+        let dirs = [PathBuf::from("/opt/rocm/lib"), PathBuf::from("/usr/lib")];
+        let found = candidates(&HIP_NAMES, &dirs, true);
+        let found: Vec<_> = found.iter().map(|p| p.display().to_string()).collect();
+        assert_eq!(
+            found,
+            [
+                "/opt/rocm/lib/libamdhip64.so",
+                "/opt/rocm/lib/libamdhip64.so.6",
+                "/opt/rocm/lib/libamdhip64.so.5",
+                "/usr/lib/libamdhip64.so",
+                "/usr/lib/libamdhip64.so.6",
+                "/usr/lib/libamdhip64.so.5",
+                "libamdhip64.so",
+                "libamdhip64.so.6",
+                "libamdhip64.so.5",
+            ]
+        );
+        assert_eq!(candidates(&RTC_NAMES, &[], false), Vec::<PathBuf>::new());
+    }
+}
