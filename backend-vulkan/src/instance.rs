@@ -90,7 +90,22 @@ pub(crate) fn create() -> Result<InstanceParts, DriverError> {
     if wanted && !layer_present {
         log::info!("{VALIDATION_LAYER:?} is not installed; running without validation");
     }
+    match create_instance(entry.clone(), validation, sync_wanted) {
+        Err(e) if validation && !e.message.starts_with("no Vulkan driver") => {
+            // A broken layer install must not take the device away.
+            log::warn!("creating an instance with validation failed ({e}); retrying without");
+            create_instance(entry, false, false)
+        }
+        other => other,
+    }
+}
 
+/// Creates the instance, with the validation layer when `validation`.
+fn create_instance(
+    entry: ash::Entry,
+    validation: bool,
+    sync_wanted: bool,
+) -> Result<InstanceParts, DriverError> {
     // SAFETY: a valid entry; enumeration has no preconditions.
     let loader_exts =
         unsafe { entry.enumerate_instance_extension_properties(None) }.unwrap_or_default();

@@ -199,6 +199,21 @@ impl Recorder {
                 ),
             ));
         }
+        let max_groups = device.limits.max_compute_work_group_count;
+        if launch
+            .groups
+            .iter()
+            .zip(max_groups)
+            .any(|(&g, max)| g > max)
+        {
+            return Err(error(
+                OP,
+                format!(
+                    "{:?} workgroups exceed the device's {max_groups:?}",
+                    launch.groups
+                ),
+            ));
+        }
         let alignment = device.limits.min_storage_buffer_offset_alignment.max(1);
         let slices = launch
             .bindings

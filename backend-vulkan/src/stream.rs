@@ -61,6 +61,10 @@ pub struct Stream {
     idle: Vec<Recorder>,
     /// The capture window being recorded, if any.
     pub(crate) recording: Option<Recording>,
+    /// A full batch that failed to submit: its launches had already been
+    /// accepted, so the failure is asynchronous and surfaces at the next
+    /// signal or fence, as the contract says such failures do.
+    lost: Option<DriverError>,
 }
 
 impl Stream {
@@ -94,6 +98,7 @@ impl Stream {
             in_flight: VecDeque::new(),
             idle: Vec::new(),
             recording: None,
+            lost: None,
         })
     }
 
@@ -176,8 +181,9 @@ impl Stream {
         let full = batch.commands >= BATCH_LIMIT;
         self.batch = Some(batch);
         result?;
-        if full {
-            self.submit()?;
+        if full && let Err(e) = self.submit() {
+            log::error!("vulkan: submitting a full batch failed: {e}");
+            self.lost.get_or_insert(e);
         }
         Ok(())
     }
@@ -231,6 +237,9 @@ impl Stream {
     /// submitted (its work runs only when replayed), so the signal names the
     /// eager work before `begin`.
     pub(crate) fn signal(&mut self) -> Result<Signal, DriverError> {
+        if let Some(lost) = self.lost.take() {
+            return Err(lost);
+        }
         if self.recording.is_none() {
             self.submit()?;
         }
@@ -239,6 +248,9 @@ impl Stream {
 
     /// Waits until the stream's timeline reaches `signal`.
     pub(crate) fn fence(&mut self, signal: Signal) -> Result<(), DriverError> {
+        if let Some(lost) = self.lost.take() {
+            return Err(lost);
+        }
         if self.recording.is_none() {
             self.submit()?;
         }
