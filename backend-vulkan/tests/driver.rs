@@ -533,3 +533,130 @@ fn streams_are_independent() {
     drop(other);
     f.finish();
 }
+
+#[test]
+fn large_window_replays_on_another_stream() {
+    let Some(mut f) = open("large_window_replays_on_another_stream") else {
+        return;
+    };
+    let n = 100usize;
+    let slot = bytes_of(n).next_multiple_of(SLOT);
+    let page = f.page(2 * slot);
+    f.upload(0, &vec![0.0; n], &page, 0);
+    f.upload(4096, &vec![1.0; n], &page, slot);
+    // More launches than an eager batch holds: a window never submits.
+    let exec = record_add_chain(&mut f, &page, n, 600);
+    f.sync();
+    let mut other = Vulkan::create_stream(&f.device).expect("second stream");
+    Vulkan::upload(&exec, &mut other).expect("upload");
+    Vulkan::replay(&exec, &mut other).expect("replay");
+    Vulkan::replay(&exec, &mut other).expect("replay");
+    let signal = Vulkan::signal(&mut other).expect("signal");
+    Vulkan::fence(&mut other, signal).expect("fence");
+    assert!(f.download(&page, 0, n).iter().all(|&v| v == 1200.0));
+    // Dropped after the stream it last replayed on.
+    drop(other);
+    drop(exec);
+    f.finish();
+}
+
+#[test]
+fn streams_on_separate_threads_share_the_queue() {
+    let Some(f) = open("streams_on_separate_threads_share_the_queue") else {
+        return;
+    };
+    let device = Arc::clone(&f.device);
+    let workers: Vec<_> = (0..3)
+        .map(|t| {
+            let device = Arc::clone(&device);
+            std::thread::spawn(move || {
+                let mut stream = Vulkan::create_stream(&device).expect("stream");
+                let host = Vulkan::allocate_host_page(&mut stream, 4096).expect("host page");
+                let info = Vulkan::allocate_device_page(&mut stream, SLOT).expect("info page");
+                let data = Vulkan::allocate_device_page(&mut stream, SLOT).expect("data page");
+                let fill = Vulkan::builtin(&device, Builtin::Fill).expect("fill");
+                for round in 0..20 {
+                    let value = (t * 100 + round) as f32;
+                    Vulkan::write_host(&host, 0, &BuiltinInfo::new(64, value).to_bytes());
+                    Vulkan::copy_to_device(
+                        &mut stream,
+                        HostSlice {
+                            page: &host,
+                            offset: 0,
+                            len: 16,
+                        },
+                        DeviceSlice {
+                            page: &info,
+                            offset: 0,
+                            len: 16,
+                        },
+                    )
+                    .expect("copy info");
+                    let bindings = [Binding {
+                        slice: DeviceSlice {
+                            page: &data,
+                            offset: 0,
+                            len: SLOT,
+                        },
+                        access: Access::Write,
+                    }];
+                    Vulkan::launch(
+                        &mut stream,
+                        Launch {
+                            kernel: &fill,
+                            groups: groups_for(64),
+                            bindings: &bindings,
+                            info: DeviceSlice {
+                                page: &info,
+                                offset: 0,
+                                len: 16,
+                            },
+                        },
+                    )
+                    .expect("launch");
+                    Vulkan::copy_to_host(
+                        &mut stream,
+                        DeviceSlice {
+                            page: &data,
+                            offset: 0,
+                            len: SLOT,
+                        },
+                        HostSlice {
+                            page: &host,
+                            offset: 1024,
+                            len: SLOT,
+                        },
+                    )
+                    .expect("copy back");
+                    let signal = Vulkan::signal(&mut stream).expect("signal");
+                    Vulkan::fence(&mut stream, signal).expect("fence");
+                    let mut out = vec![0u8; SLOT as usize];
+                    Vulkan::read_host(&host, 1024, &mut out);
+                    assert!(from_bytes(&out).iter().all(|&v| v == value));
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().expect("worker panicked");
+    }
+    f.finish();
+}
+
+#[test]
+fn fence_on_a_signal_never_submitted_is_an_error() {
+    let Some(mut f) = open("fence_on_a_signal_never_submitted_is_an_error") else {
+        return;
+    };
+    let mut other = Vulkan::create_stream(&f.device).expect("second stream");
+    let page = f.page(SLOT);
+    let fill = f.kernel(Builtin::Fill);
+    let info = f.info(64, 1.0);
+    f.launch(&fill, Builtin::Fill, 64, info, &[(&page, 0)]);
+    let signal = Vulkan::signal(&mut f.stream).expect("signal");
+    // The other stream never submitted that far, so waiting would hang.
+    assert!(Vulkan::fence(&mut other, signal).is_err());
+    Vulkan::fence(&mut f.stream, signal).expect("fence");
+    drop(other);
+    f.finish();
+}
