@@ -38,6 +38,7 @@ pub use stream::{Signal, Stream};
 pub use validation::ValidationCounts;
 
 use crate::error::error;
+use crate::recording::Copy;
 
 /// The Vulkan driver: a marker type naming the backend in generic code.
 #[derive(Debug, Clone, Copy, Default)]
@@ -124,14 +125,14 @@ impl Driver for Vulkan {
                 "source and destination lengths differ",
             ));
         }
-        stream.copy(
-            &src.page.0,
-            src.offset,
-            &dst.page.0,
-            dst.offset,
-            src.len,
-            false,
-        )
+        stream.copy(&Copy {
+            src: &src.page.0,
+            src_offset: src.offset,
+            dst: &dst.page.0,
+            dst_offset: dst.offset,
+            len: src.len,
+            to_host: false,
+        })
     }
 
     fn copy_to_host(
@@ -145,14 +146,14 @@ impl Driver for Vulkan {
                 "source and destination lengths differ",
             ));
         }
-        stream.copy(
-            &src.page.0,
-            src.offset,
-            &dst.page.0,
-            dst.offset,
-            src.len,
-            true,
-        )
+        stream.copy(&Copy {
+            src: &src.page.0,
+            src_offset: src.offset,
+            dst: &dst.page.0,
+            dst_offset: dst.offset,
+            len: src.len,
+            to_host: true,
+        })
     }
 
     fn launch(stream: &mut Stream, launch: Launch<'_, Self>) -> Result<(), DriverError> {

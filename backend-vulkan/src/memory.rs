@@ -35,6 +35,12 @@ pub(crate) struct Buffer {
     mapping: Option<Mapping>,
 }
 
+impl std::fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Buffer({:?}, {} bytes)", self.buffer, self.size)
+    }
+}
+
 impl Drop for Buffer {
     fn drop(&mut self) {
         // SAFETY: no submitted work uses the buffer any more: every batch and

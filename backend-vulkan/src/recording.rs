@@ -107,6 +107,18 @@ impl DescriptorPools {
     }
 }
 
+/// One buffer-to-buffer copy, between a host and a device page.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Copy<'a> {
+    pub(crate) src: &'a Arc<Buffer>,
+    pub(crate) src_offset: u64,
+    pub(crate) dst: &'a Arc<Buffer>,
+    pub(crate) dst_offset: u64,
+    pub(crate) len: u64,
+    /// The host reads `dst` back afterwards, so it needs a host barrier.
+    pub(crate) to_host: bool,
+}
+
 /// A command buffer being recorded and what its commands need kept.
 #[derive(Debug)]
 pub(crate) struct Recorder {
@@ -121,12 +133,6 @@ pub(crate) struct Recorder {
     /// Commands recorded so far.
     pub(crate) commands: usize,
     scratch: Vec<(Range, Access)>,
-}
-
-impl std::fmt::Debug for Buffer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Buffer({:?}, {} bytes)", self.buffer, self.size)
-    }
 }
 
 /// The range `offset..offset + len` of `buffer`, if it lies inside it.
@@ -282,19 +288,16 @@ impl Recorder {
         Ok(())
     }
 
-    /// Records a copy of `len` bytes; `to_host` when `dst` is read back by
-    /// the host afterwards.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn copy(
-        &mut self,
-        device: &Device,
-        src: &Arc<Buffer>,
-        src_offset: u64,
-        dst: &Arc<Buffer>,
-        dst_offset: u64,
-        len: u64,
-        to_host: bool,
-    ) -> Result<(), DriverError> {
+    /// Records `copy`.
+    pub(crate) fn copy(&mut self, device: &Device, copy: &Copy<'_>) -> Result<(), DriverError> {
+        let Copy {
+            src,
+            src_offset,
+            dst,
+            dst_offset,
+            len,
+            to_host,
+        } = *copy;
         let op = if to_host {
             "copy to host"
         } else {

@@ -17,8 +17,7 @@ use crate::barriers::device_barrier;
 use crate::device::Device;
 use crate::error::{error, vk_error};
 use crate::graph::Recording;
-use crate::memory::Buffer;
-use crate::recording::Recorder;
+use crate::recording::{Copy, Recorder};
 
 /// Commands after which an eager batch is submitted without waiting for a
 /// signal, so the GPU starts on long eager sequences early.
@@ -188,20 +187,9 @@ impl Stream {
         Ok(())
     }
 
-    /// Records a copy of `len` bytes from `src` to `dst`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn copy(
-        &mut self,
-        src: &Arc<Buffer>,
-        src_offset: u64,
-        dst: &Arc<Buffer>,
-        dst_offset: u64,
-        len: u64,
-        to_host: bool,
-    ) -> Result<(), DriverError> {
-        self.record(|device, recorder| {
-            recorder.copy(device, src, src_offset, dst, dst_offset, len, to_host)
-        })
+    /// Records `copy`.
+    pub(crate) fn copy(&mut self, copy: &Copy<'_>) -> Result<(), DriverError> {
+        self.record(|device, recorder| recorder.copy(device, copy))
     }
 
     /// Submits the eager batch, if there is one.
