@@ -75,6 +75,9 @@ pub(crate) fn messenger_info(counters: &Counters) -> vk::DebugUtilsMessengerCrea
         .user_data(std::ptr::from_ref(counters).cast_mut().cast::<c_void>())
 }
 
+/// The id name the Vulkan loader gives its own messages.
+const LOADER_MESSAGE: &std::ffi::CStr = c"Loader Message";
+
 /// Counts and logs one message. Must not unwind: it is called from C.
 unsafe extern "system" fn on_message(
     severity: vk::DebugUtilsMessageSeverityFlagsEXT,
@@ -84,9 +87,19 @@ unsafe extern "system" fn on_message(
 ) -> vk::Bool32 {
     // SAFETY: the layer passes either null or callback data that stays valid
     // for the duration of this call, with a NUL-terminated message or null.
-    let message = unsafe { data.as_ref().and_then(|d| d.message_as_c_str()) }
+    let data = unsafe { data.as_ref() };
+    // SAFETY: as above, for the message text.
+    let message = unsafe { data.and_then(|d| d.message_as_c_str()) }
         .map(|m| m.to_string_lossy().into_owned())
         .unwrap_or_default();
+    // SAFETY: as above, for the message's id name.
+    let id = unsafe { data.and_then(|d| d.message_id_name_as_c_str()) };
+    if id.is_some_and(|id| id == LOADER_MESSAGE) {
+        // The loader's complaints about other drivers' manifests say nothing
+        // about this device's use of the API, so they are not counted.
+        log::warn!("vulkan loader: {message}");
+        return vk::FALSE;
+    }
     // SAFETY: `user` is the `Counters` the messenger was created with; the
     // device owning it outlives its messenger and instance.
     let counters = unsafe { user.cast_const().cast::<Counters>().as_ref() };
