@@ -24,7 +24,7 @@ mod loader;
 mod memory;
 mod stream;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use capture_core::{
     Availability, Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, Error,
@@ -55,12 +55,19 @@ impl Driver for Cuda {
     /// releasing it again), because a device the driver lists may still
     /// refuse a context: one in prohibited compute mode, or one taken by
     /// another process in exclusive mode.
+    ///
+    /// The answer is kept for the life of the process: a harness may probe
+    /// before every trial, and creating a primary context costs a GPU far
+    /// more than a lookup.
     fn probe() -> Availability {
-        match CudaDevice::open() {
-            Ok(device) => Availability::Available(device.info().clone()),
-            Err(e) if e.op == device::LOAD_OP => Availability::Unavailable(e.message),
-            Err(e) => Availability::Unavailable(format!("{}: {}", e.op, e.message)),
-        }
+        static PROBED: OnceLock<Availability> = OnceLock::new();
+        PROBED
+            .get_or_init(|| match CudaDevice::open() {
+                Ok(device) => Availability::Available(device.info().clone()),
+                Err(e) if e.op == device::LOAD_OP => Availability::Unavailable(e.message),
+                Err(e) => Availability::Unavailable(format!("{}: {}", e.op, e.message)),
+            })
+            .clone()
     }
 
     fn open() -> Result<Arc<CudaDevice>, DriverError> {
