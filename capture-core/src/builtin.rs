@@ -117,7 +117,16 @@ mod tests {
 
     #[test]
     fn grid_covers_every_element() {
-        for n in [0u32, 1, 63, 64, 65, 64 * 65_535, 64 * 65_535 + 1, 10_000_000] {
+        for n in [
+            0u32,
+            1,
+            63,
+            64,
+            65,
+            64 * 65_535,
+            64 * 65_535 + 1,
+            10_000_000,
+        ] {
             let [x, y, z] = groups_for(n);
             assert!(x >= 1 && y >= 1 && z == 1);
             assert!(x <= MAX_GROUPS_PER_DIM && y <= MAX_GROUPS_PER_DIM);

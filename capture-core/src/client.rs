@@ -55,7 +55,13 @@ impl Clone for Buffer {
 
 impl std::fmt::Debug for Buffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Buffer({}, {} bytes, {})", self.id(), self.len(), self.inner.stream)
+        write!(
+            f,
+            "Buffer({}, {} bytes, {})",
+            self.id(),
+            self.len(),
+            self.inner.stream
+        )
     }
 }
 
@@ -301,8 +307,12 @@ impl<D: GraphDriver> Client<D> {
             });
         }
         let mut refs: smallvec::SmallVec<[(BufferRef<'_>, Access); 8]> = smallvec::SmallVec::new();
-        refs.extend(args.iter().map(|(buffer, access)| (buffer.as_ref(), *access)));
-        self.server()?.launch(stream, &kernel.0, groups, &refs, info)
+        refs.extend(
+            args.iter()
+                .map(|(buffer, access)| (buffer.as_ref(), *access)),
+        );
+        self.server()?
+            .launch(stream, &kernel.0, groups, &refs, info)
     }
 
     /// Open a capture window on `stream` and arm its pools: run the warmup
@@ -383,7 +393,8 @@ impl<D: GraphDriver> Client<D> {
 
     /// Whether `graph` is live.
     pub fn is_live(&self, graph: &GraphHandle<D>) -> bool {
-        self.server().is_ok_and(|server| server.has_graph(graph.id()))
+        self.server()
+            .is_ok_and(|server| server.has_graph(graph.id()))
     }
 
     /// Live graphs on the device.

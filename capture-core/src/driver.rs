@@ -139,7 +139,12 @@ impl<D: Driver> Clone for HostSlice<'_, D> {
 impl<D: Driver> Copy for HostSlice<'_, D> {}
 impl<D: Driver> Debug for DeviceSlice<'_, D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "DeviceSlice({}..{})", self.offset, self.offset + self.len)
+        write!(
+            f,
+            "DeviceSlice({}..{})",
+            self.offset,
+            self.offset + self.len
+        )
     }
 }
 impl<D: Driver> Debug for HostSlice<'_, D> {
@@ -271,8 +276,10 @@ pub trait GraphDriver: Driver {
     /// memory is refused too: a graph owning memory nodes allocates on launch
     /// and never frees, so every driver that permits one rejects its second
     /// launch while the first succeeds.
-    fn instantiate(stream: &mut Self::Stream, doomed: Option<Error>)
-    -> Result<Self::Executable, Error>;
+    fn instantiate(
+        stream: &mut Self::Stream,
+        doomed: Option<Error>,
+    ) -> Result<Self::Executable, Error>;
 
     /// Pre-stage `exec` so the first replay does not pay for it.
     ///

@@ -113,7 +113,9 @@ pub enum Error {
     AllocationWhileRecording(StreamId),
     /// Work inside the window failed or was skipped, so the recording is
     /// missing an operation and cannot become a graph.
-    #[error("an operation inside the capture window failed or was skipped, so the recording cannot seal: {0}")]
+    #[error(
+        "an operation inside the capture window failed or was skipped, so the recording cannot seal: {0}"
+    )]
     Doomed(Arc<Error>),
     /// The window was closed by a caller that does not own it. It is closed
     /// all the same; no graph comes out.

@@ -69,10 +69,16 @@ mod tests {
         let cause = Arc::new(Error::EmptyBuffer);
         store.claim(BufferId(3), &cause);
         store.claim(BufferId(3), &Arc::new(Error::Poisoned));
-        assert_eq!(store.check(BufferId(3)).map(|c| &**c), Some(&Error::EmptyBuffer));
+        assert_eq!(
+            store.check(BufferId(3)).map(|c| &**c),
+            Some(&Error::EmptyBuffer)
+        );
         assert!(matches!(
             store.read_error(BufferId(3)),
-            Some(Error::Claimed { buffer: BufferId(3), .. })
+            Some(Error::Claimed {
+                buffer: BufferId(3),
+                ..
+            })
         ));
         assert!(store.check(BufferId(4)).is_none());
         store.clear(BufferId(3));

@@ -3,9 +3,15 @@
 //! Most launches of a decode step repeat the same few element counts and
 //! scalars, so each distinct content is staged and copied to the device once
 //! and reused. A graph's recorded launches point at those device slices, so
-//! while a window records, every entry it uses is pinned; `capture_commit`
+//! while a window is open, every entry it uses is pinned; `capture_commit`
 //! seals the pins under the new graph, and an entry is freed once no live
 //! graph pins it any more.
+//!
+//! An entry first made while the stream records is different: its bytes are
+//! copied by a recorded copy, which runs only when the graph replays. It
+//! serves the rest of that recording, and leaves the cache when the window
+//! closes (the graph keeps its slice), so no eager launch ever reads it
+//! before a replay wrote it.
 
 use std::collections::HashMap;
 
@@ -23,6 +29,8 @@ struct Entry {
     graphs: SmallVec<[GraphId; 2]>,
     /// Used by the window now open.
     window: bool,
+    /// Made while recording: valid only inside that recording.
+    recorded: bool,
 }
 
 /// The info cache of one stream.
@@ -30,6 +38,7 @@ pub struct InfoCache {
     entries: HashMap<Box<[u8]>, Entry>,
     capacity: usize,
     capturing: bool,
+    recording: bool,
 }
 
 impl InfoCache {
@@ -39,6 +48,7 @@ impl InfoCache {
             entries: HashMap::new(),
             capacity: capacity.max(1),
             capturing: false,
+            recording: false,
         }
     }
 
@@ -70,33 +80,58 @@ impl InfoCache {
                 slice,
                 graphs: SmallVec::new(),
                 window: self.capturing,
+                recorded: self.recording,
             },
         );
         evicted
     }
 
-    /// A window opens: pin every entry used from here.
+    /// A window is prepared: pin every entry used from here.
     pub fn capture_start(&mut self) {
         self.capturing = true;
     }
 
-    /// The window became graph `id`: its pins become that graph's.
-    pub fn capture_commit(&mut self, id: GraphId) {
-        self.capturing = false;
+    /// The window records: entries made from here hold their bytes only
+    /// inside the recording.
+    pub fn capture_recording(&mut self) {
+        self.recording = true;
+    }
+
+    /// The window became graph `id`: its pins become that graph's. Returns
+    /// the entries made while recording, which leave the cache; the graph
+    /// keeps their slices.
+    pub fn capture_commit(&mut self, id: GraphId) -> Vec<SliceHandle> {
+        let recorded = self.close_window();
         for entry in self.entries.values_mut() {
             if std::mem::take(&mut entry.window) {
                 entry.graphs.push(id);
             }
         }
+        recorded
     }
 
-    /// The window yielded no graph: drop its pins, keeping the entries as
-    /// ordinary cached values.
-    pub fn capture_discard(&mut self) {
-        self.capturing = false;
+    /// The window yielded no graph: drop its pins, keeping the entries made
+    /// outside the recording as ordinary cached values. Returns the entries
+    /// made while recording, whose bytes were never written.
+    pub fn capture_discard(&mut self) -> Vec<SliceHandle> {
+        let recorded = self.close_window();
         for entry in self.entries.values_mut() {
             entry.window = false;
         }
+        recorded
+    }
+
+    fn close_window(&mut self) -> Vec<SliceHandle> {
+        self.capturing = false;
+        self.recording = false;
+        let mut recorded = Vec::new();
+        self.entries.retain(|_, entry| {
+            if entry.recorded {
+                recorded.push(entry.slice.clone());
+            }
+            !entry.recorded
+        });
+        recorded
     }
 
     /// Graph `id` is gone: free every entry it pinned that no other live
@@ -134,7 +169,9 @@ impl InfoCache {
 
     /// Graphs pinning the entry for `bytes` (0 when uncached).
     pub fn pins(&self, bytes: &[u8]) -> usize {
-        self.entries.get(bytes).map_or(0, |entry| entry.graphs.len())
+        self.entries
+            .get(bytes)
+            .map_or(0, |entry| entry.graphs.len())
     }
 }
 
@@ -167,17 +204,23 @@ mod tests {
         let mut cache = InfoCache::new(8);
         cache.capture_start();
         cache.insert(b"n=4", slice(&mut pool, 1));
-        cache.capture_commit(GraphId(1));
+        assert!(cache.capture_commit(GraphId(1)).is_empty());
         cache.capture_start();
         assert!(cache.get(b"n=4").is_some());
-        cache.capture_commit(GraphId(2));
+        assert!(cache.capture_commit(GraphId(2)).is_empty());
         assert_eq!(cache.pins(b"n=4"), 2);
 
-        assert!(cache.graph_release(GraphId(1)).is_empty(), "graph 2 still pins it");
+        assert!(
+            cache.graph_release(GraphId(1)).is_empty(),
+            "graph 2 still pins it"
+        );
         assert!(cache.get(b"n=4").is_some());
         assert_eq!(cache.graph_release(GraphId(2)).len(), 1);
         assert!(cache.get(b"n=4").is_none());
-        assert!(cache.graph_release(GraphId(2)).is_empty(), "a double release is a no-op");
+        assert!(
+            cache.graph_release(GraphId(2)).is_empty(),
+            "a double release is a no-op"
+        );
     }
 
     #[test]
@@ -186,9 +229,33 @@ mod tests {
         let mut cache = InfoCache::new(8);
         cache.capture_start();
         cache.insert(b"x", slice(&mut pool, 1));
-        cache.capture_discard();
+        assert!(cache.capture_discard().is_empty());
         assert_eq!(cache.pins(b"x"), 0);
         assert!(cache.get(b"x").is_some());
+    }
+
+    #[test]
+    fn entries_made_while_recording_never_serve_eager_launches() {
+        let mut pool = Pool::new(4096);
+        let mut cache = InfoCache::new(8);
+        cache.capture_start();
+        cache.capture_recording();
+        cache.insert(b"recorded", slice(&mut pool, 1));
+        assert!(cache.get(b"recorded").is_some(), "the recording reuses it");
+        assert_eq!(cache.capture_commit(GraphId(1)).len(), 1);
+        assert!(
+            cache.get(b"recorded").is_none(),
+            "eager launches make their own"
+        );
+
+        cache.capture_start();
+        cache.capture_recording();
+        cache.insert(b"refused", slice(&mut pool, 2));
+        assert_eq!(cache.capture_discard().len(), 1);
+        assert!(
+            cache.get(b"refused").is_none(),
+            "its bytes were never written"
+        );
     }
 
     #[test]
@@ -197,7 +264,7 @@ mod tests {
         let mut cache = InfoCache::new(2);
         cache.capture_start();
         cache.insert(b"pinned", slice(&mut pool, 1));
-        cache.capture_commit(GraphId(7));
+        assert!(cache.capture_commit(GraphId(7)).is_empty());
         cache.insert(b"a", slice(&mut pool, 2));
         let evicted = cache.insert(b"b", slice(&mut pool, 3));
         assert_eq!(evicted.len(), 1);

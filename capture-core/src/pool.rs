@@ -148,15 +148,11 @@ impl<P> Pool<P> {
         allocate_page: impl FnOnce(u64) -> Result<P, DriverError>,
     ) -> Result<Option<SliceHandle>, DriverError> {
         let span = len.max(1).div_ceil(SLICE_ALIGN) * SLICE_ALIGN;
-        let found = self
-            .slots
-            .iter_mut()
-            .enumerate()
-            .find_map(|(slot, page)| {
-                let page = page.as_mut()?;
-                page.slices.retain(SliceHandle::in_use);
-                first_fit(page, span).map(|(index, offset)| (slot, index, offset))
-            });
+        let found = self.slots.iter_mut().enumerate().find_map(|(slot, page)| {
+            let page = page.as_mut()?;
+            page.slices.retain(SliceHandle::in_use);
+            first_fit(page, span).map(|(index, offset)| (slot, index, offset))
+        });
         let (slot, index, offset) = match found {
             Some(found) => found,
             None if !may_grow => return Ok(None),
@@ -380,7 +376,11 @@ mod tests {
         assert_eq!(pages, 1);
         let pinned = pool.capture_end();
         assert_eq!(pinned.len(), 2);
-        assert_eq!(pool.usage().in_use_bytes, 1024, "the graph's pins hold both");
+        assert_eq!(
+            pool.usage().in_use_bytes,
+            1024,
+            "the graph's pins hold both"
+        );
         drop(pinned);
         assert_eq!(pool.usage().in_use_bytes, 0);
     }

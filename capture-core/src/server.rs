@@ -173,7 +173,8 @@ impl<D: GraphDriver> Server<D> {
             });
         }
         let staging = self.buffer_id();
-        let state = self.streams
+        let state = self
+            .streams
             .get_mut(&buffer.stream)
             .ok_or(Error::UnknownStream(buffer.stream))?;
         let recording = state.capture.is_recording();
@@ -198,7 +199,8 @@ impl<D: GraphDriver> Server<D> {
     pub fn read(&mut self, buffer: BufferRef<'_>) -> Result<Vec<u8>, Error> {
         self.collect_dead();
         let staging = self.buffer_id();
-        let state = self.streams
+        let state = self
+            .streams
             .get_mut(&buffer.stream)
             .ok_or(Error::UnknownStream(buffer.stream))?;
         if state.capture.is_recording() {
@@ -261,7 +263,9 @@ impl<D: GraphDriver> Server<D> {
             next_buffer,
             ..
         } = self;
-        let state = streams.get_mut(&stream).ok_or(Error::UnknownStream(stream))?;
+        let state = streams
+            .get_mut(&stream)
+            .ok_or(Error::UnknownStream(stream))?;
         let recording = state.capture.is_recording();
 
         let poisoned = args
@@ -275,9 +279,9 @@ impl<D: GraphDriver> Server<D> {
                     *next_buffer += 1;
                     BufferId(*next_buffer)
                 };
-                state
-                    .info_slice(info, &mut ids)
-                    .and_then(|info_slice| enqueue_launch::<D>(state, kernel, groups, args, &info_slice))
+                state.info_slice(info, &mut ids).and_then(|info_slice| {
+                    enqueue_launch::<D>(state, kernel, groups, args, &info_slice)
+                })
             }
         };
         match outcome {
@@ -342,7 +346,10 @@ impl<D: GraphDriver> Server<D> {
         self.collect_dead();
         self.next_graph += 1;
         let id = GraphId(self.next_graph);
-        let state = self.streams.get_mut(&stream).ok_or(Error::UnknownStream(stream))?;
+        let state = self
+            .streams
+            .get_mut(&stream)
+            .ok_or(Error::UnknownStream(stream))?;
         let result = Window::on(state).instantiate(window, id);
         let deferred = std::mem::take(&mut state.deferred_destroys);
         let result = match result {
@@ -383,17 +390,27 @@ impl<D: GraphDriver> Server<D> {
         if state.capture.is_recording() {
             return Err(Error::ReplayWhileRecording(graph.stream));
         }
+        // An input the graph does not itself rewrite, claimed: the replay
+        // would compute from bytes nobody wrote. A buffer the graph writes
+        // is the graph's to repair, so a claim on it (its own failed replay,
+        // say) does not block the replay that clears it.
         let poisoned = if failures.is_empty() {
             None
         } else {
-            graph.read.iter().find_map(|buffer| failures.read_error(*buffer))
+            graph
+                .read
+                .iter()
+                .filter(|buffer| !graph.written.contains(buffer))
+                .find_map(|buffer| failures.read_error(*buffer))
         };
         let outcome = match poisoned {
             Some(err) => Err(err),
-            None => captures.replay(id, &mut state.raw).map_err(|cause| Error::ReplayFailed {
-                graph: id,
-                cause: Arc::new(cause),
-            }),
+            None => captures
+                .replay(id, &mut state.raw)
+                .map_err(|cause| Error::ReplayFailed {
+                    graph: id,
+                    cause: Arc::new(cause),
+                }),
         };
         match outcome {
             Ok(()) => {

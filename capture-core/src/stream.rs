@@ -117,7 +117,10 @@ impl<D: Driver> StreamState<D> {
             && self.drops.wants_flush()
             && let Err(err) = self.drain_drops()
         {
-            log::warn!("{}: deferred frees kept after a failed fence: {err}", self.id);
+            log::warn!(
+                "{}: deferred frees kept after a failed fence: {err}",
+                self.id
+            );
         }
     }
 
@@ -128,12 +131,18 @@ impl<D: Driver> StreamState<D> {
     /// while recording dooms the window.
     pub(crate) fn allocate_device(&mut self, id: BufferId, len: u64) -> Result<SliceHandle, Error> {
         let recording = self.capture.is_recording();
-        if let Some(slice) = self.device.reserve(id, len, false, |_| unreachable_page())? {
+        if let Some(slice) = self
+            .device
+            .reserve(id, len, false, |_| unreachable_page())?
+        {
             return Ok(slice);
         }
         if !recording && !self.drops.is_empty() {
             self.drain_drops()?;
-            if let Some(slice) = self.device.reserve(id, len, false, |_| unreachable_page())? {
+            if let Some(slice) = self
+                .device
+                .reserve(id, len, false, |_| unreachable_page())?
+            {
                 return Ok(slice);
             }
         }
@@ -288,8 +297,10 @@ impl<D: Driver> StreamState<D> {
         self.info.clear();
         self.drops.release_fenced();
         let raw = &mut self.raw;
-        self.device.release_all(|page| D::release_device_page(raw, page));
-        self.host.release_all(|page| D::release_host_page(raw, page));
+        self.device
+            .release_all(|page| D::release_device_page(raw, page));
+        self.host
+            .release_all(|page| D::release_host_page(raw, page));
     }
 }
 

@@ -68,6 +68,7 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         // reuses those slices.
         stream.device.capture_priming_end();
         stream.host.capture_priming_end();
+        stream.info.capture_recording();
         if let Err(err) = D::begin(&mut stream.raw) {
             self.unwind();
             return Err(err.into());
@@ -126,7 +127,10 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         // Reclaim what was dropped while recording, whose fenced flushes
         // were deferred for as long as the window was open.
         if let Err(err) = stream.drain_drops() {
-            log::warn!("{}: frees deferred by the window stay queued: {err}", stream.id);
+            log::warn!(
+                "{}: frees deferred by the window stay queued: {err}",
+                stream.id
+            );
         }
         let exec = if outcome.is_abandoned() {
             Err(outcome.abandoned_error(doomed))
@@ -135,7 +139,9 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         };
         match exec {
             Ok(exec) => {
-                stream.info.capture_commit(id);
+                // Entries made while recording leave the cache; `retained`
+                // already holds their slices for the graph.
+                drop(stream.info.capture_commit(id));
                 if let Err(err) = D::upload(&exec, &mut stream.raw) {
                     stream.upload_failures += 1;
                     log::warn!("{id}: upload failed, the first replay stages it instead: {err}");
@@ -149,7 +155,9 @@ impl<'a, D: GraphDriver> Window<'a, D> {
                 })
             }
             Err(error) => {
-                stream.info.capture_discard();
+                for never_written in stream.info.capture_discard() {
+                    stream.drops.push(never_written);
+                }
                 Err(Refused {
                     error,
                     written: recorded.written,
@@ -164,7 +172,9 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         let stream = &mut *self.stream;
         drop(stream.device.capture_end());
         drop(stream.host.capture_end());
-        stream.info.capture_discard();
+        for never_written in stream.info.capture_discard() {
+            stream.drops.push(never_written);
+        }
         stream.capture.abort();
     }
 }

@@ -1,0 +1,182 @@
+//! The thread that runs a stream's work in order, asynchronously to the
+//! caller, as a GPU runs a stream: nothing is done when a call returns, only
+//! when a fence says so.
+
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use crate::kernels::{self, HostKernel};
+use crate::memory::Range;
+
+/// One unit of recorded or eager work.
+#[derive(Debug, Clone)]
+pub(crate) enum Op {
+    /// Copy bytes between pages (host to device, or device to host).
+    Copy { src: Range, dst: Range },
+    /// Run a kernel over bound ranges.
+    Kernel {
+        kernel: HostKernel,
+        bindings: Vec<Range>,
+        info: Range,
+    },
+}
+
+impl Op {
+    /// Every range the op touches.
+    pub(crate) fn ranges(&self) -> impl Iterator<Item = &Range> {
+        let (first, rest): (Option<&Range>, &[Range]) = match self {
+            Op::Copy { src, dst } => (Some(src), std::slice::from_ref(dst)),
+            Op::Kernel { bindings, info, .. } => (Some(info), bindings.as_slice()),
+        };
+        first.into_iter().chain(rest)
+    }
+
+    fn run(&self) -> Result<(), String> {
+        if let Some(released) = self.ranges().find(|r| r.memory.is_released()) {
+            return Err(format!(
+                "work touched {}, which was released",
+                released.memory.describe()
+            ));
+        }
+        match self {
+            Op::Copy { src, dst } => {
+                let data = src.load().ok_or("copy source out of range")?;
+                if dst.store(&data) {
+                    Ok(())
+                } else {
+                    Err("copy destination out of range".into())
+                }
+            }
+            Op::Kernel {
+                kernel,
+                bindings,
+                info,
+            } => {
+                let info = info.load().ok_or("info out of range")?;
+                let mut buffers = bindings
+                    .iter()
+                    .map(|b| b.load().ok_or("binding out of range"))
+                    .collect::<Result<Vec<_>, _>>()?;
+                kernels::run(*kernel, &info, &mut buffers)?;
+                for ((binding, bytes), access) in
+                    bindings.iter().zip(&buffers).zip(kernel.0.accesses())
+                {
+                    if access.writes() {
+                        binding.store(bytes);
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// What the worker is sent.
+pub(crate) enum Command {
+    Op(Op),
+    Replay(Arc<[Op]>),
+    Signal(u64),
+}
+
+/// How far the worker got, and the first error it met (sticky, as a GPU's
+/// fault is: every later fence reports it).
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    pub completed: u64,
+    pub error: Option<String>,
+}
+
+/// Progress shared between the worker and fences.
+pub(crate) type Shared = Arc<(Mutex<Progress>, Condvar)>;
+
+/// A running worker; dropping it lets the work drain and joins the thread.
+pub(crate) struct Worker {
+    sender: Option<Sender<Command>>,
+    thread: Option<JoinHandle<()>>,
+    pub(crate) progress: Shared,
+}
+
+impl Worker {
+    pub(crate) fn spawn(name: String) -> std::io::Result<Self> {
+        let (sender, receiver) = channel();
+        let progress: Shared = Arc::default();
+        let shared = progress.clone();
+        let thread = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || run(receiver, shared))?;
+        Ok(Self {
+            sender: Some(sender),
+            thread: Some(thread),
+            progress,
+        })
+    }
+
+    /// Enqueue `command`; false when the worker is gone.
+    pub(crate) fn send(&self, command: Command) -> bool {
+        self.sender
+            .as_ref()
+            .is_some_and(|sender| sender.send(command).is_ok())
+    }
+
+    /// Block until the worker has passed signal `value`; its first error if
+    /// it met one.
+    pub(crate) fn wait(&self, value: u64) -> Result<(), String> {
+        let (lock, ready) = &*self.progress;
+        let mut progress = lock
+            .lock()
+            .map_err(|_| "worker state poisoned".to_string())?;
+        while progress.completed < value && progress.error.is_none() {
+            if self.thread.as_ref().is_none_or(JoinHandle::is_finished) {
+                return Err("the stream's worker thread has stopped".into());
+            }
+            progress = ready
+                .wait_timeout(progress, std::time::Duration::from_millis(50))
+                .map_err(|_| "worker state poisoned".to_string())?
+                .0;
+        }
+        match &progress.error {
+            Some(err) => Err(err.clone()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        drop(self.sender.take());
+        if let Some(thread) = self.thread.take() {
+            let _finished = thread.join();
+        }
+    }
+}
+
+fn run(receiver: Receiver<Command>, progress: Shared) {
+    let (lock, ready) = &*progress;
+    let fail = |err: String| {
+        if let Ok(mut progress) = lock.lock() {
+            progress.error.get_or_insert(err);
+        }
+        ready.notify_all();
+    };
+    for command in receiver {
+        match command {
+            Command::Op(op) => {
+                if let Err(err) = op.run() {
+                    fail(err);
+                }
+            }
+            Command::Replay(ops) => {
+                if let Some(err) = ops.iter().find_map(|op| op.run().err()) {
+                    fail(err);
+                }
+            }
+            Command::Signal(value) => {
+                if let Ok(mut progress) = lock.lock() {
+                    progress.completed = progress.completed.max(value);
+                }
+                ready.notify_all();
+            }
+        }
+    }
+}

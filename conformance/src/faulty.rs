@@ -1,0 +1,356 @@
+//! Fault injection: a driver wrapper that fails the k-th call of a chosen
+//! primitive, so every rule about refusals is proven on real drivers and not
+//! only on the host.
+
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use capture_core::{
+    Availability, Binding, Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, Error,
+    GraphDriver, HostSlice, Launch,
+};
+use smallvec::SmallVec;
+
+/// A primitive whose calls can be made to fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Primitive {
+    /// `GraphDriver::begin`.
+    Begin,
+    /// `GraphDriver::instantiate` (the recording is still closed).
+    Instantiate,
+    /// `GraphDriver::replay`.
+    Replay,
+    /// `GraphDriver::upload`.
+    Upload,
+    /// Device or host page allocation.
+    Allocate,
+    /// `Driver::launch`.
+    Launch,
+    /// `Driver::copy_to_device` or `Driver::copy_to_host`.
+    Copy,
+    /// `Driver::fence`.
+    Fence,
+}
+
+impl Primitive {
+    const ALL: [Primitive; 8] = [
+        Primitive::Begin,
+        Primitive::Instantiate,
+        Primitive::Replay,
+        Primitive::Upload,
+        Primitive::Allocate,
+        Primitive::Launch,
+        Primitive::Copy,
+        Primitive::Fence,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Which calls fail, and how many calls and executables there have been.
+#[derive(Debug, Default)]
+pub struct FaultPlan {
+    calls: [AtomicU64; 8],
+    /// Per primitive, the call numbers (1-based, counted since creation)
+    /// that fail.
+    armed: Mutex<Vec<(Primitive, u64)>>,
+    injected: AtomicU64,
+    live_executables: AtomicUsize,
+}
+
+impl FaultPlan {
+    /// Make the `k`-th call of `primitive` from now fail (`k = 1`: the next).
+    pub fn fail(&self, primitive: Primitive, k: u64) {
+        let at = self.calls(primitive) + k.max(1);
+        if let Ok(mut armed) = self.armed.lock() {
+            armed.push((primitive, at));
+        }
+    }
+
+    /// Forget every armed fault that has not fired.
+    pub fn disarm(&self) {
+        if let Ok(mut armed) = self.armed.lock() {
+            armed.clear();
+        }
+    }
+
+    /// Calls of `primitive` so far.
+    pub fn calls(&self, primitive: Primitive) -> u64 {
+        self.calls[primitive.index()].load(Ordering::SeqCst)
+    }
+
+    /// Faults injected so far.
+    pub fn injected(&self) -> u64 {
+        self.injected.load(Ordering::SeqCst)
+    }
+
+    /// Executables instantiated and not yet dropped.
+    pub fn live_executables(&self) -> usize {
+        self.live_executables.load(Ordering::SeqCst)
+    }
+
+    /// Count a call of `primitive`; the injected error if it must fail.
+    fn call(&self, primitive: Primitive) -> Result<(), DriverError> {
+        let n = self.calls[primitive.index()].fetch_add(1, Ordering::SeqCst) + 1;
+        let fire = match self.armed.lock() {
+            Ok(mut armed) => match armed.iter().position(|&(p, at)| p == primitive && at == n) {
+                Some(index) => {
+                    armed.swap_remove(index);
+                    true
+                }
+                None => false,
+            },
+            Err(_) => false,
+        };
+        if fire {
+            self.injected.fetch_add(1, Ordering::SeqCst);
+            Err(DriverError::new(
+                "faulty",
+                primitive_name(primitive),
+                format!("injected failure of call {n}"),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Every primitive, with its call count (for reports).
+    pub fn counts(&self) -> Vec<(Primitive, u64)> {
+        Primitive::ALL
+            .iter()
+            .map(|p| (*p, self.calls(*p)))
+            .collect()
+    }
+}
+
+fn primitive_name(primitive: Primitive) -> &'static str {
+    match primitive {
+        Primitive::Begin => "begin",
+        Primitive::Instantiate => "instantiate",
+        Primitive::Replay => "replay",
+        Primitive::Upload => "upload",
+        Primitive::Allocate => "allocate",
+        Primitive::Launch => "launch",
+        Primitive::Copy => "copy",
+        Primitive::Fence => "fence",
+    }
+}
+
+/// `D`, with faults injected where its [`FaultPlan`] says.
+pub struct Faulty<D>(PhantomData<D>);
+
+/// The wrapped device and the plan its streams share.
+pub struct FaultyDevice<D: Driver> {
+    inner: Arc<D::Device>,
+    plan: Arc<FaultPlan>,
+}
+
+impl<D: Driver> FaultyDevice<D> {
+    /// Wrap an opened device with a fresh plan.
+    pub fn wrap(inner: Arc<D::Device>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            plan: Arc::default(),
+        })
+    }
+
+    /// The plan: which calls fail, and the counts.
+    pub fn plan(&self) -> &Arc<FaultPlan> {
+        &self.plan
+    }
+
+    /// The wrapped device.
+    pub fn inner(&self) -> &Arc<D::Device> {
+        &self.inner
+    }
+}
+
+/// A stream of the wrapped driver.
+pub struct FaultyStream<D: Driver> {
+    inner: D::Stream,
+    plan: Arc<FaultPlan>,
+}
+
+/// An executable of the wrapped driver, counted while alive.
+pub struct FaultyExecutable<D: GraphDriver> {
+    inner: D::Executable,
+    plan: Arc<FaultPlan>,
+}
+
+impl<D: GraphDriver> Drop for FaultyExecutable<D> {
+    fn drop(&mut self) {
+        self.plan.live_executables.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn device_slice<'a, D: Driver>(slice: DeviceSlice<'a, Faulty<D>>) -> DeviceSlice<'a, D> {
+    DeviceSlice {
+        page: slice.page,
+        offset: slice.offset,
+        len: slice.len,
+    }
+}
+
+fn host_slice<'a, D: Driver>(slice: HostSlice<'a, Faulty<D>>) -> HostSlice<'a, D> {
+    HostSlice {
+        page: slice.page,
+        offset: slice.offset,
+        len: slice.len,
+    }
+}
+
+impl<D: Driver> Driver for Faulty<D> {
+    type Device = FaultyDevice<D>;
+    type Stream = FaultyStream<D>;
+    type DevicePage = D::DevicePage;
+    type HostPage = D::HostPage;
+    type Signal = D::Signal;
+    type Kernel = D::Kernel;
+
+    const NAME: &'static str = D::NAME;
+
+    fn probe() -> Availability {
+        D::probe()
+    }
+
+    fn open() -> Result<Arc<Self::Device>, DriverError> {
+        Ok(FaultyDevice::wrap(D::open()?))
+    }
+
+    fn device_info(device: &Self::Device) -> DeviceInfo {
+        D::device_info(&device.inner)
+    }
+
+    fn create_stream(device: &Arc<Self::Device>) -> Result<Self::Stream, DriverError> {
+        Ok(FaultyStream {
+            inner: D::create_stream(&device.inner)?,
+            plan: device.plan.clone(),
+        })
+    }
+
+    fn allocate_device_page(
+        stream: &mut Self::Stream,
+        bytes: u64,
+    ) -> Result<Self::DevicePage, DriverError> {
+        stream.plan.call(Primitive::Allocate)?;
+        D::allocate_device_page(&mut stream.inner, bytes)
+    }
+
+    fn release_device_page(stream: &mut Self::Stream, page: Self::DevicePage) {
+        D::release_device_page(&mut stream.inner, page);
+    }
+
+    fn allocate_host_page(
+        stream: &mut Self::Stream,
+        bytes: u64,
+    ) -> Result<Self::HostPage, DriverError> {
+        stream.plan.call(Primitive::Allocate)?;
+        D::allocate_host_page(&mut stream.inner, bytes)
+    }
+
+    fn release_host_page(stream: &mut Self::Stream, page: Self::HostPage) {
+        D::release_host_page(&mut stream.inner, page);
+    }
+
+    fn write_host(page: &Self::HostPage, offset: u64, bytes: &[u8]) {
+        D::write_host(page, offset, bytes);
+    }
+
+    fn read_host(page: &Self::HostPage, offset: u64, out: &mut [u8]) {
+        D::read_host(page, offset, out);
+    }
+
+    fn copy_to_device(
+        stream: &mut Self::Stream,
+        src: HostSlice<'_, Self>,
+        dst: DeviceSlice<'_, Self>,
+    ) -> Result<(), DriverError> {
+        stream.plan.call(Primitive::Copy)?;
+        D::copy_to_device(&mut stream.inner, host_slice(src), device_slice(dst))
+    }
+
+    fn copy_to_host(
+        stream: &mut Self::Stream,
+        src: DeviceSlice<'_, Self>,
+        dst: HostSlice<'_, Self>,
+    ) -> Result<(), DriverError> {
+        stream.plan.call(Primitive::Copy)?;
+        D::copy_to_host(&mut stream.inner, device_slice(src), host_slice(dst))
+    }
+
+    fn launch(stream: &mut Self::Stream, launch: Launch<'_, Self>) -> Result<(), DriverError> {
+        stream.plan.call(Primitive::Launch)?;
+        let bindings: SmallVec<[Binding<'_, D>; 8]> = launch
+            .bindings
+            .iter()
+            .map(|b| Binding {
+                slice: device_slice(b.slice),
+                access: b.access,
+            })
+            .collect();
+        D::launch(
+            &mut stream.inner,
+            Launch {
+                kernel: launch.kernel,
+                groups: launch.groups,
+                bindings: &bindings,
+                info: device_slice(launch.info),
+            },
+        )
+    }
+
+    fn signal(stream: &mut Self::Stream) -> Result<Self::Signal, DriverError> {
+        D::signal(&mut stream.inner)
+    }
+
+    fn fence(stream: &mut Self::Stream, signal: Self::Signal) -> Result<(), DriverError> {
+        stream.plan.call(Primitive::Fence)?;
+        D::fence(&mut stream.inner, signal)
+    }
+}
+
+impl<D: GraphDriver> GraphDriver for Faulty<D> {
+    type Executable = FaultyExecutable<D>;
+
+    fn begin(stream: &mut Self::Stream) -> Result<(), DriverError> {
+        stream.plan.call(Primitive::Begin)?;
+        D::begin(&mut stream.inner)
+    }
+
+    fn instantiate(
+        stream: &mut Self::Stream,
+        doomed: Option<Error>,
+    ) -> Result<Self::Executable, Error> {
+        // An injected refusal still closes the real recording, as a driver
+        // that refuses to instantiate must.
+        let doomed = match stream.plan.call(Primitive::Instantiate) {
+            Ok(()) => doomed,
+            Err(injected) => Some(doomed.unwrap_or(Error::Driver(injected))),
+        };
+        let inner = D::instantiate(&mut stream.inner, doomed)?;
+        stream.plan.live_executables.fetch_add(1, Ordering::SeqCst);
+        Ok(FaultyExecutable {
+            inner,
+            plan: stream.plan.clone(),
+        })
+    }
+
+    fn upload(exec: &Self::Executable, stream: &mut Self::Stream) -> Result<(), DriverError> {
+        stream.plan.call(Primitive::Upload)?;
+        D::upload(&exec.inner, &mut stream.inner)
+    }
+
+    fn replay(exec: &Self::Executable, stream: &mut Self::Stream) -> Result<(), DriverError> {
+        stream.plan.call(Primitive::Replay)?;
+        D::replay(&exec.inner, &mut stream.inner)
+    }
+}
+
+impl<D: Builtins> Builtins for Faulty<D> {
+    fn builtin(device: &Arc<Self::Device>, which: Builtin) -> Result<Self::Kernel, DriverError> {
+        D::builtin(&device.inner, which)
+    }
+}

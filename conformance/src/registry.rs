@@ -1,0 +1,83 @@
+//! The backends compiled into this build, and what each needs around a trial.
+
+use std::sync::Arc;
+
+use capture_core::{Availability, Builtins, Driver, GraphDriver};
+
+/// A backend the runner knows how to run the suite on.
+pub struct Backend {
+    /// Its name (`host`, `vulkan`, ...), the trial names' first half.
+    pub name: &'static str,
+    /// Whether it has a device here, and why not.
+    pub probe: fn() -> Availability,
+    /// Build its trials, given what `probe` said.
+    pub trials: fn(&Availability, bool) -> Vec<libtest_mimic::Trial>,
+}
+
+/// Checks a backend runs on its device after each trial, beyond the
+/// scenario's own (Vulkan: no validation errors).
+pub trait AfterTrial: GraphDriver + Builtins {
+    /// `Err` fails the trial.
+    fn after_trial(_device: &Arc<Self::Device>) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+impl AfterTrial for backend_host::Host {}
+
+#[cfg(feature = "vulkan")]
+impl AfterTrial for backend_vulkan::Vulkan {
+    fn after_trial(device: &Arc<Self::Device>) -> Result<(), String> {
+        let counts = backend_vulkan::validation_counts(device);
+        if counts.errors > 0 {
+            return Err(format!(
+                "{} Vulkan validation error(s) and {} warning(s) during the trial (see stderr)",
+                counts.errors, counts.warnings
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl AfterTrial for backend_cuda::Cuda {}
+
+#[cfg(feature = "hip")]
+impl AfterTrial for backend_hip::Hip {}
+
+fn backend<D: AfterTrial>() -> Backend {
+    Backend {
+        name: D::NAME,
+        probe: D::probe,
+        trials: crate::runner::trials::<D>,
+    }
+}
+
+/// Every backend compiled in, the host always first.
+pub fn backends() -> Vec<Backend> {
+    #[cfg_attr(
+        not(any(feature = "vulkan", feature = "cuda", feature = "hip")),
+        allow(unused_mut)
+    )]
+    let mut list = vec![backend::<backend_host::Host>()];
+    #[cfg(feature = "vulkan")]
+    list.push(backend::<backend_vulkan::Vulkan>());
+    #[cfg(feature = "cuda")]
+    list.push(backend::<backend_cuda::Cuda>());
+    #[cfg(feature = "hip")]
+    list.push(backend::<backend_hip::Hip>());
+    list
+}
+
+/// Backends that can be compiled in, with the feature that does it.
+pub const KNOWN: [(&str, &str); 4] = [
+    ("host", "(always)"),
+    ("vulkan", "--features vulkan"),
+    ("cuda", "--features cuda"),
+    ("hip", "--features hip"),
+];
+
+/// Whether `driver` is compiled in.
+pub fn compiled_in<D: Driver>() -> bool {
+    backends().iter().any(|b| b.name == D::NAME)
+}

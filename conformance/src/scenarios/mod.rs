@@ -1,0 +1,76 @@
+//! Every scenario, written once, generic over the backend.
+
+mod faults;
+mod graphs;
+mod replay;
+mod scale;
+mod state;
+
+use capture_core::{Builtins, GraphDriver};
+
+use crate::session::Session;
+use crate::support::Outcome;
+
+/// One scenario: a name, unique in the suite, and its body.
+pub struct Scenario<D: GraphDriver + Builtins> {
+    /// The trial name's second half (`host::<name>`).
+    pub name: &'static str,
+    /// Runs the scenario; `Err` says what was wrong.
+    pub run: fn(&Session<D>) -> Outcome,
+}
+
+impl<D: GraphDriver + Builtins> Clone for Scenario<D> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<D: GraphDriver + Builtins> Copy for Scenario<D> {}
+
+macro_rules! suite {
+    ($($module:ident :: $name:ident),* $(,)?) => {
+        /// Every scenario of the suite, in a fixed order.
+        pub fn scenarios<D: GraphDriver + Builtins>() -> Vec<Scenario<D>> {
+            vec![$(Scenario { name: stringify!($name), run: $module::$name::<D> }),*]
+        }
+    };
+}
+
+suite![
+    replay::replay_matches_eager,
+    replay::replay_count_visible_in_add_chain,
+    replay::input_rewritten_between_replays_is_read_fresh,
+    replay::one_call_capture_warms_up_then_records,
+    replay::recorded_write_replays_its_bytes,
+    replay::rule_10_intermediates_freed_in_capture_stay_pinned,
+    replay::rule_10_graph_pins_buffers_the_user_dropped,
+    state::rule_01_out_of_order_calls_change_nothing,
+    state::rule_03_close_from_prepared_disarms,
+    state::rule_04_instantiate_always_leaves_capture_mode,
+    state::rule_06_foreign_close_yields_no_graph,
+    state::rule_08_host_sync_refused_while_recording,
+    state::bad_input_is_refused_and_loses_nothing,
+    graphs::rule_07_page_allocated_while_recording_is_refused,
+    graphs::rule_05_claimed_input_dooms_the_window,
+    graphs::rule_09_refusal_claims_the_written_set,
+    graphs::rule_11_replay_of_a_destroyed_graph_is_refused,
+    graphs::rule_13_double_destroy_is_a_no_op,
+    graphs::rule_13_destroy_while_replay_in_flight,
+    graphs::rule_13_destroy_releases_pins,
+    graphs::shared_info_entries_outlive_one_graph,
+    graphs::destroy_during_recording_is_deferred,
+    graphs::claimed_input_refuses_replay,
+    faults::rule_02_refused_begin_leaves_stream_as_found,
+    faults::rule_05_refused_instantiate_closes_the_recording,
+    faults::rule_09_refused_launch_in_window_claims_everything,
+    faults::rule_12_refused_replay_claims_then_good_replay_clears,
+    faults::rule_14_upload_failure_is_not_fatal,
+    faults::refused_page_allocation_loses_nothing,
+    faults::refused_eager_launch_claims_its_outputs,
+    faults::refused_copy_claims_its_destination,
+    faults::refused_fence_keeps_deferred_frees,
+    faults::every_capture_fault_recovers,
+    scale::rule_15_other_streams_are_not_recorded_or_blocked,
+    scale::capture_past_the_drop_queue_threshold,
+    scale::ten_thousand_launch_capture,
+    scale::rule_16_thousand_replays_keep_usage_flat,
+];

@@ -1,0 +1,135 @@
+//! Many launches, many replays, several streams.
+
+use capture_core::{Buffer, Builtin, Builtins, Config, GraphDriver};
+
+use crate::ensure;
+use crate::session::Session;
+use crate::support::{Outcome, Step, expect, expect_all, in_use, ramp, usable};
+
+const N: u32 = 100;
+const NU: usize = N as usize;
+
+/// Another stream's eager work during a window is neither recorded nor
+/// blocked.
+pub fn rule_15_other_streams_are_not_recorded_or_blocked<D: GraphDriver + Builtins>(
+    session: &Session<D>,
+) -> Outcome {
+    let client = session.client();
+    let recording = client.create_stream().step("stream a")?;
+    let other = client.create_stream().step("stream b")?;
+    let x = client.create_f32(recording, &[0.0; NU]).step("x")?;
+    let one = client.create_f32(recording, &[1.0; NU]).step("one")?;
+    let y = client.create_f32(other, &[0.0; NU]).step("y")?;
+    let two = client.create_f32(other, &[2.0; NU]).step("two")?;
+    let window = client.prepare(recording).step("prepare")?;
+    client
+        .run_builtin(recording, Builtin::Add, &[&x, &one], N, 0.0)
+        .step("warmup")?;
+    client.begin(recording, window).step("begin")?;
+    client
+        .run_builtin(recording, Builtin::Add, &[&x, &one], N, 0.0)
+        .step("recorded")?;
+    // Eager work on the other stream runs now, reads and all.
+    client
+        .run_builtin(other, Builtin::Add, &[&y, &two], N, 0.0)
+        .step("other stream")?;
+    expect_all(&client, &y, 2.0, "the other stream is not blocked")?;
+    let scratch = client
+        .create_f32(other, &ramp(NU, 0.0))
+        .step("allocate on the other stream")?;
+    client.sync(other).step("sync the other stream")?;
+    let graph = client.instantiate(recording, window).step("instantiate")?;
+    for _ in 0..3 {
+        client.replay(&graph).step("replay")?;
+    }
+    expect_all(&client, &x, 4.0, "the recording stream")?;
+    expect_all(&client, &y, 2.0, "the other stream's work was not recorded")?;
+    expect(&client, &scratch, &ramp(NU, 0.0), "scratch")
+}
+
+/// 150 launches in one capture, each with a buffer freed inside the window:
+/// past the drop queue's flush threshold, no flush runs while recording and
+/// the graph still replays right.
+pub fn capture_past_the_drop_queue_threshold<D: GraphDriver + Builtins>(
+    session: &Session<D>,
+) -> Outcome {
+    let client = session.client_with(Config {
+        drop_queue_threshold: 16,
+        ..Config::default()
+    });
+    let stream = client.create_stream().step("stream")?;
+    let x = client.create_f32(stream, &[0.0; NU]).step("x")?;
+    let one = client.create_f32(stream, &[1.0; NU]).step("one")?;
+    let (graph, ()) = client
+        .capture(stream, |_| {
+            for _ in 0..150 {
+                let tmp = client.allocate(stream, u64::from(N) * 4)?;
+                client.run_builtin(stream, Builtin::Copy, &[&one, &tmp], N, 0.0)?;
+                client.run_builtin(stream, Builtin::Add, &[&x, &tmp], N, 0.0)?;
+            }
+            Ok(())
+        })
+        .step("capture")?;
+    client.replay(&graph).step("replay")?;
+    client.replay(&graph).step("replay")?;
+    expect_all(&client, &x, 450.0, "warmup and two replays of 150 adds")
+}
+
+/// A 10,000-launch capture instantiates and replays right.
+pub fn ten_thousand_launch_capture<D: GraphDriver + Builtins>(session: &Session<D>) -> Outcome {
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let x = client.create_f32(stream, &[0.0; 64]).step("x")?;
+    let one = client.create_f32(stream, &[1.0; 64]).step("one")?;
+    let (graph, ()) = client
+        .capture(stream, |_| {
+            for _ in 0..10_000 {
+                client.run_builtin(stream, Builtin::Add, &[&x, &one], 64, 0.0)?;
+            }
+            Ok(())
+        })
+        .step("capture")?;
+    client.replay(&graph).step("replay")?;
+    expect_all(
+        &client,
+        &x,
+        20_000.0,
+        "warmup and one replay of 10,000 adds",
+    )
+}
+
+/// A thousand replays leave pool usage and page counts where one left them.
+pub fn rule_16_thousand_replays_keep_usage_flat<D: GraphDriver + Builtins>(
+    session: &Session<D>,
+) -> Outcome {
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let x = client.create_f32(stream, &[0.0; NU]).step("x")?;
+    let one = client.create_f32(stream, &[1.0; NU]).step("one")?;
+    let (graph, ()) = client
+        .capture(stream, |_| {
+            let tmp: Buffer = client.allocate(stream, u64::from(N) * 4)?;
+            client.run_builtin(stream, Builtin::Copy, &[&one, &tmp], N, 0.0)?;
+            client.run_builtin(stream, Builtin::Add, &[&x, &tmp], N, 0.0)
+        })
+        .step("capture")?;
+    client.replay(&graph).step("first replay")?;
+    let after_one = in_use(&client, stream)?;
+    let usage_one = client.usage(stream).step("usage")?;
+    for _ in 0..999 {
+        client.replay(&graph).step("replay")?;
+    }
+    let after_many = in_use(&client, stream)?;
+    let usage_many = client.usage(stream).step("usage")?;
+    ensure!(
+        after_one == after_many,
+        "in use {after_one:?} after one replay, {after_many:?} after 1000"
+    );
+    ensure!(
+        usage_one.device.pages == usage_many.device.pages
+            && usage_one.host.pages == usage_many.host.pages,
+        "pages grew: {usage_one:?} vs {usage_many:?}"
+    );
+    expect_all(&client, &x, 1001.0, "warmup and 1000 replays")?;
+    usable(&client, stream)
+}

@@ -1,0 +1,311 @@
+//! Capture calls out of order, host syncs inside a window, and bad input:
+//! each refused with a clear error that changes nothing.
+
+use capture_core::{Access, Builtin, Builtins, Config, Error, GraphDriver, StreamId, WindowId};
+
+use crate::ensure;
+use crate::session::Session;
+use crate::support::{Outcome, Step, back_to, expect, expect_all, in_use, ramp, refused, usable};
+
+const N: u32 = 100;
+const NU: usize = N as usize;
+
+/// `begin` before `prepare`, a second `prepare`, `instantiate` with no
+/// window, `begin` twice: each refused, state unchanged, and the right call
+/// then succeeds.
+pub fn rule_01_out_of_order_calls_change_nothing<D: GraphDriver + Builtins>(
+    session: &Session<D>,
+) -> Outcome {
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let x = client.create_f32(stream, &[0.0; NU]).step("x")?;
+    let one = client.create_f32(stream, &[1.0; NU]).step("one")?;
+
+    let err = refused(client.begin(stream, WindowId(999)), "begin before prepare")?;
+    ensure!(
+        matches!(err, Error::OutOfOrder { call: "begin", .. }),
+        "begin refused with {err}"
+    );
+    let err = refused(
+        client.instantiate(stream, WindowId(999)),
+        "instantiate with no window",
+    )?;
+    ensure!(
+        matches!(
+            err,
+            Error::OutOfOrder {
+                call: "instantiate",
+                ..
+            }
+        ),
+        "got {err}"
+    );
+    usable(&client, stream)?;
+
+    let window = client.prepare(stream).step("prepare")?;
+    let err = refused(client.prepare(stream), "second prepare")?;
+    ensure!(
+        matches!(
+            err,
+            Error::OutOfOrder {
+                call: "prepare",
+                ..
+            }
+        ),
+        "got {err}"
+    );
+    let err = refused(
+        client.begin(stream, WindowId(window.0 + 100)),
+        "begin of another window",
+    )?;
+    ensure!(matches!(err, Error::OutOfOrder { .. }), "got {err}");
+    client
+        .run_builtin(stream, Builtin::Add, &[&x, &one], N, 0.0)
+        .step("warmup")?;
+    client.begin(stream, window).step("the expected begin")?;
+    let err = refused(client.begin(stream, window), "begin twice")?;
+    ensure!(matches!(err, Error::OutOfOrder { .. }), "got {err}");
+    let err = refused(client.prepare(stream), "prepare while recording")?;
+    ensure!(matches!(err, Error::OutOfOrder { .. }), "got {err}");
+    client
+        .run_builtin(stream, Builtin::Add, &[&x, &one], N, 0.0)
+        .step("recorded")?;
+    let graph = client
+        .instantiate(stream, window)
+        .step("the expected instantiate")?;
+    client.replay(&graph).step("replay")?;
+    expect_all(&client, &x, 2.0, "warmup + one replay")
+}
+
+/// A window closed from `Prepared` (warmup failed, `begin` never ran)
+/// disarms everything: pools, info pins, state.
+pub fn rule_03_close_from_prepared_disarms<D: GraphDriver + Builtins>(
+    session: &Session<D>,
+) -> Outcome {
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    usable(&client, stream)?;
+    let baseline = in_use(&client, stream)?;
+    let window = client.prepare(stream).step("prepare")?;
+    let warm = client
+        .create_f32(stream, &[4.0; NU])
+        .step("warmup allocation")?;
+    drop(warm);
+    let err = refused(
+        client.instantiate(stream, window),
+        "instantiate from Prepared",
+    )?;
+    ensure!(matches!(err, Error::OutOfOrder { .. }), "got {err}");
+    // Disarmed: the warmup's slice is free again, nothing is retained.
+    back_to(&client, stream, baseline, "after closing from Prepared")?;
+    let window = client.prepare(stream).step("prepare again")?;
+    client.begin(stream, window).step("begin")?;
+    let graph = client
+        .instantiate(stream, window)
+        .step("an empty window instantiates")?;
+    client.replay(&graph).step("replay of the empty graph")?;
+    usable(&client, stream)
+}
+
+/// No path out of `instantiate` leaves the stream recording: after a
+/// refused, doomed, and successful close alike, a read works.
+pub fn rule_04_instantiate_always_leaves_capture_mode<D: GraphDriver + Builtins>(
+    session: &Session<D>,
+) -> Outcome {
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let x = client.create_f32(stream, &[1.0; NU]).step("x")?;
+    // Doomed by a bad launch inside the window.
+    let window = client.prepare(stream).step("prepare")?;
+    client.begin(stream, window).step("begin")?;
+    let bad = client.run_builtin(stream, Builtin::Add, &[&x], N, 0.0);
+    ensure!(bad.is_err(), "a launch with too few buffers is refused");
+    let empty = client.allocate(stream, 0);
+    ensure!(
+        matches!(empty, Err(Error::EmptyBuffer)),
+        "empty allocation refused"
+    );
+    // Refused validation errors do not doom the window: they enqueued nothing.
+    client.instantiate(stream, window).step("instantiate")?;
+    expect_all(&client, &x, 1.0, "read after a sealed window")?;
+    // A window doomed by a failed operation.
+    let window = client.prepare(stream).step("prepare")?;
+    client.begin(stream, window).step("begin")?;
+    let grow = client
+        .allocate(stream, 64 << 20)
+        .step("allocate a page while recording")?;
+    client
+        .run_builtin(stream, Builtin::Fill, &[&x], N, 9.0)
+        .step("recorded fill")?;
+    let err = refused(client.instantiate(stream, window), "instantiate doomed")?;
+    ensure!(matches!(err, Error::Doomed(_)), "got {err}");
+    drop(grow);
+    ensure!(
+        client.read(&x).is_err(),
+        "x was to be written by the refused graph"
+    );
+    client.write_f32(&x, &[1.0; NU]).step("rewrite")?;
+    expect_all(&client, &x, 1.0, "read after a refused window")?;
+    usable(&client, stream)
+}
+
+/// A window closed by a caller that does not own it (a stale window id) is
+/// closed all the same and yields no graph.
+pub fn rule_06_foreign_close_yields_no_graph<D: GraphDriver + Builtins>(
+    session: &Session<D>,
+) -> Outcome {
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let x = client.create_f32(stream, &[1.0; NU]).step("x")?;
+    let stale = client.prepare(stream).step("first prepare")?;
+    refused(
+        client.instantiate(stream, stale),
+        "close the unopened window",
+    )?;
+    let window = client.prepare(stream).step("second prepare")?;
+    client.begin(stream, window).step("begin")?;
+    client
+        .run_builtin(stream, Builtin::Fill, &[&x], N, 5.0)
+        .step("recorded fill")?;
+    let err = refused(
+        client.instantiate(stream, stale),
+        "instantiate by the stale window",
+    )?;
+    ensure!(matches!(err, Error::Abandoned { .. }), "got {err}");
+    ensure!(
+        client.live_graphs() == 0,
+        "an abandoned window made a graph"
+    );
+    let err = refused(
+        client.instantiate(stream, window),
+        "the owner's instantiate",
+    )?;
+    ensure!(
+        matches!(err, Error::OutOfOrder { .. }),
+        "the window is already closed: {err}"
+    );
+    crate::support::expect_claimed(&client, &x, "does not own it", "x was to be written")?;
+    usable(&client, stream)
+}
+
+/// A read, a sync and a replay inside a recording window are refused on
+/// the spot; the window is not harmed and seals afterwards.
+pub fn rule_08_host_sync_refused_while_recording<D: GraphDriver + Builtins>(
+    session: &Session<D>,
+) -> Outcome {
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let x = client.create_f32(stream, &[1.0; NU]).step("x")?;
+    let one = client.create_f32(stream, &[1.0; NU]).step("one")?;
+    let (earlier, ()) = client
+        .capture(stream, |_| {
+            client.run_builtin(stream, Builtin::Add, &[&x, &one], N, 0.0)
+        })
+        .step("first capture")?;
+    let window = client.prepare(stream).step("prepare")?;
+    expect_all(&client, &x, 2.0, "reads are fine during warmup")?;
+    client
+        .run_builtin(stream, Builtin::Add, &[&x, &one], N, 0.0)
+        .step("warmup")?;
+    client.begin(stream, window).step("begin")?;
+    client
+        .run_builtin(stream, Builtin::Add, &[&x, &one], N, 0.0)
+        .step("recorded")?;
+    let err = refused(client.read(&x), "read while recording")?;
+    ensure!(matches!(err, Error::SyncWhileRecording(_)), "got {err}");
+    let err = refused(client.sync(stream), "sync while recording")?;
+    ensure!(matches!(err, Error::SyncWhileRecording(_)), "got {err}");
+    let err = refused(client.replay(&earlier), "replay while recording")?;
+    ensure!(matches!(err, Error::ReplayWhileRecording(_)), "got {err}");
+    let graph = client
+        .instantiate(stream, window)
+        .step("instantiate after refusals")?;
+    expect_all(&client, &x, 3.0, "after the window")?;
+    client.replay(&graph).step("replay")?;
+    expect_all(&client, &x, 4.0, "after one replay")
+}
+
+/// Empty, oversized and mis-sized buffers, bad launches, foreign buffers
+/// and unknown streams: clear errors, nothing lost.
+pub fn bad_input_is_refused_and_loses_nothing<D: GraphDriver + Builtins>(
+    session: &Session<D>,
+) -> Outcome {
+    let client = session.client_with(Config {
+        max_allocation_bytes: 1 << 20,
+        ..Config::default()
+    });
+    let stream = client.create_stream().step("stream")?;
+    let other = client.create_stream().step("other stream")?;
+    let x = client.create_f32(stream, &ramp(NU, 1.0)).step("x")?;
+    let y = client.create_f32(other, &ramp(NU, 1.0)).step("y")?;
+
+    ensure!(
+        matches!(client.allocate(stream, 0), Err(Error::EmptyBuffer)),
+        "empty"
+    );
+    ensure!(
+        matches!(
+            client.allocate(stream, 2 << 20),
+            Err(Error::TooLarge { .. })
+        ),
+        "oversized"
+    );
+    ensure!(
+        matches!(client.write(&x, &[0u8; 3]), Err(Error::SizeMismatch { .. })),
+        "short write"
+    );
+    let err = refused(
+        client.run_builtin(stream, Builtin::Add, &[&x, &y], N, 0.0),
+        "foreign",
+    )?;
+    ensure!(matches!(err, Error::ForeignBuffer { .. }), "got {err}");
+    let err = refused(
+        client.run_builtin(stream, Builtin::Add, &[&x], N, 0.0),
+        "one binding",
+    )?;
+    ensure!(matches!(err, Error::BadLaunch(_)), "got {err}");
+    let err = refused(
+        client.run_builtin(stream, Builtin::Fill, &[&x], 1000, 0.0),
+        "n too big",
+    )?;
+    ensure!(matches!(err, Error::BadLaunch(_)), "got {err}");
+    let kernel = client.builtin(Builtin::Fill).step("kernel")?;
+    let err = refused(
+        client.launch(stream, &kernel, [1, 1, 1], &[(&x, Access::Write)], &[]),
+        "no info",
+    )?;
+    ensure!(matches!(err, Error::BadInfo { .. }), "got {err}");
+    let many: Vec<(&capture_core::Buffer, Access)> = (0..17).map(|_| (&x, Access::Read)).collect();
+    let err = refused(
+        client.launch(stream, &kernel, [1, 1, 1], &many, &[0; 16]),
+        "17 bindings",
+    )?;
+    ensure!(matches!(err, Error::TooManyBindings { .. }), "got {err}");
+    let ghost = StreamId(9999);
+    ensure!(
+        matches!(client.allocate(ghost, 4), Err(Error::UnknownStream(_))),
+        "ghost"
+    );
+    ensure!(
+        matches!(client.sync(ghost), Err(Error::UnknownStream(_))),
+        "ghost sync"
+    );
+
+    expect(&client, &x, &ramp(NU, 1.0), "x is untouched")?;
+    expect(&client, &y, &ramp(NU, 1.0), "y is untouched")?;
+    ensure!(
+        client.claimed_buffers() == 0,
+        "refused input claimed nothing"
+    );
+
+    client.destroy_stream(other).step("destroy stream")?;
+    ensure!(
+        matches!(client.read(&y), Err(Error::UnknownStream(_))),
+        "read after destroy"
+    );
+    ensure!(
+        matches!(client.destroy_stream(other), Err(Error::UnknownStream(_))),
+        "destroy twice"
+    );
+    usable(&client, stream)
+}
