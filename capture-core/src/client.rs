@@ -6,6 +6,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::builtin::{Builtin, BuiltinInfo, Builtins, groups_for};
+use crate::capture_state::Phase;
 use crate::driver::{Access, DeviceInfo, DeviceSlice, Driver, GraphDriver};
 use crate::error::Error;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
@@ -111,6 +112,41 @@ impl Buffer {
     /// The stream it was allocated on, the only one it may be used on.
     pub fn stream(&self) -> StreamId {
         self.inner.stream
+    }
+
+    /// Where the buffer lies in its stream's device pool: for diagnostics
+    /// and for tests proving no two live users share memory.
+    pub fn placement(&self) -> Placement {
+        let slice = self.slice();
+        Placement {
+            stream: self.inner.stream,
+            page: slice.slot(),
+            offset: slice.offset(),
+            span: slice.span(),
+        }
+    }
+}
+
+/// Where a buffer lies: its stream's pool page, and the aligned byte range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Placement {
+    /// The stream whose pool holds it.
+    pub stream: StreamId,
+    /// The page's slot in that pool.
+    pub page: usize,
+    /// Byte offset in the page.
+    pub offset: u64,
+    /// Bytes reserved (the length rounded up to the slice alignment).
+    pub span: u64,
+}
+
+impl Placement {
+    /// Whether the two ranges share a byte.
+    pub fn overlaps(&self, other: &Placement) -> bool {
+        self.stream == other.stream
+            && self.page == other.page
+            && self.offset < other.offset + other.span
+            && other.offset < self.offset + self.span
     }
 }
 
@@ -395,6 +431,11 @@ impl<D: GraphDriver> Client<D> {
     pub fn is_live(&self, graph: &GraphHandle<D>) -> bool {
         self.server()
             .is_ok_and(|server| server.has_graph(graph.id()))
+    }
+
+    /// Where `stream` is in a capture window's life.
+    pub fn phase(&self, stream: StreamId) -> Result<Phase, Error> {
+        self.server()?.phase(stream)
     }
 
     /// Live graphs on the device.

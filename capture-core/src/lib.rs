@@ -41,7 +41,8 @@ pub mod stream;
 pub mod window;
 
 pub use builtin::{Builtin, BuiltinInfo, Builtins, groups_for};
-pub use client::{Buffer, Client, GraphHandle, Kernel, Pass};
+pub use capture_state::Phase;
+pub use client::{Buffer, Client, GraphHandle, Kernel, Pass, Placement};
 pub use driver::{
     Access, Availability, Binding, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver,
     HostSlice, Launch,

@@ -49,6 +49,11 @@ impl SliceHandle {
         self.0.len == 0
     }
 
+    /// Bytes reserved: the length rounded up to [`SLICE_ALIGN`].
+    pub fn span(&self) -> u64 {
+        self.0.span
+    }
+
     /// Which page slot of its pool the slice lies in.
     pub(crate) fn slot(&self) -> usize {
         self.0.slot

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use smallvec::SmallVec;
 
 use crate::builtin::{Builtin, Builtins};
+use crate::capture_state::Phase;
 use crate::driver::{Access, Binding, DeviceSlice, Driver, GraphDriver, Launch};
 use crate::error::Error;
 use crate::failure::FailureStore;
@@ -457,6 +458,11 @@ impl<D: GraphDriver> Server<D> {
         for slice in state.info.graph_release(id) {
             state.drops.push(slice);
         }
+    }
+
+    /// Where `stream` is in a capture window's life.
+    pub fn phase(&mut self, stream: StreamId) -> Result<Phase, Error> {
+        Ok(self.stream(stream)?.capture.phase())
     }
 
     /// Whether `id` names a live graph.

@@ -1,0 +1,153 @@
+//! The host driver's own capture rules, checked on the raw driver: they
+//! hold even for a caller that bypasses capture-core's bookkeeping.
+
+use backend_host::{Host, HostStream};
+use capture_core::{
+    Access, Binding, Builtin, BuiltinInfo, Builtins, DeviceSlice, Driver, GraphDriver, HostSlice,
+    Launch,
+};
+
+fn stream() -> (std::sync::Arc<backend_host::HostDevice>, HostStream) {
+    let device = Host::open().expect("the host device always opens");
+    let stream = Host::create_stream(&device).expect("a host stream");
+    (device, stream)
+}
+
+fn fill(stream: &mut HostStream, out: &backend_host::DevicePage, info: &backend_host::DevicePage) {
+    let kernel = Host::builtin(&Host::open().expect("opens"), Builtin::Fill).expect("kernel");
+    let bindings = [Binding {
+        slice: DeviceSlice::<Host> {
+            page: out,
+            offset: 0,
+            len: 16,
+        },
+        access: Access::Write,
+    }];
+    Host::launch(
+        stream,
+        Launch {
+            kernel: &kernel,
+            groups: [1, 1, 1],
+            bindings: &bindings,
+            info: DeviceSlice {
+                page: info,
+                offset: 0,
+                len: 16,
+            },
+        },
+    )
+    .expect("launch enqueued");
+}
+
+fn upload_info(stream: &mut HostStream, info: &backend_host::DevicePage, value: f32) {
+    let staging = Host::allocate_host_page(stream, 16).expect("host page");
+    Host::write_host(&staging, 0, &BuiltinInfo::new(4, value).to_bytes());
+    Host::copy_to_device(
+        stream,
+        HostSlice {
+            page: &staging,
+            offset: 0,
+            len: 16,
+        },
+        DeviceSlice {
+            page: info,
+            offset: 0,
+            len: 16,
+        },
+    )
+    .expect("copy enqueued");
+    let signal = Host::signal(stream).expect("signal");
+    Host::fence(stream, signal).expect("fence");
+    Host::release_host_page(stream, staging);
+}
+
+#[test]
+fn a_fence_while_recording_fails_and_invalidates_the_recording() {
+    let (_device, mut stream) = stream();
+    Host::begin(&mut stream).expect("begin");
+    assert!(
+        Host::signal(&mut stream).is_err(),
+        "a signal is a host sync here"
+    );
+    let err = Host::instantiate(&mut stream, None).expect_err("invalidated");
+    assert!(err.to_string().contains("invalidated"), "{err}");
+    assert!(!stream.is_recording(), "instantiate left recording mode");
+    Host::signal(&mut stream).expect("eager again");
+}
+
+#[test]
+fn a_page_allocated_while_recording_makes_instantiate_refuse() {
+    let (_device, mut stream) = stream();
+    Host::begin(&mut stream).expect("begin");
+    let page = Host::allocate_device_page(&mut stream, 256).expect("the page itself is given");
+    let err = Host::instantiate(&mut stream, None).expect_err("refused");
+    assert!(
+        err.to_string().contains("allocated while recording"),
+        "{err}"
+    );
+    Host::release_device_page(&mut stream, page);
+}
+
+#[test]
+fn a_doomed_recording_is_closed_and_handed_back() {
+    let (_device, mut stream) = stream();
+    Host::begin(&mut stream).expect("begin");
+    let doomed = capture_core::Error::EmptyBuffer;
+    let err = Host::instantiate(&mut stream, Some(doomed.clone())).expect_err("doomed");
+    assert_eq!(err, doomed);
+    assert!(!stream.is_recording());
+}
+
+#[test]
+fn a_replay_touching_a_released_page_fails_naming_it() {
+    let (_device, mut stream) = stream();
+    let out = Host::allocate_device_page(&mut stream, 256).expect("page");
+    let info = Host::allocate_device_page(&mut stream, 256).expect("page");
+    upload_info(&mut stream, &info, 2.0);
+    Host::begin(&mut stream).expect("begin");
+    fill(&mut stream, &out, &info);
+    let graph = Host::instantiate(&mut stream, None).expect("graph");
+    Host::replay(&graph, &mut stream).expect("replay while the pages live");
+    let signal = Host::signal(&mut stream).expect("signal");
+    Host::fence(&mut stream, signal).expect("fence");
+    Host::release_device_page(&mut stream, out);
+    let err = Host::replay(&graph, &mut stream).expect_err("released page");
+    assert!(err.to_string().contains("device page"), "{err}");
+    assert!(err.to_string().contains("released"), "{err}");
+    Host::release_device_page(&mut stream, info);
+}
+
+#[test]
+fn work_is_asynchronous_until_a_fence() {
+    // A long queue of work is enqueued instantly and finished only at the
+    // fence: the host backend is as asynchronous as a GPU.
+    let (_device, mut stream) = stream();
+    let out = Host::allocate_device_page(&mut stream, 1 << 20).expect("page");
+    let info = Host::allocate_device_page(&mut stream, 256).expect("page");
+    upload_info(&mut stream, &info, 3.0);
+    for _ in 0..2000 {
+        fill(&mut stream, &out, &info);
+    }
+    let signal = Host::signal(&mut stream).expect("signal");
+    Host::fence(&mut stream, signal).expect("fence");
+    let staging = Host::allocate_host_page(&mut stream, 16).expect("host page");
+    Host::copy_to_host(
+        &mut stream,
+        DeviceSlice {
+            page: &out,
+            offset: 0,
+            len: 16,
+        },
+        HostSlice {
+            page: &staging,
+            offset: 0,
+            len: 16,
+        },
+    )
+    .expect("copy back");
+    let signal = Host::signal(&mut stream).expect("signal");
+    Host::fence(&mut stream, signal).expect("fence");
+    let mut bytes = [0u8; 16];
+    Host::read_host(&staging, 0, &mut bytes);
+    assert_eq!(bytes[0..4], 3.0f32.to_le_bytes());
+}
