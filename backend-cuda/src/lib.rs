@@ -171,3 +171,9 @@ impl Builtins for Cuda {
         kernels::builtin(device, which)
     }
 }
+
+/// Directory holding the stub `libcuda.so.1` (its `cuInit` answers
+/// `CUDA_ERROR_NO_DEVICE`) built for tests of the no-device path, when a C
+/// compiler was found at build time.
+#[doc(hidden)]
+pub const TEST_STUB_DIR: Option<&str> = option_env!("CUDA_STUB_DIR");

@@ -42,7 +42,7 @@ pub mod session;
 pub mod support;
 
 pub use faulty::{FaultPlan, Faulty, FaultyDevice, Primitive};
-pub use registry::{AfterTrial, Backend, backends};
+pub use registry::{AfterTrial, Backend, Validation, backends};
 pub use runner::{run_all, trials};
 pub use scenarios::{Scenario, scenarios};
 pub use session::Session;

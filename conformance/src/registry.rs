@@ -14,12 +14,36 @@ pub struct Backend {
     pub trials: fn(&Availability, bool) -> Vec<libtest_mimic::Trial>,
 }
 
+/// What a backend's validation layer saw during one trial.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Validation {
+    /// Whether validation ran at all.
+    pub enabled: bool,
+    /// Whether synchronization validation ran too.
+    pub sync: bool,
+    /// Error messages.
+    pub errors: u64,
+    /// Warning messages.
+    pub warnings: u64,
+}
+
 /// Checks a backend runs on its device after each trial, beyond the
 /// scenario's own (Vulkan: no validation errors).
 pub trait AfterTrial: GraphDriver + Builtins {
-    /// `Err` fails the trial.
-    fn after_trial(_device: &Arc<Self::Device>) -> Result<(), String> {
-        Ok(())
+    /// What the backend's validation saw on `device`, if it has any.
+    fn validation(_device: &Arc<Self::Device>) -> Option<Validation> {
+        None
+    }
+
+    /// `Err` fails the trial: by default, any validation error.
+    fn after_trial(device: &Arc<Self::Device>) -> Result<(), String> {
+        match Self::validation(device) {
+            Some(v) if v.errors > 0 => Err(format!(
+                "{} validation error(s) and {} warning(s) during the trial (see stderr)",
+                v.errors, v.warnings
+            )),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -27,15 +51,14 @@ impl AfterTrial for backend_host::Host {}
 
 #[cfg(feature = "vulkan")]
 impl AfterTrial for backend_vulkan::Vulkan {
-    fn after_trial(device: &Arc<Self::Device>) -> Result<(), String> {
+    fn validation(device: &Arc<Self::Device>) -> Option<Validation> {
         let counts = backend_vulkan::validation_counts(device);
-        if counts.errors > 0 {
-            return Err(format!(
-                "{} Vulkan validation error(s) and {} warning(s) during the trial (see stderr)",
-                counts.errors, counts.warnings
-            ));
-        }
-        Ok(())
+        Some(Validation {
+            enabled: counts.enabled,
+            sync: counts.sync,
+            errors: counts.errors,
+            warnings: counts.warnings,
+        })
     }
 }
 

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use capture_core::{Availability, Driver};
 use libtest_mimic::{Arguments, Failed, Trial};
 
-use crate::registry::{AfterTrial, KNOWN, backends};
+use crate::registry::{AfterTrial, KNOWN, Validation, backends};
 use crate::scenarios::scenarios;
 use crate::session::Session;
 
@@ -21,6 +21,9 @@ struct Tally {
     passed: usize,
     failed: usize,
     ignored: usize,
+    /// Validation over every trial run, when the backend has it.
+    validation: Option<Validation>,
+    validated_trials: usize,
 }
 
 static TALLY: Mutex<BTreeMap<&'static str, Tally>> = Mutex::new(BTreeMap::new());
@@ -58,6 +61,20 @@ fn run_trial<D: AfterTrial>(scenario: crate::Scenario<D>) -> Result<(), Failed> 
         .unwrap_or_else(|payload| Err(format!("panicked: {}", panic_message(&*payload))));
     drop(session);
     let after = D::after_trial(&device);
+    if let Some(v) = D::validation(&device) {
+        count(D::NAME, |t| {
+            let sum = t.validation.get_or_insert(Validation {
+                enabled: true,
+                sync: true,
+                ..Validation::default()
+            });
+            sum.enabled &= v.enabled;
+            sum.sync &= v.sync;
+            sum.errors += v.errors;
+            sum.warnings += v.warnings;
+            t.validated_trials += 1;
+        });
+    }
     outcome?;
     after?;
     Ok(())
@@ -172,6 +189,19 @@ fn print_table(rows: &[(&'static str, Availability)]) {
     for (name, feature) in KNOWN {
         if !rows.iter().any(|(row, _)| *row == name) {
             println!("| {name} | not compiled in ({feature}) | - | 0 | 0 | 0 |");
+        }
+    }
+    for (name, t) in &tally {
+        if let Some(v) = t.validation {
+            let state = match (v.enabled, v.sync) {
+                (false, _) => "off (layer missing or disabled)",
+                (true, false) => "on",
+                (true, true) => "on, with synchronization validation",
+            };
+            println!(
+                "\n{name} validation: {state}; {} error(s), {} warning(s) over {} trial(s)",
+                v.errors, v.warnings, t.validated_trials
+            );
         }
     }
 }

@@ -1,0 +1,51 @@
+//! With a stub CUDA driver that has no device on the library path, every
+//! cuda trial is ignored with the driver's reason: not failed, not panicked;
+//! and required, they fail with that reason.
+#![cfg(all(feature = "cuda", target_os = "linux"))]
+
+use std::process::Command;
+
+fn run(require: &str) -> (bool, String) {
+    let Some(stub) = backend_cuda::TEST_STUB_DIR else {
+        panic!("the CUDA stub library was not built (no C compiler at build time)");
+    };
+    let output = Command::new(env!("CARGO_BIN_EXE_conformance"))
+        .arg("cuda::")
+        .env("LD_LIBRARY_PATH", stub)
+        .env("CONFORMANCE_REQUIRE", require)
+        .output()
+        .expect("the conformance binary runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), text)
+}
+
+#[test]
+fn cuda_trials_are_ignored_with_the_drivers_reason() {
+    let (ok, text) = run("");
+    assert!(ok, "the run failed:\n{text}");
+    assert!(!text.contains("panicked"), "{text}");
+    assert!(
+        text.contains("CUDA_ERROR_NO_DEVICE"),
+        "the reason is shown:\n{text}"
+    );
+    assert!(text.contains(" 0 passed; 0 failed;"), "{text}");
+    assert!(
+        !text.contains(" 0 ignored;"),
+        "cuda trials are ignored:\n{text}"
+    );
+}
+
+#[test]
+fn required_cuda_fails_with_the_reason() {
+    let (ok, text) = run("cuda");
+    assert!(
+        !ok,
+        "a required backend without a device must fail:\n{text}"
+    );
+    assert!(text.contains("CUDA_ERROR_NO_DEVICE"), "{text}");
+    assert!(!text.contains("panicked"), "{text}");
+}
