@@ -153,6 +153,18 @@ impl Placement {
 /// A compiled kernel.
 pub struct Kernel<D: Driver>(Arc<D::Kernel>);
 
+impl<D: Driver> Kernel<D> {
+    /// Wrap a kernel the backend compiled.
+    pub fn new(kernel: D::Kernel) -> Self {
+        Self(Arc::new(kernel))
+    }
+
+    /// The backend's kernel, for calling the driver directly.
+    pub fn raw(&self) -> &D::Kernel {
+        &self.0
+    }
+}
+
 impl<D: Driver> Clone for Kernel<D> {
     fn clone(&self) -> Self {
         Self(self.0.clone())
@@ -388,14 +400,26 @@ impl<D: GraphDriver> Client<D> {
         mut body: impl FnMut(Pass) -> Result<T, Error>,
     ) -> Result<(GraphHandle<D>, T), Error> {
         let window = self.prepare(stream)?;
+        // Closes the window if `body` panics, so an unwinding caller does
+        // not leave the stream armed or recording.
+        let guard = CloseOnUnwind {
+            client: self,
+            stream,
+            window,
+        };
         if let Err(err) = body(Pass::Warmup) {
             // Closing from Prepared disarms the pools; its refusal says
             // nothing the warmup's own error does not.
+            std::mem::forget(guard);
             let _closed = self.instantiate(stream, window);
             return Err(err);
         }
-        self.begin(stream, window)?;
+        if let Err(err) = self.begin(stream, window) {
+            std::mem::forget(guard);
+            return Err(err);
+        }
         let recorded = body(Pass::Record);
+        std::mem::forget(guard);
         let graph = self.instantiate(stream, window);
         match (recorded, graph) {
             (Ok(value), Ok(graph)) => Ok((graph, value)),
@@ -518,6 +542,27 @@ impl<D: GraphDriver + Builtins> Client<D> {
         refs.extend(buffers.iter().zip(accesses).map(|(b, a)| (b.as_ref(), *a)));
         let info = BuiltinInfo::new(n, scalar).to_bytes();
         server.launch(stream, &kernel, groups_for(n), &refs, &info)
+    }
+}
+
+/// Closes a one-call capture's window when its body unwinds.
+struct CloseOnUnwind<'a, D: GraphDriver> {
+    client: &'a Client<D>,
+    stream: StreamId,
+    window: WindowId,
+}
+
+impl<D: GraphDriver> Drop for CloseOnUnwind<'_, D> {
+    fn drop(&mut self) {
+        // Only reached while unwinding: every normal path forgets the guard.
+        // A poisoned lock is taken anyway, to close the driver's recording.
+        let mut server = self
+            .client
+            .shared
+            .server
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        drop(server.instantiate(self.stream, self.window));
     }
 }
 

@@ -38,6 +38,8 @@ pub mod info_cache;
 pub mod pool;
 pub mod server;
 pub mod stream;
+#[cfg(test)]
+mod test_driver;
 pub mod window;
 
 pub use builtin::{Builtin, BuiltinInfo, Builtins, groups_for};

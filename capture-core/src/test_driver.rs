@@ -1,0 +1,289 @@
+//! A minimal synchronous driver for capture-core's own unit tests: work runs
+//! at once (or is recorded), pages are plain vectors, and switches let a test
+//! make `begin` refuse.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::driver::{
+    Availability, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice, Launch,
+};
+use crate::error::Error;
+
+pub(crate) struct TestDriver;
+
+#[derive(Default)]
+pub(crate) struct TestDevice {
+    pub refuse_begin: AtomicBool,
+    pub pages: AtomicUsize,
+}
+
+pub(crate) type Page = Arc<Mutex<Vec<u8>>>;
+
+/// One unit of work: a byte copy between pages.
+type Op = (Page, usize, Page, usize, usize);
+
+pub(crate) struct TestStream {
+    device: Arc<TestDevice>,
+    recording: Option<Vec<Op>>,
+}
+
+fn run(op: &Op) {
+    let (src, src_off, dst, dst_off, len) = op;
+    let data = src.lock().map(|s| s[*src_off..src_off + len].to_vec());
+    if let (Ok(data), Ok(mut dst)) = (data, dst.lock()) {
+        dst[*dst_off..dst_off + len].copy_from_slice(&data);
+    }
+}
+
+impl TestStream {
+    fn issue(&mut self, op: Op) {
+        match &mut self.recording {
+            Some(ops) => ops.push(op),
+            None => run(&op),
+        }
+    }
+}
+
+fn page(bytes: u64) -> Page {
+    Arc::new(Mutex::new(vec![0; bytes as usize]))
+}
+
+impl Driver for TestDriver {
+    type Device = TestDevice;
+    type Stream = TestStream;
+    type DevicePage = Page;
+    type HostPage = Page;
+    type Signal = ();
+    type Kernel = ();
+    const NAME: &'static str = "test";
+
+    fn probe() -> Availability {
+        Availability::Available(DeviceInfo::default())
+    }
+    fn open() -> Result<Arc<TestDevice>, DriverError> {
+        Ok(Arc::default())
+    }
+    fn device_info(_: &TestDevice) -> DeviceInfo {
+        DeviceInfo::default()
+    }
+    fn create_stream(device: &Arc<TestDevice>) -> Result<TestStream, DriverError> {
+        Ok(TestStream {
+            device: device.clone(),
+            recording: None,
+        })
+    }
+    fn allocate_device_page(stream: &mut TestStream, bytes: u64) -> Result<Page, DriverError> {
+        stream.device.pages.fetch_add(1, Ordering::SeqCst);
+        Ok(page(bytes))
+    }
+    fn release_device_page(stream: &mut TestStream, _: Page) {
+        stream.device.pages.fetch_sub(1, Ordering::SeqCst);
+    }
+    fn allocate_host_page(stream: &mut TestStream, bytes: u64) -> Result<Page, DriverError> {
+        Self::allocate_device_page(stream, bytes)
+    }
+    fn release_host_page(stream: &mut TestStream, page: Page) {
+        Self::release_device_page(stream, page);
+    }
+    fn write_host(page: &Page, offset: u64, bytes: &[u8]) {
+        if let Ok(mut page) = page.lock() {
+            page[offset as usize..offset as usize + bytes.len()].copy_from_slice(bytes);
+        }
+    }
+    fn read_host(page: &Page, offset: u64, out: &mut [u8]) {
+        if let Ok(page) = page.lock() {
+            out.copy_from_slice(&page[offset as usize..offset as usize + out.len()]);
+        }
+    }
+    fn copy_to_device(
+        stream: &mut TestStream,
+        src: HostSlice<'_, Self>,
+        dst: DeviceSlice<'_, Self>,
+    ) -> Result<(), DriverError> {
+        let op = (
+            src.page.clone(),
+            src.offset as usize,
+            dst.page.clone(),
+            dst.offset as usize,
+            src.len as usize,
+        );
+        stream.issue(op);
+        Ok(())
+    }
+    fn copy_to_host(
+        stream: &mut TestStream,
+        src: DeviceSlice<'_, Self>,
+        dst: HostSlice<'_, Self>,
+    ) -> Result<(), DriverError> {
+        let op = (
+            src.page.clone(),
+            src.offset as usize,
+            dst.page.clone(),
+            dst.offset as usize,
+            src.len as usize,
+        );
+        stream.issue(op);
+        Ok(())
+    }
+    /// The test kernel copies its first binding into its second.
+    fn launch(stream: &mut TestStream, launch: Launch<'_, Self>) -> Result<(), DriverError> {
+        if let [src, dst, ..] = launch.bindings {
+            let op = (
+                src.slice.page.clone(),
+                src.slice.offset as usize,
+                dst.slice.page.clone(),
+                dst.slice.offset as usize,
+                src.slice.len.min(dst.slice.len) as usize,
+            );
+            stream.issue(op);
+        }
+        Ok(())
+    }
+    fn signal(_: &mut TestStream) -> Result<(), DriverError> {
+        Ok(())
+    }
+    fn fence(stream: &mut TestStream, _: ()) -> Result<(), DriverError> {
+        match stream.recording {
+            Some(_) => Err(DriverError::new("test", "fence", "while recording")),
+            None => Ok(()),
+        }
+    }
+}
+
+impl GraphDriver for TestDriver {
+    type Executable = Vec<Op>;
+
+    fn begin(stream: &mut TestStream) -> Result<(), DriverError> {
+        if stream.device.refuse_begin.load(Ordering::SeqCst) {
+            return Err(DriverError::new("test", "begin", "refused"));
+        }
+        stream.recording = Some(Vec::new());
+        Ok(())
+    }
+    fn instantiate(stream: &mut TestStream, doomed: Option<Error>) -> Result<Vec<Op>, Error> {
+        let ops = stream
+            .recording
+            .take()
+            .ok_or_else(|| DriverError::new("test", "instantiate", "not recording"))?;
+        match doomed {
+            Some(doomed) => Err(doomed),
+            None => Ok(ops),
+        }
+    }
+    fn upload(_: &Vec<Op>, _: &mut TestStream) -> Result<(), DriverError> {
+        Ok(())
+    }
+    fn replay(exec: &Vec<Op>, _: &mut TestStream) -> Result<(), DriverError> {
+        exec.iter().for_each(run);
+        Ok(())
+    }
+}
+
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::TestDriver;
+    use crate::capture_state::Phase;
+    use crate::client::{Client, Pass};
+    use crate::driver::Access;
+    use crate::error::Error;
+    use crate::stream::Config;
+
+    fn client() -> Client<TestDriver> {
+        Client::with_device(std::sync::Arc::default(), Config::default())
+    }
+
+    #[test]
+    fn the_client_is_clone_send_and_sync() {
+        fn check<T: Clone + Send + Sync>() {}
+        check::<Client<TestDriver>>();
+        check::<crate::Buffer>();
+        check::<crate::GraphHandle<TestDriver>>();
+    }
+
+    #[test]
+    fn a_refused_begin_unwinds_everything() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let before = client.usage(stream).expect("usage");
+        let window = client.prepare(stream).expect("prepare");
+        let warm = client.create(stream, &[1; 64]).expect("warmup allocation");
+        drop(warm);
+        client.device().refuse_begin.store(true, Ordering::SeqCst);
+        let err = client.begin(stream, window).expect_err("refused");
+        assert!(matches!(err, Error::Driver(_)), "{err}");
+        assert_eq!(client.phase(stream).expect("phase"), Phase::None);
+        client.sync(stream).expect("sync works: not recording");
+        let after = client.usage(stream).expect("usage");
+        assert_eq!(
+            after.device.in_use_bytes, before.device.in_use_bytes,
+            "warmup's slice is free"
+        );
+        client.device().refuse_begin.store(false, Ordering::SeqCst);
+        let window = client.prepare(stream).expect("retry prepare");
+        client.begin(stream, window).expect("retry begin");
+        client.instantiate(stream, window).expect("graph");
+    }
+
+    #[test]
+    fn replays_copy_through_recorded_launches() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let src = client.create(stream, &[7; 32]).expect("src");
+        let dst = client.create(stream, &[0; 32]).expect("dst");
+        let kernel = crate::client::Kernel::<TestDriver>::new(());
+        let (graph, pass) = client
+            .capture(stream, |pass| {
+                client.launch(
+                    stream,
+                    &kernel,
+                    [1, 1, 1],
+                    &[(&src, Access::Read), (&dst, Access::Write)],
+                    &[1],
+                )?;
+                Ok(pass)
+            })
+            .expect("capture");
+        assert_eq!(pass, Pass::Record);
+        client.write(&dst, &[0; 32]).expect("reset");
+        client.write(&src, &[9; 32]).expect("new input");
+        client.replay(&graph).expect("replay");
+        assert_eq!(client.read(&dst).expect("read"), vec![9; 32]);
+    }
+
+    #[test]
+    fn a_panicking_capture_body_closes_its_window() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = client.capture(stream, |pass| -> Result<(), Error> {
+                if pass == Pass::Record {
+                    panic!("the body fails mid-recording");
+                }
+                Ok(())
+            });
+        }));
+        assert!(result.is_err());
+        assert_eq!(client.phase(stream).expect("phase"), Phase::None);
+        let window = client.prepare(stream).expect("a new window opens");
+        client.begin(stream, window).expect("begin");
+        client.instantiate(stream, window).expect("graph");
+    }
+
+    #[test]
+    fn streams_are_released_with_the_client() {
+        let client = client();
+        let device = client.device().clone();
+        let stream = client.create_stream().expect("stream");
+        let buffer = client.create(stream, &[1; 8]).expect("buffer");
+        assert!(device.pages.load(Ordering::SeqCst) > 0);
+        drop(client);
+        assert_eq!(
+            device.pages.load(Ordering::SeqCst),
+            0,
+            "every page released"
+        );
+        drop(buffer);
+    }
+}
