@@ -206,9 +206,13 @@ fn print_table(rows: &[(&'static str, Availability)]) {
     }
 }
 
-/// Run every scenario on `D`'s device and return each failure, for a backend
-/// outside this workspace that wants the suite without the runner.
-pub fn run_all<D: AfterTrial>() -> Result<Vec<(&'static str, Result<(), String>)>, String> {
+/// A scenario's name and what it found.
+pub type ScenarioResult = (&'static str, Result<(), String>);
+
+/// Run every scenario on `D`'s device and return each result, for a backend
+/// outside this workspace that wants the suite without the runner. `Err`
+/// when the backend has no device, with the reason.
+pub fn run_all<D: AfterTrial>() -> Result<Vec<ScenarioResult>, String> {
     if let Availability::Unavailable(reason) = D::probe() {
         return Err(reason);
     }

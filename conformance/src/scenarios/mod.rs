@@ -73,4 +73,5 @@ suite![
     scale::capture_past_the_drop_queue_threshold,
     scale::ten_thousand_launch_capture,
     scale::rule_16_thousand_replays_keep_usage_flat,
+    scale::capture_across_threads,
 ];

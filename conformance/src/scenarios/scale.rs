@@ -133,3 +133,58 @@ pub fn rule_16_thousand_replays_keep_usage_flat<D: GraphDriver + Builtins>(
     expect_all(&client, &x, 1001.0, "warmup and 1000 replays")?;
     usable(&client, stream)
 }
+
+/// The client may be called from any thread: `prepare` on one, the
+/// recorded run on another, `instantiate` and replays on a third, while a
+/// fourth works another stream. (CUDA and HIP capture in relaxed mode for
+/// exactly this.)
+pub fn capture_across_threads<D: GraphDriver + Builtins>(session: &Session<D>) -> Outcome {
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let other = client.create_stream().step("other stream")?;
+    let x = client.create_f32(stream, &[0.0; NU]).step("x")?;
+    let one = client.create_f32(stream, &[1.0; NU]).step("one")?;
+    let on_thread = |f: &(dyn Fn() -> Outcome + Sync)| {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(f)
+                .join()
+                .unwrap_or_else(|_| Err("a thread panicked".into()))
+        })
+    };
+    let window = std::thread::scope(|scope| scope.spawn(|| client.prepare(stream)).join())
+        .map_err(|_| "prepare panicked".to_string())?
+        .step("prepare on thread 1")?;
+    on_thread(&|| {
+        client
+            .run_builtin(stream, Builtin::Add, &[&x, &one], N, 0.0)
+            .step("warmup on thread 2")?;
+        client.begin(stream, window).step("begin on thread 2")?;
+        client
+            .run_builtin(stream, Builtin::Add, &[&x, &one], N, 0.0)
+            .step("record on thread 2")
+    })?;
+    let busy = std::thread::scope(|scope| {
+        let worker = scope.spawn(|| -> Outcome {
+            let y = client.create_f32(other, &[0.0; NU]).step("y")?;
+            let two = client.create_f32(other, &[2.0; NU]).step("two")?;
+            for _ in 0..50 {
+                client
+                    .run_builtin(other, Builtin::Add, &[&y, &two], N, 0.0)
+                    .step("other stream")?;
+            }
+            expect_all(&client, &y, 100.0, "the other stream, meanwhile")
+        });
+        let graph = client
+            .instantiate(stream, window)
+            .step("instantiate on thread 3")?;
+        for _ in 0..4 {
+            client.replay(&graph).step("replay on thread 3")?;
+        }
+        worker
+            .join()
+            .unwrap_or_else(|_| Err("the worker panicked".into()))
+    });
+    busy?;
+    expect_all(&client, &x, 5.0, "warmup and four replays")
+}
