@@ -94,8 +94,7 @@ impl<D: Driver> StreamState<D> {
 
     /// Wait for everything enqueued so far, then free what waited for it.
     pub(crate) fn sync(&mut self) -> Result<(), DriverError> {
-        let signal = D::signal(&mut self.raw)?;
-        D::fence(&mut self.raw, signal)?;
+        fence_all::<D>(&mut self.raw)?;
         self.drops.release_fenced();
         Ok(())
     }
@@ -103,10 +102,7 @@ impl<D: Driver> StreamState<D> {
     /// Drain the drop queue with a fence (no fence when it is empty).
     pub(crate) fn drain_drops(&mut self) -> Result<(), DriverError> {
         let raw = &mut self.raw;
-        self.drops.drain(|| {
-            let signal = D::signal(raw)?;
-            D::fence(raw, signal)
-        })
+        self.drops.drain(|| fence_all::<D>(raw))
     }
 
     /// Flush the drop queue if it has grown past its threshold and the
@@ -125,61 +121,47 @@ impl<D: Driver> StreamState<D> {
     }
 
     /// A device slice of `len` bytes for allocation `id`.
-    ///
-    /// Reuses free memory first; before growing, frees what waits in the
-    /// drop queue (unless recording, where that would sync). A page obtained
-    /// while recording dooms the window.
     pub(crate) fn allocate_device(&mut self, id: BufferId, len: u64) -> Result<SliceHandle, Error> {
-        let recording = self.capture.is_recording();
-        if let Some(slice) = self
-            .device
-            .reserve(id, len, false, |_| unreachable_page())?
-        {
-            return Ok(slice);
-        }
-        if !recording && !self.drops.is_empty() {
-            self.drain_drops()?;
-            if let Some(slice) = self
-                .device
-                .reserve(id, len, false, |_| unreachable_page())?
-            {
-                return Ok(slice);
-            }
-        }
-        let raw = &mut self.raw;
-        let slice = self
-            .device
-            .reserve(id, len, true, |size| D::allocate_device_page(raw, size))?
-            .ok_or_else(missing_page)?;
-        if recording {
-            self.capture
-                .record_failure(Error::AllocationWhileRecording(self.id));
-        }
-        Ok(slice)
+        let Self {
+            raw,
+            device,
+            drops,
+            capture,
+            id: stream,
+            ..
+        } = self;
+        allocate::<D, _>(
+            device,
+            raw,
+            drops,
+            capture,
+            *stream,
+            id,
+            len,
+            D::allocate_device_page,
+        )
     }
 
-    /// A pinned host slice of `len` bytes, under the same rules.
+    /// A pinned host slice of `len` bytes for allocation `id`.
     pub(crate) fn allocate_host(&mut self, id: BufferId, len: u64) -> Result<SliceHandle, Error> {
-        let recording = self.capture.is_recording();
-        if let Some(slice) = self.host.reserve(id, len, false, |_| unreachable_page())? {
-            return Ok(slice);
-        }
-        if !recording && !self.drops.is_empty() {
-            self.drain_drops()?;
-            if let Some(slice) = self.host.reserve(id, len, false, |_| unreachable_page())? {
-                return Ok(slice);
-            }
-        }
-        let raw = &mut self.raw;
-        let slice = self
-            .host
-            .reserve(id, len, true, |size| D::allocate_host_page(raw, size))?
-            .ok_or_else(missing_page)?;
-        if recording {
-            self.capture
-                .record_failure(Error::AllocationWhileRecording(self.id));
-        }
-        Ok(slice)
+        let Self {
+            raw,
+            host,
+            drops,
+            capture,
+            id: stream,
+            ..
+        } = self;
+        allocate::<D, _>(
+            host,
+            raw,
+            drops,
+            capture,
+            *stream,
+            id,
+            len,
+            D::allocate_host_page,
+        )
     }
 
     /// Enqueue a copy of `bytes` into `dst` through a pinned staging slice.
@@ -242,8 +224,7 @@ impl<D: Driver> StreamState<D> {
                 len,
             },
         )?;
-        let signal = D::signal(&mut self.raw)?;
-        D::fence(&mut self.raw, signal)?;
+        fence_all::<D>(&mut self.raw)?;
         let mut out = vec![0u8; usize::try_from(len).unwrap_or(usize::MAX)];
         D::read_host(host_page, staging.offset(), &mut out);
         // Everything enqueued before the signal has finished, so whatever
@@ -302,6 +283,47 @@ impl<D: Driver> StreamState<D> {
         self.host
             .release_all(|page| D::release_host_page(raw, page));
     }
+}
+
+/// A slice of `len` bytes from `pool`.
+///
+/// Reuses free memory first; before growing, frees what waits in the drop
+/// queue (unless recording, where that fence would abort the recording). A
+/// page obtained while recording dooms the window.
+#[allow(clippy::too_many_arguments)]
+fn allocate<D: Driver, P>(
+    pool: &mut Pool<P>,
+    raw: &mut D::Stream,
+    drops: &mut DropQueue,
+    capture: &mut StreamCapture,
+    stream: StreamId,
+    id: BufferId,
+    len: u64,
+    allocate_page: fn(&mut D::Stream, u64) -> Result<P, DriverError>,
+) -> Result<SliceHandle, Error> {
+    if let Some(slice) = pool.reserve(id, len, false, |_| unreachable_page())? {
+        return Ok(slice);
+    }
+    let recording = capture.is_recording();
+    if !recording && !drops.is_empty() {
+        drops.drain(|| fence_all::<D>(raw))?;
+        if let Some(slice) = pool.reserve(id, len, false, |_| unreachable_page())? {
+            return Ok(slice);
+        }
+    }
+    let slice = pool
+        .reserve(id, len, true, |size| allocate_page(raw, size))?
+        .ok_or_else(missing_page)?;
+    if recording {
+        capture.record_failure(Error::AllocationWhileRecording(stream));
+    }
+    Ok(slice)
+}
+
+/// Wait until everything enqueued on `raw` so far has finished.
+fn fence_all<D: Driver>(raw: &mut D::Stream) -> Result<(), DriverError> {
+    let signal = D::signal(raw)?;
+    D::fence(raw, signal)
 }
 
 /// The page allocator passed when growth is not allowed; never called.

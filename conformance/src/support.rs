@@ -1,6 +1,6 @@
 //! Checks shared by the scenarios.
 
-use capture_core::{Buffer, Builtin, Builtins, Client, Error, GraphDriver, StreamId};
+use capture_core::{Buffer, Builtin, Builtins, Client, Error, GraphDriver, GraphHandle, StreamId};
 
 /// What a scenario returns: `Err` says what was wrong.
 pub type Outcome = Result<(), String>;
@@ -28,7 +28,7 @@ impl<T> Step<T> for Result<T, Error> {
 }
 
 /// Expect an error, failing the scenario if `step` succeeded.
-pub fn refused<T>(result: Result<T, Error>, step: &str) -> Result<Error, String> {
+pub fn refused<T, E>(result: Result<T, E>, step: &str) -> Result<E, String> {
     match result {
         Ok(_) => Err(format!("{step} succeeded but must be refused")),
         Err(err) => Ok(err),
@@ -149,5 +149,87 @@ pub fn back_to<D: GraphDriver>(
         now == baseline,
         "{what}: pool usage (device, host) is {now:?}, expected it back at {baseline:?}"
     );
+    Ok(())
+}
+
+/// Elements most scenarios work on: not a multiple of the workgroup size.
+pub const N: u32 = 100;
+/// [`N`] as a length.
+pub const NU: usize = N as usize;
+
+/// The setup most scenarios share: a stream with `x` (zeros) and `one`
+/// (ones) of [`N`] floats, so `x += one` counts the runs that happened.
+pub struct Fixture<D: GraphDriver> {
+    /// The client.
+    pub client: Client<D>,
+    /// Its stream.
+    pub stream: StreamId,
+    /// The accumulator, zeros at first.
+    pub x: Buffer,
+    /// Ones.
+    pub one: Buffer,
+}
+
+impl<D: GraphDriver + Builtins> Fixture<D> {
+    /// A fresh stream on `client` with `x` and `one`.
+    pub fn new(client: Client<D>) -> Result<Self, String> {
+        let stream = client.create_stream().step("stream")?;
+        let x = client.create_f32(stream, &[0.0; NU]).step("x")?;
+        let one = client.create_f32(stream, &[1.0; NU]).step("one")?;
+        Ok(Self {
+            client,
+            stream,
+            x,
+            one,
+        })
+    }
+
+    /// Enqueue (or record) `x += one`.
+    pub fn add(&self) -> Result<(), Error> {
+        self.client
+            .run_builtin(self.stream, Builtin::Add, &[&self.x, &self.one], N, 0.0)
+    }
+
+    /// Capture `x += one` in one call (its warmup adds one).
+    pub fn capture_add(&self) -> Result<GraphHandle<D>, String> {
+        let (graph, ()) = self
+            .client
+            .capture(self.stream, |_| self.add())
+            .step("capture")?;
+        Ok(graph)
+    }
+
+    /// Check `x` holds `value` everywhere.
+    pub fn expect_x(&self, value: f32, what: &str) -> Outcome {
+        expect_all(&self.client, &self.x, value, what)
+    }
+}
+
+/// Claim `targets` the way a real failure does: fill each inside a window
+/// that needs a new page mid-recording, which is refused at `instantiate`.
+/// The claims name the allocation (`allocated while`).
+pub fn claim_by_refused_window<D: GraphDriver + Builtins>(
+    client: &Client<D>,
+    stream: StreamId,
+    targets: &[&Buffer],
+) -> Outcome {
+    let window = client.prepare(stream).step("prepare")?;
+    client.begin(stream, window).step("begin")?;
+    // Nothing was warmed: the recorded run needs a page the pool lacks.
+    let grow = client
+        .allocate(stream, 32 << 20)
+        .step("allocate while recording")?;
+    for target in targets {
+        let n = u32::try_from(target.len() / 4).unwrap_or(u32::MAX);
+        client
+            .run_builtin(stream, Builtin::Fill, &[target], n, 9.0)
+            .step("recorded fill")?;
+    }
+    let err = refused(client.instantiate(stream, window), "instantiate")?;
+    ensure!(
+        matches!(err.root(), Error::AllocationWhileRecording(_)),
+        "refused for {err}, expected the allocation"
+    );
+    drop(grow);
     Ok(())
 }

@@ -1,53 +1,35 @@
 //! Graph lifetimes and refusals: what is claimed, what is pinned, what is
 //! released and when.
 
-use capture_core::{Builtin, Builtins, Error, GraphDriver};
+use capture_core::{Builtin, Builtins, Error, GraphDriver, GraphId};
 
 use crate::ensure;
 use crate::session::Session;
 use crate::support::{
-    Outcome, SENTINEL, Step, back_to, expect_all, expect_claimed, in_use, refused, usable,
+    Fixture, N, NU, Outcome, SENTINEL, Step, back_to, claim_by_refused_window, expect_all,
+    expect_claimed, in_use, refused, usable,
 };
-
-const N: u32 = 100;
-const NU: usize = N as usize;
 
 /// A capture that needs a new page mid-recording is refused, its written
 /// set claimed, and the stream captures fine right after.
 pub fn rule_07_page_allocated_while_recording_is_refused<D: GraphDriver + Builtins>(
     session: &Session<D>,
 ) -> Outcome {
-    let client = session.client();
-    let stream = client.create_stream().step("stream")?;
-    let x = client.create_f32(stream, &[1.0; NU]).step("x")?;
-    let window = client.prepare(stream).step("prepare")?;
-    client.begin(stream, window).step("begin")?;
-    // Nothing was warmed: the recorded run needs a page the pool lacks.
-    let big = client
-        .allocate(stream, 32 << 20)
-        .step("allocate while recording")?;
-    client
-        .run_builtin(stream, Builtin::Fill, &[&x], N, 3.0)
-        .step("recorded fill")?;
-    let err = refused(client.instantiate(stream, window), "instantiate")?;
-    ensure!(
-        matches!(err.root(), Error::AllocationWhileRecording(_)),
-        "refused for {err}, expected the allocation"
-    );
+    let fx = Fixture::new(session.client())?;
+    let (client, stream, x) = (&fx.client, fx.stream, &fx.x);
+    claim_by_refused_window(client, stream, &[x])?;
     ensure!(client.live_graphs() == 0, "no graph came out");
-    expect_claimed(&client, &x, "allocated while", "the refused graph's output")?;
-    drop(big);
+    expect_claimed(client, x, "allocated while", "the refused graph's output")?;
     // The same capture, warmed, works.
     let (graph, ()) = client
         .capture(stream, |_| {
-            let big = client.allocate(stream, 32 << 20)?;
-            drop(big);
-            client.run_builtin(stream, Builtin::Fill, &[&x], N, 3.0)
+            drop(client.allocate(stream, 32 << 20)?);
+            client.run_builtin(stream, Builtin::Fill, &[x], N, 3.0)
         })
         .step("warmed capture")?;
-    client.write_f32(&x, &[0.0; NU]).step("reset")?;
+    client.write_f32(x, &[0.0; NU]).step("reset")?;
     client.replay(&graph).step("replay")?;
-    expect_all(&client, &x, 3.0, "replay of the warmed capture")
+    fx.expect_x(3.0, "replay of the warmed capture")
 }
 
 /// A launch inside the window on a claimed input dooms the window, and the
@@ -55,23 +37,12 @@ pub fn rule_07_page_allocated_while_recording_is_refused<D: GraphDriver + Builti
 pub fn rule_05_claimed_input_dooms_the_window<D: GraphDriver + Builtins>(
     session: &Session<D>,
 ) -> Outcome {
-    let client = session.client();
-    let stream = client.create_stream().step("stream")?;
-    let poisoned = client.create_f32(stream, &[1.0; NU]).step("poisoned")?;
-    let out = client.create_f32(stream, &[0.0; NU]).step("out")?;
-    // Claim `poisoned` with a refused window that was to write it.
+    let fx = Fixture::new(session.client())?;
+    let (client, stream, poisoned, out) = (&fx.client, fx.stream, &fx.one, &fx.x);
+    claim_by_refused_window(client, stream, &[poisoned])?;
     let window = client.prepare(stream).step("prepare")?;
     client.begin(stream, window).step("begin")?;
-    let grow = client.allocate(stream, 32 << 20).step("grow")?;
-    client
-        .run_builtin(stream, Builtin::Fill, &[&poisoned], N, 2.0)
-        .step("fill")?;
-    refused(client.instantiate(stream, window), "first instantiate")?;
-    drop(grow);
-
-    let window = client.prepare(stream).step("prepare")?;
-    client.begin(stream, window).step("begin")?;
-    let launch = client.run_builtin(stream, Builtin::Copy, &[&poisoned, &out], N, 0.0);
+    let launch = client.run_builtin(stream, Builtin::Copy, &[poisoned, out], N, 0.0);
     ensure!(
         launch.is_err(),
         "a launch reading a claimed buffer is not run"
@@ -84,50 +55,38 @@ pub fn rule_05_claimed_input_dooms_the_window<D: GraphDriver + Builtins>(
         text.contains("allocated while"),
         "the original cause is carried: {text}"
     );
-    expect_claimed(
-        &client,
-        &out,
-        "allocated while",
-        "the doomed window's output",
-    )?;
-    usable(&client, stream)
+    expect_claimed(client, out, "allocated while", "the doomed window's output")?;
+    usable(client, stream)
 }
 
 /// Every refusal claims what the never-run work would have written; a good
-/// write clears the claim.
+/// write or launch clears the claim.
 pub fn rule_09_refusal_claims_the_written_set<D: GraphDriver + Builtins>(
     session: &Session<D>,
 ) -> Outcome {
-    let client = session.client();
-    let stream = client.create_stream().step("stream")?;
-    let a = client.create_f32(stream, &[1.0; NU]).step("a")?;
+    let fx = Fixture::new(session.client())?;
+    let (client, stream, a, read_only) = (&fx.client, fx.stream, &fx.x, &fx.one);
     let b = client.create_f32(stream, &[1.0; NU]).step("b")?;
-    let untouched = client.create_f32(stream, &[1.0; NU]).step("untouched")?;
     let window = client.prepare(stream).step("prepare")?;
     client.begin(stream, window).step("begin")?;
     client
-        .run_builtin(stream, Builtin::Add, &[&a, &untouched], N, 0.0)
+        .run_builtin(stream, Builtin::Add, &[a, read_only], N, 0.0)
         .step("add")?;
     client
-        .run_builtin(stream, Builtin::Axpy, &[&untouched, &b], N, 1.0)
+        .run_builtin(stream, Builtin::Axpy, &[read_only, &b], N, 1.0)
         .step("axpy")?;
     let grow = client.allocate(stream, 32 << 20).step("grow")?;
     refused(client.instantiate(stream, window), "instantiate")?;
     drop(grow);
-    expect_claimed(&client, &a, "allocated while", "a")?;
-    expect_claimed(&client, &b, "allocated while", "b")?;
-    expect_all(
-        &client,
-        &untouched,
-        1.0,
-        "a buffer only read stays readable",
-    )?;
-    client.write_f32(&a, &[7.0; NU]).step("rewrite a")?;
-    expect_all(&client, &a, 7.0, "a good write clears the claim")?;
+    expect_claimed(client, a, "allocated while", "a")?;
+    expect_claimed(client, &b, "allocated while", "b")?;
+    expect_all(client, read_only, 1.0, "a buffer only read stays readable")?;
+    client.write_f32(a, &[7.0; NU]).step("rewrite a")?;
+    fx.expect_x(7.0, "a good write clears the claim")?;
     client
         .run_builtin(stream, Builtin::Fill, &[&b], N, 8.0)
         .step("fill b")?;
-    expect_all(&client, &b, 8.0, "a good launch clears the claim")?;
+    expect_all(client, &b, 8.0, "a good launch clears the claim")?;
     ensure!(
         client.claimed_buffers() == 0,
         "{} claims left",
@@ -140,26 +99,19 @@ pub fn rule_09_refusal_claims_the_written_set<D: GraphDriver + Builtins>(
 pub fn rule_11_replay_of_a_destroyed_graph_is_refused<D: GraphDriver + Builtins>(
     session: &Session<D>,
 ) -> Outcome {
-    let client = session.client();
-    let stream = client.create_stream().step("stream")?;
-    let x = client.create_f32(stream, &[0.0; NU]).step("x")?;
-    let one = client.create_f32(stream, &[1.0; NU]).step("one")?;
-    let (graph, ()) = client
-        .capture(stream, |_| {
-            client.run_builtin(stream, Builtin::Add, &[&x, &one], N, 0.0)
-        })
-        .step("capture")?;
-    client.destroy(&graph).step("destroy")?;
-    let err = refused(client.replay(&graph), "replay after destroy")?;
+    let fx = Fixture::new(session.client())?;
+    let graph = fx.capture_add()?;
+    fx.client.destroy(&graph).step("destroy")?;
+    let err = refused(fx.client.replay(&graph), "replay after destroy")?;
     ensure!(matches!(err, Error::UnknownGraph(_)), "got {err}");
     let err = refused(
-        client.replay_id(capture_core::GraphId(123_456)),
+        fx.client.replay_id(GraphId(123_456)),
         "replay of a made-up id",
     )?;
     ensure!(matches!(err, Error::UnknownGraph(_)), "got {err}");
-    expect_all(&client, &x, 1.0, "nothing was enqueued")?;
+    fx.expect_x(1.0, "nothing was enqueued")?;
     ensure!(
-        client.claimed_buffers() == 0,
+        fx.client.claimed_buffers() == 0,
         "an unknown graph claims nothing"
     );
     Ok(())
@@ -169,14 +121,9 @@ pub fn rule_11_replay_of_a_destroyed_graph_is_refused<D: GraphDriver + Builtins>
 pub fn rule_13_double_destroy_is_a_no_op<D: GraphDriver + Builtins>(
     session: &Session<D>,
 ) -> Outcome {
-    let client = session.client();
-    let stream = client.create_stream().step("stream")?;
-    let x = client.create_f32(stream, &[0.0; NU]).step("x")?;
-    let (graph, ()) = client
-        .capture(stream, |_| {
-            client.run_builtin(stream, Builtin::Fill, &[&x], N, 1.0)
-        })
-        .step("capture")?;
+    let fx = Fixture::new(session.client())?;
+    let client = &fx.client;
+    let graph = fx.capture_add()?;
     let clone = graph.clone();
     client.destroy(&graph).step("destroy")?;
     client.destroy(&graph).step("destroy again")?;
@@ -187,18 +134,14 @@ pub fn rule_13_double_destroy_is_a_no_op<D: GraphDriver + Builtins>(
         "graphs left: {}",
         client.live_graphs()
     );
-    let (graph, ()) = client
-        .capture(stream, |_| {
-            client.run_builtin(stream, Builtin::Fill, &[&x], N, 2.0)
-        })
-        .step("capture")?;
+    let graph = fx.capture_add()?;
     ensure!(client.live_graphs() == 1, "one graph");
     drop(graph);
     ensure!(
         client.live_graphs() == 0,
         "dropping the last handle destroys the graph"
     );
-    usable(&client, stream)
+    usable(client, fx.stream)
 }
 
 /// Destroy while replays are in flight: the stream is synced first, the
@@ -234,22 +177,21 @@ pub fn rule_13_destroy_while_replay_in_flight<D: GraphDriver + Builtins>(
 
 /// Destroy releases the graph's pins and the info entries only it pinned.
 pub fn rule_13_destroy_releases_pins<D: GraphDriver + Builtins>(session: &Session<D>) -> Outcome {
-    let client = session.client();
-    let stream = client.create_stream().step("stream")?;
-    let x = client.create_f32(stream, &[0.0; NU]).step("x")?;
-    let baseline = in_use(&client, stream)?;
+    let fx = Fixture::new(session.client())?;
+    let (client, stream) = (&fx.client, fx.stream);
+    let baseline = in_use(client, stream)?;
     let info_before = client.usage(stream).step("usage")?.info_entries;
     let (graph, ()) = client
         .capture(stream, |_| {
             let tmp = client.allocate(stream, 4096)?;
             client.run_builtin(stream, Builtin::Fill, &[&tmp], 1024, 1.0)?;
-            client.run_builtin(stream, Builtin::Fill, &[&x], 77, 4.25)
+            client.run_builtin(stream, Builtin::Fill, &[&fx.x], 77, 4.25)
         })
         .step("capture")?;
-    let pinned = in_use(&client, stream)?;
+    let pinned = in_use(client, stream)?;
     ensure!(pinned.0 > baseline.0, "the graph pins its intermediate");
     client.destroy(&graph).step("destroy")?;
-    back_to(&client, stream, baseline, "after destroy")?;
+    back_to(client, stream, baseline, "after destroy")?;
     let info_after = client.usage(stream).step("usage")?.info_entries;
     ensure!(
         info_after == info_before,
@@ -263,20 +205,15 @@ pub fn rule_13_destroy_releases_pins<D: GraphDriver + Builtins>(session: &Sessio
 pub fn shared_info_entries_outlive_one_graph<D: GraphDriver + Builtins>(
     session: &Session<D>,
 ) -> Outcome {
-    let client = session.client();
-    let stream = client.create_stream().step("stream")?;
-    let x = client.create_f32(stream, &[0.0; NU]).step("x")?;
+    let fx = Fixture::new(session.client())?;
+    let (client, stream) = (&fx.client, fx.stream);
     let y = client.create_f32(stream, &[0.0; NU]).step("y")?;
-    let one = client.create_f32(stream, &[1.0; NU]).step("one")?;
-    let capture = |target| {
-        client
-            .capture(stream, |_| {
-                client.run_builtin(stream, Builtin::Add, &[target, &one], N, 0.0)
-            })
-            .step("capture")
-    };
-    let (first, ()) = capture(&x)?;
-    let (second, ()) = capture(&y)?;
+    let first = fx.capture_add()?;
+    let (second, ()) = client
+        .capture(stream, |_| {
+            client.run_builtin(stream, Builtin::Add, &[&y, &fx.one], N, 0.0)
+        })
+        .step("second capture")?;
     client.destroy(&first).step("destroy first")?;
     // Allocations that could land on a freed info slice, filled with junk.
     let junk: Vec<_> = (0..8)
@@ -285,7 +222,7 @@ pub fn shared_info_entries_outlive_one_graph<D: GraphDriver + Builtins>(
         .step("junk")?;
     for k in 1..=3u8 {
         client.replay(&second).step("replay second")?;
-        expect_all(&client, &y, 1.0 + f32::from(k), "the surviving graph")?;
+        expect_all(client, &y, 1.0 + f32::from(k), "the surviving graph")?;
     }
     drop(junk);
     Ok(())
@@ -296,62 +233,42 @@ pub fn shared_info_entries_outlive_one_graph<D: GraphDriver + Builtins>(
 pub fn destroy_during_recording_is_deferred<D: GraphDriver + Builtins>(
     session: &Session<D>,
 ) -> Outcome {
-    let client = session.client();
-    let stream = client.create_stream().step("stream")?;
-    let x = client.create_f32(stream, &[0.0; NU]).step("x")?;
-    let one = client.create_f32(stream, &[1.0; NU]).step("one")?;
-    let (old, ()) = client
-        .capture(stream, |_| {
-            client.run_builtin(stream, Builtin::Add, &[&x, &one], N, 0.0)
-        })
-        .step("first capture")?;
+    let fx = Fixture::new(session.client())?;
+    let (client, stream) = (&fx.client, fx.stream);
+    let old = fx.capture_add()?;
     let window = client.prepare(stream).step("prepare")?;
-    client
-        .run_builtin(stream, Builtin::Add, &[&x, &one], N, 0.0)
-        .step("warmup")?;
+    fx.add().step("warmup")?;
     client.begin(stream, window).step("begin")?;
     drop(old);
     ensure!(
         client.live_graphs() == 1,
         "the destroy waits for the window"
     );
-    client
-        .run_builtin(stream, Builtin::Add, &[&x, &one], N, 0.0)
-        .step("recorded")?;
+    fx.add().step("recorded")?;
     let graph = client.instantiate(stream, window).step("instantiate")?;
     ensure!(
         client.live_graphs() == 1,
         "the deferred destroy ran at the close"
     );
     client.replay(&graph).step("replay")?;
-    expect_all(&client, &x, 3.0, "warmups and one replay")
+    fx.expect_x(3.0, "warmups and one replay")
 }
 
 /// A graph whose input is claimed refuses to replay rather than compute
 /// from stale bytes, and claims its outputs; a good write revives it.
 pub fn claimed_input_refuses_replay<D: GraphDriver + Builtins>(session: &Session<D>) -> Outcome {
-    let client = session.client();
-    let stream = client.create_stream().step("stream")?;
-    let input = client.create_f32(stream, &[2.0; NU]).step("input")?;
-    let output = client.create_f32(stream, &[0.0; NU]).step("output")?;
+    let fx = Fixture::new(session.client())?;
+    let (client, stream, input, output) = (&fx.client, fx.stream, &fx.one, &fx.x);
     let (graph, ()) = client
         .capture(stream, |_| {
-            client.run_builtin(stream, Builtin::Copy, &[&input, &output], N, 0.0)
+            client.run_builtin(stream, Builtin::Copy, &[input, output], N, 0.0)
         })
         .step("capture")?;
-    // Claim the input with a refused window that was to write it.
-    let window = client.prepare(stream).step("prepare")?;
-    client.begin(stream, window).step("begin")?;
-    let grow = client.allocate(stream, 32 << 20).step("grow")?;
-    client
-        .run_builtin(stream, Builtin::Fill, &[&input], N, 9.0)
-        .step("fill")?;
-    refused(client.instantiate(stream, window), "instantiate")?;
-    drop(grow);
+    claim_by_refused_window(client, stream, &[input])?;
     let err = refused(client.replay(&graph), "replay over a claimed input")?;
     ensure!(matches!(err, Error::Claimed { .. }), "got {err}");
-    expect_claimed(&client, &output, "allocated while", "the output")?;
-    client.write_f32(&input, &[5.0; NU]).step("rewrite input")?;
+    expect_claimed(client, output, "allocated while", "the output")?;
+    client.write_f32(input, &[5.0; NU]).step("rewrite input")?;
     client.replay(&graph).step("replay")?;
-    expect_all(&client, &output, 5.0, "replay after the rewrite")
+    fx.expect_x(5.0, "replay after the rewrite")
 }

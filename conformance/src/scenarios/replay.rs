@@ -5,10 +5,7 @@ use capture_core::{Buffer, Builtin, Builtins, Client, Error, GraphDriver, Pass, 
 
 use crate::ensure;
 use crate::session::Session;
-use crate::support::{Outcome, SENTINEL, Step, expect, expect_all, ramp};
-
-const N: u32 = 100;
-const NU: usize = N as usize;
+use crate::support::{Fixture, N, NU, Outcome, SENTINEL, Step, expect, expect_all, ramp};
 
 /// fill, axpy, copy, add on three buffers: the same on every backend.
 fn sequence<D: GraphDriver + Builtins>(
@@ -57,28 +54,19 @@ pub fn replay_matches_eager<D: GraphDriver + Builtins>(session: &Session<D>) -> 
 pub fn replay_count_visible_in_add_chain<D: GraphDriver + Builtins>(
     session: &Session<D>,
 ) -> Outcome {
-    let client = session.client();
-    let stream = client.create_stream().step("stream")?;
-    let x = client.create_f32(stream, &[0.0; NU]).step("x")?;
-    let y = client.create_f32(stream, &[1.0; NU]).step("y")?;
-    let window = client.prepare(stream).step("prepare")?;
-    client
-        .run_builtin(stream, Builtin::Add, &[&x, &y], N, 0.0)
-        .step("warmup")?;
-    client.begin(stream, window).step("begin")?;
-    client
-        .run_builtin(stream, Builtin::Add, &[&x, &y], N, 0.0)
-        .step("recorded add")?;
-    let graph = client.instantiate(stream, window).step("instantiate")?;
-    expect_all(&client, &x, 1.0, "the recorded run did not execute")?;
+    let fx = Fixture::new(session.client())?;
+    let window = fx.client.prepare(fx.stream).step("prepare")?;
+    fx.add().step("warmup")?;
+    fx.client.begin(fx.stream, window).step("begin")?;
+    fx.add().step("recorded add")?;
+    let graph = fx
+        .client
+        .instantiate(fx.stream, window)
+        .step("instantiate")?;
+    fx.expect_x(1.0, "the recorded run did not execute")?;
     for k in 1..=5u8 {
-        client.replay(&graph).step("replay")?;
-        expect_all(
-            &client,
-            &x,
-            1.0 + f32::from(k),
-            &format!("after {k} replays"),
-        )?;
+        fx.client.replay(&graph).step("replay")?;
+        fx.expect_x(1.0 + f32::from(k), &format!("after {k} replays"))?;
     }
     Ok(())
 }
@@ -116,15 +104,13 @@ pub fn input_rewritten_between_replays_is_read_fresh<D: GraphDriver + Builtins>(
 pub fn one_call_capture_warms_up_then_records<D: GraphDriver + Builtins>(
     session: &Session<D>,
 ) -> Outcome {
-    let client = session.client();
-    let stream = client.create_stream().step("stream")?;
-    let x = client.create_f32(stream, &[0.0; NU]).step("x")?;
-    let one = client.create_f32(stream, &[1.0; NU]).step("one")?;
+    let fx = Fixture::new(session.client())?;
     let mut passes = Vec::new();
-    let (graph, last) = client
-        .capture(stream, |pass| {
+    let (graph, last) = fx
+        .client
+        .capture(fx.stream, |pass| {
             passes.push(pass);
-            client.run_builtin(stream, Builtin::Add, &[&x, &one], N, 0.0)?;
+            fx.add()?;
             Ok(pass)
         })
         .step("capture")?;
@@ -136,9 +122,9 @@ pub fn one_call_capture_warms_up_then_records<D: GraphDriver + Builtins>(
         last == Pass::Record,
         "the value returned is the recorded pass's"
     );
-    expect_all(&client, &x, 1.0, "only the warmup executed")?;
-    client.replay(&graph).step("replay")?;
-    expect_all(&client, &x, 2.0, "replay executed the recording")
+    fx.expect_x(1.0, "only the warmup executed")?;
+    fx.client.replay(&graph).step("replay")?;
+    fx.expect_x(2.0, "replay executed the recording")
 }
 
 /// A host write recorded in the window replays its bytes every time, even

@@ -4,10 +4,7 @@ use capture_core::{Buffer, Builtin, Builtins, Config, GraphDriver};
 
 use crate::ensure;
 use crate::session::Session;
-use crate::support::{Outcome, Step, expect, expect_all, in_use, ramp, usable};
-
-const N: u32 = 100;
-const NU: usize = N as usize;
+use crate::support::{Fixture, N, NU, Outcome, Step, expect, expect_all, in_use, ramp, usable};
 
 /// Another stream's eager work during a window is neither recorded nor
 /// blocked.
@@ -139,11 +136,9 @@ pub fn rule_16_thousand_replays_keep_usage_flat<D: GraphDriver + Builtins>(
 /// fourth works another stream. (CUDA and HIP capture in relaxed mode for
 /// exactly this.)
 pub fn capture_across_threads<D: GraphDriver + Builtins>(session: &Session<D>) -> Outcome {
-    let client = session.client();
-    let stream = client.create_stream().step("stream")?;
+    let fx = Fixture::new(session.client())?;
+    let (client, stream) = (&fx.client, fx.stream);
     let other = client.create_stream().step("other stream")?;
-    let x = client.create_f32(stream, &[0.0; NU]).step("x")?;
-    let one = client.create_f32(stream, &[1.0; NU]).step("one")?;
     let on_thread = |f: &(dyn Fn() -> Outcome + Sync)| {
         std::thread::scope(|scope| {
             scope
@@ -156,13 +151,9 @@ pub fn capture_across_threads<D: GraphDriver + Builtins>(session: &Session<D>) -
         .map_err(|_| "prepare panicked".to_string())?
         .step("prepare on thread 1")?;
     on_thread(&|| {
-        client
-            .run_builtin(stream, Builtin::Add, &[&x, &one], N, 0.0)
-            .step("warmup on thread 2")?;
+        fx.add().step("warmup on thread 2")?;
         client.begin(stream, window).step("begin on thread 2")?;
-        client
-            .run_builtin(stream, Builtin::Add, &[&x, &one], N, 0.0)
-            .step("record on thread 2")
+        fx.add().step("record on thread 2")
     })?;
     let busy = std::thread::scope(|scope| {
         let worker = scope.spawn(|| -> Outcome {
@@ -173,7 +164,7 @@ pub fn capture_across_threads<D: GraphDriver + Builtins>(session: &Session<D>) -
                     .run_builtin(other, Builtin::Add, &[&y, &two], N, 0.0)
                     .step("other stream")?;
             }
-            expect_all(&client, &y, 100.0, "the other stream, meanwhile")
+            expect_all(client, &y, 100.0, "the other stream, meanwhile")
         });
         let graph = client
             .instantiate(stream, window)
@@ -186,5 +177,5 @@ pub fn capture_across_threads<D: GraphDriver + Builtins>(session: &Session<D>) -
             .unwrap_or_else(|_| Err("the worker panicked".into()))
     });
     busy?;
-    expect_all(&client, &x, 5.0, "warmup and four replays")
+    fx.expect_x(5.0, "warmup and four replays")
 }

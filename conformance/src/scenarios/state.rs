@@ -5,10 +5,9 @@ use capture_core::{Access, Builtin, Builtins, Config, Error, GraphDriver, Stream
 
 use crate::ensure;
 use crate::session::Session;
-use crate::support::{Outcome, Step, back_to, expect, expect_all, in_use, ramp, refused, usable};
-
-const N: u32 = 100;
-const NU: usize = N as usize;
+use crate::support::{
+    Fixture, N, NU, Outcome, Step, back_to, expect, expect_all, in_use, ramp, refused, usable,
+};
 
 /// `begin` before `prepare`, a second `prepare`, `instantiate` with no
 /// window, `begin` twice: each refused, state unchanged, and the right call
@@ -16,10 +15,8 @@ const NU: usize = N as usize;
 pub fn rule_01_out_of_order_calls_change_nothing<D: GraphDriver + Builtins>(
     session: &Session<D>,
 ) -> Outcome {
-    let client = session.client();
-    let stream = client.create_stream().step("stream")?;
-    let x = client.create_f32(stream, &[0.0; NU]).step("x")?;
-    let one = client.create_f32(stream, &[1.0; NU]).step("one")?;
+    let fx = Fixture::new(session.client())?;
+    let (client, stream) = (&fx.client, fx.stream);
 
     let err = refused(client.begin(stream, WindowId(999)), "begin before prepare")?;
     ensure!(
@@ -40,7 +37,7 @@ pub fn rule_01_out_of_order_calls_change_nothing<D: GraphDriver + Builtins>(
         ),
         "got {err}"
     );
-    usable(&client, stream)?;
+    usable(client, stream)?;
 
     let window = client.prepare(stream).step("prepare")?;
     let err = refused(client.prepare(stream), "second prepare")?;
@@ -59,22 +56,18 @@ pub fn rule_01_out_of_order_calls_change_nothing<D: GraphDriver + Builtins>(
         "begin of another window",
     )?;
     ensure!(matches!(err, Error::OutOfOrder { .. }), "got {err}");
-    client
-        .run_builtin(stream, Builtin::Add, &[&x, &one], N, 0.0)
-        .step("warmup")?;
+    fx.add().step("warmup")?;
     client.begin(stream, window).step("the expected begin")?;
     let err = refused(client.begin(stream, window), "begin twice")?;
     ensure!(matches!(err, Error::OutOfOrder { .. }), "got {err}");
     let err = refused(client.prepare(stream), "prepare while recording")?;
     ensure!(matches!(err, Error::OutOfOrder { .. }), "got {err}");
-    client
-        .run_builtin(stream, Builtin::Add, &[&x, &one], N, 0.0)
-        .step("recorded")?;
+    fx.add().step("recorded")?;
     let graph = client
         .instantiate(stream, window)
         .step("the expected instantiate")?;
     client.replay(&graph).step("replay")?;
-    expect_all(&client, &x, 2.0, "warmup + one replay")
+    fx.expect_x(2.0, "warmup + one replay")
 }
 
 /// A window closed from `Prepared` (warmup failed, `begin` never ran)
@@ -193,25 +186,15 @@ pub fn rule_06_foreign_close_yields_no_graph<D: GraphDriver + Builtins>(
 pub fn rule_08_host_sync_refused_while_recording<D: GraphDriver + Builtins>(
     session: &Session<D>,
 ) -> Outcome {
-    let client = session.client();
-    let stream = client.create_stream().step("stream")?;
-    let x = client.create_f32(stream, &[1.0; NU]).step("x")?;
-    let one = client.create_f32(stream, &[1.0; NU]).step("one")?;
-    let (earlier, ()) = client
-        .capture(stream, |_| {
-            client.run_builtin(stream, Builtin::Add, &[&x, &one], N, 0.0)
-        })
-        .step("first capture")?;
+    let fx = Fixture::new(session.client())?;
+    let (client, stream) = (&fx.client, fx.stream);
+    let earlier = fx.capture_add()?;
     let window = client.prepare(stream).step("prepare")?;
-    expect_all(&client, &x, 2.0, "reads are fine during warmup")?;
-    client
-        .run_builtin(stream, Builtin::Add, &[&x, &one], N, 0.0)
-        .step("warmup")?;
+    fx.expect_x(1.0, "reads are fine during warmup")?;
+    fx.add().step("warmup")?;
     client.begin(stream, window).step("begin")?;
-    client
-        .run_builtin(stream, Builtin::Add, &[&x, &one], N, 0.0)
-        .step("recorded")?;
-    let err = refused(client.read(&x), "read while recording")?;
+    fx.add().step("recorded")?;
+    let err = refused(client.read(&fx.x), "read while recording")?;
     ensure!(matches!(err, Error::SyncWhileRecording(_)), "got {err}");
     let err = refused(client.sync(stream), "sync while recording")?;
     ensure!(matches!(err, Error::SyncWhileRecording(_)), "got {err}");
@@ -220,9 +203,9 @@ pub fn rule_08_host_sync_refused_while_recording<D: GraphDriver + Builtins>(
     let graph = client
         .instantiate(stream, window)
         .step("instantiate after refusals")?;
-    expect_all(&client, &x, 3.0, "after the window")?;
+    fx.expect_x(2.0, "after the window")?;
     client.replay(&graph).step("replay")?;
-    expect_all(&client, &x, 4.0, "after one replay")
+    fx.expect_x(3.0, "after one replay")
 }
 
 /// Empty, oversized and mis-sized buffers, bad launches, foreign buffers
