@@ -38,17 +38,6 @@ enum Step {
     Fault { primitive: usize, k: u8 },
 }
 
-const PRIMITIVES: [Primitive; 8] = [
-    Primitive::Begin,
-    Primitive::Instantiate,
-    Primitive::Replay,
-    Primitive::Upload,
-    Primitive::Allocate,
-    Primitive::Launch,
-    Primitive::Copy,
-    Primitive::Fence,
-];
-
 fn step() -> impl Strategy<Value = Step> {
     let idx = 0usize..64;
     prop_oneof![
@@ -387,7 +376,7 @@ impl Model {
                     prop_assert!(matches!(result, Err(Error::SyncWhileRecording(_))));
                 }
             }
-            Step::Fault { primitive, k } => plan.fail(PRIMITIVES[primitive], u64::from(k)),
+            Step::Fault { primitive, k } => plan.fail(Primitive::ALL[primitive], u64::from(k)),
         }
         self.check_phases()
     }

@@ -45,6 +45,16 @@ impl TestStream {
     }
 }
 
+fn copy(src: &Page, src_offset: u64, dst: &Page, dst_offset: u64, len: u64) -> Op {
+    (
+        src.clone(),
+        src_offset as usize,
+        dst.clone(),
+        dst_offset as usize,
+        len as usize,
+    )
+}
+
 fn page(bytes: u64) -> Page {
     Arc::new(Mutex::new(vec![0; bytes as usize]))
 }
@@ -101,14 +111,7 @@ impl Driver for TestDriver {
         src: HostSlice<'_, Self>,
         dst: DeviceSlice<'_, Self>,
     ) -> Result<(), DriverError> {
-        let op = (
-            src.page.clone(),
-            src.offset as usize,
-            dst.page.clone(),
-            dst.offset as usize,
-            src.len as usize,
-        );
-        stream.issue(op);
+        stream.issue(copy(src.page, src.offset, dst.page, dst.offset, src.len));
         Ok(())
     }
     fn copy_to_host(
@@ -116,27 +119,20 @@ impl Driver for TestDriver {
         src: DeviceSlice<'_, Self>,
         dst: HostSlice<'_, Self>,
     ) -> Result<(), DriverError> {
-        let op = (
-            src.page.clone(),
-            src.offset as usize,
-            dst.page.clone(),
-            dst.offset as usize,
-            src.len as usize,
-        );
-        stream.issue(op);
+        stream.issue(copy(src.page, src.offset, dst.page, dst.offset, src.len));
         Ok(())
     }
     /// The test kernel copies its first binding into its second.
     fn launch(stream: &mut TestStream, launch: Launch<'_, Self>) -> Result<(), DriverError> {
         if let [src, dst, ..] = launch.bindings {
-            let op = (
-                src.slice.page.clone(),
-                src.slice.offset as usize,
-                dst.slice.page.clone(),
-                dst.slice.offset as usize,
-                src.slice.len.min(dst.slice.len) as usize,
-            );
-            stream.issue(op);
+            let (src, dst) = (src.slice, dst.slice);
+            stream.issue(copy(
+                src.page,
+                src.offset,
+                dst.page,
+                dst.offset,
+                src.len.min(dst.len),
+            ));
         }
         Ok(())
     }

@@ -34,7 +34,8 @@ pub enum Primitive {
 }
 
 impl Primitive {
-    const ALL: [Primitive; 8] = [
+    /// Every primitive, in a fixed order.
+    pub const ALL: [Primitive; 8] = [
         Primitive::Begin,
         Primitive::Instantiate,
         Primitive::Replay,
