@@ -96,6 +96,11 @@ pub(crate) fn begin(stream: &mut HipStream) -> Result<(), DriverError> {
     }
     let api = stream.device.api;
     stream.device.make_current(OP)?;
+    // Marks the end of the work issued before the capture, which is the
+    // point a signal asked for while recording stands for (see
+    // `HipStream::signal`); the last signal handed out may lie before
+    // launches issued since, which a fence on it would not wait for.
+    stream.signal()?;
     // SAFETY: the stream is live and not capturing; the mode is a documented one.
     let code = unsafe { (api.stream_begin_capture)(stream.raw(), ffi::CAPTURE_MODE_RELAXED) };
     error::check(api, OP, code)?;

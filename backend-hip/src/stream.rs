@@ -101,8 +101,9 @@ impl HipStream {
         const OP: &str = "signal";
         if self.capturing {
             // Recorded work only runs at replay, so the stream's real work
-            // ends where the capture began: the last signal marks it. Recording
-            // an event here would put an event node into the graph instead.
+            // ends where the capture began: `begin` recorded the last signal
+            // just before opening it. Recording an event here would put an
+            // event node into the graph instead.
             return Ok(HipSignal {
                 stream: self.id,
                 seq: self.last_seq,

@@ -190,7 +190,9 @@ fn run_scenario(library: &Path, log: &Path) {
         )]
     );
 
-    // A capture in relaxed mode; signals inside it record nothing; the graph
+    // A capture in relaxed mode, opened behind an event that marks the work
+    // issued before it (the two launches above came after the last signal);
+    // signals inside it record nothing and stand for that event; the graph
     // is instantiated after the capture closed and destroyed right after.
     Hip::begin(&mut stream).unwrap_or_else(|e| panic!("{e}"));
     assert!(
@@ -199,16 +201,24 @@ fn run_scenario(library: &Path, log: &Path) {
     );
     Hip::launch(&mut stream, launch(&add)).unwrap_or_else(|e| panic!("{e}"));
     let inside = Hip::signal(&mut stream).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(
+    assert_ne!(
         inside, signal,
-        "a signal inside a capture marks where it began"
+        "a signal inside a capture covers the work issued since the last one"
     );
+    assert_eq!(
+        Hip::signal(&mut stream).unwrap_or_else(|e| panic!("{e}")),
+        inside,
+        "every signal inside a capture marks where it began"
+    );
+    Hip::fence(&mut stream, inside).unwrap_or_else(|e| panic!("{e}"));
     let exec = Hip::instantiate(&mut stream, None).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         names(&calls.take()),
         [
+            "hipEventRecord",
             "hipStreamBeginCapture",
             "hipModuleLaunchKernel",
+            "hipEventSynchronize",
             "hipStreamEndCapture",
             "hipGraphInstantiate",
             "hipGraphDestroy"
@@ -232,6 +242,7 @@ fn run_scenario(library: &Path, log: &Path) {
     assert_eq!(
         calls.take(),
         [
+            "hipEventRecord",
             "hipStreamBeginCapture mode=2",
             "hipStreamEndCapture",
             "hipGraphDestroy"
@@ -252,6 +263,7 @@ fn run_scenario(library: &Path, log: &Path) {
         assert_eq!(
             names(&calls.take()),
             [
+                "hipEventRecord",
                 "hipStreamBeginCapture",
                 "hipStreamEndCapture",
                 "hipGraphDestroy"
@@ -269,6 +281,7 @@ fn run_scenario(library: &Path, log: &Path) {
     assert_eq!(
         names(&dropped),
         [
+            "hipEventRecord",
             "hipStreamBeginCapture",
             "hipFree",
             "hipHostFree",
