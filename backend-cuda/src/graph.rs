@@ -158,16 +158,20 @@ fn refuse_memory_nodes(captured: &CapturedGraph) -> Result<(), DriverError> {
         sys::cuGraphGetNodes(captured.0, nodes.as_mut_ptr(), &mut count)
     })?;
     nodes.truncate(count);
+    // Read as the enum's underlying integer: a node type newer than cudarc's
+    // bindings, written into the Rust enum, would be an invalid value.
+    let alloc = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC as u32;
+    let free = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE as u32;
     let mut memory_nodes = 0usize;
     for node in nodes {
-        let mut kind = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
-        // SAFETY: the node belongs to the live graph; `kind` is a valid place.
-        check(OP, unsafe { sys::cuGraphNodeGetType(node, &mut kind) })?;
-        if matches!(
-            kind,
-            sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC
-                | sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE
-        ) {
+        let mut kind = u32::MAX;
+        // SAFETY: the node belongs to the live graph; `kind` is a valid place
+        // for the driver's `CUgraphNodeType`, a C enum that cudarc declares
+        // `#[repr(u32)]`, so the pointer cast changes no size or alignment.
+        check(OP, unsafe {
+            sys::cuGraphNodeGetType(node, (&raw mut kind).cast::<sys::CUgraphNodeType>())
+        })?;
+        if kind == alloc || kind == free {
             memory_nodes += 1;
         }
     }

@@ -188,6 +188,76 @@ mod tests {
             );
         }
         assert_eq!(PTX.matches(".visible .entry").count(), Builtin::ALL.len());
+        assert!(PTX.contains(".version 7.0\n.target sm_52\n.address_size 64\n"));
+    }
+
+    /// Each entry loads exactly the parameters it declares, each once, and
+    /// uses only registers its declarations cover; ptxas would reject the
+    /// rest, but only on a machine with a GPU.
+    #[test]
+    fn entries_load_their_own_parameters_and_declared_registers() {
+        for which in Builtin::ALL {
+            let entry = entry_name(which);
+            let start = PTX
+                .find(&format!(".visible .entry {entry}("))
+                .unwrap_or_else(|| panic!("{entry} is missing"));
+            let rest = &PTX[start..];
+            let body = &rest[..rest.find("\n}\n").expect("body closes")];
+            let (head, code) = body.split_once('{').expect("body opens");
+            let declared: Vec<&str> = head
+                .split(".param .u64")
+                .skip(1)
+                .map(|p| p.trim().trim_end_matches([',', ')']).trim())
+                .collect();
+            let loaded: Vec<&str> = code
+                .match_indices("ld.param.u64")
+                .map(|(at, _)| {
+                    let line = &code[at..code[at..].find(';').map_or(code.len(), |e| at + e)];
+                    let open = line.find('[').expect("operand opens");
+                    &line[open + 1..line.len() - 1]
+                })
+                .collect();
+            let mut sorted = loaded.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(
+                sorted.len(),
+                loaded.len(),
+                "{entry} loads a parameter twice"
+            );
+            for name in &declared {
+                assert!(name.starts_with(&format!("{entry}_")), "{entry}: {name}");
+                assert!(loaded.contains(name), "{entry} never loads {name}");
+            }
+            assert_eq!(loaded.len(), declared.len(), "{entry}: {loaded:?}");
+            // The info pointer comes last, after one pointer per binding.
+            assert_eq!(declared.last(), Some(&format!("{entry}_info").as_str()));
+            for (prefix, kind) in [
+                ("%rd", ".b64"),
+                ("%r", ".b32"),
+                ("%f", ".f32"),
+                ("%p", ".pred"),
+            ] {
+                let decl = format!(".reg {kind} \t{prefix}<");
+                let at = code
+                    .find(&decl)
+                    .unwrap_or_else(|| panic!("{entry}: no {decl}"));
+                let count: usize = code[at + decl.len()..]
+                    .split('>')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or_else(|| panic!("{entry}: bad {decl}"));
+                for (at, _) in code.match_indices(prefix) {
+                    let digits: String = code[at + prefix.len()..]
+                        .chars()
+                        .take_while(char::is_ascii_digit)
+                        .collect();
+                    if let Ok(index) = digits.parse::<usize>() {
+                        assert!(index < count, "{entry} uses {prefix}{index} of {count}");
+                    }
+                }
+            }
+        }
         assert_eq!(PTX.matches('{').count(), PTX.matches('}').count());
         assert!(PTX.ends_with('\0') && !PTX[..PTX.len() - 1].contains('\0'));
     }

@@ -11,6 +11,13 @@
 //! and ordering; the event tracking of cudarc's safe layer would add driver
 //! work to every launch, and to every recording.
 //!
+//! Every entry point makes the device's primary context current, and
+//! captures run in `CU_STREAM_CAPTURE_MODE_RELAXED`: capture-core drives a
+//! device from whichever thread calls, so a capture may begin on one thread
+//! and end on another, which the global and thread-local modes refuse. That
+//! gives up no protection, since what those modes guard against (an
+//! allocation or a host sync while recording) capture-core refuses itself.
+//!
 //! [`CAPTURE_CUDA_DEVICE`](DEVICE_ENV) selects the device by index (default
 //! 0).
 #![deny(unsafe_op_in_unsafe_fn)]
