@@ -153,12 +153,16 @@ pub(crate) fn release_host_page(stream: &mut HipStream, page: HipHostPage) {
 }
 
 pub(crate) fn write_host(page: &HipHostPage, offset: u64, bytes: &[u8]) {
+    // capture-core never asks for a range outside the page; if a caller
+    // ever did, copying nothing is safe and the log says why, where a panic
+    // would poison the device's lock for every other stream.
     let Some(dst) = page.range(offset, bytes.len()) else {
-        panic!(
-            "hip: write of {} bytes at {offset} leaves a host page of {} bytes",
+        log::error!(
+            "hip: write of {} bytes at {offset} leaves a host page of {} bytes; nothing copied",
             bytes.len(),
             page.bytes
         );
+        return;
     };
     // SAFETY: `dst..dst + len` lies inside the live pinned allocation (checked
     // by `range`), `bytes` is a distinct Rust slice so they cannot overlap,
@@ -168,11 +172,12 @@ pub(crate) fn write_host(page: &HipHostPage, offset: u64, bytes: &[u8]) {
 
 pub(crate) fn read_host(page: &HipHostPage, offset: u64, out: &mut [u8]) {
     let Some(src) = page.range(offset, out.len()) else {
-        panic!(
-            "hip: read of {} bytes at {offset} leaves a host page of {} bytes",
+        log::error!(
+            "hip: read of {} bytes at {offset} leaves a host page of {} bytes; nothing copied",
             out.len(),
             page.bytes
         );
+        return;
     };
     // SAFETY: `src..src + len` lies inside the live pinned allocation (checked
     // by `range`), `out` is a distinct Rust slice, and the caller fenced the
