@@ -5,7 +5,7 @@ use std::ffi::{CStr, c_char, c_int};
 use std::sync::{Arc, Mutex};
 
 use capture_core::{DeviceInfo, DriverError};
-use cudarc::driver::sys::{self, CUcontext, CUdevice};
+use cudarc::driver::sys::{self, CUcontext, CUdevice, CUdevice_attribute};
 
 use crate::error::{check, refuse};
 use crate::kernels::Module;
@@ -28,6 +28,8 @@ pub struct CudaDevice {
     ordinal: c_int,
     raw: CUdevice,
     context: CUcontext,
+    /// Compute capability, which picks the PTX target.
+    compute: (c_int, c_int),
     info: DeviceInfo,
     /// The builtin kernels, compiled on first use and kept for the device's
     /// lifetime.
@@ -61,6 +63,16 @@ impl CudaDevice {
         // checked against the device count.
         check("get device", unsafe { sys::cuDeviceGet(&mut raw, ordinal) })?;
         let name = device_name(raw)?;
+        let compute = (
+            attribute(
+                raw,
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+            )?,
+            attribute(
+                raw,
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+            )?,
+        );
         let mut context: CUcontext = std::ptr::null_mut();
         // SAFETY: `raw` came from cuDeviceGet; `context` is a valid place
         // for the handle. Released in Drop, the only other owner path.
@@ -71,8 +83,9 @@ impl CudaDevice {
             ordinal,
             raw,
             context,
+            compute,
             info: DeviceInfo {
-                name,
+                name: format!("{name} (sm_{}{})", compute.0, compute.1),
                 driver_version: version.to_string(),
             },
             kernels: Mutex::new(None),
@@ -91,6 +104,11 @@ impl CudaDevice {
         check("make context current", unsafe {
             sys::cuCtxSetCurrent(self.context)
         })
+    }
+
+    /// The device's compute capability, major and minor.
+    pub(crate) fn compute_capability(&self) -> (c_int, c_int) {
+        self.compute
     }
 
     /// What a person needs to know about the device.
@@ -151,6 +169,16 @@ fn select() -> Result<c_int, DriverError> {
         ));
     }
     Ok(ordinal)
+}
+
+fn attribute(raw: CUdevice, which: CUdevice_attribute) -> Result<c_int, DriverError> {
+    let mut value: c_int = 0;
+    // SAFETY: `value` is a valid place for the answer; `raw` came from
+    // cuDeviceGet.
+    check("get device attribute", unsafe {
+        sys::cuDeviceGetAttribute(&mut value, which, raw)
+    })?;
+    Ok(value)
 }
 
 fn device_name(raw: CUdevice) -> Result<String, DriverError> {

@@ -10,8 +10,25 @@ use cudarc::driver::sys::{self, CUfunction, CUmodule};
 use crate::device::CudaDevice;
 use crate::error::{check, describe, refuse};
 
-/// The kernels' source, NUL-terminated as `cuModuleLoadDataEx` reads it.
-const PTX: &str = concat!(include_str!("kernels.ptx"), "\0");
+/// The kernels' body; the header naming the PTX version and target is
+/// chosen per device by [`ptx_for`].
+const PTX_BODY: &str = include_str!("kernels.ptx");
+
+/// The PTX for a device of compute capability `major.minor`,
+/// NUL-terminated as `cuModuleLoadDataEx` reads it.
+///
+/// From Turing (7.5) on, the target is `sm_75`: recent drivers dropped
+/// compiling for the older targets, while every driver this backend accepts
+/// (11.4 and newer, PTX ISA 7.4) knows `sm_75`. Older GPUs get `sm_52`, the
+/// oldest target the kernels' instructions allow.
+pub(crate) fn ptx_for(major: i32, minor: i32) -> String {
+    let (version, target) = if (major, minor) >= (7, 5) {
+        ("7.4", "sm_75")
+    } else {
+        ("7.0", "sm_52")
+    };
+    format!(".version {version}\n.target {target}\n.address_size 64\n\n{PTX_BODY}\0")
+}
 
 /// Bytes kept of the JIT's error log, enough for any message about a module
 /// this small.
@@ -46,8 +63,10 @@ pub(crate) struct Module {
 }
 
 impl Module {
-    /// Compile the PTX. The caller has made the device's context current.
-    fn load() -> Result<Self, DriverError> {
+    /// Compile the PTX for a device of compute capability `major.minor`.
+    /// The caller has made the device's context current.
+    fn load((major, minor): (i32, i32)) -> Result<Self, DriverError> {
+        let ptx = ptx_for(major, minor);
         const OP: &str = "compile builtin kernels";
         let mut log = vec![0u8; LOG_BYTES];
         let mut options = [
@@ -67,7 +86,7 @@ impl Module {
         let loaded = unsafe {
             sys::cuModuleLoadDataEx(
                 &mut raw,
-                PTX.as_ptr().cast::<c_void>(),
+                ptx.as_ptr().cast::<c_void>(),
                 options.len() as c_uint,
                 options.as_mut_ptr(),
                 values.as_mut_ptr(),
@@ -140,7 +159,7 @@ pub(crate) fn builtin(device: &Arc<CudaDevice>, which: Builtin) -> Result<CudaKe
         Some(module) => module,
         empty => {
             device.bind()?;
-            empty.insert(Module::load()?)
+            empty.insert(Module::load(device.compute_capability())?)
         }
     };
     Ok(CudaKernel {
@@ -153,6 +172,9 @@ pub(crate) fn builtin(device: &Arc<CudaDevice>, which: Builtin) -> Result<CudaKe
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The PTX as a Turing-or-newer device loads it.
+    const PTX: &str = PTX_BODY;
 
     /// The PTX cannot be compiled here, so at least its interface is checked:
     /// one entry per builtin, each taking one pointer per binding plus the
@@ -188,7 +210,10 @@ mod tests {
             );
         }
         assert_eq!(PTX.matches(".visible .entry").count(), Builtin::ALL.len());
-        assert!(PTX.contains(".version 7.0\n.target sm_52\n.address_size 64\n"));
+        assert!(ptx_for(9, 0).starts_with(".version 7.4\n.target sm_75\n.address_size 64\n"));
+        assert!(ptx_for(7, 5).contains(".target sm_75\n"));
+        assert!(ptx_for(7, 0).starts_with(".version 7.0\n.target sm_52\n.address_size 64\n"));
+        assert!(!PTX.contains("\n.version") && !PTX.contains("\n.target"));
     }
 
     /// Each entry loads exactly the parameters it declares, each once, and
@@ -259,6 +284,7 @@ mod tests {
             }
         }
         assert_eq!(PTX.matches('{').count(), PTX.matches('}').count());
-        assert!(PTX.ends_with('\0') && !PTX[..PTX.len() - 1].contains('\0'));
+        let full = ptx_for(9, 0);
+        assert!(full.ends_with('\0') && !full[..full.len() - 1].contains('\0'));
     }
 }
