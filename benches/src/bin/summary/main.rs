@@ -1,0 +1,90 @@
+//! A plain-text summary of capture-core's host-side cost on every backend
+//! compiled in: short fixed-count runs of the criterion benches'
+//! measurements, one markdown table per backend, and each target judged.
+//!
+//! `cargo run --release -p benches --bin summary [--features vulkan]`
+//!
+//! Exits non-zero only when a measurement fails or computes a wrong result;
+//! a target that does not hold is reported as FAIL in its table.
+
+mod machine;
+mod report;
+mod table;
+
+use std::process::ExitCode;
+
+use benches::alloc_counter::CountingAlloc;
+use benches::validation::validation_off;
+use benches::{Backend, SYNC_EVERY, Visit, availability, each_backend};
+
+#[global_allocator]
+static ALLOCATOR: CountingAlloc = CountingAlloc;
+
+/// Measures and prints each backend in turn.
+#[derive(Default)]
+struct Summary {
+    failed: bool,
+    held: usize,
+    judged: usize,
+}
+
+impl Visit for Summary {
+    fn visit<D: Backend>(&mut self) {
+        let device = match availability::<D>() {
+            Ok(device) => device,
+            Err(reason) => {
+                println!("### {}\n\nunavailable: {reason}\n", D::NAME);
+                return;
+            }
+        };
+        match report::measure::<D>(device) {
+            Ok(report) => {
+                let (text, verdicts) = table::render(D::NAME, &report);
+                println!("{text}");
+                self.judged += verdicts.len();
+                self.held += verdicts.iter().filter(|v| v.pass).count();
+            }
+            Err(failure) => {
+                println!("### {}\n\nmeasurement failed: {failure}\n", D::NAME);
+                self.failed = true;
+            }
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let validation = match validation_off() {
+        Ok(validation) => validation,
+        Err(code) => return code,
+    };
+    println!("## capture-core: host-side cost\n");
+    println!("- machine: {}", machine::describe());
+    println!("- {}", validation.describe());
+    println!(
+        "- per-call figures: median of {reps} repetitions of {calls} calls, the stream \
+         synced every {sync} calls outside the timing; allocations: fewest in any of \
+         {rounds} rounds of {round} calls per side, counted on the calling thread only",
+        reps = report::REPETITIONS,
+        calls = report::CALLS,
+        sync = SYNC_EVERY,
+        rounds = report::ALLOCATION_ROUNDS,
+        round = report::ALLOCATION_CALLS,
+    );
+    println!(
+        "- eager/replay: one graph of N `add` launches replayed against the same N \
+         launches issued eagerly, each sequence timed through its final sync, so both \
+         sides are timed for the same work done"
+    );
+    println!(
+        "- capture: prepare, warmup run, begin, N recorded launches (timed), \
+         instantiate (timed apart)\n"
+    );
+    let mut summary = Summary::default();
+    each_backend(&mut summary);
+    println!("targets held: {} of {}", summary.held, summary.judged);
+    if summary.failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

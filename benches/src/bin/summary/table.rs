@@ -1,0 +1,208 @@
+//! One backend's report as a markdown table, with the targets judged.
+
+use crate::report::{ALLOCATION_CALLS, Figure, Report};
+
+/// Most nanoseconds the core may add to a replay whose raw cost is at most
+/// [`RELATIVE_FROM_NS`].
+const ADDED_NS: f64 = 100.0;
+
+/// Raw replay cost above which the core's share is judged relatively.
+const RELATIVE_FROM_NS: f64 = 2000.0;
+
+/// Share the core may add to a replay costing over [`RELATIVE_FROM_NS`].
+const ADDED_SHARE: f64 = 0.05;
+
+/// How far capture per launch may grow from N = 100 to N = 10,000 (a drop
+/// is fixed per-capture costs spread thinner, not a growth).
+const CAPTURE_DRIFT: f64 = 1.5;
+
+/// The launch counts whose capture costs are compared.
+const CAPTURE_FROM: u64 = 100;
+const CAPTURE_TO: u64 = 10_000;
+
+/// A target and whether it held.
+pub struct Verdict {
+    /// Whether it held.
+    pub pass: bool,
+}
+
+struct Row {
+    what: String,
+    figure: String,
+    target: String,
+    verdict: Option<bool>,
+}
+
+fn row(what: impl Into<String>, figure: impl Into<String>) -> Row {
+    Row {
+        what: what.into(),
+        figure: figure.into(),
+        target: String::new(),
+        verdict: None,
+    }
+}
+
+fn judged(what: impl Into<String>, figure: String, target: String, pass: bool) -> Row {
+    Row {
+        what: what.into(),
+        figure,
+        target,
+        verdict: Some(pass),
+    }
+}
+
+fn ns(value: f64) -> String {
+    if value.abs() >= 100.0 {
+        format!("{value:.0} ns")
+    } else {
+        format!("{value:.1} ns")
+    }
+}
+
+fn us(value_ns: f64) -> String {
+    format!("{:.1} µs", value_ns / 1000.0)
+}
+
+fn per_call(figure: &Figure, unit: &str) -> String {
+    format!(
+        "{} per {unit}, {:.3} allocations per {unit}",
+        ns(figure.ns),
+        figure.allocations_per_call()
+    )
+}
+
+fn allocations_added(core: &Figure, raw: &Figure, calls: &str) -> Row {
+    let added = i128::from(core.allocations) - i128::from(raw.allocations);
+    judged(
+        format!("{calls}: heap allocations added by the core"),
+        format!(
+            "{added:+} in {ALLOCATION_CALLS} calls (core {}, raw {}; fewest of any round)",
+            core.allocations, raw.allocations
+        ),
+        "none".into(),
+        added <= 0,
+    )
+}
+
+/// Render `report` for backend `name`; the verdicts of its targets come back
+/// alongside.
+pub fn render(name: &str, report: &Report) -> (String, Vec<Verdict>) {
+    let mut rows = Vec::new();
+
+    // Replay: the abstraction's own cost.
+    let (core, raw) = (&report.replay_core, &report.replay_raw);
+    rows.push(row(
+        "replay, raw `GraphDriver::replay`",
+        per_call(raw, "replay"),
+    ));
+    rows.push(row("replay, capture-core", per_call(core, "replay")));
+    let added = core.ns - raw.ns;
+    let (limit, limit_text) = if raw.ns > RELATIVE_FROM_NS {
+        (
+            raw.ns * ADDED_SHARE,
+            format!(
+                "≤ {:.0}% of raw ({})",
+                ADDED_SHARE * 100.0,
+                ns(raw.ns * ADDED_SHARE)
+            ),
+        )
+    } else {
+        (ADDED_NS, format!("≤ {}", ns(ADDED_NS)))
+    };
+    rows.push(judged(
+        "replay: time added by the core",
+        format!("{:+.1} ns (core/raw {:.3}x)", added, core.ns / raw.ns),
+        limit_text,
+        added <= limit,
+    ));
+    rows.push(allocations_added(core, raw, "replay"));
+
+    // Eager launch.
+    let (core, raw) = (&report.eager_core, &report.eager_raw);
+    rows.push(row(
+        "eager launch, raw `Driver::launch`",
+        per_call(raw, "launch"),
+    ));
+    rows.push(row("eager launch, capture-core", per_call(core, "launch")));
+    rows.push(row(
+        "eager launch: time added by the core",
+        format!(
+            "{:+.1} ns (core/raw {:.3}x)",
+            core.ns - raw.ns,
+            core.ns / raw.ns
+        ),
+    ));
+    rows.push(allocations_added(core, raw, "eager launch"));
+
+    // Replay against eager, whole sequences through their final sync.
+    for seq in &report.sequences {
+        rows.push(row(
+            format!("eager/replay, N={}", seq.launches),
+            format!(
+                "{:.2}x (eager {}, replay {} per sequence)",
+                seq.eager.ns / seq.replay.ns,
+                us(seq.eager.ns),
+                us(seq.replay.ns)
+            ),
+        ));
+    }
+    let seq = &report.raw_sequence;
+    rows.push(row(
+        format!("eager/replay, N={}, raw driver", seq.launches),
+        format!(
+            "{:.2}x (eager {}, replay {} per sequence)",
+            seq.eager.ns / seq.replay.ns,
+            us(seq.eager.ns),
+            us(seq.replay.ns)
+        ),
+    ));
+
+    // Capture per launch.
+    for capture in &report.captures {
+        rows.push(row(
+            format!("capture, N={}", capture.launches),
+            format!(
+                "{} per recorded launch (instantiate: {} per launch)",
+                ns(capture.record_ns),
+                ns(capture.instantiate_ns)
+            ),
+        ));
+    }
+    let at = |n: u64| {
+        report
+            .captures
+            .iter()
+            .find(|c| c.launches == n)
+            .map(|c| c.record_ns)
+    };
+    if let (Some(from), Some(to)) = (at(CAPTURE_FROM), at(CAPTURE_TO)) {
+        let ratio = to / from;
+        rows.push(judged(
+            format!("capture per launch, N={CAPTURE_TO} / N={CAPTURE_FROM}"),
+            format!("{ratio:.2}x"),
+            format!("≤ {CAPTURE_DRIFT}x"),
+            ratio <= CAPTURE_DRIFT,
+        ));
+    }
+
+    let mut out = format!(
+        "### {name}: {} (driver {})\n\n| measurement | figure | target | result |\n|---|---|---|---|\n",
+        report.device.name, report.device.driver_version
+    );
+    let mut verdicts = Vec::new();
+    for r in rows {
+        let result = match r.verdict {
+            Some(true) => "PASS",
+            Some(false) => "FAIL",
+            None => "",
+        };
+        if let Some(pass) = r.verdict {
+            verdicts.push(Verdict { pass });
+        }
+        out.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            r.what, r.figure, r.target, result
+        ));
+    }
+    (out, verdicts)
+}

@@ -1,0 +1,73 @@
+//! The raw driver's side of the eager comparison: the `add` launch built by
+//! hand and issued with [`Driver::launch`] on the fixture's own memory.
+
+use capture_core::{
+    Access, Binding, Buffer, Builtin, BuiltinInfo, DeviceSlice, Driver, DriverError, Launch,
+    groups_for,
+};
+
+use crate::ELEMENTS;
+use crate::backends::Backend;
+use crate::failure::Result;
+use crate::fixture::Fixture;
+
+/// The `add` kernel as the driver compiled it, and a buffer holding the
+/// launch's info bytes.
+///
+/// `capture_core::Kernel` does not expose the driver's kernel, so this asks
+/// the driver for its own copy ([`Builtins::builtin`](capture_core::Builtins::builtin)):
+/// the same kernel, compiled once more.
+pub struct RawAdd<D: Backend> {
+    /// The driver's kernel.
+    pub kernel: D::Kernel,
+    /// `BuiltinInfo::new(ELEMENTS, 0.0)`, on the fixture's stream.
+    pub info: Buffer,
+}
+
+impl<D: Backend> RawAdd<D> {
+    /// Compile the kernel and upload the info bytes on `fixture`'s stream.
+    pub fn new(fixture: &Fixture<D>) -> Result<Self> {
+        let kernel = D::builtin(fixture.client.device(), Builtin::Add)?;
+        let info = fixture
+            .client
+            .create(fixture.stream, &BuiltinInfo::new(ELEMENTS, 0.0).to_bytes())?;
+        fixture.client.sync(fixture.stream)?;
+        Ok(Self { kernel, info })
+    }
+
+    /// The bindings of `add` over `slices` (`x`, `y`, info, in the order
+    /// [`Client::with_raw_stream`](capture_core::Client::with_raw_stream)
+    /// was given them): `x` read-write, `y` read.
+    pub fn bindings<'a>(slices: &[DeviceSlice<'a, D>]) -> [Binding<'a, D>; 2] {
+        [
+            Binding {
+                slice: slices[0],
+                access: Access::ReadWrite,
+            },
+            Binding {
+                slice: slices[1],
+                access: Access::Read,
+            },
+        ]
+    }
+
+    /// The launch of this kernel with `bindings` and `info`.
+    pub fn launch<'a>(
+        &'a self,
+        bindings: &'a [Binding<'a, D>],
+        info: DeviceSlice<'a, D>,
+    ) -> Launch<'a, D> {
+        Launch {
+            kernel: &self.kernel,
+            groups: groups_for(ELEMENTS),
+            bindings,
+            info,
+        }
+    }
+}
+
+/// Wait, on the raw stream, for everything enqueued on it.
+pub fn raw_sync<D: Driver>(stream: &mut D::Stream) -> std::result::Result<(), DriverError> {
+    let signal = D::signal(stream)?;
+    D::fence(stream, signal)
+}
