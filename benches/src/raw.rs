@@ -2,8 +2,8 @@
 //! hand and issued with [`Driver::launch`] on the fixture's own memory.
 
 use capture_core::{
-    Access, Binding, Buffer, Builtin, BuiltinInfo, DeviceSlice, Driver, DriverError, Launch,
-    groups_for,
+    Access, Binding, Buffer, Builtin, BuiltinInfo, DeviceSlice, Driver, DriverError, Kernel,
+    Launch, groups_for,
 };
 
 use crate::ELEMENTS;
@@ -11,15 +11,11 @@ use crate::backends::Backend;
 use crate::failure::Result;
 use crate::fixture::Fixture;
 
-/// The `add` kernel as the driver compiled it, and a buffer holding the
-/// launch's info bytes.
-///
-/// `capture_core::Kernel` does not expose the driver's kernel, so this asks
-/// the driver for its own copy ([`Builtins::builtin`](capture_core::Builtins::builtin)):
-/// the same kernel, compiled once more.
+/// The `add` kernel the core launches, and a buffer holding the launch's
+/// info bytes.
 pub struct RawAdd<D: Backend> {
-    /// The driver's kernel.
-    pub kernel: D::Kernel,
+    /// The very kernel the core's `run_builtin` launches.
+    pub kernel: Kernel<D>,
     /// `BuiltinInfo::new(ELEMENTS, 0.0)`, on the fixture's stream.
     pub info: Buffer,
 }
@@ -27,7 +23,7 @@ pub struct RawAdd<D: Backend> {
 impl<D: Backend> RawAdd<D> {
     /// Compile the kernel and upload the info bytes on `fixture`'s stream.
     pub fn new(fixture: &Fixture<D>) -> Result<Self> {
-        let kernel = D::builtin(fixture.client.device(), Builtin::Add)?;
+        let kernel = fixture.client.builtin(Builtin::Add)?;
         let info = fixture
             .client
             .create(fixture.stream, &BuiltinInfo::new(ELEMENTS, 0.0).to_bytes())?;
@@ -58,7 +54,7 @@ impl<D: Backend> RawAdd<D> {
         info: DeviceSlice<'a, D>,
     ) -> Launch<'a, D> {
         Launch {
-            kernel: &self.kernel,
+            kernel: self.kernel.raw(),
             groups: groups_for(ELEMENTS),
             bindings,
             info,

@@ -6,9 +6,8 @@
 //! how every unwinding path (a driver that refused to begin, a window closed
 //! before it opened) leaves the stream usable.
 
-use std::collections::HashSet;
-
 use crate::error::Error;
+use crate::hashing::FastSet;
 use crate::ids::{BufferId, WindowId};
 use crate::pool::SliceHandle;
 
@@ -56,10 +55,10 @@ pub struct StreamCapture {
     phase: Phase,
     /// Buffers the recorded work writes, each once.
     written: Vec<BufferId>,
-    written_seen: HashSet<BufferId>,
+    written_seen: FastSet<BufferId>,
     /// Buffers the recorded work reads, each once.
     read: Vec<BufferId>,
-    read_seen: HashSet<BufferId>,
+    read_seen: FastSet<BufferId>,
     /// Every device slice the recorded work touches, allocated in the window
     /// or before it.
     touched: Vec<SliceHandle>,
@@ -74,9 +73,9 @@ impl Default for StreamCapture {
         Self {
             phase: Phase::None,
             written: Vec::new(),
-            written_seen: HashSet::new(),
+            written_seen: FastSet::default(),
             read: Vec::new(),
-            read_seen: HashSet::new(),
+            read_seen: FastSet::default(),
             touched: Vec::new(),
             host: Vec::new(),
             failure: None,

@@ -70,10 +70,8 @@ impl Drop for BufferInner {
     fn drop(&mut self) {
         // The device may still be using the memory: hand it to the server,
         // which queues it for a fence, instead of freeing it here.
-        if let (Some(slice), Some(graveyard)) = (self.slice.take(), self.graveyard.upgrade())
-            && let Ok(mut dead) = graveyard.lock()
-        {
-            dead.push((self.stream, slice));
+        if let (Some(slice), Some(graveyard)) = (self.slice.take(), self.graveyard.upgrade()) {
+            graveyard.bury(self.stream, slice);
         }
     }
 }

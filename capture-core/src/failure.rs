@@ -6,16 +6,16 @@
 //! exists to prevent: the buffer carries the failure, every read of it on any
 //! stream fails with it, and a later successful write clears it.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::Error;
+use crate::hashing::FastMap;
 use crate::ids::BufferId;
 
 /// The device-wide record of claimed buffers.
 #[derive(Debug, Default)]
 pub struct FailureStore {
-    claims: HashMap<BufferId, Arc<Error>>,
+    claims: FastMap<BufferId, Arc<Error>>,
 }
 
 impl FailureStore {

@@ -1,10 +1,10 @@
 //! Instantiated graphs, and windows that closed without one.
 
-use std::collections::HashMap;
 use std::fmt;
 
 use crate::driver::{DriverError, GraphDriver};
 use crate::error::Error;
+use crate::hashing::FastMap;
 use crate::ids::{BufferId, GraphId, StreamId};
 use crate::pool::SliceHandle;
 
@@ -68,13 +68,13 @@ pub struct Refused {
 
 /// The graphs of a device, by id.
 pub struct Captures<D: GraphDriver> {
-    graphs: HashMap<GraphId, Graph<D>>,
+    graphs: FastMap<GraphId, Graph<D>>,
 }
 
 impl<D: GraphDriver> Default for Captures<D> {
     fn default() -> Self {
         Self {
-            graphs: HashMap::new(),
+            graphs: FastMap::default(),
         }
     }
 }

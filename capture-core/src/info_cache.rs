@@ -13,10 +13,9 @@
 //! closes (the graph keeps its slice), so no eager launch ever reads it
 //! before a replay wrote it.
 
-use std::collections::HashMap;
-
 use smallvec::SmallVec;
 
+use crate::hashing::FastMap;
 use crate::ids::GraphId;
 use crate::pool::SliceHandle;
 
@@ -35,7 +34,7 @@ struct Entry {
 
 /// The info cache of one stream.
 pub struct InfoCache {
-    entries: HashMap<Box<[u8]>, Entry>,
+    entries: FastMap<Box<[u8]>, Entry>,
     capacity: usize,
     capturing: bool,
     recording: bool,
@@ -45,7 +44,7 @@ impl InfoCache {
     /// A cache that evicts unpinned entries beyond `capacity`.
     pub fn new(capacity: usize) -> Self {
         Self {
-            entries: HashMap::new(),
+            entries: FastMap::default(),
             capacity: capacity.max(1),
             capturing: false,
             recording: false,

@@ -1,6 +1,6 @@
 //! The device state every client call is served from, under one lock.
 
-use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use smallvec::SmallVec;
@@ -11,6 +11,7 @@ use crate::driver::{Access, Binding, DeviceSlice, Driver, GraphDriver, Launch};
 use crate::error::Error;
 use crate::failure::FailureStore;
 use crate::graph::{Captures, Refused};
+use crate::hashing::FastMap;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
 use crate::info_cache::MAX_INFO_BYTES;
 use crate::pool::SliceHandle;
@@ -22,8 +23,34 @@ pub const MAX_BINDINGS: usize = 16;
 
 /// Buffers dropped by clients, waiting for the server to queue them for a
 /// fence. A buffer's drop cannot take the server lock (it may run anywhere),
-/// so it leaves its slice here and the next call collects it.
-pub(crate) type Graveyard = Mutex<Vec<(StreamId, SliceHandle)>>;
+/// so it leaves its slice here and the next call collects it. The flag lets
+/// every call skip the lock when nothing died, which is almost always.
+#[derive(Default)]
+pub(crate) struct Graveyard {
+    pending: AtomicBool,
+    dead: Mutex<Vec<(StreamId, SliceHandle)>>,
+}
+
+impl Graveyard {
+    /// `slice` of `stream` is no longer held by its buffer.
+    pub(crate) fn bury(&self, stream: StreamId, slice: SliceHandle) {
+        if let Ok(mut dead) = self.dead.lock() {
+            dead.push((stream, slice));
+            self.pending.store(true, Ordering::Release);
+        }
+    }
+
+    /// Everything buried since the last call.
+    fn exhume(&self) -> Vec<(StreamId, SliceHandle)> {
+        if !self.pending.swap(false, Ordering::Acquire) {
+            return Vec::new();
+        }
+        self.dead
+            .lock()
+            .map(|mut dead| std::mem::take(&mut *dead))
+            .unwrap_or_default()
+    }
+}
 
 /// A buffer as the server sees it: the slice and the stream it belongs to.
 #[derive(Debug, Clone, Copy)]
@@ -38,11 +65,11 @@ pub struct BufferRef<'a> {
 pub struct Server<D: GraphDriver> {
     device: Arc<D::Device>,
     config: Config,
-    streams: HashMap<StreamId, StreamState<D>>,
+    streams: FastMap<StreamId, StreamState<D>>,
     captures: Captures<D>,
     failures: FailureStore,
     graveyard: Arc<Graveyard>,
-    kernels: HashMap<Builtin, Arc<D::Kernel>>,
+    kernels: FastMap<Builtin, Arc<D::Kernel>>,
     next_stream: u64,
     next_buffer: u64,
     next_graph: u64,
@@ -55,11 +82,11 @@ impl<D: GraphDriver> Server<D> {
         Self {
             device,
             config,
-            streams: HashMap::new(),
+            streams: FastMap::default(),
             captures: Captures::default(),
             failures: FailureStore::default(),
             graveyard,
-            kernels: HashMap::new(),
+            kernels: FastMap::default(),
             next_stream: 0,
             next_buffer: 0,
             next_graph: 0,
@@ -84,11 +111,7 @@ impl<D: GraphDriver> Server<D> {
     /// Queue every buffer clients dropped since the last call for a fence,
     /// and forget their claims: nothing can read them any more.
     pub(crate) fn collect_dead(&mut self) {
-        let dead = match self.graveyard.lock() {
-            Ok(mut dead) if !dead.is_empty() => std::mem::take(&mut *dead),
-            _ => return,
-        };
-        for (stream, slice) in dead {
+        for (stream, slice) in self.graveyard.exhume() {
             self.failures.clear(slice.id());
             if let Some(state) = self.streams.get_mut(&stream) {
                 state.drops.push(slice);
