@@ -4,9 +4,10 @@
 //! backend's stream workers, a driver's own threads) do not show up in the
 //! count of the thread that issues the work. A binary opts in with
 //!
-//! ```ignore
+//! ```
 //! #[global_allocator]
 //! static ALLOCATOR: benches::alloc_counter::CountingAlloc = benches::alloc_counter::CountingAlloc;
+//! # fn main() { assert!(benches::alloc_counter::installed()); }
 //! ```
 //!
 //! and reads [`allocations`] before and after the code it measures. Without

@@ -9,19 +9,23 @@
 //! ([`failure`]), the per-stream capture state ([`capture_state`]) and the
 //! window that drives it ([`window`]).
 //!
-//! Users call a [`Client`]:
+//! Users call a [`Client`], the same way on every backend:
 //!
-//! ```ignore
-//! let client = Client::<Host>::open()?;
-//! let stream = client.create_stream()?;
-//! let x = client.create_f32(stream, &[1.0; 256])?;
-//! let (graph, ()) = client.capture(stream, |_pass| {
-//!     client.run_builtin(stream, Builtin::Add, &[&x, &x], 256, 0.0)
-//! })?;
-//! for _ in 0..1000 {
-//!     client.replay(&graph)?;
+//! ```
+//! use capture_core::{Builtin, Builtins, Client, Error, GraphDriver};
+//!
+//! fn double_a_thousand_times<D: GraphDriver + Builtins>(client: &Client<D>) -> Result<Vec<f32>, Error> {
+//!     let stream = client.create_stream()?;
+//!     let x = client.create_f32(stream, &[1.0; 256])?;
+//!     // Runs the body once for real (warming the pools), then records it.
+//!     let (graph, ()) = client.capture(stream, |_pass| {
+//!         client.run_builtin(stream, Builtin::Add, &[&x, &x], 256, 0.0)
+//!     })?;
+//!     for _ in 0..1000 {
+//!         client.replay(&graph)?;
+//!     }
+//!     client.read_f32(&x)
 //! }
-//! let values = client.read_f32(&x)?;
 //! ```
 #![forbid(unsafe_code)]
 
