@@ -237,8 +237,16 @@ impl<D: GraphDriver> Client<D> {
     }
 
     /// Open the device the backend's environment selects.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] with the driver's reason when the backend has
+    /// no usable device here (no library, no device, a driver too old).
     pub fn open_with(config: Config) -> Result<Self, Error> {
-        let device = D::open()?;
+        let device = D::open().map_err(|err| Error::Unavailable {
+            backend: D::NAME,
+            reason: err.message,
+        })?;
         Ok(Self::with_device(device, config))
     }
 

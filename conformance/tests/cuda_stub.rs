@@ -49,3 +49,23 @@ fn required_cuda_fails_with_the_reason() {
     assert!(text.contains("CUDA_ERROR_NO_DEVICE"), "{text}");
     assert!(!text.contains("panicked"), "{text}");
 }
+
+#[test]
+fn a_client_without_a_device_is_unavailable_with_the_reason() {
+    use capture_core::{Availability, Client, Driver, Error};
+    let Availability::Unavailable(reason) = backend_cuda::Cuda::probe() else {
+        eprintln!("skipped: this machine has a CUDA device");
+        return;
+    };
+    match Client::<backend_cuda::Cuda>::open() {
+        Err(Error::Unavailable {
+            backend,
+            reason: why,
+        }) => {
+            assert_eq!(backend, "cuda");
+            assert_eq!(why, reason, "open and probe agree");
+        }
+        Err(other) => panic!("expected Unavailable, got {other}"),
+        Ok(_) => panic!("a client opened where probe said: {reason}"),
+    }
+}
