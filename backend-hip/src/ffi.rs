@@ -2,7 +2,7 @@
 //! by hand.
 //!
 //! Only what the backend uses is declared, as function-pointer types filled
-//! in by [`crate::loader`] at run time, so the crate builds and links on a
+//! in by the loader at run time, so the crate builds and links on a
 //! machine without ROCm. Every value that crosses from the runtime is a plain
 //! integer: a C enum read into a Rust enum is undefined behaviour for any code
 //! a newer runtime adds, so codes stay `i32` and are named by lookup.

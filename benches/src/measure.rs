@@ -152,7 +152,7 @@ pub fn eager_core<D: Backend>(fixture: &mut Fixture<D>, iters: u64) -> Result<Sa
     Ok(sample)
 }
 
-/// `iters` raw [`Driver::launch`]es of `add` on the fixture's buffers, all
+/// `iters` raw [`Driver::launch`](capture_core::Driver::launch)es of `add` on the fixture's buffers, all
 /// under one hold of the client's lock.
 pub fn eager_raw<D: Backend>(
     fixture: &mut Fixture<D>,

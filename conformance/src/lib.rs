@@ -1,6 +1,6 @@
 //! One conformance suite for every backend.
 //!
-//! [`scenarios`] lists every scenario, each generic over
+//! [`scenarios()`] lists every scenario, each generic over
 //! `D: GraphDriver + Builtins`; the binary and the `conformance` test target
 //! run each on every backend compiled in, as a trial named
 //! `backend::scenario`. A backend that is compiled in but has no device has
