@@ -224,6 +224,10 @@ impl<D: Driver> StreamState<D> {
                 len,
             },
         )?;
+        // Queued before the fence: if it fails, the copy may still be
+        // writing the staging slice, which must not go back to the pool
+        // until a later fence proves the copy done.
+        self.drops.push(staging.clone());
         fence_all::<D>(&mut self.raw)?;
         let mut out = vec![0u8; usize::try_from(len).unwrap_or(usize::MAX)];
         D::read_host(host_page, staging.offset(), &mut out);

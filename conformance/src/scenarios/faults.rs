@@ -248,6 +248,31 @@ pub fn refused_fence_keeps_deferred_frees<D: GraphDriver + Builtins>(
     f.recovered(0)
 }
 
+/// A read whose fence fails leaves its copy possibly still running into the
+/// pinned staging slice: that slice waits in the drop queue for a good fence
+/// instead of going straight back to the pool, where the next write would
+/// stage its bytes into it and the late copy would overwrite them.
+pub fn refused_fence_on_read_keeps_its_staging<D: GraphDriver + Builtins>(
+    session: &Session<D>,
+) -> Outcome {
+    let f = Faulted::new(session)?;
+    let (client, stream) = (&f.fx.client, f.fx.stream);
+    let y = client.create_f32(stream, &[0.0; NU]).step("y")?;
+    client.sync(stream).step("sync")?;
+    f.plan.fail(Primitive::Fence, 1);
+    refused(client.read(&f.fx.one), "a read whose fence fails")?;
+    let usage = client.usage(stream).step("usage")?;
+    ensure!(
+        usage.pending_drops > 0,
+        "the read's staging slice went back to the pool without a fence"
+    );
+    client.write_f32(&y, &[6.0; NU]).step("write y")?;
+    expect_all(client, &y, 6.0, "a write staged after the failed read")?;
+    expect_all(client, &f.fx.one, 1.0, "the read, retried")?;
+    drop(y);
+    f.recovered(0)
+}
+
 /// Faults at every step of a capture in turn: whichever call fails, no
 /// stream is left recording, no executable leaks, and the stream captures
 /// right afterwards.

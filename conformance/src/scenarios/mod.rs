@@ -68,6 +68,7 @@ suite![
     faults::refused_eager_launch_claims_its_outputs,
     faults::refused_copy_claims_its_destination,
     faults::refused_fence_keeps_deferred_frees,
+    faults::refused_fence_on_read_keeps_its_staging,
     faults::every_capture_fault_recovers,
     scale::rule_15_other_streams_are_not_recorded_or_blocked,
     scale::capture_past_the_drop_queue_threshold,
