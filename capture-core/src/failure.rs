@@ -9,20 +9,40 @@
 use std::sync::Arc;
 
 use crate::error::Error;
-use crate::hashing::FastMap;
+use crate::hashing::{FastMap, FastSet};
 use crate::ids::BufferId;
 
 /// The device-wide record of claimed buffers.
 #[derive(Debug, Default)]
 pub struct FailureStore {
     claims: FastMap<BufferId, Arc<Error>>,
+    /// Buffers a caller still holds. A graph's written set and a refused
+    /// window's outlive the buffers in them (an intermediate the recorded
+    /// run dropped), and a claim on a buffer nobody can read again would
+    /// never be cleared.
+    live: FastSet<BufferId>,
 }
 
 impl FailureStore {
+    /// `buffer` was handed to a caller: from here it can be claimed.
+    pub fn track(&mut self, buffer: BufferId) {
+        self.live.insert(buffer);
+    }
+
+    /// The caller dropped `buffer`: nothing can read it any more, so its
+    /// claim goes and no later one is kept.
+    pub fn forget(&mut self, buffer: BufferId) {
+        self.live.remove(&buffer);
+        self.clear(buffer);
+    }
+
     /// Mark `buffer` as holding no valid bytes because of `cause`. A buffer
-    /// already claimed keeps its first cause, the one that explains it.
+    /// already claimed keeps its first cause, the one that explains it; a
+    /// buffer no caller holds is not claimed at all.
     pub fn claim(&mut self, buffer: BufferId, cause: &Arc<Error>) {
-        self.claims.entry(buffer).or_insert_with(|| cause.clone());
+        if self.live.contains(&buffer) {
+            self.claims.entry(buffer).or_insert_with(|| cause.clone());
+        }
     }
 
     /// Why `buffer` holds no valid bytes, if it does not.
@@ -67,6 +87,7 @@ mod tests {
     fn claim_check_clear() {
         let mut store = FailureStore::default();
         let cause = Arc::new(Error::EmptyBuffer);
+        store.track(BufferId(3));
         store.claim(BufferId(3), &cause);
         store.claim(BufferId(3), &Arc::new(Error::Poisoned));
         assert_eq!(
@@ -83,5 +104,18 @@ mod tests {
         assert!(store.check(BufferId(4)).is_none());
         store.clear(BufferId(3));
         assert!(store.is_empty());
+    }
+
+    #[test]
+    fn dropped_buffers_are_never_claimed_again() {
+        let mut store = FailureStore::default();
+        let cause = Arc::new(Error::EmptyBuffer);
+        store.track(BufferId(1));
+        store.claim(BufferId(1), &cause);
+        store.forget(BufferId(1));
+        assert!(store.is_empty(), "the drop clears the claim");
+        store.claim(BufferId(1), &cause);
+        store.claim(BufferId(2), &cause);
+        assert!(store.is_empty(), "nobody can read them to clear a claim");
     }
 }

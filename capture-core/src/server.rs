@@ -112,7 +112,7 @@ impl<D: GraphDriver> Server<D> {
     /// and forget their claims: nothing can read them any more.
     pub(crate) fn collect_dead(&mut self) {
         for (stream, slice) in self.graveyard.exhume() {
-            self.failures.clear(slice.id());
+            self.failures.forget(slice.id());
             if let Some(state) = self.streams.get_mut(&stream) {
                 state.drops.push(slice);
                 state.maybe_flush();
@@ -170,7 +170,9 @@ impl<D: GraphDriver> Server<D> {
             });
         }
         let id = self.buffer_id();
-        self.stream(stream)?.allocate_device(id, len)
+        let slice = self.stream(stream)?.allocate_device(id, len)?;
+        self.failures.track(id);
+        Ok(slice)
     }
 
     fn check_owner(buffer: BufferRef<'_>, stream: StreamId) -> Result<(), Error> {

@@ -273,6 +273,42 @@ pub fn refused_fence_on_read_keeps_its_staging<D: GraphDriver + Builtins>(
     f.recovered(0)
 }
 
+/// A refusal or failed replay that claims a buffer the user already dropped
+/// (an intermediate of the recorded run) leaves no claim behind: nobody can
+/// read that buffer, so nothing would ever clear it.
+pub fn claims_on_dropped_buffers_are_not_kept<D: GraphDriver + Builtins>(
+    session: &Session<D>,
+) -> Outcome {
+    let f = Faulted::new(session)?;
+    let (client, stream, x, one) = (&f.fx.client, f.fx.stream, &f.fx.x, &f.fx.one);
+    let body = |_| {
+        let tmp = client.allocate(stream, 400)?;
+        client.run_builtin(stream, Builtin::Copy, &[one, &tmp], N, 0.0)?;
+        client.run_builtin(stream, Builtin::Add, &[x, &tmp], N, 0.0)
+    };
+    f.plan.fail(Primitive::Instantiate, 1);
+    refused(client.capture(stream, body), "a refused instantiate")?;
+    expect_claimed(client, x, "injected", "the refused graph's output")?;
+    client.write_f32(x, &[0.0; NU]).step("rewrite x")?;
+    ensure!(
+        client.claimed_buffers() == 0,
+        "{} claims left after the refusal's live output was rewritten",
+        client.claimed_buffers()
+    );
+    let (graph, ()) = client.capture(stream, body).step("capture")?;
+    f.plan.fail(Primitive::Replay, 1);
+    refused(client.replay(&graph), "a refused replay")?;
+    client.destroy(&graph).step("destroy")?;
+    client.write_f32(x, &[0.0; NU]).step("rewrite x")?;
+    ensure!(
+        client.claimed_buffers() == 0,
+        "{} claims left after the failed replay's live output was rewritten",
+        client.claimed_buffers()
+    );
+    drop(graph);
+    f.recovered(0)
+}
+
 /// Faults at every step of a capture in turn: whichever call fails, no
 /// stream is left recording, no executable leaks, and the stream captures
 /// right afterwards.
