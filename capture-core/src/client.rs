@@ -85,13 +85,6 @@ impl Buffer {
             .unwrap_or_else(|| unreachable!("a live buffer holds its slice"))
     }
 
-    fn as_ref(&self) -> BufferRef<'_> {
-        BufferRef {
-            slice: self.slice(),
-            stream: self.inner.stream,
-        }
-    }
-
     /// The allocation's id, as errors name it.
     pub fn id(&self) -> BufferId {
         self.slice().id()
@@ -266,6 +259,34 @@ impl<D: GraphDriver> Client<D> {
         self.shared.server.lock().map_err(|_| Error::Poisoned)
     }
 
+    /// `buffer` as this client's server sees it. Every client numbers its
+    /// streams and buffers from one and cuts its own pages, so another
+    /// client's buffer would name memory of this one's that it never owned.
+    fn buffer_ref<'b>(&self, buffer: &'b Buffer) -> Result<BufferRef<'b>, Error> {
+        // The buffer's weak reference keeps its graveyard's allocation, so
+        // the address cannot have been reused by this client's.
+        if !std::ptr::eq(
+            buffer.inner.graveyard.as_ptr(),
+            Arc::as_ptr(&self.shared.graveyard),
+        ) {
+            return Err(Error::OtherClient(buffer.id()));
+        }
+        Ok(BufferRef {
+            slice: buffer.slice(),
+            stream: buffer.inner.stream,
+        })
+    }
+
+    /// `graph`'s id, if this client made it: graph ids, too, are numbered
+    /// per client, and another's would name a graph of this one.
+    fn graph_id(&self, graph: &GraphHandle<D>) -> Result<GraphId, Error> {
+        if std::ptr::eq(graph.inner.shared.as_ptr(), Arc::as_ptr(&self.shared)) {
+            Ok(graph.id())
+        } else {
+            Err(Error::UnknownGraph(graph.id()))
+        }
+    }
+
     /// The opened device.
     pub fn device(&self) -> &Arc<D::Device> {
         &self.shared.device
@@ -312,7 +333,8 @@ impl<D: GraphDriver> Client<D> {
 
     /// Enqueue a copy of `bytes` (exactly the buffer's size) into `buffer`.
     pub fn write(&self, buffer: &Buffer, bytes: &[u8]) -> Result<(), Error> {
-        self.server()?.write(buffer.as_ref(), bytes)
+        let buffer = self.buffer_ref(buffer)?;
+        self.server()?.write(buffer, bytes)
     }
 
     /// Enqueue a copy of `values` into `buffer`.
@@ -323,7 +345,8 @@ impl<D: GraphDriver> Client<D> {
     /// Read `buffer` back, waiting for the work before it. Fails with the
     /// claim if an operation that was to write it failed or never ran.
     pub fn read(&self, buffer: &Buffer) -> Result<Vec<u8>, Error> {
-        self.server()?.read(buffer.as_ref())
+        let buffer = self.buffer_ref(buffer)?;
+        self.server()?.read(buffer)
     }
 
     /// Read `buffer` back as `f32`s.
@@ -361,10 +384,9 @@ impl<D: GraphDriver> Client<D> {
             });
         }
         let mut refs: smallvec::SmallVec<[(BufferRef<'_>, Access); 8]> = smallvec::SmallVec::new();
-        refs.extend(
-            args.iter()
-                .map(|(buffer, access)| (buffer.as_ref(), *access)),
-        );
+        for (buffer, access) in args {
+            refs.push((self.buffer_ref(buffer)?, *access));
+        }
         self.server()?
             .launch(stream, &kernel.0, groups, &refs, info)
     }
@@ -442,7 +464,8 @@ impl<D: GraphDriver> Client<D> {
 
     /// Enqueue `graph`'s recorded work on its stream.
     pub fn replay(&self, graph: &GraphHandle<D>) -> Result<(), Error> {
-        self.server()?.replay(graph.id())
+        let id = self.graph_id(graph)?;
+        self.server()?.replay(id)
     }
 
     /// Replay graph `id`, which may be unknown or destroyed.
@@ -453,14 +476,17 @@ impl<D: GraphDriver> Client<D> {
     /// Destroy `graph` now, after syncing its stream. Later replays of it
     /// fail with [`Error::UnknownGraph`]; destroying twice is a no-op.
     pub fn destroy(&self, graph: &GraphHandle<D>) -> Result<(), Error> {
-        self.server()?.destroy_graph(graph.id());
+        // Another client's graph is not this one's to destroy: a no-op.
+        if let Ok(id) = self.graph_id(graph) {
+            self.server()?.destroy_graph(id);
+        }
         Ok(())
     }
 
     /// Whether `graph` is live.
     pub fn is_live(&self, graph: &GraphHandle<D>) -> bool {
-        self.server()
-            .is_ok_and(|server| server.has_graph(graph.id()))
+        self.graph_id(graph)
+            .is_ok_and(|id| self.server().is_ok_and(|server| server.has_graph(id)))
     }
 
     /// Where `stream` is in a capture window's life.
@@ -490,7 +516,8 @@ impl<D: GraphDriver> Client<D> {
         graph: &GraphHandle<D>,
         f: impl FnOnce(&D::Executable, &mut D::Stream) -> R,
     ) -> Result<R, Error> {
-        self.server()?.with_raw_graph(graph.id(), f)
+        let id = self.graph_id(graph)?;
+        self.server()?.with_raw_graph(id, f)
     }
 
     /// Run `f` on `stream`'s driver stream and the device slices of
@@ -503,7 +530,9 @@ impl<D: GraphDriver> Client<D> {
         f: impl FnOnce(&mut D::Stream, &[DeviceSlice<'_, D>]) -> R,
     ) -> Result<R, Error> {
         let mut refs: smallvec::SmallVec<[BufferRef<'_>; 8]> = smallvec::SmallVec::new();
-        refs.extend(buffers.iter().map(|buffer| buffer.as_ref()));
+        for buffer in buffers {
+            refs.push(self.buffer_ref(buffer)?);
+        }
         self.server()?.with_raw_stream(stream, &refs, f)
     }
 }
@@ -542,10 +571,12 @@ impl<D: GraphDriver + Builtins> Client<D> {
                 short.len()
             )));
         }
+        let mut refs: smallvec::SmallVec<[(BufferRef<'_>, Access); 4]> = smallvec::SmallVec::new();
+        for (buffer, access) in buffers.iter().zip(accesses) {
+            refs.push((self.buffer_ref(buffer)?, *access));
+        }
         let mut server = self.server()?;
         let kernel = server.builtin(which)?;
-        let mut refs: smallvec::SmallVec<[(BufferRef<'_>, Access); 4]> = smallvec::SmallVec::new();
-        refs.extend(buffers.iter().zip(accesses).map(|(b, a)| (b.as_ref(), *a)));
         let info = BuiltinInfo::new(n, scalar).to_bytes();
         server.launch(stream, &kernel, groups_for(n), &refs, &info)
     }

@@ -49,6 +49,10 @@ pub enum Error {
         /// The stream it was used on.
         used: StreamId,
     },
+    /// A buffer allocated by another client (another server, with its own
+    /// pools and numbering) was passed to this one.
+    #[error("{0} belongs to another client and cannot be used on this one")]
+    OtherClient(BufferId),
     /// A buffer of zero bytes was asked for.
     #[error("a buffer must hold at least one byte")]
     EmptyBuffer,

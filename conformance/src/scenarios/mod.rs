@@ -49,6 +49,7 @@ suite![
     state::rule_06_foreign_close_yields_no_graph,
     state::rule_08_host_sync_refused_while_recording,
     state::bad_input_is_refused_and_loses_nothing,
+    state::handles_of_another_client_are_refused,
     graphs::rule_07_page_allocated_while_recording_is_refused,
     graphs::rule_05_claimed_input_dooms_the_window,
     graphs::rule_09_refusal_claims_the_written_set,

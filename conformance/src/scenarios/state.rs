@@ -292,3 +292,61 @@ pub fn bad_input_is_refused_and_loses_nothing<D: GraphDriver + Builtins>(
     );
     usable(&client, stream)
 }
+
+/// Two clients over one device number their streams, buffers and graphs
+/// alike: a buffer or graph of one, handed to the other, is refused instead
+/// of naming the other's memory or graph.
+pub fn handles_of_another_client_are_refused<D: GraphDriver + Builtins>(
+    session: &Session<D>,
+) -> Outcome {
+    let mine = Fixture::new(session.client())?;
+    let theirs = Fixture::new(session.client())?;
+    ensure!(
+        mine.stream == theirs.stream,
+        "both clients number their first stream alike"
+    );
+    let (client, stream) = (&mine.client, mine.stream);
+    let err = refused(
+        client.run_builtin(stream, Builtin::Fill, &[&theirs.x], N, 9.0),
+        "a launch on another client's buffer",
+    )?;
+    ensure!(matches!(err, Error::OtherClient(_)), "got {err}");
+    let err = refused(
+        client.write_f32(&theirs.x, &[9.0; NU]),
+        "a write to another client's buffer",
+    )?;
+    ensure!(matches!(err, Error::OtherClient(_)), "got {err}");
+    let err = refused(
+        client.read(&theirs.one),
+        "a read of another client's buffer",
+    )?;
+    ensure!(matches!(err, Error::OtherClient(_)), "got {err}");
+    mine.expect_x(0.0, "this client's x")?;
+    theirs.expect_x(0.0, "the other client's x")?;
+
+    let my_graph = mine.capture_add()?;
+    let their_graph = theirs.capture_add()?;
+    ensure!(
+        my_graph.id() == their_graph.id(),
+        "both clients number their first graph alike"
+    );
+    let err = refused(
+        client.replay(&their_graph),
+        "a replay of another client's graph",
+    )?;
+    ensure!(matches!(err, Error::UnknownGraph(_)), "got {err}");
+    client
+        .destroy(&their_graph)
+        .step("destroying another client's graph is a no-op")?;
+    ensure!(
+        client.is_live(&my_graph),
+        "this client's graph is untouched"
+    );
+    ensure!(
+        !client.is_live(&their_graph),
+        "another client's graph is not this one's"
+    );
+    client.replay(&my_graph).step("replay")?;
+    mine.expect_x(2.0, "warmup and one replay, on this client")?;
+    theirs.expect_x(1.0, "the warmup only, on the other client")
+}
