@@ -476,10 +476,19 @@ impl<D: GraphDriver> Server<D> {
             }
             return;
         }
-        if let Err(err) = state.sync() {
+        let synced = state.sync();
+        let graph = self.captures.remove(id);
+        if let Err(err) = synced {
             log::warn!("{id}: sync before destroy failed, destroying anyway: {err}");
+            // A replay may still be running, so what the graph pinned waits
+            // in the drop queue for a fence that succeeds instead of going
+            // straight back to the pool.
+            if let Some(graph) = graph {
+                for slice in graph._retained {
+                    state.drops.push(slice);
+                }
+            }
         }
-        drop(self.captures.remove(id));
         for slice in state.info.graph_release(id) {
             state.drops.push(slice);
         }

@@ -10,7 +10,8 @@ use crate::ensure;
 use crate::faulty::{FaultPlan, Faulty, Primitive};
 use crate::session::Session;
 use crate::support::{
-    Fixture, N, NU, Outcome, Step, back_to, expect_all, expect_claimed, in_use, refused, usable,
+    Fixture, N, NU, Outcome, SENTINEL, Step, back_to, expect_all, expect_claimed, in_use, refused,
+    usable,
 };
 
 /// A fixture on a faulty client, proven usable, with its pool usage then.
@@ -306,6 +307,41 @@ pub fn claims_on_dropped_buffers_are_not_kept<D: GraphDriver + Builtins>(
         client.claimed_buffers()
     );
     drop(graph);
+    f.recovered(0)
+}
+
+/// A destroy whose sync fails cannot know the graph's replays finished: the
+/// memory it pinned waits for a good fence, so no allocation made meanwhile
+/// shares memory a replay may still write.
+pub fn destroy_with_a_failed_sync_keeps_the_pins_fenced<D: GraphDriver + Builtins>(
+    session: &Session<D>,
+) -> Outcome {
+    let f = Faulted::new(session)?;
+    let (client, stream, x, one) = (&f.fx.client, f.fx.stream, &f.fx.x, &f.fx.one);
+    let (graph, tmp) = client
+        .capture(stream, |_| {
+            let tmp = client.allocate(stream, u64::from(N) * 4)?;
+            client.run_builtin(stream, Builtin::Copy, &[one, &tmp], N, 0.0)?;
+            client.run_builtin(stream, Builtin::Add, &[x, &tmp], N, 0.0)?;
+            Ok(tmp.placement())
+        })
+        .step("capture")?;
+    client.replay(&graph).step("replay")?;
+    f.plan.fail(Primitive::Fence, 1);
+    client.destroy(&graph).step("destroy with a failing sync")?;
+    let fresh = client
+        .create_f32(stream, &[SENTINEL; NU])
+        .step("an allocation after the destroy")?;
+    ensure!(
+        !fresh.placement().overlaps(&tmp),
+        "a new buffer {:?} shares the destroyed graph's intermediate {tmp:?} before any \
+         fence proved its replays done",
+        fresh.placement()
+    );
+    expect_all(client, &fresh, SENTINEL, "the new buffer")?;
+    expect_all(client, x, 2.0, "warmup and one replay")?;
+    drop(fresh);
+    client.write_f32(x, &[0.0; NU]).step("reset x")?;
     f.recovered(0)
 }
 

@@ -71,6 +71,7 @@ suite![
     faults::refused_fence_keeps_deferred_frees,
     faults::refused_fence_on_read_keeps_its_staging,
     faults::claims_on_dropped_buffers_are_not_kept,
+    faults::destroy_with_a_failed_sync_keeps_the_pins_fenced,
     faults::every_capture_fault_recovers,
     scale::rule_15_other_streams_are_not_recorded_or_blocked,
     scale::capture_past_the_drop_queue_threshold,
