@@ -152,7 +152,20 @@ impl<P> Pool<P> {
         may_grow: bool,
         allocate_page: impl FnOnce(u64) -> Result<P, DriverError>,
     ) -> Result<Option<SliceHandle>, DriverError> {
-        let span = len.max(1).div_ceil(SLICE_ALIGN) * SLICE_ALIGN;
+        // Checked: a length within a few bytes of `u64::MAX` (a config that
+        // lifts the allocation limit) would wrap to a span of zero, a slice
+        // that overlaps every other.
+        let span = len
+            .max(1)
+            .div_ceil(SLICE_ALIGN)
+            .checked_mul(SLICE_ALIGN)
+            .ok_or_else(|| {
+                DriverError::new(
+                    "core",
+                    "allocate page",
+                    format!("{len} bytes cannot be aligned to {SLICE_ALIGN}"),
+                )
+            })?;
         let found = self.slots.iter_mut().enumerate().find_map(|(slot, page)| {
             let page = page.as_mut()?;
             page.slices.retain(SliceHandle::in_use);
@@ -356,6 +369,14 @@ mod tests {
             Err(DriverError::new("test", "allocate", "out of memory"))
         });
         assert!(err.is_err());
+        assert_eq!(pool.usage(), PoolUsage::default());
+    }
+
+    #[test]
+    fn a_length_whose_span_overflows_is_refused() {
+        let mut pool: Pool<u32> = Pool::new(1024);
+        let got = pool.reserve(BufferId(1), u64::MAX - 10, true, |_| Ok(0));
+        assert!(got.is_err(), "no slice may claim to span wrapped bytes");
         assert_eq!(pool.usage(), PoolUsage::default());
     }
 
