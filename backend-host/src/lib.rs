@@ -142,13 +142,16 @@ impl HostStream {
     }
 }
 
-fn page_len(bytes: u64) -> Result<usize, DriverError> {
-    usize::try_from(bytes).map_err(|_| {
-        error(
-            "allocate page",
-            format!("{bytes} bytes do not fit in memory"),
-        )
-    })
+fn page(kind: PageKind, bytes: u64) -> Result<Arc<Memory>, DriverError> {
+    usize::try_from(bytes)
+        .ok()
+        .and_then(|len| Memory::new(kind, len))
+        .ok_or_else(|| {
+            error(
+                "allocate page",
+                format!("{bytes} bytes do not fit in memory"),
+            )
+        })
 }
 
 impl Driver for Host {
@@ -192,7 +195,7 @@ impl Driver for Host {
         stream: &mut HostStream,
         bytes: u64,
     ) -> Result<DevicePage, DriverError> {
-        let page = DevicePage(Memory::new(PageKind::Device, page_len(bytes)?));
+        let page = DevicePage(page(PageKind::Device, bytes)?);
         stream.allocated_page();
         Ok(page)
     }
@@ -203,7 +206,7 @@ impl Driver for Host {
     }
 
     fn allocate_host_page(stream: &mut HostStream, bytes: u64) -> Result<HostPage, DriverError> {
-        let page = HostPage(Memory::new(PageKind::Host, page_len(bytes)?));
+        let page = HostPage(page(PageKind::Host, bytes)?);
         stream.allocated_page();
         Ok(page)
     }

@@ -33,13 +33,18 @@ pub struct Memory {
 static NEXT_PAGE: AtomicU64 = AtomicU64::new(1);
 
 impl Memory {
-    pub(crate) fn new(kind: PageKind, len: usize) -> Arc<Self> {
-        Arc::new(Self {
+    /// A page of `len` bytes, or `None` when the host cannot hold it: a
+    /// driver reports that as an error, where `vec!` would panic or abort.
+    pub(crate) fn new(kind: PageKind, len: usize) -> Option<Arc<Self>> {
+        let mut bytes = Vec::new();
+        bytes.try_reserve_exact(len).ok()?;
+        bytes.resize(len, UNWRITTEN);
+        Some(Arc::new(Self {
             id: NEXT_PAGE.fetch_add(1, Ordering::Relaxed),
             kind,
-            bytes: Mutex::new(vec![UNWRITTEN; len]),
+            bytes: Mutex::new(bytes),
             released: AtomicBool::new(false),
-        })
+        }))
     }
 
     /// The bytes, under the page's lock. A poisoned lock only means a kernel

@@ -151,3 +151,12 @@ fn work_is_asynchronous_until_a_fence() {
     Host::read_host(&staging, 0, &mut bytes);
     assert_eq!(bytes[0..4], 3.0f32.to_le_bytes());
 }
+
+#[test]
+fn a_page_too_large_for_memory_is_an_error_not_a_panic() {
+    let (device, mut stream) = stream();
+    let huge = u64::MAX - 255;
+    assert!(Host::allocate_device_page(&mut stream, huge).is_err());
+    assert!(Host::allocate_host_page(&mut stream, huge).is_err());
+    assert_eq!(device.live_pages(), 0, "no page was counted");
+}
