@@ -431,12 +431,10 @@ impl<D: GraphDriver> Server<D> {
         };
         let outcome = match poisoned {
             Some(err) => Err(err),
-            None => captures
-                .replay(id, &mut state.raw)
-                .map_err(|cause| Error::ReplayFailed {
-                    graph: id,
-                    cause: Arc::new(cause),
-                }),
+            None => D::replay(&graph.exec, &mut state.raw).map_err(|cause| Error::ReplayFailed {
+                graph: id,
+                cause: Arc::new(cause.into()),
+            }),
         };
         match outcome {
             Ok(()) => {
