@@ -36,9 +36,16 @@ impl Memory {
     /// A page of `len` bytes, or `None` when the host cannot hold it: a
     /// driver reports that as an error, where `vec!` would panic or abort.
     pub(crate) fn new(kind: PageKind, len: usize) -> Option<Arc<Self>> {
+        // Filled a block at a time: a block copy is a memcpy even in an
+        // unoptimised build, where an element-wise fill of a 4 MiB page is
+        // slow enough to dominate a test.
+        const BLOCK: [u8; 4096] = [UNWRITTEN; 4096];
         let mut bytes = Vec::new();
         bytes.try_reserve_exact(len).ok()?;
-        bytes.resize(len, UNWRITTEN);
+        while bytes.len() < len {
+            let n = (len - bytes.len()).min(BLOCK.len());
+            bytes.extend_from_slice(&BLOCK[..n]);
+        }
         Some(Arc::new(Self {
             id: NEXT_PAGE.fetch_add(1, Ordering::Relaxed),
             kind,

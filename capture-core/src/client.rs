@@ -511,6 +511,8 @@ impl<D: GraphDriver> Client<D> {
 
     /// Run `f` on `graph`'s executable and its driver stream under the lock;
     /// for measuring the raw driver against the core on the same executable.
+    /// `f` must not call this client (nor drop a graph handle): the lock is
+    /// held.
     pub fn with_raw_graph<R>(
         &self,
         graph: &GraphHandle<D>,
@@ -522,7 +524,8 @@ impl<D: GraphDriver> Client<D> {
 
     /// Run `f` on `stream`'s driver stream and the device slices of
     /// `buffers` under the lock; for measuring raw driver launches against
-    /// the core's on the same memory.
+    /// the core's on the same memory. `f` must not call this client: the
+    /// lock is held.
     pub fn with_raw_stream<R>(
         &self,
         stream: StreamId,

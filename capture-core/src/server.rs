@@ -416,18 +416,23 @@ impl<D: GraphDriver> Server<D> {
         if state.capture.is_recording() {
             return Err(Error::ReplayWhileRecording(graph.stream));
         }
-        // An input the graph does not itself rewrite, claimed: the replay
-        // would compute from bytes nobody wrote. A buffer the graph writes
-        // is the graph's to repair, so a claim on it (its own failed replay,
-        // say) does not block the replay that clears it.
+        // A claimed input: the replay would compute from bytes nobody wrote.
+        // The one exception is a claim this graph's own failed replay left on
+        // a buffer it reads and rewrites (`x += y`): retrying is how that
+        // claim is repaired, and the design's rule for a failed replay.
         let poisoned = if failures.is_empty() {
             None
         } else {
-            graph
-                .read
-                .iter()
-                .filter(|buffer| !graph.written.contains(buffer))
-                .find_map(|buffer| failures.read_error(*buffer))
+            graph.read.iter().find_map(|buffer| {
+                let own_failed_replay = failures.check(*buffer).is_some_and(
+                    |cause| matches!(**cause, Error::ReplayFailed { graph, .. } if graph == id),
+                );
+                if own_failed_replay {
+                    None
+                } else {
+                    failures.read_error(*buffer)
+                }
+            })
         };
         let outcome = match poisoned {
             Some(err) => Err(err),
@@ -520,7 +525,9 @@ impl<D: GraphDriver> Server<D> {
 
     /// Call `f` with graph `id`'s executable and its stream's driver stream,
     /// under the lock: how a benchmark measures the raw driver's replay of
-    /// the very executable the core replays.
+    /// the very executable the core replays. `f` runs under the device's
+    /// lock, so it must not call back into the client (nor drop a graph
+    /// handle, whose drop does).
     pub fn with_raw_graph<R>(
         &mut self,
         id: GraphId,
@@ -536,7 +543,8 @@ impl<D: GraphDriver> Server<D> {
 
     /// Call `f` with `stream`'s driver stream and the device slices of
     /// `buffers`: how a benchmark issues the raw driver's launch on the very
-    /// memory the core uses.
+    /// memory the core uses. Under the device's lock, as for
+    /// [`Server::with_raw_graph`].
     pub fn with_raw_stream<R>(
         &mut self,
         stream: StreamId,

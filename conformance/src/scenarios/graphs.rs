@@ -272,3 +272,24 @@ pub fn claimed_input_refuses_replay<D: GraphDriver + Builtins>(session: &Session
     client.replay(&graph).step("replay")?;
     fx.expect_x(5.0, "replay after the rewrite")
 }
+
+/// A graph that reads and rewrites its accumulator (`x += one`) refuses to
+/// replay over an `x` another failure claimed: only its own failed replay's
+/// claim is one a retry repairs.
+pub fn replay_refuses_an_accumulator_claimed_elsewhere<D: GraphDriver + Builtins>(
+    session: &Session<D>,
+) -> Outcome {
+    let fx = Fixture::new(session.client())?;
+    let (client, stream) = (&fx.client, fx.stream);
+    let graph = fx.capture_add()?;
+    claim_by_refused_window(client, stream, &[&fx.x])?;
+    let err = refused(
+        client.replay(&graph),
+        "replay over an accumulator claimed elsewhere",
+    )?;
+    ensure!(matches!(err, Error::Claimed { .. }), "got {err}");
+    expect_claimed(client, &fx.x, "allocated while", "x stays claimed")?;
+    client.write_f32(&fx.x, &[10.0; NU]).step("rewrite x")?;
+    client.replay(&graph).step("replay after the rewrite")?;
+    fx.expect_x(11.0, "the rewrite and one replay")
+}

@@ -60,6 +60,7 @@ suite![
     graphs::shared_info_entries_outlive_one_graph,
     graphs::destroy_during_recording_is_deferred,
     graphs::claimed_input_refuses_replay,
+    graphs::replay_refuses_an_accumulator_claimed_elsewhere,
     faults::rule_02_refused_begin_leaves_stream_as_found,
     faults::rule_05_refused_instantiate_closes_the_recording,
     faults::rule_09_refused_launch_in_window_claims_everything,
