@@ -190,6 +190,18 @@ impl<D: GraphDriver + Builtins> Fixture<D> {
             .run_builtin(self.stream, Builtin::Add, &[&self.x, &self.one], N, 0.0)
     }
 
+    /// Enqueue (or record) `x += one` through an intermediate allocated here
+    /// (`tmp = one; x += tmp`), and hand the intermediate back: dropping it
+    /// inside a window is how a captured run frees what it no longer needs.
+    pub fn add_through_intermediate(&self) -> Result<Buffer, Error> {
+        let tmp = self.client.allocate(self.stream, u64::from(N) * 4)?;
+        self.client
+            .run_builtin(self.stream, Builtin::Copy, &[&self.one, &tmp], N, 0.0)?;
+        self.client
+            .run_builtin(self.stream, Builtin::Add, &[&self.x, &tmp], N, 0.0)?;
+        Ok(tmp)
+    }
+
     /// Capture `x += one` in one call (its warmup adds one).
     pub fn capture_add(&self) -> Result<GraphHandle<D>, String> {
         let (graph, ()) = self

@@ -281,12 +281,8 @@ pub fn claims_on_dropped_buffers_are_not_kept<D: GraphDriver + Builtins>(
     session: &Session<D>,
 ) -> Outcome {
     let f = Faulted::new(session)?;
-    let (client, stream, x, one) = (&f.fx.client, f.fx.stream, &f.fx.x, &f.fx.one);
-    let body = |_| {
-        let tmp = client.allocate(stream, 400)?;
-        client.run_builtin(stream, Builtin::Copy, &[one, &tmp], N, 0.0)?;
-        client.run_builtin(stream, Builtin::Add, &[x, &tmp], N, 0.0)
-    };
+    let (client, stream, x) = (&f.fx.client, f.fx.stream, &f.fx.x);
+    let body = |_| f.fx.add_through_intermediate().map(drop);
     f.plan.fail(Primitive::Instantiate, 1);
     refused(client.capture(stream, body), "a refused instantiate")?;
     expect_claimed(client, x, "injected", "the refused graph's output")?;
@@ -317,13 +313,10 @@ pub fn destroy_with_a_failed_sync_keeps_the_pins_fenced<D: GraphDriver + Builtin
     session: &Session<D>,
 ) -> Outcome {
     let f = Faulted::new(session)?;
-    let (client, stream, x, one) = (&f.fx.client, f.fx.stream, &f.fx.x, &f.fx.one);
+    let (client, stream, x) = (&f.fx.client, f.fx.stream, &f.fx.x);
     let (graph, tmp) = client
         .capture(stream, |_| {
-            let tmp = client.allocate(stream, u64::from(N) * 4)?;
-            client.run_builtin(stream, Builtin::Copy, &[one, &tmp], N, 0.0)?;
-            client.run_builtin(stream, Builtin::Add, &[x, &tmp], N, 0.0)?;
-            Ok(tmp.placement())
+            f.fx.add_through_intermediate().map(|tmp| tmp.placement())
         })
         .step("capture")?;
     client.replay(&graph).step("replay")?;
@@ -350,12 +343,8 @@ pub fn destroy_with_a_failed_sync_keeps_the_pins_fenced<D: GraphDriver + Builtin
 /// right afterwards.
 pub fn every_capture_fault_recovers<D: GraphDriver + Builtins>(session: &Session<D>) -> Outcome {
     let f = Faulted::new(session)?;
-    let (client, stream, x, one) = (&f.fx.client, f.fx.stream, &f.fx.x, &f.fx.one);
-    let body = |_| {
-        let tmp = client.allocate(stream, 400)?;
-        client.run_builtin(stream, Builtin::Copy, &[one, &tmp], N, 0.0)?;
-        client.run_builtin(stream, Builtin::Add, &[x, &tmp], N, 0.0)
-    };
+    let (client, stream, x) = (&f.fx.client, f.fx.stream, &f.fx.x);
+    let body = |_| f.fx.add_through_intermediate().map(drop);
     for primitive in [
         Primitive::Begin,
         Primitive::Instantiate,

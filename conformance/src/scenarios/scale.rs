@@ -1,6 +1,6 @@
 //! Many launches, many replays, several streams.
 
-use capture_core::{Buffer, Builtin, Builtins, Config, GraphDriver};
+use capture_core::{Builtin, Builtins, Config, GraphDriver};
 
 use crate::ensure;
 use crate::session::Session;
@@ -50,26 +50,22 @@ pub fn rule_15_other_streams_are_not_recorded_or_blocked<D: GraphDriver + Builti
 pub fn capture_past_the_drop_queue_threshold<D: GraphDriver + Builtins>(
     session: &Session<D>,
 ) -> Outcome {
-    let client = session.client_with(Config {
+    let fx = Fixture::new(session.client_with(Config {
         drop_queue_threshold: 16,
         ..Config::default()
-    });
-    let stream = client.create_stream().step("stream")?;
-    let x = client.create_f32(stream, &[0.0; NU]).step("x")?;
-    let one = client.create_f32(stream, &[1.0; NU]).step("one")?;
-    let (graph, ()) = client
-        .capture(stream, |_| {
+    }))?;
+    let (graph, ()) = fx
+        .client
+        .capture(fx.stream, |_| {
             for _ in 0..150 {
-                let tmp = client.allocate(stream, u64::from(N) * 4)?;
-                client.run_builtin(stream, Builtin::Copy, &[&one, &tmp], N, 0.0)?;
-                client.run_builtin(stream, Builtin::Add, &[&x, &tmp], N, 0.0)?;
+                drop(fx.add_through_intermediate()?);
             }
             Ok(())
         })
         .step("capture")?;
-    client.replay(&graph).step("replay")?;
-    client.replay(&graph).step("replay")?;
-    expect_all(&client, &x, 450.0, "warmup and two replays of 150 adds")
+    fx.client.replay(&graph).step("replay")?;
+    fx.client.replay(&graph).step("replay")?;
+    fx.expect_x(450.0, "warmup and two replays of 150 adds")
 }
 
 /// A 10,000-launch capture instantiates and replays right.
@@ -99,24 +95,18 @@ pub fn ten_thousand_launch_capture<D: GraphDriver + Builtins>(session: &Session<
 pub fn rule_16_thousand_replays_keep_usage_flat<D: GraphDriver + Builtins>(
     session: &Session<D>,
 ) -> Outcome {
-    let client = session.client();
-    let stream = client.create_stream().step("stream")?;
-    let x = client.create_f32(stream, &[0.0; NU]).step("x")?;
-    let one = client.create_f32(stream, &[1.0; NU]).step("one")?;
+    let fx = Fixture::new(session.client())?;
+    let (client, stream) = (&fx.client, fx.stream);
     let (graph, ()) = client
-        .capture(stream, |_| {
-            let tmp: Buffer = client.allocate(stream, u64::from(N) * 4)?;
-            client.run_builtin(stream, Builtin::Copy, &[&one, &tmp], N, 0.0)?;
-            client.run_builtin(stream, Builtin::Add, &[&x, &tmp], N, 0.0)
-        })
+        .capture(stream, |_| fx.add_through_intermediate().map(drop))
         .step("capture")?;
     client.replay(&graph).step("first replay")?;
-    let after_one = in_use(&client, stream)?;
+    let after_one = in_use(client, stream)?;
     let usage_one = client.usage(stream).step("usage")?;
     for _ in 0..999 {
         client.replay(&graph).step("replay")?;
     }
-    let after_many = in_use(&client, stream)?;
+    let after_many = in_use(client, stream)?;
     let usage_many = client.usage(stream).step("usage")?;
     ensure!(
         after_one == after_many,
@@ -127,8 +117,8 @@ pub fn rule_16_thousand_replays_keep_usage_flat<D: GraphDriver + Builtins>(
             && usage_one.host.pages == usage_many.host.pages,
         "pages grew: {usage_one:?} vs {usage_many:?}"
     );
-    expect_all(&client, &x, 1001.0, "warmup and 1000 replays")?;
-    usable(&client, stream)
+    fx.expect_x(1001.0, "warmup and 1000 replays")?;
+    usable(client, stream)
 }
 
 /// The client may be called from any thread: `prepare` on one, the
