@@ -5,16 +5,24 @@ use std::path::PathBuf;
 
 const KERNELS: [&str; 4] = ["fill", "add", "copy", "axpy"];
 
+/// The info struct and element index every kernel shares.
+const COMMON: &str = "shaders/common.wgsl";
+
+fn read(path: &str) -> String {
+    println!("cargo::rerun-if-changed={path}");
+    std::fs::read_to_string(path).unwrap_or_else(|e| fail(&format!("reading {path}: {e}")))
+}
+
 fn main() {
     let out_dir = match std::env::var_os("OUT_DIR") {
         Some(dir) => PathBuf::from(dir),
         None => fail("OUT_DIR is not set"),
     };
+    let common = read(COMMON);
     for name in KERNELS {
         let path = format!("shaders/{name}.wgsl");
-        println!("cargo::rerun-if-changed={path}");
-        let source = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| fail(&format!("reading {path}: {e}")));
+        // One source per kernel: the shared prelude, then the kernel.
+        let source = format!("{common}\n{}", read(&path));
         let words = compile(&path, &source);
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         let target = out_dir.join(format!("{name}.spv"));
