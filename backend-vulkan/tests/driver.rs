@@ -6,14 +6,129 @@
 
 use std::sync::Arc;
 
-use backend_vulkan::{Device, DevicePage, HostPage, Kernel, Stream, Vulkan, validation_counts};
+use backend_vulkan::{
+    Device, DevicePage, Executable, HostPage, Kernel, Stream, Vulkan, validation_counts,
+};
 use capture_core::{
-    Access, Availability, Binding, Builtin, BuiltinInfo, Builtins, DeviceSlice, Driver, Error,
-    GraphDriver, HostSlice, Launch, builtin::groups_for,
+    Availability, Binding, Builtin, BuiltinInfo, Builtins, DeviceSlice, Driver, Error, GraphDriver,
+    HostSlice, Launch, builtin::groups_for,
 };
 
 /// Bytes per slice slot; capture-core keeps binding offsets at multiples of 256.
 const SLOT: u64 = 256;
+
+fn to_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn from_bytes(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn bytes_of(n: usize) -> u64 {
+    (n * 4) as u64
+}
+
+/// Writes `bytes` to `host` at `host_offset` and enqueues their copy to
+/// `page` at `offset`.
+fn stage(
+    stream: &mut Stream,
+    host: &HostPage,
+    host_offset: u64,
+    bytes: &[u8],
+    page: &DevicePage,
+    offset: u64,
+) {
+    Vulkan::write_host(host, host_offset, bytes);
+    let len = bytes.len() as u64;
+    Vulkan::copy_to_device(
+        stream,
+        HostSlice {
+            page: host,
+            offset: host_offset,
+            len,
+        },
+        DeviceSlice { page, offset, len },
+    )
+    .expect("copy to device");
+}
+
+/// Enqueues a copy of `n` floats of `page` at `offset` into `host` at
+/// `host_offset`.
+fn enqueue_copy_out(
+    stream: &mut Stream,
+    page: &DevicePage,
+    offset: u64,
+    n: usize,
+    host: &HostPage,
+    host_offset: u64,
+) {
+    let len = bytes_of(n);
+    Vulkan::copy_to_host(
+        stream,
+        DeviceSlice { page, offset, len },
+        HostSlice {
+            page: host,
+            offset: host_offset,
+            len,
+        },
+    )
+    .expect("copy to host");
+}
+
+/// Signals `stream` and waits for the signal.
+fn sync_stream(stream: &mut Stream) {
+    let signal = Vulkan::signal(stream).expect("signal");
+    Vulkan::fence(stream, signal).expect("fence");
+}
+
+/// Reads `n` floats of `host` at `host_offset`.
+fn read_floats(host: &HostPage, host_offset: u64, n: usize) -> Vec<f32> {
+    let mut out = vec![0u8; n * 4];
+    Vulkan::read_host(host, host_offset, &mut out);
+    from_bytes(&out)
+}
+
+/// Launches `kernel` on `stream` over `n` elements with `buffers` (page,
+/// offset) in binding order and info at `info` (page, offset).
+fn launch_on(
+    stream: &mut Stream,
+    kernel: &Kernel,
+    which: Builtin,
+    n: usize,
+    (info_page, info_offset): (&DevicePage, u64),
+    buffers: &[(&DevicePage, u64)],
+) {
+    let bindings: Vec<Binding<'_, Vulkan>> = buffers
+        .iter()
+        .zip(which.accesses())
+        .map(|(&(page, offset), &access)| Binding {
+            slice: DeviceSlice {
+                page,
+                offset,
+                len: bytes_of(n),
+            },
+            access,
+        })
+        .collect();
+    Vulkan::launch(
+        stream,
+        Launch {
+            kernel,
+            groups: groups_for(n as u32),
+            bindings: &bindings,
+            info: DeviceSlice {
+                page: info_page,
+                offset: info_offset,
+                len: BuiltinInfo::SIZE as u64,
+            },
+        },
+    )
+    .expect("launch");
+}
 
 struct Fixture {
     device: Arc<Device>,
@@ -44,21 +159,6 @@ fn open(test: &str) -> Option<Fixture> {
     })
 }
 
-fn to_bytes(values: &[f32]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_le_bytes()).collect()
-}
-
-fn from_bytes(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-fn bytes_of(n: usize) -> u64 {
-    (n * 4) as u64
-}
-
 impl Fixture {
     fn kernel(&self, which: Builtin) -> Kernel {
         Vulkan::builtin(&self.device, which).expect("builtin")
@@ -72,45 +172,28 @@ impl Fixture {
     /// `page` at `offset`.
     fn upload(&mut self, host_offset: u64, values: &[f32], page: &DevicePage, offset: u64) {
         let bytes = to_bytes(values);
-        Vulkan::write_host(&self.host, host_offset, &bytes);
-        let len = bytes.len() as u64;
-        Vulkan::copy_to_device(
+        stage(
             &mut self.stream,
-            HostSlice {
-                page: &self.host,
-                offset: host_offset,
-                len,
-            },
-            DeviceSlice { page, offset, len },
-        )
-        .expect("copy to device");
+            &self.host,
+            host_offset,
+            &bytes,
+            page,
+            offset,
+        );
     }
 
     /// Enqueues a copy of `n` floats of `page` at `offset` into the host
     /// page at `host_offset`.
     fn enqueue_download(&mut self, page: &DevicePage, offset: u64, n: usize, host_offset: u64) {
-        let len = bytes_of(n);
-        Vulkan::copy_to_host(
-            &mut self.stream,
-            DeviceSlice { page, offset, len },
-            HostSlice {
-                page: &self.host,
-                offset: host_offset,
-                len,
-            },
-        )
-        .expect("copy to host");
+        enqueue_copy_out(&mut self.stream, page, offset, n, &self.host, host_offset);
     }
 
     fn sync(&mut self) {
-        let signal = Vulkan::signal(&mut self.stream).expect("signal");
-        Vulkan::fence(&mut self.stream, signal).expect("fence");
+        sync_stream(&mut self.stream);
     }
 
     fn read(&self, host_offset: u64, n: usize) -> Vec<f32> {
-        let mut out = vec![0u8; n * 4];
-        Vulkan::read_host(&self.host, host_offset, &mut out);
-        from_bytes(&out)
+        read_floats(&self.host, host_offset, n)
     }
 
     /// Downloads `n` floats, syncs, and returns them.
@@ -126,27 +209,15 @@ impl Fixture {
         let slot = self.next_info;
         self.next_info += 1;
         let offset = slot * SLOT;
-        let host_offset = 768 * 1024 + offset;
-        Vulkan::write_host(
-            &self.host,
-            host_offset,
-            &BuiltinInfo::new(n, scalar).to_bytes(),
-        );
-        let len = BuiltinInfo::SIZE as u64;
-        Vulkan::copy_to_device(
+        let bytes = BuiltinInfo::new(n, scalar).to_bytes();
+        stage(
             &mut self.stream,
-            HostSlice {
-                page: &self.host,
-                offset: host_offset,
-                len,
-            },
-            DeviceSlice {
-                page: &self.info,
-                offset,
-                len,
-            },
-        )
-        .expect("copy info");
+            &self.host,
+            768 * 1024 + offset,
+            &bytes,
+            &self.info,
+            offset,
+        );
         offset
     }
 
@@ -160,32 +231,20 @@ impl Fixture {
         info: u64,
         buffers: &[(&DevicePage, u64)],
     ) {
-        let bindings: Vec<Binding<'_, Vulkan>> = buffers
-            .iter()
-            .zip(which.accesses())
-            .map(|(&(page, offset), &access)| Binding {
-                slice: DeviceSlice {
-                    page,
-                    offset,
-                    len: bytes_of(n),
-                },
-                access,
-            })
-            .collect();
-        Vulkan::launch(
+        launch_on(
             &mut self.stream,
-            Launch {
-                kernel,
-                groups: groups_for(n as u32),
-                bindings: &bindings,
-                info: DeviceSlice {
-                    page: &self.info,
-                    offset: info,
-                    len: BuiltinInfo::SIZE as u64,
-                },
-            },
-        )
-        .expect("launch");
+            kernel,
+            which,
+            n,
+            (&self.info, info),
+            buffers,
+        );
+    }
+
+    /// Launches `fill` over `n` elements of `page` at `offset`, with info at
+    /// `info`.
+    fn fill(&mut self, fill: &Kernel, n: usize, info: u64, page: &DevicePage, offset: u64) {
+        self.launch(fill, Builtin::Fill, n, info, &[(page, offset)]);
     }
 
     /// Drops the stream and pages and checks the validation layer's verdict.
@@ -200,6 +259,57 @@ impl Fixture {
         drop((host, info));
         drop(stream);
         check_validation(&device);
+    }
+}
+
+/// x (zeros, at 0) and `n` ones a slot after it on one page, with the add
+/// kernel and an info slot for `n` elements: each add puts one more into
+/// every element of x.
+struct AddChain {
+    page: DevicePage,
+    slot: u64,
+    n: usize,
+    add: Kernel,
+    info: u64,
+}
+
+impl AddChain {
+    fn new(f: &mut Fixture, n: usize) -> Self {
+        let slot = bytes_of(n).next_multiple_of(SLOT);
+        let page = f.page(2 * slot);
+        f.upload(0, &vec![0.0; n], &page, 0);
+        f.upload(4096, &vec![1.0; n], &page, slot);
+        let add = f.kernel(Builtin::Add);
+        let info = f.info(n as u32, 0.0);
+        Self {
+            page,
+            slot,
+            n,
+            add,
+            info,
+        }
+    }
+
+    /// Launches one add of the ones into x.
+    fn add(&self, f: &mut Fixture) {
+        let buffers = [(&self.page, 0), (&self.page, self.slot)];
+        f.launch(&self.add, Builtin::Add, self.n, self.info, &buffers);
+    }
+
+    /// Records `adds` adds plus a download of x into host bytes 0.., in a
+    /// window; returns the executable.
+    fn record(&self, f: &mut Fixture, adds: usize) -> Executable {
+        Vulkan::begin(&mut f.stream).expect("begin");
+        for _ in 0..adds {
+            self.add(f);
+        }
+        f.enqueue_download(&self.page, 0, self.n, 0);
+        Vulkan::instantiate(&mut f.stream, None).expect("instantiate")
+    }
+
+    /// Downloads x, syncing.
+    fn x(&self, f: &mut Fixture) -> Vec<f32> {
+        f.download(&self.page, 0, self.n)
     }
 }
 
@@ -222,6 +332,17 @@ fn check_validation(device: &Device) {
     }
 }
 
+/// Opens a fixture for `test`, runs `body` on it, and checks the
+/// validation layer's verdict once everything `body` made is dropped;
+/// skips, saying why, when no Vulkan device is available.
+fn run(test: &str, body: impl FnOnce(&mut Fixture)) {
+    let Some(mut f) = open(test) else {
+        return;
+    };
+    body(&mut f);
+    f.finish();
+}
+
 #[test]
 fn probe_reports_the_device() {
     match Vulkan::probe() {
@@ -241,422 +362,293 @@ fn probe_reports_the_device() {
 
 #[test]
 fn eager_builtins_compute_expected_values() {
-    let Some(mut f) = open("eager_builtins_compute_expected_values") else {
-        return;
-    };
-    let n = 1000usize; // not a multiple of the workgroup size
-    let slot = bytes_of(n).next_multiple_of(SLOT);
-    let page = f.page(4 * slot);
-    let (x, y, z, w) = (0, slot, 2 * slot, 3 * slot);
-    let xs: Vec<f32> = (0..n).map(|i| i as f32).collect();
-    f.upload(0, &xs, &page, x);
+    run("eager_builtins_compute_expected_values", |f| {
+        let n = 1000usize; // not a multiple of the workgroup size
+        let slot = bytes_of(n).next_multiple_of(SLOT);
+        let page = f.page(4 * slot);
+        let (x, y, z, w) = (0, slot, 2 * slot, 3 * slot);
+        let xs: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        f.upload(0, &xs, &page, x);
 
-    let fill = f.kernel(Builtin::Fill);
-    let add = f.kernel(Builtin::Add);
-    let copy = f.kernel(Builtin::Copy);
-    let axpy = f.kernel(Builtin::Axpy);
+        let fill = f.kernel(Builtin::Fill);
+        let add = f.kernel(Builtin::Add);
+        let copy = f.kernel(Builtin::Copy);
+        let axpy = f.kernel(Builtin::Axpy);
 
-    let info_fill = f.info(n as u32, 2.0);
-    f.launch(&fill, Builtin::Fill, n, info_fill, &[(&page, y)]);
-    let info_n = f.info(n as u32, 0.0);
-    f.launch(&add, Builtin::Add, n, info_n, &[(&page, x), (&page, y)]); // x = i + 2
-    f.launch(&copy, Builtin::Copy, n, info_n, &[(&page, x), (&page, z)]); // z = i + 2
-    let info_axpy = f.info(n as u32, 0.5);
-    f.launch(
-        &axpy,
-        Builtin::Axpy,
-        n,
-        info_axpy,
-        &[(&page, y), (&page, z)],
-    ); // z = i + 3
-    // Fewer elements than the buffer holds: the tail stays as filled.
-    f.launch(&fill, Builtin::Fill, n, info_fill, &[(&page, w)]);
-    let info_short = f.info(10, -1.0);
-    f.launch(&fill, Builtin::Fill, n, info_short, &[(&page, w)]);
+        let info_fill = f.info(n as u32, 2.0);
+        f.fill(&fill, n, info_fill, &page, y);
+        let info_n = f.info(n as u32, 0.0);
+        f.launch(&add, Builtin::Add, n, info_n, &[(&page, x), (&page, y)]); // x = i + 2
+        f.launch(&copy, Builtin::Copy, n, info_n, &[(&page, x), (&page, z)]); // z = i + 2
+        let info_axpy = f.info(n as u32, 0.5);
+        f.launch(
+            &axpy,
+            Builtin::Axpy,
+            n,
+            info_axpy,
+            &[(&page, y), (&page, z)],
+        ); // z = i + 3
+        // Fewer elements than the buffer holds: the tail stays as filled.
+        f.fill(&fill, n, info_fill, &page, w);
+        let info_short = f.info(10, -1.0);
+        f.fill(&fill, n, info_short, &page, w);
 
-    let got_x = f.download(&page, x, n);
-    let got_z = f.download(&page, z, n);
-    let got_w = f.download(&page, w, n);
-    for i in 0..n {
-        assert_eq!(got_x[i], i as f32 + 2.0, "x[{i}]");
-        assert_eq!(got_z[i], i as f32 + 3.0, "z[{i}]");
-        assert_eq!(got_w[i], if i < 10 { -1.0 } else { 2.0 }, "w[{i}]");
-    }
-    f.finish();
+        let got_x = f.download(&page, x, n);
+        let got_z = f.download(&page, z, n);
+        let got_w = f.download(&page, w, n);
+        for i in 0..n {
+            assert_eq!(got_x[i], i as f32 + 2.0, "x[{i}]");
+            assert_eq!(got_z[i], i as f32 + 3.0, "z[{i}]");
+            assert_eq!(got_w[i], if i < 10 { -1.0 } else { 2.0 }, "w[{i}]");
+        }
+    });
 }
 
 #[test]
 fn long_eager_chains_cross_batch_boundaries() {
-    let Some(mut f) = open("long_eager_chains_cross_batch_boundaries") else {
-        return;
-    };
-    let n = 130usize;
-    let page = f.page(2 * SLOT.max(bytes_of(n).next_multiple_of(SLOT)));
-    let slot = bytes_of(n).next_multiple_of(SLOT);
-    f.upload(0, &vec![0.0; n], &page, 0);
-    f.upload(4096, &vec![1.0; n], &page, slot);
-    let add = f.kernel(Builtin::Add);
-    let info = f.info(n as u32, 0.0);
-    // Every add reads and writes x, so each needs a barrier, across more
-    // than two batches.
-    let adds = 700;
-    for _ in 0..adds {
-        f.launch(&add, Builtin::Add, n, info, &[(&page, 0), (&page, slot)]);
-    }
-    let got = f.download(&page, 0, n);
-    assert!(got.iter().all(|&v| v == adds as f32), "{:?}", &got[..4]);
-    f.finish();
+    run("long_eager_chains_cross_batch_boundaries", |f| {
+        let chain = AddChain::new(f, 130);
+        // Every add reads and writes x, so each needs a barrier, across more
+        // than two batches.
+        let adds = 700;
+        for _ in 0..adds {
+            chain.add(f);
+        }
+        let got = chain.x(f);
+        assert!(got.iter().all(|&v| v == adds as f32), "{:?}", &got[..4]);
+    });
 }
 
 #[test]
 fn independent_launches_on_one_page_all_land() {
-    let Some(mut f) = open("independent_launches_on_one_page_all_land") else {
-        return;
-    };
-    let n = 64usize;
-    let slots = 40u64;
-    let page = f.page(slots * SLOT);
-    let fill = f.kernel(Builtin::Fill);
-    for s in 0..slots {
-        let info = f.info(n as u32, s as f32);
-        f.launch(&fill, Builtin::Fill, n, info, &[(&page, s * SLOT)]);
-    }
-    for s in 0..slots {
-        f.enqueue_download(&page, s * SLOT, n, s * SLOT);
-    }
-    f.sync();
-    for s in 0..slots {
-        let got = f.read(s * SLOT, n);
-        assert!(
-            got.iter().all(|&v| v == s as f32),
-            "slot {s}: {:?}",
-            &got[..4]
-        );
-    }
-    f.finish();
-}
-
-/// Records `adds` adds of ones into x (at 0) plus a download of x, in a
-/// window; returns the executable.
-fn record_add_chain(
-    f: &mut Fixture,
-    page: &DevicePage,
-    n: usize,
-    adds: usize,
-) -> backend_vulkan::Executable {
-    let slot = bytes_of(n).next_multiple_of(SLOT);
-    let add = f.kernel(Builtin::Add);
-    let info = f.info(n as u32, 0.0);
-    Vulkan::begin(&mut f.stream).expect("begin");
-    for _ in 0..adds {
-        f.launch(&add, Builtin::Add, n, info, &[(page, 0), (page, slot)]);
-    }
-    f.enqueue_download(page, 0, n, 0);
-    Vulkan::instantiate(&mut f.stream, None).expect("instantiate")
+    run("independent_launches_on_one_page_all_land", |f| {
+        let n = 64usize;
+        let slots = 40u64;
+        let page = f.page(slots * SLOT);
+        let fill = f.kernel(Builtin::Fill);
+        for s in 0..slots {
+            let info = f.info(n as u32, s as f32);
+            f.fill(&fill, n, info, &page, s * SLOT);
+        }
+        for s in 0..slots {
+            f.enqueue_download(&page, s * SLOT, n, s * SLOT);
+        }
+        f.sync();
+        for s in 0..slots {
+            let got = f.read(s * SLOT, n);
+            assert!(
+                got.iter().all(|&v| v == s as f32),
+                "slot {s}: {:?}",
+                &got[..4]
+            );
+        }
+    });
 }
 
 #[test]
 fn graph_replays_accumulate() {
-    let Some(mut f) = open("graph_replays_accumulate") else {
-        return;
-    };
-    let n = 200usize;
-    let slot = bytes_of(n).next_multiple_of(SLOT);
-    let page = f.page(2 * slot);
-    f.upload(0, &vec![0.0; n], &page, 0);
-    f.upload(4096, &vec![1.0; n], &page, slot);
-    let exec = record_add_chain(&mut f, &page, n, 2);
+    run("graph_replays_accumulate", |f| {
+        let n = 200usize;
+        let chain = AddChain::new(f, n);
+        let exec = chain.record(f, 2);
 
-    // Recording ran nothing.
-    assert_eq!(f.download(&page, 0, n), vec![0.0; n]);
+        // Recording ran nothing.
+        assert_eq!(chain.x(f), vec![0.0; n]);
 
-    Vulkan::upload(&exec, &mut f.stream).expect("upload");
-    for _ in 0..3 {
+        Vulkan::upload(&exec, &mut f.stream).expect("upload");
+        for _ in 0..3 {
+            Vulkan::replay(&exec, &mut f.stream).expect("replay");
+        }
+        f.sync();
+        // The window's own download left the result in host bytes 0..
+        assert!(
+            f.read(0, n).iter().all(|&v| v == 6.0),
+            "{:?}",
+            &f.read(0, 4)
+        );
+        assert!(chain.x(f).iter().all(|&v| v == 6.0));
+
+        // Eager work after replays sees their results, and replays see eager work.
+        let fill = f.kernel(Builtin::Fill);
+        let info = f.info(n as u32, 10.0);
+        f.fill(&fill, n, info, &chain.page, 0);
         Vulkan::replay(&exec, &mut f.stream).expect("replay");
-    }
-    f.sync();
-    // The window's own download left the result in host bytes 0..
-    assert!(
-        f.read(0, n).iter().all(|&v| v == 6.0),
-        "{:?}",
-        &f.read(0, 4)
-    );
-    assert!(f.download(&page, 0, n).iter().all(|&v| v == 6.0));
-
-    // Eager work after replays sees their results, and replays see eager work.
-    let fill = f.kernel(Builtin::Fill);
-    let info = f.info(n as u32, 10.0);
-    f.launch(&fill, Builtin::Fill, n, info, &[(&page, 0)]);
-    Vulkan::replay(&exec, &mut f.stream).expect("replay");
-    assert!(f.download(&page, 0, n).iter().all(|&v| v == 12.0));
-
-    drop(exec);
-    drop(page);
-    f.finish();
+        assert!(chain.x(f).iter().all(|&v| v == 12.0));
+    });
 }
 
 #[test]
 fn replay_without_upload_and_drop_while_pending() {
-    let Some(mut f) = open("replay_without_upload_and_drop_while_pending") else {
-        return;
-    };
-    let n = 300usize;
-    let slot = bytes_of(n).next_multiple_of(SLOT);
-    let page = f.page(2 * slot);
-    f.upload(0, &vec![0.0; n], &page, 0);
-    f.upload(4096, &vec![1.0; n], &page, slot);
-    let exec = record_add_chain(&mut f, &page, n, 5);
-    for _ in 0..4 {
-        Vulkan::replay(&exec, &mut f.stream).expect("replay");
-    }
-    // Dropped with replays possibly still pending: the drop waits for them.
-    drop(exec);
-    // The page outlives its owner's release while the executable ran.
-    assert!(f.download(&page, 0, n).iter().all(|&v| v == 20.0));
-    f.finish();
+    run("replay_without_upload_and_drop_while_pending", |f| {
+        let chain = AddChain::new(f, 300);
+        let exec = chain.record(f, 5);
+        for _ in 0..4 {
+            Vulkan::replay(&exec, &mut f.stream).expect("replay");
+        }
+        // Dropped with replays possibly still pending: the drop waits for them.
+        drop(exec);
+        // The page outlives its owner's release while the executable ran.
+        assert!(chain.x(f).iter().all(|&v| v == 20.0));
+    });
 }
 
 #[test]
 fn doomed_window_is_closed_and_refused() {
-    let Some(mut f) = open("doomed_window_is_closed_and_refused") else {
-        return;
-    };
-    let n = 100usize;
-    let slot = bytes_of(n).next_multiple_of(SLOT);
-    let page = f.page(2 * slot);
-    f.upload(0, &vec![0.0; n], &page, 0);
-    f.upload(4096, &vec![1.0; n], &page, slot);
-    let add = f.kernel(Builtin::Add);
-    let info = f.info(n as u32, 0.0);
+    run("doomed_window_is_closed_and_refused", |f| {
+        let chain = AddChain::new(f, 100);
 
-    Vulkan::begin(&mut f.stream).expect("begin");
-    f.launch(&add, Builtin::Add, n, info, &[(&page, 0), (&page, slot)]);
-    let doomed = Error::EmptyBuffer;
-    let refused = Vulkan::instantiate(&mut f.stream, Some(doomed.clone()));
-    assert_eq!(refused.err(), Some(doomed));
+        Vulkan::begin(&mut f.stream).expect("begin");
+        chain.add(f);
+        let doomed = Error::EmptyBuffer;
+        let refused = Vulkan::instantiate(&mut f.stream, Some(doomed.clone()));
+        assert_eq!(refused.err(), Some(doomed));
 
-    // The stream left recording mode: eager work runs.
-    f.launch(&add, Builtin::Add, n, info, &[(&page, 0), (&page, slot)]);
-    assert!(f.download(&page, 0, n).iter().all(|&v| v == 1.0));
+        // The stream left recording mode: eager work runs.
+        chain.add(f);
+        assert!(chain.x(f).iter().all(|&v| v == 1.0));
 
-    // A second instantiate has no window to close.
-    assert!(Vulkan::instantiate(&mut f.stream, None).is_err());
-    // And a new window can be recorded.
-    let exec = record_add_chain(&mut f, &page, n, 1);
-    Vulkan::replay(&exec, &mut f.stream).expect("replay");
-    assert!(f.download(&page, 0, n).iter().all(|&v| v == 2.0));
-    drop(exec);
-    f.finish();
+        // A second instantiate has no window to close.
+        assert!(Vulkan::instantiate(&mut f.stream, None).is_err());
+        // And a new window can be recorded.
+        let exec = chain.record(f, 1);
+        Vulkan::replay(&exec, &mut f.stream).expect("replay");
+        assert!(chain.x(f).iter().all(|&v| v == 2.0));
+    });
 }
 
 #[test]
 fn allocation_while_recording_is_refused() {
-    let Some(mut f) = open("allocation_while_recording_is_refused") else {
-        return;
-    };
-    Vulkan::begin(&mut f.stream).expect("begin");
-    let page = f.page(SLOT);
-    let fill = f.kernel(Builtin::Fill);
-    f.launch(&fill, Builtin::Fill, 64, 0, &[(&page, 0)]);
-    match Vulkan::instantiate(&mut f.stream, None) {
-        Err(Error::Driver(e)) => assert!(e.message.contains("allocated"), "{e}"),
-        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
-    }
-    // Not recording any more.
-    let info = f.info(64, 3.0);
-    f.launch(&fill, Builtin::Fill, 64, info, &[(&page, 0)]);
-    assert!(f.download(&page, 0, 64).iter().all(|&v| v == 3.0));
-    f.finish();
+    run("allocation_while_recording_is_refused", |f| {
+        Vulkan::begin(&mut f.stream).expect("begin");
+        let page = f.page(SLOT);
+        let fill = f.kernel(Builtin::Fill);
+        f.fill(&fill, 64, 0, &page, 0);
+        match Vulkan::instantiate(&mut f.stream, None) {
+            Err(Error::Driver(e)) => assert!(e.message.contains("allocated"), "{e}"),
+            other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+        }
+        // Not recording any more.
+        let info = f.info(64, 3.0);
+        f.fill(&fill, 64, info, &page, 0);
+        assert!(f.download(&page, 0, 64).iter().all(|&v| v == 3.0));
+    });
 }
 
 #[test]
 fn signal_and_fence_while_recording_do_not_run_the_window() {
-    let Some(mut f) = open("signal_and_fence_while_recording_do_not_run_the_window") else {
-        return;
-    };
-    let page = f.page(SLOT);
-    let fill = f.kernel(Builtin::Fill);
-    let info = f.info(64, 1.0);
-    f.launch(&fill, Builtin::Fill, 64, info, &[(&page, 0)]);
-    let info2 = f.info(64, 7.0);
-    Vulkan::begin(&mut f.stream).expect("begin");
-    f.launch(&fill, Builtin::Fill, 64, info2, &[(&page, 0)]);
-    // begin submitted the eager work; the window's launch is not run.
-    f.sync();
-    let exec = Vulkan::instantiate(&mut f.stream, None).expect("instantiate");
-    assert!(f.download(&page, 0, 64).iter().all(|&v| v == 1.0));
-    Vulkan::replay(&exec, &mut f.stream).expect("replay");
-    assert!(f.download(&page, 0, 64).iter().all(|&v| v == 7.0));
-    drop(exec);
-    f.finish();
+    run(
+        "signal_and_fence_while_recording_do_not_run_the_window",
+        |f| {
+            let page = f.page(SLOT);
+            let fill = f.kernel(Builtin::Fill);
+            let info = f.info(64, 1.0);
+            f.fill(&fill, 64, info, &page, 0);
+            let info2 = f.info(64, 7.0);
+            Vulkan::begin(&mut f.stream).expect("begin");
+            f.fill(&fill, 64, info2, &page, 0);
+            // begin submitted the eager work; the window's launch is not run.
+            f.sync();
+            let exec = Vulkan::instantiate(&mut f.stream, None).expect("instantiate");
+            assert!(f.download(&page, 0, 64).iter().all(|&v| v == 1.0));
+            Vulkan::replay(&exec, &mut f.stream).expect("replay");
+            assert!(f.download(&page, 0, 64).iter().all(|&v| v == 7.0));
+        },
+    );
 }
 
 #[test]
 fn streams_are_independent() {
-    let Some(mut f) = open("streams_are_independent") else {
-        return;
-    };
-    let mut other = Vulkan::create_stream(&f.device).expect("second stream");
-    let page = f.page(2 * SLOT);
-    let fill = f.kernel(Builtin::Fill);
-    let info = f.info(64, 4.0);
-    f.sync();
-    Vulkan::begin(&mut f.stream).expect("begin");
-    // Work on the other stream is not recorded.
-    let bindings = [Binding {
-        slice: DeviceSlice {
-            page: &page,
-            offset: SLOT,
-            len: SLOT,
-        },
-        access: Access::Write,
-    }];
-    Vulkan::launch(
-        &mut other,
-        Launch {
-            kernel: &fill,
-            groups: groups_for(64),
-            bindings: &bindings,
-            info: DeviceSlice {
-                page: &f.info,
-                offset: info,
-                len: 16,
-            },
-        },
-    )
-    .expect("launch on the other stream");
-    let signal = Vulkan::signal(&mut other).expect("signal");
-    Vulkan::fence(&mut other, signal).expect("fence");
-    let exec = Vulkan::instantiate(&mut f.stream, None).expect("instantiate");
-    assert!(f.download(&page, SLOT, 64).iter().all(|&v| v == 4.0));
-    drop(exec);
-    drop(other);
-    f.finish();
+    run("streams_are_independent", |f| {
+        let mut other = Vulkan::create_stream(&f.device).expect("second stream");
+        let page = f.page(2 * SLOT);
+        let fill = f.kernel(Builtin::Fill);
+        let info = f.info(64, 4.0);
+        f.sync();
+        Vulkan::begin(&mut f.stream).expect("begin");
+        // Work on the other stream is not recorded.
+        launch_on(
+            &mut other,
+            &fill,
+            Builtin::Fill,
+            64,
+            (&f.info, info),
+            &[(&page, SLOT)],
+        );
+        sync_stream(&mut other);
+        let exec = Vulkan::instantiate(&mut f.stream, None).expect("instantiate");
+        assert!(f.download(&page, SLOT, 64).iter().all(|&v| v == 4.0));
+        drop(exec);
+    });
 }
 
 #[test]
 fn large_window_replays_on_another_stream() {
-    let Some(mut f) = open("large_window_replays_on_another_stream") else {
-        return;
-    };
-    let n = 100usize;
-    let slot = bytes_of(n).next_multiple_of(SLOT);
-    let page = f.page(2 * slot);
-    f.upload(0, &vec![0.0; n], &page, 0);
-    f.upload(4096, &vec![1.0; n], &page, slot);
-    // More launches than an eager batch holds: a window never submits.
-    let exec = record_add_chain(&mut f, &page, n, 600);
-    f.sync();
-    let mut other = Vulkan::create_stream(&f.device).expect("second stream");
-    Vulkan::upload(&exec, &mut other).expect("upload");
-    Vulkan::replay(&exec, &mut other).expect("replay");
-    Vulkan::replay(&exec, &mut other).expect("replay");
-    let signal = Vulkan::signal(&mut other).expect("signal");
-    Vulkan::fence(&mut other, signal).expect("fence");
-    assert!(f.download(&page, 0, n).iter().all(|&v| v == 1200.0));
-    // Dropped after the stream it last replayed on.
-    drop(other);
-    drop(exec);
-    f.finish();
+    run("large_window_replays_on_another_stream", |f| {
+        let chain = AddChain::new(f, 100);
+        // More launches than an eager batch holds: a window never submits.
+        let exec = chain.record(f, 600);
+        f.sync();
+        let mut other = Vulkan::create_stream(&f.device).expect("second stream");
+        Vulkan::upload(&exec, &mut other).expect("upload");
+        Vulkan::replay(&exec, &mut other).expect("replay");
+        Vulkan::replay(&exec, &mut other).expect("replay");
+        sync_stream(&mut other);
+        assert!(chain.x(f).iter().all(|&v| v == 1200.0));
+        // Dropped after the stream it last replayed on.
+        drop(other);
+        drop(exec);
+    });
 }
 
 #[test]
 fn streams_on_separate_threads_share_the_queue() {
-    let Some(f) = open("streams_on_separate_threads_share_the_queue") else {
-        return;
-    };
-    let device = Arc::clone(&f.device);
-    let workers: Vec<_> = (0..3)
-        .map(|t| {
-            let device = Arc::clone(&device);
-            std::thread::spawn(move || {
-                let mut stream = Vulkan::create_stream(&device).expect("stream");
-                let host = Vulkan::allocate_host_page(&mut stream, 4096).expect("host page");
-                let info = Vulkan::allocate_device_page(&mut stream, SLOT).expect("info page");
-                let data = Vulkan::allocate_device_page(&mut stream, SLOT).expect("data page");
-                let fill = Vulkan::builtin(&device, Builtin::Fill).expect("fill");
-                for round in 0..20 {
-                    let value = (t * 100 + round) as f32;
-                    Vulkan::write_host(&host, 0, &BuiltinInfo::new(64, value).to_bytes());
-                    Vulkan::copy_to_device(
-                        &mut stream,
-                        HostSlice {
-                            page: &host,
-                            offset: 0,
-                            len: 16,
-                        },
-                        DeviceSlice {
-                            page: &info,
-                            offset: 0,
-                            len: 16,
-                        },
-                    )
-                    .expect("copy info");
-                    let bindings = [Binding {
-                        slice: DeviceSlice {
-                            page: &data,
-                            offset: 0,
-                            len: SLOT,
-                        },
-                        access: Access::Write,
-                    }];
-                    Vulkan::launch(
-                        &mut stream,
-                        Launch {
-                            kernel: &fill,
-                            groups: groups_for(64),
-                            bindings: &bindings,
-                            info: DeviceSlice {
-                                page: &info,
-                                offset: 0,
-                                len: 16,
-                            },
-                        },
-                    )
-                    .expect("launch");
-                    Vulkan::copy_to_host(
-                        &mut stream,
-                        DeviceSlice {
-                            page: &data,
-                            offset: 0,
-                            len: SLOT,
-                        },
-                        HostSlice {
-                            page: &host,
-                            offset: 1024,
-                            len: SLOT,
-                        },
-                    )
-                    .expect("copy back");
-                    let signal = Vulkan::signal(&mut stream).expect("signal");
-                    Vulkan::fence(&mut stream, signal).expect("fence");
-                    let mut out = vec![0u8; SLOT as usize];
-                    Vulkan::read_host(&host, 1024, &mut out);
-                    assert!(from_bytes(&out).iter().all(|&v| v == value));
-                }
+    run("streams_on_separate_threads_share_the_queue", |f| {
+        let device = Arc::clone(&f.device);
+        let workers: Vec<_> = (0..3)
+            .map(|t| {
+                let device = Arc::clone(&device);
+                std::thread::spawn(move || {
+                    let mut stream = Vulkan::create_stream(&device).expect("stream");
+                    let host = Vulkan::allocate_host_page(&mut stream, 4096).expect("host page");
+                    let info = Vulkan::allocate_device_page(&mut stream, SLOT).expect("info page");
+                    let data = Vulkan::allocate_device_page(&mut stream, SLOT).expect("data page");
+                    let fill = Vulkan::builtin(&device, Builtin::Fill).expect("fill");
+                    for round in 0..20 {
+                        let value = (t * 100 + round) as f32;
+                        let bytes = BuiltinInfo::new(64, value).to_bytes();
+                        stage(&mut stream, &host, 0, &bytes, &info, 0);
+                        launch_on(
+                            &mut stream,
+                            &fill,
+                            Builtin::Fill,
+                            64,
+                            (&info, 0),
+                            &[(&data, 0)],
+                        );
+                        enqueue_copy_out(&mut stream, &data, 0, 64, &host, 1024);
+                        sync_stream(&mut stream);
+                        assert!(read_floats(&host, 1024, 64).iter().all(|&v| v == value));
+                    }
+                })
             })
-        })
-        .collect();
-    for worker in workers {
-        worker.join().expect("worker panicked");
-    }
-    f.finish();
+            .collect();
+        for worker in workers {
+            worker.join().expect("worker panicked");
+        }
+    });
 }
 
 #[test]
 fn fence_on_a_signal_never_submitted_is_an_error() {
-    let Some(mut f) = open("fence_on_a_signal_never_submitted_is_an_error") else {
-        return;
-    };
-    let mut other = Vulkan::create_stream(&f.device).expect("second stream");
-    let page = f.page(SLOT);
-    let fill = f.kernel(Builtin::Fill);
-    let info = f.info(64, 1.0);
-    f.launch(&fill, Builtin::Fill, 64, info, &[(&page, 0)]);
-    let signal = Vulkan::signal(&mut f.stream).expect("signal");
-    // The other stream never submitted that far, so waiting would hang.
-    assert!(Vulkan::fence(&mut other, signal).is_err());
-    Vulkan::fence(&mut f.stream, signal).expect("fence");
-    drop(other);
-    f.finish();
+    run("fence_on_a_signal_never_submitted_is_an_error", |f| {
+        let mut other = Vulkan::create_stream(&f.device).expect("second stream");
+        let page = f.page(SLOT);
+        let fill = f.kernel(Builtin::Fill);
+        let info = f.info(64, 1.0);
+        f.fill(&fill, 64, info, &page, 0);
+        let signal = Vulkan::signal(&mut f.stream).expect("signal");
+        // The other stream never submitted that far, so waiting would hang.
+        assert!(Vulkan::fence(&mut other, signal).is_err());
+        Vulkan::fence(&mut f.stream, signal).expect("fence");
+    });
 }

@@ -76,13 +76,67 @@ impl CaptureSample {
     }
 }
 
-/// Run `op` `iters` times on `state`, in chunks of [`SYNC_EVERY`] with `sync`
-/// after each; only the chunks are timed and counted.
-fn chunked<S: ?Sized, E>(
+/// What one measured op is, and where the sync that bounds the queue goes.
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    /// One call; a sync after every [`SYNC_EVERY`] calls, outside the time
+    /// and the allocation count.
+    PerCall,
+    /// A whole sequence: this many calls and then a sync, all inside the time
+    /// and the allocation count.
+    Sequence(u64),
+}
+
+impl Shape {
+    /// Calls in one op.
+    fn calls(self) -> u64 {
+        match self {
+            Shape::PerCall => 1,
+            Shape::Sequence(calls) => calls,
+        }
+    }
+}
+
+/// Run `iters` ops of `shape` on `state`, an op being one `call` or, for a
+/// sequence, its calls and then `sync`; time them and count their
+/// allocations, leaving out the per-call syncs.
+///
+/// Every measurement but [`capture`] runs this loop, so per-call and
+/// sequence measurements on the core and on the raw driver leave out (or
+/// take in) exactly the same things. `call` and `sync` are monomorphized
+/// into the timed loop: nothing is boxed or called through a pointer there.
+fn measured<S: ?Sized, E>(
     state: &mut S,
     iters: u64,
-    mut op: impl FnMut(&mut S) -> std::result::Result<(), E>,
+    shape: Shape,
+    mut call: impl FnMut(&mut S) -> std::result::Result<(), E>,
     mut sync: impl FnMut(&mut S) -> std::result::Result<(), E>,
+) -> std::result::Result<Sample, E> {
+    match shape {
+        Shape::PerCall => timed_chunks(state, iters, SYNC_EVERY, call, sync),
+        Shape::Sequence(calls) => timed_chunks(
+            state,
+            iters,
+            iters,
+            |s| {
+                for _ in 0..calls {
+                    call(s)?;
+                }
+                sync(s)
+            },
+            |_| Ok(()),
+        ),
+    }
+}
+
+/// Run `op` `iters` times on `state`, in chunks of at most `chunk` with
+/// `between` after each; only the chunks are timed and counted.
+fn timed_chunks<S: ?Sized, E>(
+    state: &mut S,
+    iters: u64,
+    chunk: u64,
+    mut op: impl FnMut(&mut S) -> std::result::Result<(), E>,
+    mut between: impl FnMut(&mut S) -> std::result::Result<(), E>,
 ) -> std::result::Result<Sample, E> {
     let mut sample = Sample {
         ops: iters,
@@ -90,7 +144,7 @@ fn chunked<S: ?Sized, E>(
     };
     let mut left = iters;
     while left > 0 {
-        let chunk = left.min(SYNC_EVERY);
+        let chunk = left.min(chunk);
         let allocations = alloc_counter::allocations();
         let start = Instant::now();
         for _ in 0..chunk {
@@ -98,9 +152,83 @@ fn chunked<S: ?Sized, E>(
         }
         sample.elapsed += start.elapsed();
         sample.allocations += alloc_counter::allocations() - allocations;
-        sync(state)?;
+        between(state)?;
         left -= chunk;
     }
+    Ok(sample)
+}
+
+/// What each call of a measured loop issues.
+enum Call<'a, D: Backend> {
+    /// A replay of the graph through capture-core (`Client::replay`).
+    CoreReplay(&'a AddGraph<D>),
+    /// A raw replay of the graph's executable on its stream, all under one
+    /// hold of the client's lock.
+    RawReplay(&'a AddGraph<D>),
+    /// An eager `add` through capture-core (`Client::run_builtin`).
+    CoreLaunch,
+    /// A raw launch of `add` on the fixture's buffers, all under one hold of
+    /// the client's lock.
+    RawLaunch(&'a RawAdd<D>),
+}
+
+impl<D: Backend> Call<'_, D> {
+    /// Adds one call issues.
+    fn adds(&self) -> u64 {
+        match self {
+            Call::CoreReplay(graph) | Call::RawReplay(graph) => graph.launches,
+            Call::CoreLaunch | Call::RawLaunch(_) => 1,
+        }
+    }
+}
+
+/// `iters` ops of `shape` made of `call`s, then the check of `x` against
+/// every add they issued.
+fn measure<D: Backend>(
+    fixture: &mut Fixture<D>,
+    call: Call<'_, D>,
+    shape: Shape,
+    iters: u64,
+) -> Result<Sample> {
+    let adds = iters * shape.calls() * call.adds();
+    let sample = match call {
+        Call::CoreReplay(graph) => measured(
+            &mut *fixture,
+            iters,
+            shape,
+            |fx| fx.client.replay(&graph.graph),
+            |fx| fx.client.sync(fx.stream),
+        )?,
+        Call::RawReplay(graph) => fixture
+            .client
+            .with_raw_graph(&graph.graph, |exec, stream| {
+                measured(stream, iters, shape, |s| D::replay(exec, s), raw_sync::<D>)
+            })??,
+        Call::CoreLaunch => measured(
+            &mut *fixture,
+            iters,
+            shape,
+            |fx| fx.add(),
+            |fx| fx.client.sync(fx.stream).map_err(Failure::from),
+        )?,
+        Call::RawLaunch(raw) => {
+            let buffers = [&fixture.x, &fixture.y, &raw.info];
+            fixture
+                .client
+                .with_raw_stream(fixture.stream, &buffers, |stream, slices| {
+                    let bindings = RawAdd::<D>::bindings(slices);
+                    measured(
+                        stream,
+                        iters,
+                        shape,
+                        |s| D::launch(s, raw.launch(&bindings, slices[2])),
+                        raw_sync::<D>,
+                    )
+                })??
+        }
+    };
+    fixture.count(adds);
+    fixture.check()?;
     Ok(sample)
 }
 
@@ -110,15 +238,7 @@ pub fn replay_core<D: Backend>(
     graph: &AddGraph<D>,
     iters: u64,
 ) -> Result<Sample> {
-    let sample = chunked(
-        &mut *fixture,
-        iters,
-        |fx| fx.client.replay(&graph.graph),
-        |fx| fx.client.sync(fx.stream),
-    )?;
-    fixture.count(iters * graph.launches);
-    fixture.check()?;
-    Ok(sample)
+    measure(fixture, Call::CoreReplay(graph), Shape::PerCall, iters)
 }
 
 /// `iters` raw [`GraphDriver::replay`](capture_core::GraphDriver::replay)s
@@ -129,27 +249,12 @@ pub fn replay_raw<D: Backend>(
     graph: &AddGraph<D>,
     iters: u64,
 ) -> Result<Sample> {
-    let sample = fixture
-        .client
-        .with_raw_graph(&graph.graph, |exec, stream| {
-            chunked(stream, iters, |s| D::replay(exec, s), raw_sync::<D>)
-        })??;
-    fixture.count(iters * graph.launches);
-    fixture.check()?;
-    Ok(sample)
+    measure(fixture, Call::RawReplay(graph), Shape::PerCall, iters)
 }
 
 /// `iters` eager `add` launches through capture-core (`Client::run_builtin`).
 pub fn eager_core<D: Backend>(fixture: &mut Fixture<D>, iters: u64) -> Result<Sample> {
-    let sample = chunked(
-        &mut *fixture,
-        iters,
-        |fx| fx.add(),
-        |fx| fx.client.sync(fx.stream).map_err(Failure::from),
-    )?;
-    fixture.count(iters);
-    fixture.check()?;
-    Ok(sample)
+    measure(fixture, Call::CoreLaunch, Shape::PerCall, iters)
 }
 
 /// `iters` raw [`Driver::launch`](capture_core::Driver::launch)es of `add` on the fixture's buffers, all
@@ -159,22 +264,7 @@ pub fn eager_raw<D: Backend>(
     raw: &RawAdd<D>,
     iters: u64,
 ) -> Result<Sample> {
-    let buffers = [&fixture.x, &fixture.y, &raw.info];
-    let sample =
-        fixture
-            .client
-            .with_raw_stream(fixture.stream, &buffers, |stream, slices| {
-                let bindings = RawAdd::<D>::bindings(slices);
-                chunked(
-                    stream,
-                    iters,
-                    |s| D::launch(s, raw.launch(&bindings, slices[2])),
-                    raw_sync::<D>,
-                )
-            })??;
-    fixture.count(iters);
-    fixture.check()?;
-    Ok(sample)
+    measure(fixture, Call::RawLaunch(raw), Shape::PerCall, iters)
 }
 
 /// `iters` times: replay `graph` through capture-core and sync. One op is
@@ -184,13 +274,7 @@ pub fn sequence_replay<D: Backend>(
     graph: &AddGraph<D>,
     iters: u64,
 ) -> Result<Sample> {
-    let sample = timed(iters, || {
-        fixture.client.replay(&graph.graph)?;
-        fixture.client.sync(fixture.stream)
-    })?;
-    fixture.count(iters * graph.launches);
-    fixture.check()?;
-    Ok(sample)
+    measure(fixture, Call::CoreReplay(graph), Shape::Sequence(1), iters)
 }
 
 /// `iters` times: `launches` eager adds through capture-core, then sync. One
@@ -200,15 +284,7 @@ pub fn sequence_eager<D: Backend>(
     launches: u64,
     iters: u64,
 ) -> Result<Sample> {
-    let sample = timed(iters, || {
-        for _ in 0..launches {
-            fixture.add()?;
-        }
-        fixture.client.sync(fixture.stream).map_err(Failure::from)
-    })?;
-    fixture.count(iters * launches);
-    fixture.check()?;
-    Ok(sample)
+    measure(fixture, Call::CoreLaunch, Shape::Sequence(launches), iters)
 }
 
 /// [`sequence_replay`] on the raw driver: `iters` times a raw replay and a
@@ -218,17 +294,7 @@ pub fn sequence_raw_replay<D: Backend>(
     graph: &AddGraph<D>,
     iters: u64,
 ) -> Result<Sample> {
-    let sample = fixture
-        .client
-        .with_raw_graph(&graph.graph, |exec, stream| {
-            timed(iters, || {
-                D::replay(exec, stream)?;
-                raw_sync::<D>(stream)
-            })
-        })??;
-    fixture.count(iters * graph.launches);
-    fixture.check()?;
-    Ok(sample)
+    measure(fixture, Call::RawReplay(graph), Shape::Sequence(1), iters)
 }
 
 /// [`sequence_eager`] on the raw driver: `iters` times `launches` raw
@@ -239,39 +305,12 @@ pub fn sequence_raw_eager<D: Backend>(
     launches: u64,
     iters: u64,
 ) -> Result<Sample> {
-    let buffers = [&fixture.x, &fixture.y, &raw.info];
-    let sample =
-        fixture
-            .client
-            .with_raw_stream(fixture.stream, &buffers, |stream, slices| {
-                let bindings = RawAdd::<D>::bindings(slices);
-                timed(iters, || {
-                    for _ in 0..launches {
-                        D::launch(stream, raw.launch(&bindings, slices[2]))?;
-                    }
-                    raw_sync::<D>(stream)
-                })
-            })??;
-    fixture.count(iters * launches);
-    fixture.check()?;
-    Ok(sample)
-}
-
-/// Run `op` `iters` times, timing and counting the whole loop.
-fn timed<E>(
-    iters: u64,
-    mut op: impl FnMut() -> std::result::Result<(), E>,
-) -> std::result::Result<Sample, E> {
-    let allocations = alloc_counter::allocations();
-    let start = Instant::now();
-    for _ in 0..iters {
-        op()?;
-    }
-    Ok(Sample {
-        elapsed: start.elapsed(),
-        allocations: alloc_counter::allocations() - allocations,
-        ops: iters,
-    })
+    measure(
+        fixture,
+        Call::RawLaunch(raw),
+        Shape::Sequence(launches),
+        iters,
+    )
 }
 
 /// Capture `iters` graphs of `launches` adds each, in three steps: prepare,
