@@ -42,7 +42,8 @@ impl Graveyard {
 
     /// Everything buried since the last call.
     fn exhume(&self) -> Vec<(StreamId, SliceHandle)> {
-        if !self.pending.swap(false, Ordering::Acquire) {
+        // A plain load first: the common case writes nothing to the flag.
+        if !self.pending.load(Ordering::Relaxed) || !self.pending.swap(false, Ordering::Acquire) {
             return Vec::new();
         }
         self.dead
