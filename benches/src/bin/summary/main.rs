@@ -61,9 +61,11 @@ fn main() -> ExitCode {
     println!("- machine: {}", machine::describe());
     println!("- {}", validation.describe());
     println!(
-        "- per-call figures: median of {reps} repetitions of {calls} calls, the stream \
-         synced every {sync} calls outside the timing; allocations: fewest in any of \
-         {rounds} rounds of {round} calls per side, counted on the calling thread only",
+        "- per-call figures: median of {reps} repetitions of {calls} calls, core and raw \
+         interleaved, the stream synced every {sync} calls outside the timing; the time \
+         the core adds to a replay is judged fastest repetition to fastest, the ones least \
+         disturbed by other work; allocations: fewest in any of {rounds} rounds of {round} \
+         calls per side, counted on the calling thread only",
         reps = report::REPETITIONS,
         calls = report::CALLS,
         sync = SYNC_EVERY,

@@ -96,14 +96,17 @@ pub fn render(name: &str, report: &Report) -> (String, Vec<Verdict>) {
         per_call(raw, "replay"),
     ));
     rows.push(row("replay, capture-core", per_call(core, "replay")));
-    let added = core.ns - raw.ns;
-    let (limit, limit_text) = if raw.ns > RELATIVE_FROM_NS {
+    // Judged on the fastest repetitions: the core's cost is a constant,
+    // while a driver's worker threads sharing the cores add noise of their
+    // own to whichever repetition they land in.
+    let added = core.fastest - raw.fastest;
+    let (limit, limit_text) = if raw.fastest > RELATIVE_FROM_NS {
         (
-            raw.ns * ADDED_SHARE,
+            raw.fastest * ADDED_SHARE,
             format!(
                 "≤ {:.0}% of raw ({})",
                 ADDED_SHARE * 100.0,
-                ns(raw.ns * ADDED_SHARE)
+                ns(raw.fastest * ADDED_SHARE)
             ),
         )
     } else {
@@ -111,7 +114,12 @@ pub fn render(name: &str, report: &Report) -> (String, Vec<Verdict>) {
     };
     rows.push(judged(
         "replay: time added by the core",
-        format!("{:+.1} ns (core/raw {:.3}x)", added, core.ns / raw.ns),
+        format!(
+            "{:+.1} ns fastest to fastest (core/raw {:.3}x); {:+.1} ns median to median",
+            added,
+            core.fastest / raw.fastest,
+            core.ns - raw.ns
+        ),
         limit_text,
         added <= limit,
     ));
