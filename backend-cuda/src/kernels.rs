@@ -176,22 +176,28 @@ mod tests {
     /// The PTX as a Turing-or-newer device loads it.
     const PTX: &str = PTX_BODY;
 
+    /// `which`'s entry name, and its text from `.visible .entry` up to the
+    /// closing brace.
+    fn entry_text(which: Builtin) -> (String, &'static str) {
+        let entry = entry_name(which);
+        let start = PTX
+            .find(&format!(".visible .entry {entry}("))
+            .unwrap_or_else(|| panic!("{entry} is missing"));
+        let rest = &PTX[start..];
+        let body = &rest[..rest.find("\n}\n").expect("body closes")];
+        (entry, body)
+    }
+
     /// The PTX cannot be compiled here, so at least its interface is checked:
     /// one entry per builtin, each taking one pointer per binding plus the
     /// info pointer, and every entry in the same shape.
     #[test]
     fn every_builtin_has_an_entry_with_its_bindings() {
         for which in Builtin::ALL {
-            let entry = entry_name(which);
-            let start = PTX
-                .find(&format!(".visible .entry {entry}("))
-                .unwrap_or_else(|| panic!("{entry} is missing"));
-            let rest = &PTX[start..];
-            let params = &rest[..rest.find(')').expect("parameter list closes")];
+            let (entry, body) = entry_text(which);
+            let params = &body[..body.find(')').expect("parameter list closes")];
             let count = params.matches(".param .u64").count();
             assert_eq!(count, which.accesses().len() + 1, "{entry} parameters");
-            let body_end = rest.find("\n}\n").expect("body closes");
-            let body = &rest[..body_end];
             for needle in [
                 "%ctaid.y",
                 "%nctaid.x",
@@ -222,12 +228,7 @@ mod tests {
     #[test]
     fn entries_load_their_own_parameters_and_declared_registers() {
         for which in Builtin::ALL {
-            let entry = entry_name(which);
-            let start = PTX
-                .find(&format!(".visible .entry {entry}("))
-                .unwrap_or_else(|| panic!("{entry} is missing"));
-            let rest = &PTX[start..];
-            let body = &rest[..rest.find("\n}\n").expect("body closes")];
+            let (entry, body) = entry_text(which);
             let (head, code) = body.split_once('{').expect("body opens");
             let declared: Vec<&str> = head
                 .split(".param .u64")

@@ -38,6 +38,7 @@ pub use stream::{Signal, Stream};
 pub use validation::ValidationCounts;
 
 use crate::error::error;
+use crate::memory::Buffer;
 use crate::recording::Copy;
 
 /// The Vulkan driver: a marker type naming the backend in generic code.
@@ -119,20 +120,13 @@ impl Driver for Vulkan {
         src: HostSlice<'_, Self>,
         dst: DeviceSlice<'_, Self>,
     ) -> Result<(), DriverError> {
-        if src.len != dst.len {
-            return Err(error(
-                "copy to device",
-                "source and destination lengths differ",
-            ));
-        }
-        stream.copy(&Copy {
-            src: &src.page.0,
-            src_offset: src.offset,
-            dst: &dst.page.0,
-            dst_offset: dst.offset,
-            len: src.len,
-            to_host: false,
-        })
+        copy(
+            stream,
+            "copy to device",
+            (&src.page.0, src.offset, src.len),
+            (&dst.page.0, dst.offset, dst.len),
+            false,
+        )
     }
 
     fn copy_to_host(
@@ -140,20 +134,13 @@ impl Driver for Vulkan {
         src: DeviceSlice<'_, Self>,
         dst: HostSlice<'_, Self>,
     ) -> Result<(), DriverError> {
-        if src.len != dst.len {
-            return Err(error(
-                "copy to host",
-                "source and destination lengths differ",
-            ));
-        }
-        stream.copy(&Copy {
-            src: &src.page.0,
-            src_offset: src.offset,
-            dst: &dst.page.0,
-            dst_offset: dst.offset,
-            len: src.len,
-            to_host: true,
-        })
+        copy(
+            stream,
+            "copy to host",
+            (&src.page.0, src.offset, src.len),
+            (&dst.page.0, dst.offset, dst.len),
+            true,
+        )
     }
 
     fn launch(stream: &mut Stream, launch: Launch<'_, Self>) -> Result<(), DriverError> {
@@ -193,4 +180,28 @@ impl Builtins for Vulkan {
     fn builtin(device: &Arc<Device>, which: Builtin) -> Result<Kernel, DriverError> {
         kernels::builtin(device, which)
     }
+}
+
+/// A page range as a copy sees it: buffer, offset, length.
+type Span<'a> = (&'a Arc<Buffer>, u64, u64);
+
+/// Record or enqueue a copy between equally long ranges; either direction.
+fn copy(
+    stream: &mut Stream,
+    op: &'static str,
+    (src, src_offset, src_len): Span<'_>,
+    (dst, dst_offset, dst_len): Span<'_>,
+    to_host: bool,
+) -> Result<(), DriverError> {
+    if src_len != dst_len {
+        return Err(error(op, "source and destination lengths differ"));
+    }
+    stream.copy(&Copy {
+        src,
+        src_offset,
+        dst,
+        dst_offset,
+        len: src_len,
+        to_host,
+    })
 }

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::driver::{DriverError, GraphDriver};
+use crate::driver::GraphDriver;
 use crate::error::Error;
 use crate::hashing::FastMap;
 use crate::ids::{BufferId, GraphId, StreamId};
@@ -102,17 +102,6 @@ impl<D: GraphDriver> Captures<D> {
     /// Whether `id` names a live graph.
     pub fn contains(&self, id: GraphId) -> bool {
         self.graphs.contains_key(&id)
-    }
-
-    /// Enqueue `id`'s recorded work on `stream`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::UnknownGraph`] when `id` names no live graph (nothing was
-    /// enqueued, nothing is stale), else the driver's refusal.
-    pub fn replay(&self, id: GraphId, stream: &mut D::Stream) -> Result<(), Error> {
-        let graph = self.graphs.get(&id).ok_or(Error::UnknownGraph(id))?;
-        D::replay(&graph.exec, stream).map_err(|err: DriverError| Error::from(err))
     }
 
     /// Take graph `id` out, to be dropped once its stream is synced. `None`

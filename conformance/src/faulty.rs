@@ -117,14 +117,6 @@ impl FaultPlan {
             Ok(())
         }
     }
-
-    /// Every primitive, with its call count (for reports).
-    pub fn counts(&self) -> Vec<(Primitive, u64)> {
-        Primitive::ALL
-            .iter()
-            .map(|p| (*p, self.calls(*p)))
-            .collect()
-    }
 }
 
 fn primitive_name(primitive: Primitive) -> &'static str {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use capture_core::{Availability, Builtins, Driver, GraphDriver};
+use capture_core::{Availability, Builtins, GraphDriver};
 
 /// A backend the runner knows how to run the suite on.
 pub struct Backend {
@@ -99,8 +99,3 @@ pub const KNOWN: [(&str, &str); 4] = [
     ("cuda", "--features cuda"),
     ("hip", "--features hip"),
 ];
-
-/// Whether `driver` is compiled in.
-pub fn compiled_in<D: Driver>() -> bool {
-    backends().iter().any(|b| b.name == D::NAME)
-}

@@ -6,7 +6,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::process::ExitCode;
 use std::sync::Mutex;
 
-use capture_core::{Availability, Driver};
+use capture_core::Availability;
 use libtest_mimic::{Arguments, Failed, Trial};
 
 use crate::registry::{AfterTrial, KNOWN, Validation, backends};
@@ -228,9 +228,4 @@ pub fn run_all<D: AfterTrial>() -> Result<Vec<ScenarioResult>, String> {
             (name, result)
         })
         .collect())
-}
-
-/// Whether `D` is compiled into this build.
-pub fn has_backend<D: Driver>() -> bool {
-    crate::registry::compiled_in::<D>()
 }
