@@ -308,6 +308,7 @@ impl<D: GraphDriver> Server<D> {
                 };
                 state.info_slice(info, &mut ids).and_then(|info_slice| {
                     enqueue_launch::<D>(state, kernel, groups, args, &info_slice)
+                        .map(|()| info_slice)
                 })
             }
         };
@@ -598,14 +599,14 @@ impl<D: GraphDriver> Drop for Server<D> {
     }
 }
 
-/// Issue the driver launch; returns the info slice for the recording.
+/// Issue the driver launch over `args` and `info_slice`.
 fn enqueue_launch<D: Driver>(
     state: &mut StreamState<D>,
     kernel: &D::Kernel,
     groups: [u32; 3],
     args: &[(BufferRef<'_>, Access)],
     info_slice: &SliceHandle,
-) -> Result<SliceHandle, Error> {
+) -> Result<(), Error> {
     let missing = || Error::UnknownStream(state.id);
     let mut bindings: SmallVec<[Binding<'_, D>; 8]> = SmallVec::new();
     for (buffer, access) in args {
@@ -632,6 +633,6 @@ fn enqueue_launch<D: Driver>(
                 len: info_slice.len(),
             },
         },
-    )?;
-    Ok(info_slice.clone())
+    )
+    .map_err(Error::from)
 }

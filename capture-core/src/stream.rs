@@ -122,20 +122,15 @@ impl<D: Driver> StreamState<D> {
 
     /// A device slice of `len` bytes for allocation `id`.
     pub(crate) fn allocate_device(&mut self, id: BufferId, len: u64) -> Result<SliceHandle, Error> {
+        let recording = self.capture.is_recording();
         let Self {
-            raw,
-            device,
-            drops,
-            capture,
-            id: stream,
-            ..
+            raw, device, drops, ..
         } = self;
         allocate::<D, _>(
             device,
             raw,
             drops,
-            capture,
-            *stream,
+            recording,
             id,
             len,
             D::allocate_device_page,
@@ -144,24 +139,11 @@ impl<D: Driver> StreamState<D> {
 
     /// A pinned host slice of `len` bytes for allocation `id`.
     pub(crate) fn allocate_host(&mut self, id: BufferId, len: u64) -> Result<SliceHandle, Error> {
+        let recording = self.capture.is_recording();
         let Self {
-            raw,
-            host,
-            drops,
-            capture,
-            id: stream,
-            ..
+            raw, host, drops, ..
         } = self;
-        allocate::<D, _>(
-            host,
-            raw,
-            drops,
-            capture,
-            *stream,
-            id,
-            len,
-            D::allocate_host_page,
-        )
+        allocate::<D, _>(host, raw, drops, recording, id, len, D::allocate_host_page)
     }
 
     /// Enqueue a copy of `bytes` into `dst` through a pinned staging slice.
@@ -292,15 +274,14 @@ impl<D: Driver> StreamState<D> {
 /// A slice of `len` bytes from `pool`.
 ///
 /// Reuses free memory first; before growing, frees what waits in the drop
-/// queue (unless recording, where that fence would abort the recording). A
-/// page obtained while recording dooms the window.
-#[allow(clippy::too_many_arguments)]
+/// queue (unless `recording`, where that fence would abort the recording).
+/// A page obtained while recording is noticed by the pool itself, and the
+/// window refuses to seal for it.
 fn allocate<D: Driver, P>(
     pool: &mut Pool<P>,
     raw: &mut D::Stream,
     drops: &mut DropQueue,
-    capture: &mut StreamCapture,
-    stream: StreamId,
+    recording: bool,
     id: BufferId,
     len: u64,
     allocate_page: fn(&mut D::Stream, u64) -> Result<P, DriverError>,
@@ -308,20 +289,14 @@ fn allocate<D: Driver, P>(
     if let Some(slice) = pool.reserve(id, len, false, |_| unreachable_page())? {
         return Ok(slice);
     }
-    let recording = capture.is_recording();
     if !recording && !drops.is_empty() {
         drops.drain(|| fence_all::<D>(raw))?;
         if let Some(slice) = pool.reserve(id, len, false, |_| unreachable_page())? {
             return Ok(slice);
         }
     }
-    let slice = pool
-        .reserve(id, len, true, |size| allocate_page(raw, size))?
-        .ok_or_else(missing_page)?;
-    if recording {
-        capture.record_failure(Error::AllocationWhileRecording(stream));
-    }
-    Ok(slice)
+    pool.reserve(id, len, true, |size| allocate_page(raw, size))?
+        .ok_or_else(missing_page)
 }
 
 /// Wait until everything enqueued on `raw` so far has finished.

@@ -107,6 +107,7 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         };
         // A failed or skipped operation means the recording is missing work:
         // it must not seal, but the driver's recording is closed all the same.
+        // The pools are where a page obtained while recording is noticed.
         if stream.device.grew_while_recording() || stream.host.grew_while_recording() {
             stream
                 .capture
