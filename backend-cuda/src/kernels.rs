@@ -107,7 +107,7 @@ impl Module {
             functions: [std::ptr::null_mut(); 4],
         };
         for which in Builtin::ALL {
-            let slot = &mut module.functions[index(which)];
+            let slot = &mut module.functions[which.index()];
             let name = CString::new(entry_name(which))
                 .map_err(|_| refuse(OP, "a kernel name holds a NUL byte"))?;
             // SAFETY: the module is live, the name NUL-terminated, and `slot`
@@ -138,16 +138,6 @@ pub(crate) fn entry_name(which: Builtin) -> String {
     format!("builtin_{}", which.name())
 }
 
-/// Where `which` sits in [`Module`]'s function table.
-fn index(which: Builtin) -> usize {
-    match which {
-        Builtin::Fill => 0,
-        Builtin::Add => 1,
-        Builtin::Copy => 2,
-        Builtin::Axpy => 3,
-    }
-}
-
 /// `which`, compiled for `device`; the module is compiled on the first call
 /// and kept by the device, so later calls cost a lock and a lookup.
 pub(crate) fn builtin(device: &Arc<CudaDevice>, which: Builtin) -> Result<CudaKernel, DriverError> {
@@ -163,7 +153,7 @@ pub(crate) fn builtin(device: &Arc<CudaDevice>, which: Builtin) -> Result<CudaKe
         }
     };
     Ok(CudaKernel {
-        function: module.functions[index(which)],
+        function: module.functions[which.index()],
         device: Arc::clone(device),
         which,
     })

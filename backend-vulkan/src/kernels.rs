@@ -51,15 +51,6 @@ pub(crate) struct KernelCache {
     built: Mutex<[Option<KernelObjects>; 4]>,
 }
 
-fn index(which: Builtin) -> usize {
-    match which {
-        Builtin::Fill => 0,
-        Builtin::Add => 1,
-        Builtin::Copy => 2,
-        Builtin::Axpy => 3,
-    }
-}
-
 fn spirv(which: Builtin) -> &'static [u8] {
     match which {
         Builtin::Fill => FILL,
@@ -93,7 +84,7 @@ pub(crate) fn builtin(device: &Arc<Device>, which: Builtin) -> Result<Kernel, Dr
         .lock()
         .unwrap_or_else(|p| p.into_inner());
     let slot = built
-        .get_mut(index(which))
+        .get_mut(which.index())
         .ok_or_else(|| error("compile kernel", "unknown builtin"))?;
     let objects = match slot {
         Some(objects) => *objects,

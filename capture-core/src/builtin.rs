@@ -34,6 +34,17 @@ impl Builtin {
     /// Every builtin, in a fixed order.
     pub const ALL: [Builtin; 4] = [Builtin::Fill, Builtin::Add, Builtin::Copy, Builtin::Axpy];
 
+    /// The builtin's position in [`Builtin::ALL`]: the slot a backend's
+    /// per-device table of compiled kernels keeps it in.
+    pub fn index(self) -> usize {
+        match self {
+            Builtin::Fill => 0,
+            Builtin::Add => 1,
+            Builtin::Copy => 2,
+            Builtin::Axpy => 3,
+        }
+    }
+
     /// How the kernel uses each of its bindings, in binding order.
     pub fn accesses(self) -> &'static [Access] {
         match self {
@@ -113,6 +124,13 @@ mod tests {
         let info = BuiltinInfo::new(1234, -2.5);
         assert_eq!(BuiltinInfo::from_bytes(&info.to_bytes()), Some(info));
         assert_eq!(BuiltinInfo::from_bytes(&[1, 2, 3]), None);
+    }
+
+    #[test]
+    fn index_is_the_position_in_all() {
+        for (position, which) in Builtin::ALL.iter().enumerate() {
+            assert_eq!(which.index(), position);
+        }
     }
 
     #[test]

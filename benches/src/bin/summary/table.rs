@@ -1,6 +1,6 @@
 //! One backend's report as a markdown table, with the targets judged.
 
-use crate::report::{ALLOCATION_CALLS, Figure, Report};
+use crate::report::{ALLOCATION_CALLS, Figure, Report, Sequence};
 
 /// Most nanoseconds the core may add to a replay whose raw cost is at most
 /// [`RELATIVE_FROM_NS`].
@@ -143,26 +143,24 @@ pub fn render(name: &str, report: &Report) -> (String, Vec<Verdict>) {
     rows.push(allocations_added(core, raw, "eager launch"));
 
     // Replay against eager, whole sequences through their final sync.
-    for seq in &report.sequences {
-        rows.push(row(
-            format!("eager/replay, N={}", seq.launches),
+    let sequence = |seq: &Sequence, label: String| {
+        row(
+            label,
             format!(
                 "{:.2}x (eager {}, replay {} per sequence)",
                 seq.eager.ns / seq.replay.ns,
                 us(seq.eager.ns),
                 us(seq.replay.ns)
             ),
-        ));
+        )
+    };
+    for seq in &report.sequences {
+        rows.push(sequence(seq, format!("eager/replay, N={}", seq.launches)));
     }
     let seq = &report.raw_sequence;
-    rows.push(row(
+    rows.push(sequence(
+        seq,
         format!("eager/replay, N={}, raw driver", seq.launches),
-        format!(
-            "{:.2}x (eager {}, replay {} per sequence)",
-            seq.eager.ns / seq.replay.ns,
-            us(seq.eager.ns),
-            us(seq.replay.ns)
-        ),
     ));
 
     // Capture per launch.
