@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use crate::driver::{Access, Driver, DriverError};
+use crate::signature::Signature;
 
 /// Threads per workgroup (CUDA block) of every builtin kernel.
 pub const WORKGROUP_SIZE: u32 = 64;
@@ -55,6 +56,16 @@ impl Builtin {
         }
     }
 
+    /// The kernel's signature, the same on every backend: its bindings,
+    /// [`BuiltinInfo::SIZE`] info bytes, no by-value parameters, and
+    /// [`WORKGROUP_SIZE`] threads per workgroup.
+    pub fn signature(self) -> Signature {
+        Signature::new(self.name())
+            .bindings(self.accesses())
+            .info(BuiltinInfo::SIZE as u32)
+            .workgroup([WORKGROUP_SIZE, 1, 1])
+    }
+
     /// The kernel's name in every backend's sources.
     pub fn name(self) -> &'static str {
         match self {
@@ -67,6 +78,12 @@ impl Builtin {
 }
 
 /// A backend's compiled builtin kernels.
+///
+/// Each backend builds them through its own user-kernel path, from its own
+/// sources, with [`Builtin::signature`]. Their kernels trust the element
+/// count in their info, so the client launches them only through
+/// [`Client::run_builtin`](crate::Client::run_builtin), which checks it
+/// against the buffers.
 pub trait Builtins: Driver {
     /// Compile (or fetch from the backend's cache) `which` for `device`.
     fn builtin(device: &Arc<Self::Device>, which: Builtin) -> Result<Self::Kernel, DriverError>;
@@ -124,6 +141,19 @@ mod tests {
         let info = BuiltinInfo::new(1234, -2.5);
         assert_eq!(BuiltinInfo::from_bytes(&info.to_bytes()), Some(info));
         assert_eq!(BuiltinInfo::from_bytes(&[1, 2, 3]), None);
+    }
+
+    #[test]
+    fn signatures_follow_the_accesses() {
+        for which in Builtin::ALL {
+            let sig = which.signature();
+            assert_eq!(sig.name(), which.name());
+            assert_eq!(sig.accesses(), which.accesses());
+            assert_eq!(sig.info_bytes(), 16);
+            assert_eq!(sig.param_bytes(), 0);
+            assert_eq!(sig.workgroup_size(), [WORKGROUP_SIZE, 1, 1]);
+            assert!(sig.validate().is_ok());
+        }
     }
 
     #[test]

@@ -7,11 +7,12 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::builtin::{Builtin, BuiltinInfo, Builtins, groups_for};
 use crate::capture_state::Phase;
-use crate::driver::{Access, DeviceInfo, DeviceSlice, Driver, GraphDriver};
+use crate::driver::{DeviceInfo, DeviceSlice, Driver, GraphDriver};
 use crate::error::Error;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
 use crate::pool::SliceHandle;
-use crate::server::{BufferRef, Graveyard, MAX_BINDINGS, Server};
+use crate::server::{BufferRef, Graveyard, Server};
+use crate::signature::{MAX_BINDINGS, Signature};
 use crate::stream::{Config, StreamUsage};
 
 struct Shared<D: GraphDriver> {
@@ -141,11 +142,17 @@ impl Placement {
     }
 }
 
-/// A compiled kernel.
+/// A compiled kernel and its [`Signature`]. Cheap to clone.
+///
+/// Made from a kernel the backend built: each backend has its own
+/// constructors (a Rust closure on the host backend, SPIR-V or WGSL on
+/// Vulkan, PTX or CUDA C++ on CUDA, a code object or HIP C++ on HIP), those
+/// for GPU code `unsafe`, since only the caller can promise what the code
+/// does.
 pub struct Kernel<D: Driver>(Arc<D::Kernel>);
 
 impl<D: Driver> Kernel<D> {
-    /// Wrap a kernel the backend compiled.
+    /// Wrap a kernel the backend built.
     pub fn new(kernel: D::Kernel) -> Self {
         Self(Arc::new(kernel))
     }
@@ -153,6 +160,17 @@ impl<D: Driver> Kernel<D> {
     /// The backend's kernel, for calling the driver directly.
     pub fn raw(&self) -> &D::Kernel {
         &self.0
+    }
+
+    /// What every launch of the kernel must match.
+    pub fn signature(&self) -> &Signature {
+        D::signature(&self.0)
+    }
+}
+
+impl<D: Driver> std::fmt::Debug for Kernel<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Kernel({})", self.signature())
     }
 }
 
@@ -368,27 +386,39 @@ impl<D: GraphDriver> Client<D> {
         self.server()?.trim(stream)
     }
 
-    /// Enqueue a launch of `kernel` over `args` with `info` bytes.
+    /// Enqueue a launch of `kernel` with `groups` workgroups over
+    /// `buffers` (in the kernel's binding order), `info` bytes (staged in
+    /// device memory, for kernels that read info) and `params` (its by-value
+    /// parameters, packed in order: see [`Params`](crate::Params)).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::KernelMismatch`] when the launch does not match the
+    /// kernel's signature (binding count, info or parameter size, a grid
+    /// outside the device's limits, a written buffer bound twice): refused
+    /// before it reaches the driver. A launch that reads a buffer a failure
+    /// claimed fails with that claim and claims what it writes.
     pub fn launch(
         &self,
         stream: StreamId,
         kernel: &Kernel<D>,
         groups: [u32; 3],
-        args: &[(&Buffer, Access)],
+        buffers: &[&Buffer],
         info: &[u8],
+        params: &[u8],
     ) -> Result<(), Error> {
-        if args.len() > MAX_BINDINGS {
-            return Err(Error::TooManyBindings {
-                got: args.len(),
-                limit: MAX_BINDINGS,
+        if buffers.len() > MAX_BINDINGS {
+            return Err(Error::KernelMismatch {
+                kernel: kernel.signature().to_string(),
+                reason: format!("{} buffers bound; at most {MAX_BINDINGS}", buffers.len()),
             });
         }
-        let mut refs: smallvec::SmallVec<[(BufferRef<'_>, Access); 8]> = smallvec::SmallVec::new();
-        for (buffer, access) in args {
-            refs.push((self.buffer_ref(buffer)?, *access));
+        let mut refs: smallvec::SmallVec<[BufferRef<'_>; 8]> = smallvec::SmallVec::new();
+        for buffer in buffers {
+            refs.push(self.buffer_ref(buffer)?);
         }
         self.server()?
-            .launch(stream, &kernel.0, groups, &refs, info)
+            .launch(stream, &kernel.0, groups, &refs, info, params)
     }
 
     /// Open a capture window on `stream` and arm its pools: run the warmup
@@ -541,11 +571,6 @@ impl<D: GraphDriver> Client<D> {
 }
 
 impl<D: GraphDriver + Builtins> Client<D> {
-    /// Builtin kernel `which`, compiled once per device.
-    pub fn builtin(&self, which: Builtin) -> Result<Kernel<D>, Error> {
-        Ok(Kernel(self.server()?.builtin(which)?))
-    }
-
     /// Launch builtin `which` over `n` elements of `buffers` (in the
     /// kernel's binding order) with `scalar`.
     pub fn run_builtin(
@@ -574,14 +599,14 @@ impl<D: GraphDriver + Builtins> Client<D> {
                 short.len()
             )));
         }
-        let mut refs: smallvec::SmallVec<[(BufferRef<'_>, Access); 4]> = smallvec::SmallVec::new();
-        for (buffer, access) in buffers.iter().zip(accesses) {
-            refs.push((self.buffer_ref(buffer)?, *access));
+        let mut refs: smallvec::SmallVec<[BufferRef<'_>; 4]> = smallvec::SmallVec::new();
+        for buffer in buffers {
+            refs.push(self.buffer_ref(buffer)?);
         }
         let mut server = self.server()?;
         let kernel = server.builtin(which)?;
         let info = BuiltinInfo::new(n, scalar).to_bytes();
-        server.launch(stream, &kernel, groups_for(n), &refs, &info)
+        server.launch(stream, &kernel, groups_for(n), &refs, &info, &[])
     }
 }
 

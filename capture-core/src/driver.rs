@@ -11,6 +11,7 @@ use std::fmt::{self, Debug};
 use std::sync::Arc;
 
 use crate::error::Error;
+use crate::signature::Signature;
 
 /// Whether a backend's device can be used on this machine, and why not.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,13 +23,32 @@ pub enum Availability {
     Unavailable(String),
 }
 
-/// What a person needs to know about the device a backend runs on.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// What a person needs to know about the device a backend runs on, and the
+/// limits the core checks every launch against.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceInfo {
     /// The device's own name (`NVIDIA H200`, `llvmpipe (LLVM 15.0.6, 256 bits)`).
     pub name: String,
     /// The driver's version, as the driver reports it.
     pub driver_version: String,
+    /// Most workgroups (CUDA blocks) a launch may have in x, y and z.
+    pub max_groups: [u32; 3],
+}
+
+impl DeviceInfo {
+    /// The grid limit every backend offers at least: 65,535 workgroups in
+    /// each dimension (Vulkan's required minimum, CUDA's y and z).
+    pub const PORTABLE_MAX_GROUPS: [u32; 3] = [65_535; 3];
+
+    /// A device called `name` on `driver_version`, with the portable grid
+    /// limit.
+    pub fn new(name: impl Into<String>, driver_version: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            driver_version: driver_version.into(),
+            max_groups: Self::PORTABLE_MAX_GROUPS,
+        }
+    }
 }
 
 /// A driver call that failed, with the driver's own words kept.
@@ -106,11 +126,20 @@ pub struct HostSlice<'a, D: Driver> {
 pub struct Binding<'a, D: Driver> {
     /// The memory bound.
     pub slice: DeviceSlice<'a, D>,
-    /// How the kernel uses it.
+    /// How the kernel uses it: always the kernel signature's access for
+    /// this binding, never the caller's word.
     pub access: Access,
 }
 
 /// Everything one kernel launch needs.
+///
+/// When capture-core issues it, the launch matches the kernel's
+/// [`Signature`]: one binding per declared access, each slice non-empty and
+/// no written binding sharing memory with another binding; `info` is `Some`
+/// exactly when the signature reads info bytes, holding that many; `params`
+/// holds exactly [`Signature::param_bytes`] bytes; every `groups` entry is
+/// at least 1 and within the device's [`DeviceInfo::max_groups`]. A backend
+/// need not check any of that again.
 pub struct Launch<'a, D: Driver> {
     /// The kernel, as the backend compiled it.
     pub kernel: &'a D::Kernel,
@@ -119,8 +148,12 @@ pub struct Launch<'a, D: Driver> {
     /// The buffers, in the kernel's binding order.
     pub bindings: &'a [Binding<'a, D>],
     /// The device slice holding the launch's info bytes (element counts,
-    /// scalars), bound after the buffers.
-    pub info: DeviceSlice<'a, D>,
+    /// scalars), bound after the buffers; `None` for a kernel that reads no
+    /// info.
+    pub info: Option<DeviceSlice<'a, D>>,
+    /// The by-value parameters, packed in declaration order. Recorded by
+    /// value: a replay passes these bytes, whatever the caller does later.
+    pub params: &'a [u8],
 }
 
 // Manual impls: a derive would demand `D: Clone`, which a driver marker type
@@ -172,7 +205,7 @@ pub trait Driver: Sized + Send + 'static {
     type HostPage: Send + 'static;
     /// A point in a stream's work that a fence can wait for.
     type Signal: Copy + Send + Debug + 'static;
-    /// A compiled kernel.
+    /// A compiled kernel, carrying its [`Signature`].
     type Kernel: Send + Sync + 'static;
 
     /// The backend's short name, used in trial names and reports.
@@ -188,8 +221,11 @@ pub trait Driver: Sized + Send + 'static {
     /// selection variable).
     fn open() -> Result<Arc<Self::Device>, DriverError>;
 
-    /// What the opened device is.
+    /// What the opened device is, and its launch limits.
     fn device_info(device: &Self::Device) -> DeviceInfo;
+
+    /// What `kernel` takes: capture-core checks every launch against it.
+    fn signature(kernel: &Self::Kernel) -> &Signature;
 
     /// Create a stream on `device`.
     fn create_stream(device: &Arc<Self::Device>) -> Result<Self::Stream, DriverError>;
@@ -239,7 +275,8 @@ pub trait Driver: Sized + Send + 'static {
         dst: HostSlice<'_, Self>,
     ) -> Result<(), DriverError>;
 
-    /// Enqueue a kernel launch.
+    /// Enqueue a kernel launch that matches its kernel's signature (see
+    /// [`Launch`]).
     fn launch(stream: &mut Self::Stream, launch: Launch<'_, Self>) -> Result<(), DriverError>;
 
     /// Mark the current end of the stream's work.

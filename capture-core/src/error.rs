@@ -74,24 +74,30 @@ pub enum Error {
         /// What the call passed.
         got: u64,
     },
-    /// A launch bound more buffers than a launch may carry.
-    #[error("a launch may bind at most {limit} buffers, got {got}")]
-    TooManyBindings {
-        /// Bindings passed.
-        got: usize,
-        /// The limit.
-        limit: usize,
-    },
-    /// A launch's arguments do not fit its kernel.
+    /// A launch's arguments do not fit its kernel (builtin launches, whose
+    /// element count must fit the buffers).
     #[error("bad launch: {0}")]
     BadLaunch(String),
-    /// Launch info bytes were empty or too long.
-    #[error("launch info must be 1 to {limit} bytes, got {got}")]
-    BadInfo {
-        /// Bytes passed.
-        got: usize,
-        /// The limit.
-        limit: usize,
+    /// A launch does not match its kernel's signature: the binding count,
+    /// the info or parameter size, the grid, or a written buffer bound
+    /// twice. Refused before it reached the driver; nothing changed, except
+    /// that a window recording on the stream can no longer seal.
+    #[error("launch of {kernel} refused: {reason}")]
+    KernelMismatch {
+        /// The kernel's signature, as text.
+        kernel: String,
+        /// What does not match.
+        reason: String,
+    },
+    /// A kernel could not be built: its source did not compile, its module
+    /// did not load, or it disagrees with the signature it was given. The
+    /// log is the compiler's or driver's own.
+    #[error("kernel {kernel} could not be built: {log}")]
+    Compile {
+        /// The kernel's name.
+        kernel: String,
+        /// The compiler's or driver's log.
+        log: String,
     },
     /// A host sync (a read, a synchronize) on a stream that is recording;
     /// the sync would abort the recording, so it is refused on the spot.

@@ -19,8 +19,7 @@ use crate::hashing::FastMap;
 use crate::ids::GraphId;
 use crate::pool::SliceHandle;
 
-/// Longest info payload a launch may carry.
-pub const MAX_INFO_BYTES: usize = 256;
+pub use crate::signature::MAX_INFO_BYTES;
 
 struct Entry {
     slice: SliceHandle,

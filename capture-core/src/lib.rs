@@ -42,6 +42,7 @@ pub mod ids;
 pub mod info_cache;
 pub mod pool;
 pub mod server;
+pub mod signature;
 pub mod stream;
 #[cfg(test)]
 mod test_driver;
@@ -58,4 +59,5 @@ pub use error::{Error, Result};
 pub use graph::{Captures, Graph, Refused};
 pub use ids::{BufferId, GraphId, StreamId, WindowId};
 pub use pool::PoolUsage;
+pub use signature::{Params, Signature};
 pub use stream::{Config, StreamUsage};

@@ -7,19 +7,16 @@ use smallvec::SmallVec;
 
 use crate::builtin::{Builtin, Builtins};
 use crate::capture_state::Phase;
-use crate::driver::{Access, Binding, DeviceSlice, Driver, GraphDriver, Launch};
+use crate::driver::{Binding, DeviceSlice, Driver, GraphDriver, Launch};
 use crate::error::Error;
 use crate::failure::FailureStore;
 use crate::graph::{Captures, Refused};
 use crate::hashing::FastMap;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
-use crate::info_cache::MAX_INFO_BYTES;
 use crate::pool::SliceHandle;
+use crate::signature::{MAX_BINDINGS, Signature};
 use crate::stream::{Config, StreamState, StreamUsage};
 use crate::window::Window;
-
-/// Most buffers one launch may bind.
-pub const MAX_BINDINGS: usize = 16;
 
 /// Buffers dropped by clients, waiting for the server to queue them for a
 /// fence. A buffer's drop cannot take the server lock (it may run anywhere),
@@ -71,6 +68,8 @@ pub struct Server<D: GraphDriver> {
     failures: FailureStore,
     graveyard: Arc<Graveyard>,
     kernels: FastMap<Builtin, Arc<D::Kernel>>,
+    /// The device's grid limit, every launch is checked against.
+    max_groups: [u32; 3],
     next_stream: u64,
     next_buffer: u64,
     next_graph: u64,
@@ -80,8 +79,10 @@ pub struct Server<D: GraphDriver> {
 impl<D: GraphDriver> Server<D> {
     /// The server of an opened device.
     pub(crate) fn new(device: Arc<D::Device>, config: Config, graveyard: Arc<Graveyard>) -> Self {
+        let max_groups = D::device_info(&device).max_groups;
         Self {
             device,
+            max_groups,
             config,
             streams: FastMap::default(),
             captures: Captures::default(),
@@ -176,18 +177,6 @@ impl<D: GraphDriver> Server<D> {
         Ok(slice)
     }
 
-    fn check_owner(buffer: BufferRef<'_>, stream: StreamId) -> Result<(), Error> {
-        if buffer.stream == stream {
-            Ok(())
-        } else {
-            Err(Error::ForeignBuffer {
-                buffer: buffer.slice.id(),
-                owner: buffer.stream,
-                used: stream,
-            })
-        }
-    }
-
     /// Enqueue a copy of `bytes` into `buffer`.
     pub fn write(&mut self, buffer: BufferRef<'_>, bytes: &[u8]) -> Result<(), Error> {
         self.collect_dead();
@@ -255,35 +244,28 @@ impl<D: GraphDriver> Server<D> {
         self.stream(stream)?.trim()
     }
 
-    /// Enqueue (or, while recording, record) a kernel launch.
+    /// Enqueue (or, while recording, record) a launch of `kernel` over
+    /// `args`, in its binding order, with `info` and `params` bytes.
     ///
-    /// A launch that reads a claimed buffer is not run: it would compute
-    /// from bytes nobody wrote. It fails with that claim, and what it would
-    /// have written is claimed in turn; inside a window it dooms the window.
+    /// The launch is checked against the kernel's signature first; a
+    /// mismatch reaches no driver and changes nothing, except that a window
+    /// recording on the stream can no longer seal (it would miss the
+    /// launch). Each binding's access is the signature's. A launch that
+    /// reads a claimed buffer is not run: it would compute from bytes nobody
+    /// wrote. It fails with that claim, and what it would have written is
+    /// claimed in turn; inside a window it dooms the window.
     pub fn launch(
         &mut self,
         stream: StreamId,
         kernel: &D::Kernel,
         groups: [u32; 3],
-        args: &[(BufferRef<'_>, Access)],
+        args: &[BufferRef<'_>],
         info: &[u8],
+        params: &[u8],
     ) -> Result<(), Error> {
         self.collect_dead();
-        if args.len() > MAX_BINDINGS {
-            return Err(Error::TooManyBindings {
-                got: args.len(),
-                limit: MAX_BINDINGS,
-            });
-        }
-        if info.is_empty() || info.len() > MAX_INFO_BYTES {
-            return Err(Error::BadInfo {
-                got: info.len(),
-                limit: MAX_INFO_BYTES,
-            });
-        }
-        for (buffer, _) in args {
-            Self::check_owner(*buffer, stream)?;
-        }
+        let signature = D::signature(kernel);
+        let checked = check_launch(signature, self.max_groups, stream, groups, args, info, params);
         let Self {
             streams,
             failures,
@@ -294,29 +276,42 @@ impl<D: GraphDriver> Server<D> {
             .get_mut(&stream)
             .ok_or(Error::UnknownStream(stream))?;
         let recording = state.capture.is_recording();
+        if let Err(err) = checked {
+            if recording {
+                state.capture.record_failure(err.clone());
+            }
+            return Err(err);
+        }
+        let accesses = signature.accesses();
 
         let poisoned = args
             .iter()
+            .zip(accesses)
             .filter(|(_, access)| access.reads())
             .find_map(|(buffer, _)| failures.read_error(buffer.slice.id()));
         let outcome = match poisoned {
             Some(err) => Err(err),
+            None if info.is_empty() => {
+                enqueue_launch::<D>(state, kernel, groups, args, None, params).map(|()| None)
+            }
             None => {
                 let mut ids = || {
                     *next_buffer += 1;
                     BufferId(*next_buffer)
                 };
                 state.info_slice(info, &mut ids).and_then(|info_slice| {
-                    enqueue_launch::<D>(state, kernel, groups, args, &info_slice)
-                        .map(|()| info_slice)
+                    enqueue_launch::<D>(state, kernel, groups, args, Some(&info_slice), params)
+                        .map(|()| Some(info_slice))
                 })
             }
         };
         match outcome {
             Ok(info_slice) => {
                 if recording {
-                    state.capture.record_touch(&info_slice);
-                    for (buffer, access) in args {
+                    if let Some(info_slice) = &info_slice {
+                        state.capture.record_touch(info_slice);
+                    }
+                    for (buffer, access) in args.iter().zip(accesses) {
                         state.capture.record_touch(buffer.slice);
                         if access.reads() {
                             state.capture.record_read(buffer.slice.id());
@@ -326,7 +321,7 @@ impl<D: GraphDriver> Server<D> {
                         }
                     }
                 } else {
-                    for (buffer, access) in args {
+                    for (buffer, access) in args.iter().zip(accesses) {
                         if access.writes() {
                             failures.clear(buffer.slice.id());
                         }
@@ -337,7 +332,7 @@ impl<D: GraphDriver> Server<D> {
             }
             Err(err) => {
                 let cause = Arc::new(err.clone());
-                for (buffer, access) in args {
+                for (buffer, access) in args.iter().zip(accesses) {
                     if access.writes() {
                         failures.claim(buffer.slice.id(), &cause);
                     }
@@ -554,7 +549,7 @@ impl<D: GraphDriver> Server<D> {
         f: impl FnOnce(&mut D::Stream, &[DeviceSlice<'_, D>]) -> R,
     ) -> Result<R, Error> {
         for buffer in buffers {
-            Self::check_owner(*buffer, stream)?;
+            check_owner(*buffer, stream)?;
         }
         let state = self.stream(stream)?;
         let mut slices: SmallVec<[DeviceSlice<'_, D>; 8]> = SmallVec::new();
@@ -599,17 +594,54 @@ impl<D: GraphDriver> Drop for Server<D> {
     }
 }
 
-/// Issue the driver launch over `args` and `info_slice`.
+/// Refuse `buffer` on any stream but its own.
+fn check_owner(buffer: BufferRef<'_>, stream: StreamId) -> Result<(), Error> {
+    if buffer.stream == stream {
+        Ok(())
+    } else {
+        Err(Error::ForeignBuffer {
+            buffer: buffer.slice.id(),
+            owner: buffer.stream,
+            used: stream,
+        })
+    }
+}
+
+/// Whether a launch matches `signature` and binds only `stream`'s buffers.
+fn check_launch(
+    signature: &Signature,
+    max_groups: [u32; 3],
+    stream: StreamId,
+    groups: [u32; 3],
+    args: &[BufferRef<'_>],
+    info: &[u8],
+    params: &[u8],
+) -> Result<(), Error> {
+    if args.len() > MAX_BINDINGS {
+        return Err(Error::KernelMismatch {
+            kernel: signature.to_string(),
+            reason: format!("{} buffers bound; at most {MAX_BINDINGS}", args.len()),
+        });
+    }
+    let ids: SmallVec<[BufferId; 8]> = args.iter().map(|b| b.slice.id()).collect();
+    signature.check_launch(groups, max_groups, &ids, info.len(), params.len())?;
+    args.iter()
+        .try_for_each(|buffer| check_owner(*buffer, stream))
+}
+
+/// Issue the driver launch over `args`, `info_slice` and `params`; each
+/// binding's access is the kernel signature's.
 fn enqueue_launch<D: Driver>(
     state: &mut StreamState<D>,
     kernel: &D::Kernel,
     groups: [u32; 3],
-    args: &[(BufferRef<'_>, Access)],
-    info_slice: &SliceHandle,
+    args: &[BufferRef<'_>],
+    info_slice: Option<&SliceHandle>,
+    params: &[u8],
 ) -> Result<(), Error> {
     let missing = || Error::UnknownStream(state.id);
     let mut bindings: SmallVec<[Binding<'_, D>; 8]> = SmallVec::new();
-    for (buffer, access) in args {
+    for (buffer, access) in args.iter().zip(D::signature(kernel).accesses()) {
         let page = state.device.page(buffer.slice).ok_or_else(missing)?;
         bindings.push(Binding {
             slice: DeviceSlice {
@@ -620,18 +652,22 @@ fn enqueue_launch<D: Driver>(
             access: *access,
         });
     }
-    let info_page = state.device.page(info_slice).ok_or_else(missing)?;
+    let info = match info_slice {
+        Some(slice) => Some(DeviceSlice {
+            page: state.device.page(slice).ok_or_else(missing)?,
+            offset: slice.offset(),
+            len: slice.len(),
+        }),
+        None => None,
+    };
     D::launch(
         &mut state.raw,
         Launch {
             kernel,
             groups,
             bindings: &bindings,
-            info: DeviceSlice {
-                page: info_page,
-                offset: info_slice.offset(),
-                len: info_slice.len(),
-            },
+            info,
+            params,
         },
     )
     .map_err(Error::from)

@@ -9,6 +9,7 @@ use crate::driver::{
     Availability, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice, Launch,
 };
 use crate::error::Error;
+use crate::signature::Signature;
 
 pub(crate) struct TestDriver;
 
@@ -65,17 +66,20 @@ impl Driver for TestDriver {
     type DevicePage = Page;
     type HostPage = Page;
     type Signal = ();
-    type Kernel = ();
+    type Kernel = Signature;
     const NAME: &'static str = "test";
 
     fn probe() -> Availability {
-        Availability::Available(DeviceInfo::default())
+        Availability::Available(DeviceInfo::new("test", "0"))
     }
     fn open() -> Result<Arc<TestDevice>, DriverError> {
         Ok(Arc::default())
     }
     fn device_info(_: &TestDevice) -> DeviceInfo {
-        DeviceInfo::default()
+        DeviceInfo::new("test", "0")
+    }
+    fn signature(kernel: &Signature) -> &Signature {
+        kernel
     }
     fn create_stream(device: &Arc<TestDevice>) -> Result<TestStream, DriverError> {
         Ok(TestStream {
@@ -228,16 +232,14 @@ mod tests {
         let stream = client.create_stream().expect("stream");
         let src = client.create(stream, &[7; 32]).expect("src");
         let dst = client.create(stream, &[0; 32]).expect("dst");
-        let kernel = crate::client::Kernel::<TestDriver>::new(());
+        let kernel = crate::client::Kernel::<TestDriver>::new(
+            crate::signature::Signature::new("copy")
+                .bindings(&[Access::Read, Access::Write])
+                .info(1),
+        );
         let (graph, pass) = client
             .capture(stream, |pass| {
-                client.launch(
-                    stream,
-                    &kernel,
-                    [1, 1, 1],
-                    &[(&src, Access::Read), (&dst, Access::Write)],
-                    &[1],
-                )?;
+                client.launch(stream, &kernel, [1, 1, 1], &[&src, &dst], &[1], &[])?;
                 Ok(pass)
             })
             .expect("capture");
