@@ -1,69 +1,386 @@
-//! The four builtin kernels as Rust functions over `f32` slices.
+//! Kernels of the host backend: Rust closures run once per workgroup over
+//! the bound buffers in place, as a GPU runs a kernel over its grid.
+//!
+//! A kernel is safe Rust, so building one is safe: whatever the closure does,
+//! it can only touch the bytes of the buffers it was given, and a binding its
+//! signature declares read-only is handed to it as a shared slice.
 
-use capture_core::{Builtin, BuiltinInfo};
+use std::fmt;
+use std::ops::Range as Span;
+use std::sync::Arc;
 
-/// A compiled kernel of the host backend: which builtin it runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HostKernel(pub Builtin);
+use capture_core::{Error, Signature};
+use smallvec::SmallVec;
 
-fn to_f32(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
+use crate::memory::{Bytes, Range};
+
+/// The code of a host kernel: called once per workgroup of the launch's
+/// grid with the workgroup's coordinates and the bound buffers, in binding
+/// order. An `Err` (or a panic) is the kernel's fault, reported by the next
+/// fence as a GPU reports one.
+pub type Body = dyn Fn(&Group<'_>, &mut [View<'_>]) -> Result<(), String> + Send + Sync;
+
+/// A compiled kernel of the host backend: its signature and its code.
+#[derive(Clone)]
+pub struct Kernel {
+    inner: Arc<Inner>,
 }
 
-fn to_bytes(values: &[f32], out: &mut [u8]) {
-    for (chunk, value) in out.chunks_exact_mut(4).zip(values) {
-        chunk.copy_from_slice(&value.to_le_bytes());
+struct Inner {
+    signature: Signature,
+    body: Box<Body>,
+}
+
+impl fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Kernel({})", self.inner.signature)
     }
 }
 
-/// Run `kernel` over the bound buffers' bytes, as a GPU would: elements past
-/// a buffer's end or past `n` are left alone.
-///
-/// Returns an error when the info bytes are malformed or a binding is
-/// missing, which a GPU would turn into a fault.
-pub(crate) fn run(kernel: HostKernel, info: &[u8], buffers: &mut [Vec<u8>]) -> Result<(), String> {
-    let info = BuiltinInfo::from_bytes(info).ok_or("info bytes shorter than 8")?;
-    let expected = kernel.0.accesses().len();
-    if buffers.len() != expected {
-        return Err(format!(
-            "{} binds {expected} buffers, launch bound {}",
-            kernel.0.name(),
-            buffers.len()
-        ));
+impl Kernel {
+    /// A kernel with `signature`, running `body` once per workgroup.
+    ///
+    /// ```
+    /// use backend_host::{Host, Kernel};
+    /// use capture_core::{Access, Client, Params, Signature};
+    ///
+    /// // x[i] = x[i] * a, for i < n.
+    /// let scale = Kernel::new(
+    ///     Signature::new("scale").binding(Access::ReadWrite).param(4).param(4),
+    ///     |group, buffers| {
+    ///         let mut params = group.params();
+    ///         let (n, a) = (params.u32()? as usize, params.f32()?);
+    ///         let x = buffers[0].f32_mut()?;
+    ///         for i in group.elements_x(n.min(x.len())) {
+    ///             x[i] *= a;
+    ///         }
+    ///         Ok(())
+    ///     },
+    /// )?;
+    /// let client = Client::<Host>::open()?;
+    /// let stream = client.create_stream()?;
+    /// let x = client.create_f32(stream, &[1.0, 2.0, 3.0])?;
+    /// let kernel = capture_core::Kernel::new(scale);
+    /// client.launch(stream, &kernel, [1, 1, 1], &[&x], &[], Params::new().u32(3).f32(2.0).as_bytes())?;
+    /// assert_eq!(client.read_f32(&x)?, [2.0, 4.0, 6.0]);
+    /// # Ok::<(), capture_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Compile`] when no backend could build the signature (see
+    /// [`Signature::validate`]).
+    pub fn new(
+        signature: Signature,
+        body: impl Fn(&Group<'_>, &mut [View<'_>]) -> Result<(), String> + Send + Sync + 'static,
+    ) -> Result<Self, Error> {
+        signature.validate().map_err(|log| Error::Compile {
+            kernel: signature.name().to_owned(),
+            log,
+        })?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                signature,
+                body: Box::new(body),
+            }),
+        })
     }
-    let n = usize::try_from(info.n).unwrap_or(usize::MAX);
-    let mut values: Vec<Vec<f32>> = buffers.iter().map(|b| to_f32(b)).collect();
-    match kernel.0 {
-        Builtin::Fill => {
-            for v in values[0].iter_mut().take(n) {
-                *v = info.scalar;
-            }
-        }
-        Builtin::Add => {
-            let (x, y) = values.split_at_mut(1);
-            for (x, y) in x[0].iter_mut().zip(&y[0]).take(n) {
-                *x += *y;
-            }
-        }
-        Builtin::Copy => {
-            let (src, dst) = values.split_at_mut(1);
-            for (d, s) in dst[0].iter_mut().zip(&src[0]).take(n) {
-                *d = *s;
-            }
-        }
-        Builtin::Axpy => {
-            let (x, y) = values.split_at_mut(1);
-            for (y, x) in y[0].iter_mut().zip(&x[0]).take(n) {
-                *y += info.scalar * *x;
-            }
+
+    /// What the kernel takes.
+    pub fn signature(&self) -> &Signature {
+        &self.inner.signature
+    }
+}
+
+/// One workgroup of a launch, as the kernel's code sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Group<'a> {
+    /// This workgroup's coordinates in the grid.
+    pub id: [u32; 3],
+    /// The grid: workgroups in x, y and z.
+    pub groups: [u32; 3],
+    /// Threads per workgroup, from the signature.
+    pub size: [u32; 3],
+    /// The launch's info bytes (empty for a kernel that reads none).
+    pub info: &'a [u8],
+    /// The launch's by-value parameters, packed in declaration order.
+    pub params: &'a [u8],
+}
+
+impl<'a> Group<'a> {
+    /// The elements this workgroup covers in a 1-D launch, clipped to `n`:
+    /// thread `t` of workgroup `(x, y)` handles element
+    /// `(y * groups.x + x) * size.x + t`, as the builtins and the GPU
+    /// backends' 1-D kernels do.
+    pub fn elements_x(&self, n: usize) -> Span<usize> {
+        let linear = u64::from(self.id[1]) * u64::from(self.groups[0]) + u64::from(self.id[0]);
+        let size = u64::from(self.size[0]);
+        let start = usize::try_from(linear.saturating_mul(size)).unwrap_or(usize::MAX);
+        let end = start.saturating_add(usize::try_from(size).unwrap_or(usize::MAX));
+        start.min(n)..end.min(n)
+    }
+
+    /// A reader over the by-value parameters, in declaration order.
+    pub fn params(&self) -> Reader<'a> {
+        Reader(self.params)
+    }
+
+    /// A reader over the info bytes.
+    pub fn info(&self) -> Reader<'a> {
+        Reader(self.info)
+    }
+}
+
+/// Reads little-endian values off the front of a byte string.
+#[derive(Debug, Clone, Copy)]
+pub struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        let (head, tail) = self
+            .0
+            .split_first_chunk::<N>()
+            .ok_or_else(|| format!("{N} more bytes asked of {} left", self.0.len()))?;
+        self.0 = tail;
+        Ok(*head)
+    }
+
+    /// The next `u32`.
+    pub fn u32(&mut self) -> Result<u32, String> {
+        self.take().map(u32::from_le_bytes)
+    }
+
+    /// The next `i32`.
+    pub fn i32(&mut self) -> Result<i32, String> {
+        self.take().map(i32::from_le_bytes)
+    }
+
+    /// The next `f32`.
+    pub fn f32(&mut self) -> Result<f32, String> {
+        self.take().map(f32::from_le_bytes)
+    }
+
+    /// The next `u64`.
+    pub fn u64(&mut self) -> Result<u64, String> {
+        self.take().map(u64::from_le_bytes)
+    }
+}
+
+/// One bound buffer, in place: shared for a binding the signature declares
+/// read-only, exclusive for one it writes.
+#[derive(Debug)]
+pub struct View<'a> {
+    bytes: Bound<'a>,
+}
+
+#[derive(Debug)]
+enum Bound<'a> {
+    Shared(&'a [u8]),
+    Unique(&'a mut [u8]),
+}
+
+impl View<'_> {
+    /// The buffer's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match &self.bytes {
+            Bound::Shared(bytes) => bytes,
+            Bound::Unique(bytes) => bytes,
         }
     }
-    for ((bytes, values), access) in buffers.iter_mut().zip(&values).zip(kernel.0.accesses()) {
-        if access.writes() {
-            to_bytes(values, bytes);
+
+    /// The buffer's bytes, to write; an error for a read-only binding.
+    pub fn bytes_mut(&mut self) -> Result<&mut [u8], String> {
+        match &mut self.bytes {
+            Bound::Shared(_) => Err("the signature declares this binding read-only".into()),
+            Bound::Unique(bytes) => Ok(bytes),
+        }
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes().len()
+    }
+
+    /// Whether the buffer holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The buffer as `f32`s; an error when its length is not a multiple of 4.
+    pub fn f32(&self) -> Result<&[f32], String> {
+        bytemuck::try_cast_slice(self.bytes()).map_err(|e| format!("not an f32 array: {e}"))
+    }
+
+    /// The buffer as `f32`s, to write.
+    pub fn f32_mut(&mut self) -> Result<&mut [f32], String> {
+        bytemuck::try_cast_slice_mut(self.bytes_mut()?).map_err(|e| format!("not an f32 array: {e}"))
+    }
+
+    /// The buffer as `u32`s.
+    pub fn u32(&self) -> Result<&[u32], String> {
+        bytemuck::try_cast_slice(self.bytes()).map_err(|e| format!("not a u32 array: {e}"))
+    }
+
+    /// The buffer as `u32`s, to write.
+    pub fn u32_mut(&mut self) -> Result<&mut [u32], String> {
+        bytemuck::try_cast_slice_mut(self.bytes_mut()?).map_err(|e| format!("not a u32 array: {e}"))
+    }
+}
+
+/// One launch as the worker runs it.
+#[derive(Debug, Clone)]
+pub(crate) struct Dispatch {
+    pub kernel: Kernel,
+    pub groups: [u32; 3],
+    pub bindings: SmallVec<[Range; 4]>,
+    pub info: Option<Range>,
+    pub params: SmallVec<[u8; 32]>,
+}
+
+/// Where one binding lies among the locked pages.
+#[derive(Clone, Copy)]
+struct Place {
+    page: usize,
+    start: usize,
+    end: usize,
+    binding: usize,
+    writes: bool,
+}
+
+impl Dispatch {
+    /// Every range the launch touches.
+    pub(crate) fn ranges(&self) -> impl Iterator<Item = &Range> {
+        self.info.iter().chain(&self.bindings)
+    }
+
+    /// Run every workgroup of the grid over the bound buffers in place.
+    pub(crate) fn run(&self) -> Result<(), String> {
+        let signature = self.kernel.signature();
+        // Each distinct page is locked once, in page order, so two bindings
+        // in one page share its lock and no two workers can deadlock.
+        let mut pages: SmallVec<[&Range; 6]> = self.ranges().collect();
+        pages.sort_by_key(|range| range.memory.id());
+        pages.dedup_by_key(|range| range.memory.id());
+        let mut guards: SmallVec<[Bytes<'_>; 6]> =
+            pages.iter().map(|range| range.memory.bytes()).collect();
+        let page_of = |range: &Range| {
+            pages
+                .iter()
+                .position(|page| page.memory.id() == range.memory.id())
+                .unwrap_or(0)
+        };
+
+        let accesses = signature.accesses();
+        let mut places: SmallVec<[Place; 8]> = SmallVec::new();
+        for (binding, (range, access)) in self.bindings.iter().zip(accesses).enumerate() {
+            places.push(place(page_of(range), range, binding, access.writes())?);
+        }
+        let info_place = match &self.info {
+            Some(range) => Some(place(page_of(range), range, usize::MAX, false)?),
+            None => None,
+        };
+        places.extend(info_place);
+
+        let mut views: SmallVec<[Option<View<'_>>; 8]> = SmallVec::new();
+        views.resize_with(self.bindings.len(), || None);
+        let mut info: &[u8] = &[];
+        for (index, guard) in guards.iter_mut().enumerate() {
+            let mut in_page: SmallVec<[Place; 8]> =
+                places.iter().copied().filter(|p| p.page == index).collect();
+            in_page.sort_by_key(|p| (p.start, p.end));
+            carve(&mut guard[..], &in_page, &mut views, &mut info)?;
+        }
+        let mut views: SmallVec<[View<'_>; 8]> = views
+            .into_iter()
+            .map(|view| view.ok_or("a binding was not placed"))
+            .collect::<Result<_, _>>()?;
+
+        let [gx, gy, gz] = self.groups;
+        for z in 0..gz {
+            for y in 0..gy {
+                for x in 0..gx {
+                    let group = Group {
+                        id: [x, y, z],
+                        groups: self.groups,
+                        size: signature.workgroup_size(),
+                        info,
+                        params: &self.params,
+                    };
+                    (self.kernel.inner.body)(&group, &mut views)
+                        .map_err(|err| format!("kernel {} failed: {err}", signature.name()))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn place(page: usize, range: &Range, binding: usize, writes: bool) -> Result<Place, String> {
+    let end = range
+        .offset
+        .checked_add(range.len)
+        .ok_or("binding range overflows")?;
+    Ok(Place {
+        page,
+        start: range.offset,
+        end,
+        binding,
+        writes,
+    })
+}
+
+/// Cut `page` into the views of `places` (sorted by start). Ranges bound
+/// more than once are shared, which only read-only bindings may be.
+fn carve<'a>(
+    mut page: &'a mut [u8],
+    places: &[Place],
+    views: &mut [Option<View<'a>>],
+    info: &mut &'a [u8],
+) -> Result<(), String> {
+    let mut consumed = 0usize;
+    let mut i = 0;
+    while let Some(first) = places.get(i) {
+        let same = places[i..]
+            .iter()
+            .take_while(|p| (p.start, p.end) == (first.start, first.end))
+            .count();
+        let group = &places[i..i + same];
+        i += same;
+        if first.start < consumed {
+            return Err("bindings overlap".into());
+        }
+        let rest = std::mem::take(&mut page);
+        let (_, rest) = rest
+            .split_at_mut_checked(first.start - consumed)
+            .ok_or("binding range outside its page")?;
+        let (chunk, rest) = rest
+            .split_at_mut_checked(first.end - first.start)
+            .ok_or("binding range outside its page")?;
+        page = rest;
+        consumed = first.end;
+        if let [only] = group
+            && only.writes
+        {
+            if let Some(slot) = views.get_mut(only.binding) {
+                *slot = Some(View {
+                    bytes: Bound::Unique(chunk),
+                });
+            }
+            continue;
+        }
+        if group.iter().any(|p| p.writes) {
+            return Err("a written binding shares its memory with another".into());
+        }
+        let shared: &'a [u8] = chunk;
+        for p in group {
+            match views.get_mut(p.binding) {
+                Some(slot) => {
+                    *slot = Some(View {
+                        bytes: Bound::Shared(shared),
+                    })
+                }
+                None => *info = shared,
+            }
         }
     }
     Ok(())
@@ -72,35 +389,160 @@ pub(crate) fn run(kernel: HostKernel, info: &[u8], buffers: &mut [Vec<u8>]) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::{Memory, PageKind};
+    use capture_core::Access;
 
-    fn bytes(values: &[f32]) -> Vec<u8> {
-        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    fn page(values: &[f32]) -> Arc<Memory> {
+        let memory = Memory::new(PageKind::Device, values.len() * 4).expect("page");
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        memory.bytes().copy_from_slice(&bytes);
+        memory
+    }
+
+    fn read(memory: &Memory) -> Vec<f32> {
+        bytemuck::cast_slice::<u8, f32>(&memory.bytes()).to_vec()
+    }
+
+    fn add() -> Kernel {
+        Kernel::new(
+            Signature::new("add")
+                .bindings(&[Access::ReadWrite, Access::Read])
+                .workgroup([2, 1, 1]),
+            |group, buffers| {
+                let [x, y] = buffers else {
+                    return Err("two bindings".into());
+                };
+                let (x, y) = (x.f32_mut()?, y.f32()?);
+                for i in group.elements_x(x.len()) {
+                    x[i] += y[i];
+                }
+                Ok(())
+            },
+        )
+        .expect("valid")
     }
 
     #[test]
-    fn each_builtin_computes_its_formula_up_to_n() {
-        let info = BuiltinInfo::new(2, 3.0).to_bytes();
-        let mut fill = vec![bytes(&[0.0; 3])];
-        run(HostKernel(Builtin::Fill), &info, &mut fill).expect("runs");
-        assert_eq!(to_f32(&fill[0]), [3.0, 3.0, 0.0]);
-
-        let mut add = vec![bytes(&[1.0, 2.0, 3.0]), bytes(&[10.0, 20.0, 30.0])];
-        run(HostKernel(Builtin::Add), &info, &mut add).expect("runs");
-        assert_eq!(to_f32(&add[0]), [11.0, 22.0, 3.0]);
-
-        let mut copy = vec![bytes(&[5.0, 6.0]), bytes(&[0.0, 0.0])];
-        run(HostKernel(Builtin::Copy), &info, &mut copy).expect("runs");
-        assert_eq!(to_f32(&copy[1]), [5.0, 6.0]);
-
-        let mut axpy = vec![bytes(&[1.0, 2.0]), bytes(&[1.0, 1.0])];
-        run(HostKernel(Builtin::Axpy), &info, &mut axpy).expect("runs");
-        assert_eq!(to_f32(&axpy[1]), [4.0, 7.0]);
+    fn bindings_in_one_page_are_views_of_it() {
+        let memory = page(&[1.0, 2.0, 3.0, 10.0, 20.0, 30.0]);
+        let dispatch = Dispatch {
+            kernel: add(),
+            groups: [2, 1, 1],
+            bindings: [
+                Range::new(&memory, 0, 12),
+                Range::new(&memory, 12, 12),
+            ]
+            .into_iter()
+            .collect(),
+            info: None,
+            params: SmallVec::new(),
+        };
+        dispatch.run().expect("runs");
+        assert_eq!(read(&memory), [11.0, 22.0, 33.0, 10.0, 20.0, 30.0]);
     }
 
     #[test]
-    fn malformed_launches_are_errors() {
-        assert!(run(HostKernel(Builtin::Fill), &[1], &mut []).is_err());
-        let info = BuiltinInfo::new(1, 0.0).to_bytes();
-        assert!(run(HostKernel(Builtin::Add), &info, &mut [vec![0; 4]]).is_err());
+    fn the_grid_is_honoured() {
+        let x = page(&[0.0; 8]);
+        let y = page(&[1.0; 8]);
+        let dispatch = Dispatch {
+            kernel: add(),
+            groups: [1, 1, 1],
+            bindings: [Range::new(&x, 0, 32), Range::new(&y, 0, 32)]
+                .into_iter()
+                .collect(),
+            info: None,
+            params: SmallVec::new(),
+        };
+        dispatch.run().expect("runs");
+        assert_eq!(read(&x), [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], "one 2-thread group");
+    }
+
+    #[test]
+    fn a_written_alias_and_a_bad_range_are_errors() {
+        let memory = page(&[1.0; 4]);
+        let aliased = Dispatch {
+            kernel: add(),
+            groups: [1, 1, 1],
+            bindings: [Range::new(&memory, 0, 8), Range::new(&memory, 0, 8)]
+                .into_iter()
+                .collect(),
+            info: None,
+            params: SmallVec::new(),
+        };
+        assert!(aliased.run().unwrap_err().contains("shares"));
+        let overlapping = Dispatch {
+            bindings: [Range::new(&memory, 0, 8), Range::new(&memory, 4, 8)]
+                .into_iter()
+                .collect(),
+            ..aliased.clone()
+        };
+        assert!(overlapping.run().unwrap_err().contains("overlap"));
+        let outside = Dispatch {
+            bindings: [Range::new(&memory, 0, 8), Range::new(&memory, 8, 16)]
+                .into_iter()
+                .collect(),
+            ..aliased
+        };
+        assert!(outside.run().unwrap_err().contains("outside"));
+    }
+
+    #[test]
+    fn read_only_bindings_may_share_memory() {
+        let sum = Kernel::new(
+            Signature::new("sum").bindings(&[Access::Read, Access::Read, Access::Write]),
+            |_, buffers| {
+                let [a, b, out] = buffers else {
+                    return Err("three bindings".into());
+                };
+                let total = a.f32()?[0] + b.f32()?[0];
+                out.f32_mut()?[0] = total;
+                assert!(a.bytes_mut().is_err(), "read-only");
+                Ok(())
+            },
+        )
+        .expect("valid");
+        let memory = page(&[2.0, 0.0]);
+        let dispatch = Dispatch {
+            kernel: sum,
+            groups: [1, 1, 1],
+            bindings: [
+                Range::new(&memory, 0, 4),
+                Range::new(&memory, 0, 4),
+                Range::new(&memory, 4, 4),
+            ]
+            .into_iter()
+            .collect(),
+            info: None,
+            params: SmallVec::new(),
+        };
+        dispatch.run().expect("runs");
+        assert_eq!(read(&memory), [2.0, 4.0]);
+    }
+
+    #[test]
+    fn readers_take_values_in_order() {
+        let bytes: Vec<u8> = [7u32.to_le_bytes(), 1.5f32.to_le_bytes()].concat();
+        let mut reader = Reader(&bytes);
+        assert_eq!(reader.u32(), Ok(7));
+        assert_eq!(reader.f32(), Ok(1.5));
+        assert!(reader.u32().is_err());
+        let group = Group {
+            id: [1, 1, 0],
+            groups: [3, 2, 1],
+            size: [4, 1, 1],
+            info: &[],
+            params: &[],
+        };
+        assert_eq!(group.elements_x(100), 16..20);
+        assert_eq!(group.elements_x(18), 16..18);
+        assert_eq!(group.elements_x(10), 10..10);
+    }
+
+    #[test]
+    fn an_invalid_signature_is_a_compile_error() {
+        let err = Kernel::new(Signature::new("k").workgroup([0, 1, 1]), |_, _| Ok(()))
+            .expect_err("refused");
+        assert!(matches!(err, Error::Compile { ref kernel, .. } if kernel == "k"), "{err}");
     }
 }

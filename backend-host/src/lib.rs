@@ -16,6 +16,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![forbid(unsafe_code)]
 
+mod builtins;
 mod kernels;
 mod memory;
 mod worker;
@@ -25,13 +26,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use capture_core::{
     Availability, Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, Error,
-    GraphDriver, HostSlice, Launch,
+    GraphDriver, HostSlice, Launch, Signature,
 };
 
-pub use kernels::HostKernel;
+pub use kernels::{Body, Group, Kernel, Reader, View};
 pub use memory::{DevicePage, HostPage, Memory, PageKind, UNWRITTEN};
 
 use memory::Range;
+use kernels::Dispatch;
 use worker::{Command, Op, Worker};
 
 /// The host backend.
@@ -92,8 +94,7 @@ impl HostGraph {
     fn released_page(&self) -> Option<String> {
         self.ops
             .iter()
-            .flat_map(Op::ranges)
-            .find(|range| range.memory.is_released())
+            .find_map(Op::released)
             .map(|range| range.memory.describe())
     }
 }
@@ -160,7 +161,7 @@ impl Driver for Host {
     type DevicePage = DevicePage;
     type HostPage = HostPage;
     type Signal = u64;
-    type Kernel = HostKernel;
+    type Kernel = Kernel;
 
     const NAME: &'static str = "host";
 
@@ -174,9 +175,17 @@ impl Driver for Host {
 
     fn device_info(_device: &HostDevice) -> DeviceInfo {
         DeviceInfo {
-            name: "host reference (worker thread per stream)".into(),
-            driver_version: env!("CARGO_PKG_VERSION").into(),
+            // CUDA's grid limit: a grid the host runs is one a GPU runs.
+            max_groups: [i32::MAX as u32, 65_535, 65_535],
+            ..DeviceInfo::new(
+                "host reference (worker thread per stream)",
+                env!("CARGO_PKG_VERSION"),
+            )
         }
+    }
+
+    fn signature(kernel: &Kernel) -> &Signature {
+        kernel.signature()
     }
 
     fn create_stream(device: &Arc<HostDevice>) -> Result<HostStream, DriverError> {
@@ -251,15 +260,19 @@ impl Driver for Host {
     }
 
     fn launch(stream: &mut HostStream, launch: Launch<'_, Self>) -> Result<(), DriverError> {
-        let op = Op::Kernel {
-            kernel: *launch.kernel,
+        let op = Op::Kernel(Dispatch {
+            kernel: launch.kernel.clone(),
+            groups: launch.groups,
             bindings: launch
                 .bindings
                 .iter()
                 .map(|b| Range::new(&b.slice.page.0, b.slice.offset, b.slice.len))
                 .collect(),
-            info: Range::new(&launch.info.page.0, launch.info.offset, launch.info.len),
-        };
+            info: launch
+                .info
+                .map(|info| Range::new(&info.page.0, info.offset, info.len)),
+            params: launch.params.iter().copied().collect(),
+        });
         stream.issue(op, "launch")
     }
 
@@ -354,7 +367,7 @@ impl GraphDriver for Host {
 }
 
 impl Builtins for Host {
-    fn builtin(_device: &Arc<HostDevice>, which: Builtin) -> Result<HostKernel, DriverError> {
-        Ok(HostKernel(which))
+    fn builtin(_device: &Arc<HostDevice>, which: Builtin) -> Result<Kernel, DriverError> {
+        builtins::build(which)
     }
 }

@@ -4,6 +4,7 @@
 //! would touch a page already given back fails with an error naming it,
 //! where a GPU would read or corrupt freed memory.
 
+use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -26,8 +27,34 @@ pub enum PageKind {
 pub struct Memory {
     id: u64,
     kind: PageKind,
-    bytes: Mutex<Vec<u8>>,
+    storage: Mutex<Storage>,
     released: AtomicBool,
+}
+
+/// A page's bytes, held as 8-byte words so that every slice at an aligned
+/// offset can be viewed in place as `f32`s or `u32`s, as device memory is.
+#[derive(Debug)]
+struct Storage {
+    words: Box<[u64]>,
+    len: usize,
+}
+
+/// A page's bytes, locked.
+pub(crate) struct Bytes<'a>(MutexGuard<'a, Storage>);
+
+impl Deref for Bytes<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        let storage = &*self.0;
+        &bytemuck::cast_slice::<u64, u8>(&storage.words)[..storage.len]
+    }
+}
+
+impl DerefMut for Bytes<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        let storage = &mut *self.0;
+        &mut bytemuck::cast_slice_mut::<u64, u8>(&mut storage.words)[..storage.len]
+    }
 }
 
 static NEXT_PAGE: AtomicU64 = AtomicU64::new(1);
@@ -39,33 +66,51 @@ impl Memory {
         // Filled a block at a time: a block copy is a memcpy even in an
         // unoptimised build, where an element-wise fill of a 4 MiB page is
         // slow enough to dominate a test.
-        const BLOCK: [u8; 4096] = [UNWRITTEN; 4096];
-        let mut bytes = Vec::new();
-        bytes.try_reserve_exact(len).ok()?;
-        while bytes.len() < len {
-            let n = (len - bytes.len()).min(BLOCK.len());
-            bytes.extend_from_slice(&BLOCK[..n]);
+        const BLOCK: [u64; 512] = [u64::from_ne_bytes([UNWRITTEN; 8]); 512];
+        let count = len.div_ceil(8);
+        let mut words = Vec::new();
+        words.try_reserve_exact(count).ok()?;
+        while words.len() < count {
+            let n = (count - words.len()).min(BLOCK.len());
+            words.extend_from_slice(&BLOCK[..n]);
         }
         Some(Arc::new(Self {
             id: NEXT_PAGE.fetch_add(1, Ordering::Relaxed),
             kind,
-            bytes: Mutex::new(bytes),
+            storage: Mutex::new(Storage {
+                words: words.into_boxed_slice(),
+                len,
+            }),
             released: AtomicBool::new(false),
         }))
     }
 
     /// The bytes, under the page's lock. A poisoned lock only means a kernel
     /// panicked mid-write; the bytes are as garbage as a GPU's would be.
-    pub(crate) fn bytes(&self) -> MutexGuard<'_, Vec<u8>> {
-        self.bytes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    pub(crate) fn bytes(&self) -> Bytes<'_> {
+        Bytes(
+            self.storage
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// Give the memory back; later uses are detected, not undefined.
     pub(crate) fn release(&self) {
         self.released.store(true, Ordering::Release);
-        *self.bytes() = Vec::new();
+        let mut storage = self
+            .storage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *storage = Storage {
+            words: Box::new([]),
+            len: 0,
+        };
+    }
+
+    /// The page's number, which orders locks when a launch holds several.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
 
     /// Whether the page was given back.

@@ -6,7 +6,7 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-use crate::kernels::{self, HostKernel};
+use crate::kernels::Dispatch;
 use crate::memory::Range;
 
 /// One unit of recorded or eager work.
@@ -15,25 +15,21 @@ pub(crate) enum Op {
     /// Copy bytes between pages (host to device, or device to host).
     Copy { src: Range, dst: Range },
     /// Run a kernel over bound ranges.
-    Kernel {
-        kernel: HostKernel,
-        bindings: Vec<Range>,
-        info: Range,
-    },
+    Kernel(Dispatch),
 }
 
 impl Op {
     /// Every range the op touches.
-    pub(crate) fn ranges(&self) -> impl Iterator<Item = &Range> {
-        let (first, rest): (Option<&Range>, &[Range]) = match self {
-            Op::Copy { src, dst } => (Some(src), std::slice::from_ref(dst)),
-            Op::Kernel { bindings, info, .. } => (Some(info), bindings.as_slice()),
-        };
-        first.into_iter().chain(rest)
+    /// The first released page the op touches.
+    pub(crate) fn released(&self) -> Option<&Range> {
+        match self {
+            Op::Copy { src, dst } => [src, dst].into_iter().find(|r| r.memory.is_released()),
+            Op::Kernel(dispatch) => dispatch.ranges().find(|r| r.memory.is_released()),
+        }
     }
 
     fn run(&self) -> Result<(), String> {
-        if let Some(released) = self.ranges().find(|r| r.memory.is_released()) {
+        if let Some(released) = self.released() {
             return Err(format!(
                 "work touched {}, which was released",
                 released.memory.describe()
@@ -48,25 +44,21 @@ impl Op {
                     Err("copy destination out of range".into())
                 }
             }
-            Op::Kernel {
-                kernel,
-                bindings,
-                info,
-            } => {
-                let info = info.load().ok_or("info out of range")?;
-                let mut buffers = bindings
-                    .iter()
-                    .map(|b| b.load().ok_or("binding out of range"))
-                    .collect::<Result<Vec<_>, _>>()?;
-                kernels::run(*kernel, &info, &mut buffers)?;
-                for ((binding, bytes), access) in
-                    bindings.iter().zip(&buffers).zip(kernel.0.accesses())
-                {
-                    if access.writes() {
-                        binding.store(bytes);
-                    }
-                }
-                Ok(())
+            // A panicking kernel is a faulting kernel: reported by the next
+            // fence, never the end of the worker.
+            Op::Kernel(dispatch) => {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dispatch.run()))
+                    .unwrap_or_else(|panic| {
+                        let what = panic
+                            .downcast_ref::<&str>()
+                            .map(|s| (*s).to_owned())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "a panic".into());
+                        Err(format!(
+                            "kernel {} panicked: {what}",
+                            dispatch.kernel.signature().name()
+                        ))
+                    })
             }
         }
     }

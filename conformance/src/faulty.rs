@@ -8,8 +8,10 @@ use std::sync::{Arc, Mutex};
 
 use capture_core::{
     Availability, Binding, Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, Error,
-    GraphDriver, HostSlice, Launch,
+    GraphDriver, HostSlice, Launch, Signature,
 };
+
+use crate::workload::{UserKernel, UserKernels};
 use smallvec::SmallVec;
 
 /// A primitive whose calls can be made to fail.
@@ -217,6 +219,10 @@ impl<D: Driver> Driver for Faulty<D> {
         D::device_info(&device.inner)
     }
 
+    fn signature(kernel: &Self::Kernel) -> &Signature {
+        D::signature(kernel)
+    }
+
     fn create_stream(device: &Arc<Self::Device>) -> Result<Self::Stream, DriverError> {
         Ok(FaultyStream {
             inner: D::create_stream(&device.inner)?,
@@ -290,7 +296,8 @@ impl<D: Driver> Driver for Faulty<D> {
                 kernel: launch.kernel,
                 groups: launch.groups,
                 bindings: &bindings,
-                info: device_slice(launch.info),
+                info: launch.info.map(device_slice),
+                params: launch.params,
             },
         )
     }
@@ -345,5 +352,19 @@ impl<D: GraphDriver> GraphDriver for Faulty<D> {
 impl<D: Builtins> Builtins for Faulty<D> {
     fn builtin(device: &Arc<Self::Device>, which: Builtin) -> Result<Self::Kernel, DriverError> {
         D::builtin(&device.inner, which)
+    }
+}
+
+impl<D: UserKernels> UserKernels for Faulty<D> {
+    fn user_kernel(device: &Arc<Self::Device>, which: UserKernel) -> Result<Self::Kernel, Error> {
+        D::user_kernel(&device.inner, which)
+    }
+
+    fn broken_kernel(device: &Arc<Self::Device>) -> Result<Self::Kernel, Error> {
+        D::broken_kernel(&device.inner)
+    }
+
+    fn disagreeing_kernel(device: &Arc<Self::Device>) -> Option<Result<Self::Kernel, Error>> {
+        D::disagreeing_kernel(&device.inner)
     }
 }

@@ -1,7 +1,7 @@
 //! One conformance suite for every backend.
 //!
 //! [`scenarios()`] lists every scenario, each generic over
-//! `D: GraphDriver + Builtins`; the binary and the `conformance` test target
+//! `D: UserKernels`; the binary and the `conformance` test target
 //! run each on every backend compiled in, as a trial named
 //! `backend::scenario`. A backend that is compiled in but has no device has
 //! its trials ignored with the reason; `CONFORMANCE_REQUIRE=host,vulkan`
@@ -40,12 +40,14 @@ pub mod runner;
 pub mod scenarios;
 pub mod session;
 pub mod support;
+pub mod workload;
 
 pub use faulty::{FaultPlan, Faulty, FaultyDevice, Primitive};
 pub use registry::{AfterTrial, Backend, Validation, backends};
 pub use runner::{run_all, trials};
 pub use scenarios::{Scenario, scenarios};
 pub use session::Session;
+pub use workload::{UserKernel, UserKernels};
 
 /// Run the scenario named `name` on `D`; for tests that name one rule each.
 pub fn run_named<D: AfterTrial>(name: &str) -> Result<(), String> {

@@ -1,8 +1,9 @@
 //! The backends compiled into this build, and what each needs around a trial.
 
+use crate::workload::UserKernels;
 use std::sync::Arc;
 
-use capture_core::{Availability, Builtins, GraphDriver};
+use capture_core::Availability;
 
 /// A backend the runner knows how to run the suite on.
 pub struct Backend {
@@ -29,7 +30,7 @@ pub struct Validation {
 
 /// Checks a backend runs on its device after each trial, beyond the
 /// scenario's own (Vulkan: no validation errors).
-pub trait AfterTrial: GraphDriver + Builtins {
+pub trait AfterTrial: UserKernels {
     /// What the backend's validation saw on `device`, if it has any.
     fn validation(_device: &Arc<Self::Device>) -> Option<Validation> {
         None

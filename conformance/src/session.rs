@@ -1,8 +1,9 @@
 //! What a scenario runs against: one opened device, and clients over it.
 
+use crate::workload::UserKernels;
 use std::sync::Arc;
 
-use capture_core::{Builtins, Client, Config, Driver, GraphDriver};
+use capture_core::{Client, Config, Driver};
 
 use crate::faulty::{FaultPlan, Faulty, FaultyDevice};
 
@@ -12,7 +13,7 @@ pub struct Session<D: Driver> {
     device: Arc<D::Device>,
 }
 
-impl<D: GraphDriver + Builtins> Session<D> {
+impl<D: UserKernels> Session<D> {
     /// A session on an opened device.
     pub fn new(device: Arc<D::Device>) -> Self {
         Self { device }

@@ -1,6 +1,7 @@
 //! Checks shared by the scenarios.
 
-use capture_core::{Buffer, Builtin, Builtins, Client, Error, GraphDriver, GraphHandle, StreamId};
+use crate::workload::UserKernels;
+use capture_core::{Buffer, Builtin, Client, Error, GraphDriver, GraphHandle, StreamId};
 
 /// What a scenario returns: `Err` says what was wrong.
 pub type Outcome = Result<(), String>;
@@ -111,7 +112,7 @@ pub fn ramp(n: usize, start: f32) -> Vec<f32> {
 }
 
 /// Prove `stream` does eager work right: fill, add, read back.
-pub fn usable<D: GraphDriver + Builtins>(client: &Client<D>, stream: StreamId) -> Outcome {
+pub fn usable<D: UserKernels>(client: &Client<D>, stream: StreamId) -> Outcome {
     let a = client
         .create_f32(stream, &[1.0; 70])
         .step("usable: create")?;
@@ -170,7 +171,7 @@ pub struct Fixture<D: GraphDriver> {
     pub one: Buffer,
 }
 
-impl<D: GraphDriver + Builtins> Fixture<D> {
+impl<D: UserKernels> Fixture<D> {
     /// A fresh stream on `client` with `x` and `one`.
     pub fn new(client: Client<D>) -> Result<Self, String> {
         let stream = client.create_stream().step("stream")?;
@@ -220,7 +221,7 @@ impl<D: GraphDriver + Builtins> Fixture<D> {
 /// Claim `targets` the way a real failure does: fill each inside a window
 /// that needs a new page mid-recording, which is refused at `instantiate`.
 /// The claims name the allocation (`allocated while`).
-pub fn claim_by_refused_window<D: GraphDriver + Builtins>(
+pub fn claim_by_refused_window<D: UserKernels>(
     client: &Client<D>,
     stream: StreamId,
     targets: &[&Buffer],

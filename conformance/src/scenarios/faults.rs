@@ -2,9 +2,10 @@
 //! driver: after each, the stream is usable, no executable leaks, pool usage
 //! returns to baseline, and what was to be written fails its reads.
 
+use crate::workload::UserKernels;
 use std::sync::Arc;
 
-use capture_core::{Builtin, Builtins, Error, GraphDriver};
+use capture_core::{Builtin, Error, GraphDriver};
 
 use crate::ensure;
 use crate::faulty::{FaultPlan, Faulty, Primitive};
@@ -21,7 +22,7 @@ struct Faulted<D: GraphDriver> {
     baseline: (u64, u64),
 }
 
-impl<D: GraphDriver + Builtins> Faulted<D> {
+impl<D: UserKernels> Faulted<D> {
     fn new(session: &Session<D>) -> Result<Self, String> {
         let (client, plan) = session.faulty();
         let fx = Fixture::new(client)?;
@@ -51,7 +52,7 @@ impl<D: GraphDriver + Builtins> Faulted<D> {
 
 /// A driver that refuses to begin leaves the stream as it was found, so
 /// prepare-then-begin can be retried.
-pub fn rule_02_refused_begin_leaves_stream_as_found<D: GraphDriver + Builtins>(
+pub fn rule_02_refused_begin_leaves_stream_as_found<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let f = Faulted::new(session)?;
@@ -67,7 +68,7 @@ pub fn rule_02_refused_begin_leaves_stream_as_found<D: GraphDriver + Builtins>(
 
 /// A driver that refuses to instantiate: the recording is still closed,
 /// no executable leaks, and the written set is claimed.
-pub fn rule_05_refused_instantiate_closes_the_recording<D: GraphDriver + Builtins>(
+pub fn rule_05_refused_instantiate_closes_the_recording<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let f = Faulted::new(session)?;
@@ -86,7 +87,7 @@ pub fn rule_05_refused_instantiate_closes_the_recording<D: GraphDriver + Builtin
 
 /// A launch the driver refuses inside the window dooms it; the refusal
 /// claims everything the recording would have written.
-pub fn rule_09_refused_launch_in_window_claims_everything<D: GraphDriver + Builtins>(
+pub fn rule_09_refused_launch_in_window_claims_everything<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let f = Faulted::new(session)?;
@@ -119,7 +120,7 @@ pub fn rule_09_refused_launch_in_window_claims_everything<D: GraphDriver + Built
 
 /// A replay the driver refuses claims the graph's written set; the next
 /// good replay clears it.
-pub fn rule_12_refused_replay_claims_then_good_replay_clears<D: GraphDriver + Builtins>(
+pub fn rule_12_refused_replay_claims_then_good_replay_clears<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let mut f = Faulted::new(session)?;
@@ -140,7 +141,7 @@ pub fn rule_12_refused_replay_claims_then_good_replay_clears<D: GraphDriver + Bu
 
 /// `upload` is best-effort: a failure is counted and logged, the graph is
 /// made and replays right.
-pub fn rule_14_upload_failure_is_not_fatal<D: GraphDriver + Builtins>(
+pub fn rule_14_upload_failure_is_not_fatal<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let mut f = Faulted::new(session)?;
@@ -160,7 +161,7 @@ pub fn rule_14_upload_failure_is_not_fatal<D: GraphDriver + Builtins>(
 
 /// A page the driver refuses: a clear error, nothing lost, the next
 /// allocation works.
-pub fn refused_page_allocation_loses_nothing<D: GraphDriver + Builtins>(
+pub fn refused_page_allocation_loses_nothing<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let f = Faulted::new(session)?;
@@ -187,7 +188,7 @@ pub fn refused_page_allocation_loses_nothing<D: GraphDriver + Builtins>(
 
 /// An eager launch the driver refuses claims its outputs; rewriting them
 /// clears the claim.
-pub fn refused_eager_launch_claims_its_outputs<D: GraphDriver + Builtins>(
+pub fn refused_eager_launch_claims_its_outputs<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let f = Faulted::new(session)?;
@@ -217,7 +218,7 @@ pub fn refused_eager_launch_claims_its_outputs<D: GraphDriver + Builtins>(
 }
 
 /// A host-to-device copy the driver refuses claims its destination.
-pub fn refused_copy_claims_its_destination<D: GraphDriver + Builtins>(
+pub fn refused_copy_claims_its_destination<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let f = Faulted::new(session)?;
@@ -232,7 +233,7 @@ pub fn refused_copy_claims_its_destination<D: GraphDriver + Builtins>(
 
 /// A fence that fails keeps the frees waiting for it; the next good sync
 /// releases them.
-pub fn refused_fence_keeps_deferred_frees<D: GraphDriver + Builtins>(
+pub fn refused_fence_keeps_deferred_frees<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let f = Faulted::new(session)?;
@@ -253,7 +254,7 @@ pub fn refused_fence_keeps_deferred_frees<D: GraphDriver + Builtins>(
 /// pinned staging slice: that slice waits in the drop queue for a good fence
 /// instead of going straight back to the pool, where the next write would
 /// stage its bytes into it and the late copy would overwrite them.
-pub fn refused_fence_on_read_keeps_its_staging<D: GraphDriver + Builtins>(
+pub fn refused_fence_on_read_keeps_its_staging<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let f = Faulted::new(session)?;
@@ -277,7 +278,7 @@ pub fn refused_fence_on_read_keeps_its_staging<D: GraphDriver + Builtins>(
 /// A refusal or failed replay that claims a buffer the user already dropped
 /// (an intermediate of the recorded run) leaves no claim behind: nobody can
 /// read that buffer, so nothing would ever clear it.
-pub fn claims_on_dropped_buffers_are_not_kept<D: GraphDriver + Builtins>(
+pub fn claims_on_dropped_buffers_are_not_kept<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let f = Faulted::new(session)?;
@@ -309,7 +310,7 @@ pub fn claims_on_dropped_buffers_are_not_kept<D: GraphDriver + Builtins>(
 /// A destroy whose sync fails cannot know the graph's replays finished: the
 /// memory it pinned waits for a good fence, so no allocation made meanwhile
 /// shares memory a replay may still write.
-pub fn destroy_with_a_failed_sync_keeps_the_pins_fenced<D: GraphDriver + Builtins>(
+pub fn destroy_with_a_failed_sync_keeps_the_pins_fenced<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let f = Faulted::new(session)?;
@@ -341,7 +342,7 @@ pub fn destroy_with_a_failed_sync_keeps_the_pins_fenced<D: GraphDriver + Builtin
 /// Faults at every step of a capture in turn: whichever call fails, no
 /// stream is left recording, no executable leaks, and the stream captures
 /// right afterwards.
-pub fn every_capture_fault_recovers<D: GraphDriver + Builtins>(session: &Session<D>) -> Outcome {
+pub fn every_capture_fault_recovers<D: UserKernels>(session: &Session<D>) -> Outcome {
     let f = Faulted::new(session)?;
     let (client, stream, x) = (&f.fx.client, f.fx.stream, &f.fx.x);
     let body = |_| f.fx.add_through_intermediate().map(drop);

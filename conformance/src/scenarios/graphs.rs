@@ -1,7 +1,8 @@
 //! Graph lifetimes and refusals: what is claimed, what is pinned, what is
 //! released and when.
 
-use capture_core::{Builtin, Builtins, Error, GraphDriver, GraphId};
+use crate::workload::UserKernels;
+use capture_core::{Builtin, Error, GraphId};
 
 use crate::ensure;
 use crate::session::Session;
@@ -12,7 +13,7 @@ use crate::support::{
 
 /// A capture that needs a new page mid-recording is refused, its written
 /// set claimed, and the stream captures fine right after.
-pub fn rule_07_page_allocated_while_recording_is_refused<D: GraphDriver + Builtins>(
+pub fn rule_07_page_allocated_while_recording_is_refused<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let fx = Fixture::new(session.client())?;
@@ -34,7 +35,7 @@ pub fn rule_07_page_allocated_while_recording_is_refused<D: GraphDriver + Builti
 
 /// A launch inside the window on a claimed input dooms the window, and the
 /// refusal carries both reasons: the doom and the original failure.
-pub fn rule_05_claimed_input_dooms_the_window<D: GraphDriver + Builtins>(
+pub fn rule_05_claimed_input_dooms_the_window<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let fx = Fixture::new(session.client())?;
@@ -61,7 +62,7 @@ pub fn rule_05_claimed_input_dooms_the_window<D: GraphDriver + Builtins>(
 
 /// Every refusal claims what the never-run work would have written; a good
 /// write or launch clears the claim.
-pub fn rule_09_refusal_claims_the_written_set<D: GraphDriver + Builtins>(
+pub fn rule_09_refusal_claims_the_written_set<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let fx = Fixture::new(session.client())?;
@@ -96,7 +97,7 @@ pub fn rule_09_refusal_claims_the_written_set<D: GraphDriver + Builtins>(
 }
 
 /// Replay of a destroyed graph is an error and enqueues nothing.
-pub fn rule_11_replay_of_a_destroyed_graph_is_refused<D: GraphDriver + Builtins>(
+pub fn rule_11_replay_of_a_destroyed_graph_is_refused<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let fx = Fixture::new(session.client())?;
@@ -118,7 +119,7 @@ pub fn rule_11_replay_of_a_destroyed_graph_is_refused<D: GraphDriver + Builtins>
 }
 
 /// Destroying twice is a no-op, and dropping the last handle destroys too.
-pub fn rule_13_double_destroy_is_a_no_op<D: GraphDriver + Builtins>(
+pub fn rule_13_double_destroy_is_a_no_op<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let fx = Fixture::new(session.client())?;
@@ -146,7 +147,7 @@ pub fn rule_13_double_destroy_is_a_no_op<D: GraphDriver + Builtins>(
 
 /// Destroy while replays are in flight: the stream is synced first, the
 /// replays finish with the right result, and the pins are released.
-pub fn rule_13_destroy_while_replay_in_flight<D: GraphDriver + Builtins>(
+pub fn rule_13_destroy_while_replay_in_flight<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let client = session.client();
@@ -176,7 +177,7 @@ pub fn rule_13_destroy_while_replay_in_flight<D: GraphDriver + Builtins>(
 }
 
 /// Destroy releases the graph's pins and the info entries only it pinned.
-pub fn rule_13_destroy_releases_pins<D: GraphDriver + Builtins>(session: &Session<D>) -> Outcome {
+pub fn rule_13_destroy_releases_pins<D: UserKernels>(session: &Session<D>) -> Outcome {
     let fx = Fixture::new(session.client())?;
     let (client, stream) = (&fx.client, fx.stream);
     let baseline = in_use(client, stream)?;
@@ -202,7 +203,7 @@ pub fn rule_13_destroy_releases_pins<D: GraphDriver + Builtins>(session: &Sessio
 
 /// Two live graphs share info-cache entries: destroying one leaves the
 /// other replaying right.
-pub fn shared_info_entries_outlive_one_graph<D: GraphDriver + Builtins>(
+pub fn shared_info_entries_outlive_one_graph<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let fx = Fixture::new(session.client())?;
@@ -230,7 +231,7 @@ pub fn shared_info_entries_outlive_one_graph<D: GraphDriver + Builtins>(
 
 /// The last handle dropped while its stream records another window: the
 /// destroy (a sync) waits for the window to close, which still seals.
-pub fn destroy_during_recording_is_deferred<D: GraphDriver + Builtins>(
+pub fn destroy_during_recording_is_deferred<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let fx = Fixture::new(session.client())?;
@@ -256,7 +257,7 @@ pub fn destroy_during_recording_is_deferred<D: GraphDriver + Builtins>(
 
 /// A graph whose input is claimed refuses to replay rather than compute
 /// from stale bytes, and claims its outputs; a good write revives it.
-pub fn claimed_input_refuses_replay<D: GraphDriver + Builtins>(session: &Session<D>) -> Outcome {
+pub fn claimed_input_refuses_replay<D: UserKernels>(session: &Session<D>) -> Outcome {
     let fx = Fixture::new(session.client())?;
     let (client, stream, input, output) = (&fx.client, fx.stream, &fx.one, &fx.x);
     let (graph, ()) = client
@@ -276,7 +277,7 @@ pub fn claimed_input_refuses_replay<D: GraphDriver + Builtins>(session: &Session
 /// A graph that reads and rewrites its accumulator (`x += one`) refuses to
 /// replay over an `x` another failure claimed: only its own failed replay's
 /// claim is one a retry repairs.
-pub fn replay_refuses_an_accumulator_claimed_elsewhere<D: GraphDriver + Builtins>(
+pub fn replay_refuses_an_accumulator_claimed_elsewhere<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let fx = Fixture::new(session.client())?;

@@ -1,35 +1,35 @@
 //! Every scenario, written once, generic over the backend.
 
+use crate::workload::UserKernels;
 mod faults;
 mod graphs;
 mod replay;
 mod scale;
 mod state;
 
-use capture_core::{Builtins, GraphDriver};
 
 use crate::session::Session;
 use crate::support::Outcome;
 
 /// One scenario: a name, unique in the suite, and its body.
-pub struct Scenario<D: GraphDriver + Builtins> {
+pub struct Scenario<D: UserKernels> {
     /// The trial name's second half (`host::<name>`).
     pub name: &'static str,
     /// Runs the scenario; `Err` says what was wrong.
     pub run: fn(&Session<D>) -> Outcome,
 }
 
-impl<D: GraphDriver + Builtins> Clone for Scenario<D> {
+impl<D: UserKernels> Clone for Scenario<D> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<D: GraphDriver + Builtins> Copy for Scenario<D> {}
+impl<D: UserKernels> Copy for Scenario<D> {}
 
 macro_rules! suite {
     ($($module:ident :: $name:ident),* $(,)?) => {
         /// Every scenario of the suite, in a fixed order.
-        pub fn scenarios<D: GraphDriver + Builtins>() -> Vec<Scenario<D>> {
+        pub fn scenarios<D: UserKernels>() -> Vec<Scenario<D>> {
             vec![$(Scenario { name: stringify!($name), run: $module::$name::<D> }),*]
         }
     };

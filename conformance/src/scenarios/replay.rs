@@ -1,14 +1,15 @@
 //! Replays compute what eager execution computes, and never touch memory the
 //! graph does not own.
 
-use capture_core::{Buffer, Builtin, Builtins, Client, Error, GraphDriver, Pass, StreamId};
+use crate::workload::UserKernels;
+use capture_core::{Buffer, Builtin, Client, Error, Pass, StreamId};
 
 use crate::ensure;
 use crate::session::Session;
 use crate::support::{Fixture, N, NU, Outcome, SENTINEL, Step, expect, expect_all, ramp};
 
 /// fill, axpy, copy, add on three buffers: the same on every backend.
-fn sequence<D: GraphDriver + Builtins>(
+fn sequence<D: UserKernels>(
     client: &Client<D>,
     stream: StreamId,
     x: &Buffer,
@@ -22,7 +23,7 @@ fn sequence<D: GraphDriver + Builtins>(
 }
 
 /// Capture then replay twice and more: each replay equals eager execution.
-pub fn replay_matches_eager<D: GraphDriver + Builtins>(session: &Session<D>) -> Outcome {
+pub fn replay_matches_eager<D: UserKernels>(session: &Session<D>) -> Outcome {
     let client = session.client();
     let stream = client.create_stream().step("stream")?;
     let make = |c: &Client<D>| -> Result<(Buffer, Buffer, Buffer), String> {
@@ -51,7 +52,7 @@ pub fn replay_matches_eager<D: GraphDriver + Builtins>(session: &Session<D>) -> 
 }
 
 /// An `add` chain makes the replay count visible: x = x0 + k·y.
-pub fn replay_count_visible_in_add_chain<D: GraphDriver + Builtins>(
+pub fn replay_count_visible_in_add_chain<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let fx = Fixture::new(session.client())?;
@@ -72,7 +73,7 @@ pub fn replay_count_visible_in_add_chain<D: GraphDriver + Builtins>(
 }
 
 /// The input rewritten in place between replays is read fresh.
-pub fn input_rewritten_between_replays_is_read_fresh<D: GraphDriver + Builtins>(
+pub fn input_rewritten_between_replays_is_read_fresh<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let client = session.client();
@@ -101,7 +102,7 @@ pub fn input_rewritten_between_replays_is_read_fresh<D: GraphDriver + Builtins>(
 }
 
 /// The one-call form runs the body twice: warmup for real, then recorded.
-pub fn one_call_capture_warms_up_then_records<D: GraphDriver + Builtins>(
+pub fn one_call_capture_warms_up_then_records<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let fx = Fixture::new(session.client())?;
@@ -130,7 +131,7 @@ pub fn one_call_capture_warms_up_then_records<D: GraphDriver + Builtins>(
 /// A host write recorded in the window replays its bytes every time, even
 /// after the caller's slice is gone, and an eager rewrite afterwards is not
 /// undone until the next replay.
-pub fn recorded_write_replays_its_bytes<D: GraphDriver + Builtins>(
+pub fn recorded_write_replays_its_bytes<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let client = session.client();
@@ -153,7 +154,7 @@ pub fn recorded_write_replays_its_bytes<D: GraphDriver + Builtins>(
 
 /// Intermediates freed inside the captured closure stay the graph's: buffers
 /// allocated after the capture are never overwritten by a replay.
-pub fn rule_10_intermediates_freed_in_capture_stay_pinned<D: GraphDriver + Builtins>(
+pub fn rule_10_intermediates_freed_in_capture_stay_pinned<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let client = session.client();
@@ -191,7 +192,7 @@ pub fn rule_10_intermediates_freed_in_capture_stay_pinned<D: GraphDriver + Built
 
 /// The user drops every buffer the graph uses; later allocations are filled
 /// with sentinels; replays still compute right and the sentinels survive.
-pub fn rule_10_graph_pins_buffers_the_user_dropped<D: GraphDriver + Builtins>(
+pub fn rule_10_graph_pins_buffers_the_user_dropped<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let client = session.client();

@@ -1,6 +1,7 @@
 //! Many launches, many replays, several streams.
 
-use capture_core::{Builtin, Builtins, Config, GraphDriver};
+use crate::workload::UserKernels;
+use capture_core::{Builtin, Config};
 
 use crate::ensure;
 use crate::session::Session;
@@ -8,7 +9,7 @@ use crate::support::{Fixture, N, NU, Outcome, Step, expect, expect_all, in_use, 
 
 /// Another stream's eager work during a window is neither recorded nor
 /// blocked.
-pub fn rule_15_other_streams_are_not_recorded_or_blocked<D: GraphDriver + Builtins>(
+pub fn rule_15_other_streams_are_not_recorded_or_blocked<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let client = session.client();
@@ -47,7 +48,7 @@ pub fn rule_15_other_streams_are_not_recorded_or_blocked<D: GraphDriver + Builti
 /// 150 launches in one capture, each with a buffer freed inside the window:
 /// past the drop queue's flush threshold, no flush runs while recording and
 /// the graph still replays right.
-pub fn capture_past_the_drop_queue_threshold<D: GraphDriver + Builtins>(
+pub fn capture_past_the_drop_queue_threshold<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let fx = Fixture::new(session.client_with(Config {
@@ -69,7 +70,7 @@ pub fn capture_past_the_drop_queue_threshold<D: GraphDriver + Builtins>(
 }
 
 /// A 10,000-launch capture instantiates and replays right.
-pub fn ten_thousand_launch_capture<D: GraphDriver + Builtins>(session: &Session<D>) -> Outcome {
+pub fn ten_thousand_launch_capture<D: UserKernels>(session: &Session<D>) -> Outcome {
     let client = session.client();
     let stream = client.create_stream().step("stream")?;
     let x = client.create_f32(stream, &[0.0; 64]).step("x")?;
@@ -92,7 +93,7 @@ pub fn ten_thousand_launch_capture<D: GraphDriver + Builtins>(session: &Session<
 }
 
 /// A thousand replays leave pool usage and page counts where one left them.
-pub fn rule_16_thousand_replays_keep_usage_flat<D: GraphDriver + Builtins>(
+pub fn rule_16_thousand_replays_keep_usage_flat<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let fx = Fixture::new(session.client())?;
@@ -125,7 +126,7 @@ pub fn rule_16_thousand_replays_keep_usage_flat<D: GraphDriver + Builtins>(
 /// recorded run on another, `instantiate` and replays on a third, while a
 /// fourth works another stream. (CUDA and HIP capture in relaxed mode for
 /// exactly this.)
-pub fn capture_across_threads<D: GraphDriver + Builtins>(session: &Session<D>) -> Outcome {
+pub fn capture_across_threads<D: UserKernels>(session: &Session<D>) -> Outcome {
     let fx = Fixture::new(session.client())?;
     let (client, stream) = (&fx.client, fx.stream);
     let other = client.create_stream().step("other stream")?;

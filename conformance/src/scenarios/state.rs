@@ -1,7 +1,8 @@
 //! Capture calls out of order, host syncs inside a window, and bad input:
 //! each refused with a clear error that changes nothing.
 
-use capture_core::{Access, Builtin, Builtins, Config, Error, GraphDriver, StreamId, WindowId};
+use crate::workload::{UserKernel, UserKernels};
+use capture_core::{Builtin, Config, Error, Kernel, StreamId, WindowId};
 
 use crate::ensure;
 use crate::session::Session;
@@ -12,7 +13,7 @@ use crate::support::{
 /// `begin` before `prepare`, a second `prepare`, `instantiate` with no
 /// window, `begin` twice: each refused, state unchanged, and the right call
 /// then succeeds.
-pub fn rule_01_out_of_order_calls_change_nothing<D: GraphDriver + Builtins>(
+pub fn rule_01_out_of_order_calls_change_nothing<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let fx = Fixture::new(session.client())?;
@@ -72,7 +73,7 @@ pub fn rule_01_out_of_order_calls_change_nothing<D: GraphDriver + Builtins>(
 
 /// A window closed from `Prepared` (warmup failed, `begin` never ran)
 /// disarms everything: pools, info pins, state.
-pub fn rule_03_close_from_prepared_disarms<D: GraphDriver + Builtins>(
+pub fn rule_03_close_from_prepared_disarms<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let client = session.client();
@@ -102,7 +103,7 @@ pub fn rule_03_close_from_prepared_disarms<D: GraphDriver + Builtins>(
 
 /// No path out of `instantiate` leaves the stream recording: after a
 /// refused, doomed, and successful close alike, a read works.
-pub fn rule_04_instantiate_always_leaves_capture_mode<D: GraphDriver + Builtins>(
+pub fn rule_04_instantiate_always_leaves_capture_mode<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let client = session.client();
@@ -144,7 +145,7 @@ pub fn rule_04_instantiate_always_leaves_capture_mode<D: GraphDriver + Builtins>
 
 /// A window closed by a caller that does not own it (a stale window id) is
 /// closed all the same and yields no graph.
-pub fn rule_06_foreign_close_yields_no_graph<D: GraphDriver + Builtins>(
+pub fn rule_06_foreign_close_yields_no_graph<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let client = session.client();
@@ -183,7 +184,7 @@ pub fn rule_06_foreign_close_yields_no_graph<D: GraphDriver + Builtins>(
 
 /// A read, a sync and a replay inside a recording window are refused on
 /// the spot; the window is not harmed and seals afterwards.
-pub fn rule_08_host_sync_refused_while_recording<D: GraphDriver + Builtins>(
+pub fn rule_08_host_sync_refused_while_recording<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let fx = Fixture::new(session.client())?;
@@ -210,7 +211,7 @@ pub fn rule_08_host_sync_refused_while_recording<D: GraphDriver + Builtins>(
 
 /// Empty, oversized and mis-sized buffers, bad launches, foreign buffers
 /// and unknown streams: clear errors, nothing lost.
-pub fn bad_input_is_refused_and_loses_nothing<D: GraphDriver + Builtins>(
+pub fn bad_input_is_refused_and_loses_nothing<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let client = session.client_with(Config {
@@ -252,18 +253,13 @@ pub fn bad_input_is_refused_and_loses_nothing<D: GraphDriver + Builtins>(
         "n too big",
     )?;
     ensure!(matches!(err, Error::BadLaunch(_)), "got {err}");
-    let kernel = client.builtin(Builtin::Fill).step("kernel")?;
+    let kernel = Kernel::new(D::user_kernel(client.device(), UserKernel::Scale).step("kernel")?);
+    let many: Vec<&capture_core::Buffer> = (0..17).map(|_| &x).collect();
     let err = refused(
-        client.launch(stream, &kernel, [1, 1, 1], &[(&x, Access::Write)], &[]),
-        "no info",
-    )?;
-    ensure!(matches!(err, Error::BadInfo { .. }), "got {err}");
-    let many: Vec<(&capture_core::Buffer, Access)> = (0..17).map(|_| (&x, Access::Read)).collect();
-    let err = refused(
-        client.launch(stream, &kernel, [1, 1, 1], &many, &[0; 16]),
+        client.launch(stream, &kernel, [1, 1, 1], &many, &[], &[0; 12]),
         "17 bindings",
     )?;
-    ensure!(matches!(err, Error::TooManyBindings { .. }), "got {err}");
+    ensure!(matches!(err, Error::KernelMismatch { .. }), "got {err}");
     let ghost = StreamId(9999);
     ensure!(
         matches!(client.allocate(ghost, 4), Err(Error::UnknownStream(_))),
@@ -296,7 +292,7 @@ pub fn bad_input_is_refused_and_loses_nothing<D: GraphDriver + Builtins>(
 /// Two clients over one device number their streams, buffers and graphs
 /// alike: a buffer or graph of one, handed to the other, is refused instead
 /// of naming the other's memory or graph.
-pub fn handles_of_another_client_are_refused<D: GraphDriver + Builtins>(
+pub fn handles_of_another_client_are_refused<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let mine = Fixture::new(session.client())?;

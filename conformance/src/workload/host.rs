@@ -1,0 +1,114 @@
+//! The workload's kernels as host closures.
+
+use std::sync::Arc;
+
+use backend_host::{Group, Host, HostDevice, Kernel, View};
+use capture_core::{Error, Signature};
+
+use super::{UserKernel, UserKernels};
+
+type Body = fn(&Group<'_>, &mut [View<'_>]) -> Result<(), String>;
+
+impl UserKernels for Host {
+    fn user_kernel(_device: &Arc<HostDevice>, which: UserKernel) -> Result<Kernel, Error> {
+        let body: Body = match which {
+            UserKernel::RmsNorm => rmsnorm,
+            UserKernel::MatVec => matvec,
+            UserKernel::Silu => silu,
+            UserKernel::Residual => residual,
+            UserKernel::Scale => scale,
+        };
+        Kernel::new(which.signature(), body)
+    }
+
+    /// The host has no compiler: its build step is the signature check, so
+    /// a kernel no backend could build (a workgroup of no threads) is what
+    /// fails to compile here.
+    fn broken_kernel(_device: &Arc<HostDevice>) -> Result<Kernel, Error> {
+        Kernel::new(Signature::new("broken").workgroup([0, 1, 1]), |_, _| Ok(()))
+    }
+
+    /// A closure takes whatever bindings it is given; its signature is the
+    /// only statement of its interface, so there is nothing to disagree with.
+    fn disagreeing_kernel(_device: &Arc<HostDevice>) -> Option<Result<Kernel, Error>> {
+        None
+    }
+}
+
+fn rmsnorm(group: &Group<'_>, buffers: &mut [View<'_>]) -> Result<(), String> {
+    let mut params = group.params();
+    let (n, eps) = (params.u32()? as usize, params.f32()?);
+    let [x, w, out] = buffers else {
+        return Err("rmsnorm binds three buffers".into());
+    };
+    let (x, w, out) = (x.f32()?, w.f32()?, out.f32_mut()?);
+    let n = n.min(x.len()).min(w.len()).min(out.len());
+    let sum: f32 = x[..n].iter().map(|v| v * v).sum();
+    let scale = 1.0 / (sum / n as f32 + eps).sqrt();
+    for i in 0..n {
+        out[i] = x[i] * scale * w[i];
+    }
+    Ok(())
+}
+
+fn matvec(group: &Group<'_>, buffers: &mut [View<'_>]) -> Result<(), String> {
+    let mut params = group.params();
+    let (rows, cols) = (params.u32()? as usize, params.u32()? as usize);
+    let [w, x, y] = buffers else {
+        return Err("matvec binds three buffers".into());
+    };
+    let (w, x, y) = (w.f32()?, x.f32()?, y.f32_mut()?);
+    if x.len() < cols {
+        return Err(format!("x holds {} of {cols} columns", x.len()));
+    }
+    for r in group.elements_x(rows.min(y.len())) {
+        let row = w
+            .get(r * cols..(r + 1) * cols)
+            .ok_or_else(|| format!("row {r} lies past the matrix"))?;
+        let mut acc = 0.0f32;
+        for (a, b) in row.iter().zip(&x[..cols]) {
+            acc += a * b;
+        }
+        y[r] = acc;
+    }
+    Ok(())
+}
+
+fn silu(group: &Group<'_>, buffers: &mut [View<'_>]) -> Result<(), String> {
+    let n = group.params().u32()? as usize;
+    let [x] = buffers else {
+        return Err("silu binds one buffer".into());
+    };
+    let x = x.f32_mut()?;
+    for i in group.elements_x(n.min(x.len())) {
+        let v = x[i];
+        x[i] = v / (1.0 + (-v).exp());
+    }
+    Ok(())
+}
+
+fn residual(group: &Group<'_>, buffers: &mut [View<'_>]) -> Result<(), String> {
+    let n = group.params().u32()? as usize;
+    let [x, y] = buffers else {
+        return Err("residual binds two buffers".into());
+    };
+    let (x, y) = (x.f32_mut()?, y.f32()?);
+    for i in group.elements_x(n.min(x.len()).min(y.len())) {
+        x[i] += y[i];
+    }
+    Ok(())
+}
+
+fn scale(group: &Group<'_>, buffers: &mut [View<'_>]) -> Result<(), String> {
+    let mut params = group.params();
+    let (n, a, b) = (params.u32()? as usize, params.f32()?, params.f32()?);
+    let [x] = buffers else {
+        return Err("scale binds one buffer".into());
+    };
+    let x = x.f32_mut()?;
+    for i in group.elements_x(n.min(x.len())) {
+        let product = x[i] * a;
+        x[i] = product + b;
+    }
+    Ok(())
+}
