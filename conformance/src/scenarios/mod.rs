@@ -3,6 +3,7 @@
 use crate::workload::UserKernels;
 mod faults;
 mod graphs;
+mod kernels;
 mod replay;
 mod scale;
 mod state;
@@ -50,6 +51,13 @@ suite![
     state::rule_08_host_sync_refused_while_recording,
     state::bad_input_is_refused_and_loses_nothing,
     state::handles_of_another_client_are_refused,
+    kernels::user_kernel_replay_matches_eager,
+    kernels::by_value_params_replay_their_recorded_value,
+    kernels::rule_17_launch_mismatches_are_refused,
+    kernels::the_grid_bounds_the_work,
+    kernels::a_kernel_that_fails_to_compile_reports_its_log,
+    kernels::a_kernel_disagreeing_with_its_signature_is_refused,
+    kernels::decode_step_replayed_matches_eager,
     graphs::rule_07_page_allocated_while_recording_is_refused,
     graphs::rule_05_claimed_input_dooms_the_window,
     graphs::rule_09_refusal_claims_the_written_set,

@@ -1,0 +1,274 @@
+//! User kernels: built from each backend's own sources, checked against
+//! their signatures at every launch (rule 17), captured with their by-value
+//! parameters, and a whole decode step replayed.
+
+use capture_core::{Error, Kernel, Params, Phase};
+
+use crate::session::Session;
+use crate::support::{Outcome, Step, expect, ramp, refused, usable};
+use crate::workload::decode::{Decoder, Model, Shape, TOLERANCE, relative_error};
+use crate::workload::{UserKernel, UserKernels, grid};
+use crate::ensure;
+
+const N: usize = 256;
+const NU: u32 = N as u32;
+
+fn kernel<D: UserKernels>(session: &Session<D>, which: UserKernel) -> Result<Kernel<D>, String> {
+    D::user_kernel(session.device(), which)
+        .map(Kernel::new)
+        .map_err(|err| format!("building {}: {err}", which.name()))
+}
+
+fn scale_params(n: u32, a: f32, b: f32) -> Params {
+    Params::new().u32(n).f32(a).f32(b)
+}
+
+/// A user kernel with by-value parameters, captured and replayed, computes
+/// what it computes eagerly.
+pub fn user_kernel_replay_matches_eager<D: UserKernels>(session: &Session<D>) -> Outcome {
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let scale = kernel(session, UserKernel::Scale)?;
+    let eager = client.create_f32(stream, &ramp(N, 1.0)).step("eager x")?;
+    let replayed = client.create_f32(stream, &ramp(N, 1.0)).step("replayed x")?;
+    let params = scale_params(NU, 2.0, 1.0);
+    for _ in 0..3 {
+        client
+            .launch(stream, &scale, grid(NU), &[&eager], &[], params.as_bytes())
+            .step("eager launch")?;
+    }
+    let (graph, ()) = client
+        .capture(stream, |_| {
+            client.launch(stream, &scale, grid(NU), &[&replayed], &[], params.as_bytes())
+        })
+        .step("capture")?;
+    // Warmup ran the launch once for real; two replays make three.
+    client.replay(&graph).step("replay 1")?;
+    client.replay(&graph).step("replay 2")?;
+    let want: Vec<f32> = ramp(N, 1.0)
+        .into_iter()
+        .map(|v| ((v * 2.0 + 1.0) * 2.0 + 1.0) * 2.0 + 1.0)
+        .collect();
+    expect(&client, &eager, &want, "eager")?;
+    expect(&client, &replayed, &want, "replayed")
+}
+
+/// A graph replays the parameter bytes it was recorded with, whatever the
+/// caller's bytes hold later, and each graph keeps its own.
+pub fn by_value_params_replay_their_recorded_value<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let scale = kernel(session, UserKernel::Scale)?;
+    let x = client.create_f32(stream, &[1.0; N]).step("x")?;
+    let mut bytes = scale_params(NU, 3.0, 0.0).as_bytes().to_vec();
+    let window = client.prepare(stream).step("prepare")?;
+    client.begin(stream, window).step("begin")?;
+    client
+        .launch(stream, &scale, grid(NU), &[&x], &[], &bytes)
+        .step("recorded launch")?;
+    // The caller's bytes change before the window closes and after.
+    bytes.copy_from_slice(scale_params(NU, 100.0, 5.0).as_bytes());
+    let triple = client.instantiate(stream, window).step("instantiate")?;
+    bytes.copy_from_slice(scale_params(NU, -1.0, 0.0).as_bytes());
+    let window = client.prepare(stream).step("second prepare")?;
+    client.begin(stream, window).step("second begin")?;
+    client
+        .launch(stream, &scale, grid(NU), &[&x], &[], scale_params(NU, 1.0, 0.5).as_bytes())
+        .step("second recorded launch")?;
+    let plus_half = client.instantiate(stream, window).step("second instantiate")?;
+    expect(&client, &x, &[1.0; N], "recording ran nothing")?;
+    client.replay(&triple).step("replay triple")?;
+    client.replay(&triple).step("replay triple again")?;
+    expect(&client, &x, &[9.0; N], "two replays of x * 3")?;
+    client.replay(&plus_half).step("replay + 0.5")?;
+    client.replay(&triple).step("replay triple a third time")?;
+    expect(&client, &x, &[28.5; N], "(9 + 0.5) * 3")
+}
+
+/// Every way a launch can disagree with its kernel's signature is refused
+/// before it reaches the driver and changes nothing; inside a window it
+/// also dooms the window, which would otherwise seal without the launch.
+pub fn rule_17_launch_mismatches_are_refused<D: UserKernels>(session: &Session<D>) -> Outcome {
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let scale = kernel(session, UserKernel::Scale)?;
+    let residual = kernel(session, UserKernel::Residual)?;
+    let x = client.create_f32(stream, &ramp(N, 1.0)).step("x")?;
+    let y = client.create_f32(stream, &ramp(N, 1.0)).step("y")?;
+    client.sync(stream).step("sync")?;
+    let before = client.usage(stream).step("usage")?;
+    let good = scale_params(NU, 2.0, 0.0);
+    let max = client.device_info().max_groups;
+    let too_wide = [max[0].saturating_add(1), 1, 1];
+    let cases: [(&str, Result<(), Error>); 9] = [
+        (
+            "a binding too few",
+            client.launch(stream, &residual, grid(NU), &[&x], &[], Params::new().u32(NU).as_bytes()),
+        ),
+        (
+            "a binding too many",
+            client.launch(stream, &scale, grid(NU), &[&x, &y], &[], good.as_bytes()),
+        ),
+        (
+            "info bytes to a kernel that reads none",
+            client.launch(stream, &scale, grid(NU), &[&x], &[0; 4], good.as_bytes()),
+        ),
+        (
+            "a parameter too few",
+            client.launch(stream, &scale, grid(NU), &[&x], &[], Params::new().u32(NU).f32(2.0).as_bytes()),
+        ),
+        (
+            "a parameter byte too many",
+            client.launch(stream, &scale, grid(NU), &[&x], &[], &[0; 13]),
+        ),
+        (
+            "an empty grid",
+            client.launch(stream, &scale, [0, 1, 1], &[&x], &[], good.as_bytes()),
+        ),
+        (
+            "a grid past the device's limit",
+            client.launch(stream, &scale, too_wide, &[&x], &[], good.as_bytes()),
+        ),
+        (
+            "a grid past the limit in z",
+            client.launch(stream, &scale, [1, 1, max[2].saturating_add(1)], &[&x], &[], good.as_bytes()),
+        ),
+        (
+            "a written buffer bound twice",
+            client.launch(stream, &residual, grid(NU), &[&x, &x], &[], Params::new().u32(NU).as_bytes()),
+        ),
+    ];
+    for (what, result) in cases {
+        let err = refused(result, what)?;
+        ensure!(
+            matches!(err, Error::KernelMismatch { .. }),
+            "{what}: expected a mismatch, got {err}"
+        );
+    }
+    expect(&client, &x, &ramp(N, 1.0), "x untouched")?;
+    expect(&client, &y, &ramp(N, 1.0), "y untouched")?;
+    ensure!(client.claimed_buffers() == 0, "a refused launch claims nothing");
+    let after = client.usage(stream).step("usage")?;
+    ensure!(
+        after.device == before.device && after.info_entries == before.info_entries,
+        "a refused launch staged nothing: {before:?} then {after:?}"
+    );
+
+    // Inside a window: refused, and the window can no longer seal.
+    let window = client.prepare(stream).step("prepare")?;
+    client.begin(stream, window).step("begin")?;
+    client
+        .launch(stream, &scale, grid(NU), &[&x], &[], good.as_bytes())
+        .step("a good recorded launch")?;
+    let err = refused(
+        client.launch(stream, &scale, grid(NU), &[&x], &[], &[0; 4]),
+        "a bad recorded launch",
+    )?;
+    ensure!(matches!(err, Error::KernelMismatch { .. }), "got {err}");
+    let err = refused(client.instantiate(stream, window), "a doomed window")?;
+    ensure!(
+        matches!(&err, Error::Doomed(cause) if matches!(**cause, Error::KernelMismatch { .. })),
+        "the window names the refused launch: {err}"
+    );
+    ensure!(client.phase(stream).step("phase")? == Phase::None, "window closed");
+    // The refusal claimed what the recording would have written.
+    ensure!(matches!(client.read(&x), Err(Error::Claimed { .. })), "x claimed");
+    client.write_f32(&x, &ramp(N, 1.0)).step("rewrite x")?;
+    // And a matching launch still runs.
+    client
+        .launch(stream, &residual, grid(NU), &[&x, &y], &[], Params::new().u32(NU).as_bytes())
+        .step("a matching launch")?;
+    let doubled: Vec<f32> = ramp(N, 1.0).iter().map(|v| v * 2.0).collect();
+    expect(&client, &x, &doubled, "x += y")?;
+    usable(&client, stream)
+}
+
+/// A kernel's grid is honoured as a GPU honours it: one workgroup of 64
+/// threads touches 64 elements, whatever the element count says.
+pub fn the_grid_bounds_the_work<D: UserKernels>(session: &Session<D>) -> Outcome {
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let scale = kernel(session, UserKernel::Scale)?;
+    let x = client.create_f32(stream, &[1.0; 1000]).step("x")?;
+    client
+        .launch(stream, &scale, [1, 1, 1], &[&x], &[], scale_params(1000, 1.0, 4.0).as_bytes())
+        .step("one workgroup")?;
+    let mut want = vec![1.0f32; 1000];
+    want[..64].fill(5.0);
+    expect(&client, &x, &want, "only the first workgroup's elements")?;
+    // Two groups in y spill past x: elements 64..128 (group (0, 1) of a
+    // 1 x 2 grid).
+    client
+        .launch(stream, &scale, [1, 2, 1], &[&x], &[], scale_params(1000, 1.0, 1.0).as_bytes())
+        .step("a 1 x 2 grid")?;
+    want[..128].iter_mut().for_each(|v| *v += 1.0);
+    expect(&client, &x, &want, "two workgroups")
+}
+
+/// A kernel whose source does not compile is an error that carries the
+/// compiler's log.
+pub fn a_kernel_that_fails_to_compile_reports_its_log<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    match D::broken_kernel(session.device()) {
+        Ok(_) => Err("a broken kernel was built".into()),
+        Err(Error::Compile { kernel, log }) => {
+            ensure!(!kernel.is_empty(), "the error names the kernel");
+            ensure!(log.trim().len() > 10, "the error carries a log, got {log:?}");
+            // The device is still usable after the failed build.
+            let client = session.client();
+            let stream = client.create_stream().step("stream")?;
+            usable(&client, stream)
+        }
+        Err(other) => Err(format!("expected a compile error, got {other}")),
+    }
+}
+
+/// Code whose interface disagrees with the signature it is given is
+/// refused where the backend can read the interface (Vulkan reflects the
+/// SPIR-V module; CUDA asks the driver for the parameter count). Backends
+/// that cannot read it rely on the caller's promise.
+pub fn a_kernel_disagreeing_with_its_signature_is_refused<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    match D::disagreeing_kernel(session.device()) {
+        None => Ok(()),
+        Some(Ok(_)) => Err("a kernel whose code disagrees with its signature was built".into()),
+        Some(Err(Error::Compile { log, .. })) => {
+            ensure!(!log.is_empty(), "the refusal says what disagrees");
+            Ok(())
+        }
+        Some(Err(other)) => Err(format!("expected a compile error, got {other}")),
+    }
+}
+
+/// A decode step of user kernels, replayed 100 times, computes what 100
+/// eager steps compute, and both match the plain-Rust reference.
+pub fn decode_step_replayed_matches_eager<D: UserKernels>(session: &Session<D>) -> Outcome {
+    const STEPS: usize = 100;
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let model = Model::new(Shape::SMALL);
+    let eager = Decoder::new(&client, stream, &model).step("eager decoder")?;
+    let graphed = Decoder::new(&client, stream, &model).step("graphed decoder")?;
+    for _ in 0..STEPS {
+        eager.step().step("eager step")?;
+    }
+    let graph = graphed.capture().step("capture")?;
+    graphed.reset(&model).step("reset after warmup")?;
+    for _ in 0..STEPS {
+        client.replay(&graph).step("replay")?;
+    }
+    let eager_x = eager.read().step("read eager")?;
+    let graphed_x = graphed.read().step("read replayed")?;
+    crate::support::same(&graphed_x, &eager_x, "replayed vs eager")?;
+    let reference = model.reference(STEPS);
+    let error = relative_error(&eager_x, &reference);
+    ensure!(
+        error <= TOLERANCE,
+        "{STEPS} steps are {error:e} from the reference (tolerance {TOLERANCE:e})"
+    );
+    Ok(())
+}
