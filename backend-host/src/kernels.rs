@@ -213,7 +213,8 @@ impl View<'_> {
 
     /// The buffer as `f32`s, to write.
     pub fn f32_mut(&mut self) -> Result<&mut [f32], String> {
-        bytemuck::try_cast_slice_mut(self.bytes_mut()?).map_err(|e| format!("not an f32 array: {e}"))
+        bytemuck::try_cast_slice_mut(self.bytes_mut()?)
+            .map_err(|e| format!("not an f32 array: {e}"))
     }
 
     /// The buffer as `u32`s.
@@ -428,12 +429,9 @@ mod tests {
         let dispatch = Dispatch {
             kernel: add(),
             groups: [2, 1, 1],
-            bindings: [
-                Range::new(&memory, 0, 12),
-                Range::new(&memory, 12, 12),
-            ]
-            .into_iter()
-            .collect(),
+            bindings: [Range::new(&memory, 0, 12), Range::new(&memory, 12, 12)]
+                .into_iter()
+                .collect(),
             info: None,
             params: SmallVec::new(),
         };
@@ -455,7 +453,11 @@ mod tests {
             params: SmallVec::new(),
         };
         dispatch.run().expect("runs");
-        assert_eq!(read(&x), [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], "one 2-thread group");
+        assert_eq!(
+            read(&x),
+            [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            "one 2-thread group"
+        );
     }
 
     #[test]
@@ -543,6 +545,9 @@ mod tests {
     fn an_invalid_signature_is_a_compile_error() {
         let err = Kernel::new(Signature::new("k").workgroup([0, 1, 1]), |_, _| Ok(()))
             .expect_err("refused");
-        assert!(matches!(err, Error::Compile { ref kernel, .. } if kernel == "k"), "{err}");
+        assert!(
+            matches!(err, Error::Compile { ref kernel, .. } if kernel == "k"),
+            "{err}"
+        );
     }
 }

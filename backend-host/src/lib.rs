@@ -32,8 +32,8 @@ use capture_core::{
 pub use kernels::{Body, Group, Kernel, Reader, View};
 pub use memory::{DevicePage, HostPage, Memory, PageKind, UNWRITTEN};
 
-use memory::Range;
 use kernels::Dispatch;
+use memory::Range;
 use worker::{Command, Op, Worker};
 
 /// The host backend.

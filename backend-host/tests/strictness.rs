@@ -29,11 +29,12 @@ fn fill(stream: &mut HostStream, out: &backend_host::DevicePage, info: &backend_
             kernel: &kernel,
             groups: [1, 1, 1],
             bindings: &bindings,
-            info: DeviceSlice {
+            info: Some(DeviceSlice {
                 page: info,
                 offset: 0,
                 len: 16,
-            },
+            }),
+            params: &[],
         },
     )
     .expect("launch enqueued");

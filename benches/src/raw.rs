@@ -14,7 +14,7 @@ use crate::fixture::Fixture;
 /// The `add` kernel the core launches, and a buffer holding the launch's
 /// info bytes.
 pub struct RawAdd<D: Backend> {
-    /// The very kernel the core's `run_builtin` launches.
+    /// The builtin the core's `run_builtin` launches, built the same way.
     pub kernel: Kernel<D>,
     /// `BuiltinInfo::new(ELEMENTS, 0.0)`, on the fixture's stream.
     pub info: Buffer,
@@ -23,7 +23,7 @@ pub struct RawAdd<D: Backend> {
 impl<D: Backend> RawAdd<D> {
     /// Compile the kernel and upload the info bytes on `fixture`'s stream.
     pub fn new(fixture: &Fixture<D>) -> Result<Self> {
-        let kernel = fixture.client.builtin(Builtin::Add)?;
+        let kernel = Kernel::new(D::builtin(fixture.client.device(), Builtin::Add)?);
         let info = fixture
             .client
             .create(fixture.stream, &BuiltinInfo::new(ELEMENTS, 0.0).to_bytes())?;
@@ -57,7 +57,8 @@ impl<D: Backend> RawAdd<D> {
             kernel: self.kernel.raw(),
             groups: groups_for(ELEMENTS),
             bindings,
-            info,
+            info: Some(info),
+            params: &[],
         }
     }
 }
