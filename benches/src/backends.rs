@@ -1,12 +1,14 @@
 //! The backends compiled into this build: the host always, the others by
 //! Cargo feature (`vulkan`, `cuda`, `hip`).
 
-use capture_core::{Availability, Builtins, DeviceInfo, GraphDriver};
+use capture_core::{Availability, DeviceInfo};
+use conformance::UserKernels;
 
-/// A backend the benches can run on.
-pub trait Backend: GraphDriver + Builtins {}
+/// A backend the benches can run on: its builtins and the workload's user
+/// kernels.
+pub trait Backend: UserKernels {}
 
-impl<D: GraphDriver + Builtins> Backend for D {}
+impl<D: UserKernels> Backend for D {}
 
 /// Something done once per backend compiled in.
 pub trait Visit {

@@ -245,6 +245,93 @@ impl<D: UserKernels> Decoder<D> {
     }
 }
 
+/// What one run of the decode step measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Figures {
+    /// The model's shape.
+    pub shape: Shape,
+    /// Steps run each way.
+    pub steps: usize,
+    /// Seconds per step, launched eagerly.
+    pub eager_step: f64,
+    /// Seconds per step, replayed from the graph.
+    pub replay_step: f64,
+    /// Seconds to capture the step (warmup, recording, instantiate).
+    pub capture: f64,
+    /// The eager run's distance from the reference ([`relative_error`]).
+    pub eager_error: f32,
+    /// The replayed run's distance from the reference.
+    pub replay_error: f32,
+    /// Whether the replayed run matched the eager one bit for bit.
+    pub bitwise_equal: bool,
+}
+
+impl Figures {
+    /// Eager time over replay time: how much the graph saves a step.
+    pub fn speedup(&self) -> f64 {
+        self.eager_step / self.replay_step
+    }
+
+    /// Whether both runs are within [`TOLERANCE`] of the reference.
+    pub fn passed(&self) -> bool {
+        self.eager_error <= TOLERANCE && self.replay_error <= TOLERANCE
+    }
+}
+
+/// Run `steps` decode steps of `shape` eagerly and `steps` as replays of a
+/// captured step on `client`, timing both (each ends with the read that
+/// waits for it) and checking both against the reference.
+pub fn measure<D: UserKernels>(
+    client: &Client<D>,
+    shape: Shape,
+    steps: usize,
+) -> Result<Figures, Error> {
+    use std::time::Instant;
+    let model = Model::new(shape);
+    let stream = client.create_stream()?;
+    let decoder = Decoder::new(client, stream, &model)?;
+    // One step of each kind first, so neither timing pays for a first use
+    // (kernel compilation, pool growth).
+    decoder.step()?;
+    let started = Instant::now();
+    let graph = decoder.capture()?;
+    let capture = started.elapsed().as_secs_f64();
+    client.replay(&graph)?;
+
+    decoder.reset(&model)?;
+    client.sync(stream)?;
+    let started = Instant::now();
+    for _ in 0..steps {
+        decoder.step()?;
+    }
+    let eager_x = decoder.read()?;
+    let eager_step = started.elapsed().as_secs_f64() / steps as f64;
+
+    decoder.reset(&model)?;
+    client.sync(stream)?;
+    let started = Instant::now();
+    for _ in 0..steps {
+        client.replay(&graph)?;
+    }
+    let replay_x = decoder.read()?;
+    let replay_step = started.elapsed().as_secs_f64() / steps as f64;
+
+    let reference = model.reference(steps);
+    drop(graph);
+    drop(decoder);
+    client.destroy_stream(stream)?;
+    Ok(Figures {
+        shape,
+        steps,
+        eager_step,
+        replay_step,
+        capture,
+        eager_error: relative_error(&eager_x, &reference),
+        replay_error: relative_error(&replay_x, &reference),
+        bitwise_equal: eager_x == replay_x,
+    })
+}
+
 /// The largest difference between `got` and `want`, relative to
 /// `1 + max |want|`: the measure the decode checks bound.
 pub fn relative_error(got: &[f32], want: &[f32]) -> f32 {

@@ -16,6 +16,7 @@ use std::process::ExitCode;
 use benches::alloc_counter::CountingAlloc;
 use benches::validation::validation_off;
 use benches::{Backend, SYNC_EVERY, Visit, availability, each_backend};
+use conformance::workload::decode::{self, Shape};
 
 #[global_allocator]
 static ALLOCATOR: CountingAlloc = CountingAlloc;
@@ -26,7 +27,12 @@ struct Summary {
     failed: bool,
     held: usize,
     judged: usize,
+    /// The decode step's row of each backend, printed after every table.
+    decode: Vec<String>,
 }
+
+/// Decode steps timed each way.
+const DECODE_STEPS: usize = 20;
 
 impl Visit for Summary {
     fn visit<D: Backend>(&mut self) {
@@ -48,6 +54,36 @@ impl Visit for Summary {
                 println!("### {}\n\nmeasurement failed: {failure}\n", D::NAME);
                 self.failed = true;
             }
+        }
+        self.decode.push(decode_row::<D>(&mut self.failed));
+    }
+}
+
+/// The decode step on `D`: eager against replay per step, and per launch.
+fn decode_row<D: Backend>(failed: &mut bool) -> String {
+    let shape = Shape::DECODE;
+    let figures = capture_core::Client::<D>::open()
+        .and_then(|client| decode::measure(&client, shape, DECODE_STEPS));
+    match figures {
+        Ok(f) => {
+            if !f.passed() {
+                *failed = true;
+            }
+            let launches = f64::from(shape.launches());
+            format!(
+                "| {} | {:.0} | {:.0} | {:.2}x | {:.0} / {:.0} | {} |",
+                D::NAME,
+                f.eager_step * 1e6,
+                f.replay_step * 1e6,
+                f.speedup(),
+                f.eager_step * 1e9 / launches,
+                f.replay_step * 1e9 / launches,
+                if f.passed() { "PASS" } else { "FAIL" },
+            )
+        }
+        Err(err) => {
+            *failed = true;
+            format!("| {} | failed: {err} | | | | |", D::NAME)
         }
     }
 }
@@ -83,6 +119,22 @@ fn main() -> ExitCode {
     );
     let mut summary = Summary::default();
     each_backend(&mut summary);
+    let shape = Shape::DECODE;
+    println!(
+        "### decode step\n\n{} layers, hidden {}, ffn {}: {} user-kernel launches a step, \
+         {DECODE_STEPS} steps each way, each run read back and checked against the \
+         plain-Rust reference\n",
+        shape.layers,
+        shape.hidden,
+        shape.ffn,
+        shape.launches()
+    );
+    println!("| backend | eager us/step | replay us/step | eager/replay | ns/launch eager / replay | check |");
+    println!("|---|---|---|---|---|---|");
+    for row in &summary.decode {
+        println!("{row}");
+    }
+    println!();
     println!("targets held: {} of {}", summary.held, summary.judged);
     if summary.failed {
         ExitCode::FAILURE
