@@ -2,13 +2,12 @@
 //! graph made on it.
 
 use std::ffi::{CStr, c_char, c_int};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use capture_core::{DeviceInfo, DriverError};
 use cudarc::driver::sys::{self, CUcontext, CUdevice, CUdevice_attribute};
 
 use crate::error::{check, refuse};
-use crate::kernels::Module;
 use crate::loader;
 
 /// The variable that picks a device by index when a machine has several.
@@ -30,17 +29,26 @@ pub struct CudaDevice {
     context: CUcontext,
     /// Compute capability, which picks the PTX target.
     compute: (c_int, c_int),
+    limits: BlockLimits,
     info: DeviceInfo,
-    /// The builtin kernels, compiled on first use and kept for the device's
-    /// lifetime.
-    pub(crate) kernels: Mutex<Option<Module>>,
+}
+
+/// The largest block the device runs, which every kernel's signature is
+/// checked against when it is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BlockLimits {
+    /// Most threads in x, y and z.
+    pub(crate) max_block: [u32; 3],
+    /// Most threads in one block.
+    pub(crate) max_threads_per_block: u32,
 }
 
 // SAFETY: a CUcontext is a process-wide handle that any thread may make
 // current; every use of it here goes through `bind`, and the driver itself
-// synchronises access to context state. The module cache is behind a mutex.
+// synchronises access to context state. Nothing else in the struct changes
+// after `open`.
 unsafe impl Send for CudaDevice {}
-// SAFETY: as for Send; no method mutates the struct except through the mutex.
+// SAFETY: as for Send; no method mutates the struct.
 unsafe impl Sync for CudaDevice {}
 
 impl std::fmt::Debug for CudaDevice {
@@ -63,16 +71,24 @@ impl CudaDevice {
         // checked against the device count.
         check("get device", unsafe { sys::cuDeviceGet(&mut raw, ordinal) })?;
         let name = device_name(raw)?;
+        use CUdevice_attribute::*;
         let compute = (
-            attribute(
-                raw,
-                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-            )?,
-            attribute(
-                raw,
-                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-            )?,
+            attribute(raw, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attribute(raw, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
         );
+        let max_groups = [
+            limit(raw, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
+            limit(raw, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
+            limit(raw, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
+        ];
+        let limits = BlockLimits {
+            max_block: [
+                limit(raw, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?,
+                limit(raw, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y)?,
+                limit(raw, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)?,
+            ],
+            max_threads_per_block: limit(raw, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+        };
         let mut context: CUcontext = std::ptr::null_mut();
         // SAFETY: `raw` came from cuDeviceGet; `context` is a valid place
         // for the handle. Released in Drop, the only other owner path.
@@ -84,11 +100,12 @@ impl CudaDevice {
             raw,
             context,
             compute,
+            limits,
             info: DeviceInfo {
                 name: format!("{name} (sm_{}{})", compute.0, compute.1),
                 driver_version: version.to_string(),
+                max_groups,
             },
-            kernels: Mutex::new(None),
         });
         device.bind()?;
         Ok(device)
@@ -111,7 +128,12 @@ impl CudaDevice {
         self.compute
     }
 
-    /// What a person needs to know about the device.
+    /// The largest block the device runs.
+    pub(crate) fn limits(&self) -> BlockLimits {
+        self.limits
+    }
+
+    /// What a person needs to know about the device, and its grid limit.
     pub(crate) fn info(&self) -> &DeviceInfo {
         &self.info
     }
@@ -119,18 +141,9 @@ impl CudaDevice {
 
 impl Drop for CudaDevice {
     fn drop(&mut self) {
-        // Everything made on the device held an Arc of it, so nothing else
-        // still uses the context. Errors cannot be handed to anyone here.
-        let bound = self.bind();
-        let module = match self.kernels.get_mut() {
-            Ok(slot) => slot.take(),
-            Err(poisoned) => poisoned.into_inner().take(),
-        };
-        if let Some(module) = module
-            && bound.is_ok()
-        {
-            module.unload();
-        }
+        // Everything made on the device (pages, streams, modules) held an
+        // Arc of it and has released what it owned, so nothing else still
+        // uses the context. Errors cannot be handed to anyone here.
         // SAFETY: this retained the primary context once, in `open`, and
         // releases it exactly once.
         let released = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.raw) };
@@ -179,6 +192,15 @@ fn attribute(raw: CUdevice, which: CUdevice_attribute) -> Result<c_int, DriverEr
         sys::cuDeviceGetAttribute(&mut value, which, raw)
     })?;
     Ok(value)
+}
+
+/// A limit attribute, which the driver reports as a positive int.
+fn limit(raw: CUdevice, which: CUdevice_attribute) -> Result<u32, DriverError> {
+    let value = attribute(raw, which)?;
+    u32::try_from(value)
+        .ok()
+        .filter(|&v| v > 0)
+        .ok_or_else(|| refuse("get device attribute", format!("{which:?} is {value}")))
 }
 
 fn device_name(raw: CUdevice) -> Result<String, DriverError> {

@@ -7,6 +7,13 @@
 //! driver or a device gets [`Availability::Unavailable`] with the reason,
 //! never a panic.
 //!
+//! User kernels are built with [`Kernel::from_ptx`], [`Kernel::from_image`]
+//! (cubin or fatbin) or [`Kernel::from_cuda`] (CUDA C++ compiled by NVRTC,
+//! which is loaded at run time like the driver: see [`NVRTC_ENV`]), each
+//! with the [`Signature`](capture_core::Signature) every launch is checked
+//! against; the [kernel ABI](Kernel#kernel-abi) says what the entry point
+//! takes.
+//!
 //! Only cudarc's raw `sys` layer is used. capture-core owns memory lifetimes
 //! and ordering; the event tracking of cudarc's safe layer would add driver
 //! work to every launch, and to every recording.
@@ -26,22 +33,25 @@ mod device;
 mod error;
 mod event;
 mod graph;
+mod image;
 mod kernels;
 mod loader;
 mod memory;
+mod nvrtc;
 mod stream;
 
 use std::sync::{Arc, OnceLock};
 
 use capture_core::{
     Availability, Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, Error,
-    GraphDriver, HostSlice, Launch,
+    GraphDriver, HostSlice, Launch, Signature,
 };
 
 pub use device::{CudaDevice, DEVICE_ENV};
 pub use graph::CudaExecutable;
-pub use kernels::CudaKernel;
+pub use kernels::{Kernel, builtin_ptx_variants};
 pub use memory::{CudaDevicePage, CudaHostPage};
+pub use nvrtc::{NVRTC_ENV, NvrtcInfo, nvrtc_compile_ptx, nvrtc_info};
 pub use stream::{CudaSignal, CudaStream};
 
 /// The CUDA backend, named in generic code as `D = Cuda`.
@@ -54,7 +64,7 @@ impl Driver for Cuda {
     type DevicePage = CudaDevicePage;
     type HostPage = CudaHostPage;
     type Signal = CudaSignal;
-    type Kernel = CudaKernel;
+    type Kernel = Kernel;
 
     const NAME: &'static str = "cuda";
 
@@ -83,6 +93,10 @@ impl Driver for Cuda {
 
     fn device_info(device: &CudaDevice) -> DeviceInfo {
         device.info().clone()
+    }
+
+    fn signature(kernel: &Kernel) -> &Signature {
+        kernel.signature()
     }
 
     fn create_stream(device: &Arc<CudaDevice>) -> Result<CudaStream, DriverError> {
@@ -174,9 +188,20 @@ impl GraphDriver for Cuda {
 }
 
 impl Builtins for Cuda {
-    fn builtin(device: &Arc<CudaDevice>, which: Builtin) -> Result<CudaKernel, DriverError> {
+    /// Builds `which` from the shipped PTX through [`Kernel::from_ptx`];
+    /// the driver's JIT caches the compiled code, so a second client's
+    /// build costs little.
+    fn builtin(device: &Arc<CudaDevice>, which: Builtin) -> Result<Kernel, DriverError> {
         kernels::builtin(device, which)
     }
+}
+
+/// What a module image is (`cubin`, `fatbin` or `PTX text`) when every byte
+/// the driver would read of it lies in the slice; the check
+/// [`Kernel::from_image`] makes first, for the offline tests.
+#[doc(hidden)]
+pub fn check_module_image(image: &[u8]) -> Result<&'static str, String> {
+    image::classify(image).map(image::ImageKind::name)
 }
 
 /// Directory holding the stub `libcuda.so.1` (its `cuInit` answers

@@ -61,6 +61,7 @@ pub(crate) const SYMBOLS: &[&str] = &[
     "cuEventDestroy_v2",
     "cuModuleLoadDataEx",
     "cuModuleGetFunction",
+    "cuFuncGetAttribute",
     "cuModuleUnload",
     "cuLaunchKernel",
     "cuStreamBeginCapture_v2",
@@ -73,6 +74,34 @@ pub(crate) const SYMBOLS: &[&str] = &[
     "cuGraphUpload",
     "cuGraphLaunch",
 ];
+
+/// `cuFuncGetParamInfo`, declared here with the `int` result of C rather
+/// than cudarc's enum, so that an answer newer than its bindings is just a
+/// number.
+pub(crate) type ParamInfo =
+    unsafe extern "C" fn(sys::CUfunction, usize, *mut usize, *mut usize) -> c_int;
+
+/// `CUDA_SUCCESS`, as a plain int.
+pub(crate) const CUDA_SUCCESS: c_int = 0;
+/// `CUDA_ERROR_INVALID_VALUE`, as a plain int: what `cuFuncGetParamInfo`
+/// answers for an index past the last parameter.
+pub(crate) const CUDA_ERROR_INVALID_VALUE: c_int = 1;
+
+/// `cuFuncGetParamInfo` where the driver has it (12.4 and newer), looked up
+/// once. Only called once [`load`] succeeded, so the library is present.
+pub(crate) fn param_info() -> Option<ParamInfo> {
+    static FOUND: OnceLock<Option<ParamInfo>> = OnceLock::new();
+    *FOUND.get_or_init(|| {
+        load().ok()?;
+        // SAFETY: `load` succeeded, so cudarc holds the library and `culib`
+        // returns it without panicking.
+        let lib = unsafe { sys::culib() };
+        // SAFETY: the symbol is looked up with the signature the driver's
+        // header declares for it, with its enum result as an int.
+        let found = unsafe { lib.get::<ParamInfo>(b"cuFuncGetParamInfo") };
+        found.ok().map(|f| *f)
+    })
+}
 
 /// The driver's version as `cuDriverGetVersion` encodes it (`12040`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,15 +5,31 @@ use std::ffi::c_void;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use capture_core::builtin::WORKGROUP_SIZE;
+use capture_core::signature::{MAX_BINDINGS, MAX_PARAM_BYTES};
 use capture_core::{DeviceSlice, DriverError, HostSlice, Launch};
-use cudarc::driver::sys::{self, CUdeviceptr, CUstream};
-use smallvec::SmallVec;
+use cudarc::driver::sys::{self, CUstream};
 
 use crate::Cuda;
 use crate::device::CudaDevice;
 use crate::error::{check, refuse};
 use crate::event::EventRing;
+
+/// Bytes of one kernel parameter's slot: the largest parameter a
+/// signature declares, and a device pointer.
+const SLOT_BYTES: usize = 8;
+
+/// Most parameters one launch passes: every buffer, the info pointer, and
+/// the most by-value parameters (all of one byte) a signature may declare.
+const MAX_ARGS: usize = MAX_BINDINGS + 1 + MAX_PARAM_BYTES as usize;
+
+/// One kernel parameter's bytes, aligned as a device pointer.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct Slot([u8; SLOT_BYTES]);
+
+impl Slot {
+    const ZERO: Slot = Slot([0; SLOT_BYTES]);
+}
 
 /// A point in one stream's work that [`crate::Cuda`]'s fence can wait for.
 ///
@@ -126,54 +142,96 @@ impl CudaStream {
         })
     }
 
+    /// Enqueue `launch`, whose shape capture-core has matched to its
+    /// kernel's signature (binding count, info and parameter sizes, grid).
     pub(crate) fn launch(&mut self, launch: Launch<'_, Cuda>) -> Result<(), DriverError> {
         const OP: &str = "launch";
         let kernel = launch.kernel;
-        if !Arc::ptr_eq(&kernel.device, &self.device) {
+        if !Arc::ptr_eq(&kernel.module.device, &self.device) {
             return Err(refuse(OP, "the kernel was compiled for another device"));
         }
-        // Kernel parameters: one device pointer per binding, then the info
-        // pointer, each passed by the address of a local holding it.
-        let mut pointers: SmallVec<[CUdeviceptr; 8]> = SmallVec::new();
+        let signature = kernel.signature();
+        // Every kernel parameter gets a slot of its own, in the kernel ABI's
+        // order: the buffer pointers, the info pointer, then each by-value
+        // parameter's bytes. The driver copies each from the slot its entry
+        // in `args` points at, reading as many bytes as the kernel's image
+        // says the parameter has; an 8-byte slot holds any parameter a
+        // signature can declare. Slots past the last are zero and `args`
+        // points at them too, so even an entry taking more than its
+        // signature says reads zeros here rather than the stack around.
+        let mut slots = [Slot::ZERO; MAX_ARGS];
+        let mut used = 0usize;
+        let mut push = |bytes: &[u8]| -> Result<(), DriverError> {
+            let slot = slots
+                .get_mut(used)
+                .and_then(|slot| slot.0.get_mut(..bytes.len()))
+                .ok_or_else(|| {
+                    refuse(
+                        OP,
+                        format!("the kernel takes more than {MAX_ARGS} parameters"),
+                    )
+                })?;
+            slot.copy_from_slice(bytes);
+            used += 1;
+            Ok(())
+        };
         for binding in launch.bindings {
             let slice = binding.slice;
-            pointers.push(aligned(slice.page.address(
-                &self.device,
-                slice.offset,
-                slice.len,
-                OP,
-            )?)?);
+            let address = slice
+                .page
+                .address(&self.device, slice.offset, slice.len, OP)?;
+            push(&address.to_ne_bytes())?;
         }
-        let info = launch.info;
-        pointers.push(aligned(info.page.address(
-            &self.device,
-            info.offset,
-            info.len,
-            OP,
-        )?)?);
-        let mut params: SmallVec<[*mut c_void; 8]> = pointers
-            .iter_mut()
-            .map(|p| (p as *mut CUdeviceptr).cast::<c_void>())
-            .collect();
+        if let Some(info) = launch.info {
+            let address = info.page.address(&self.device, info.offset, info.len, OP)?;
+            push(&address.to_ne_bytes())?;
+        }
+        let mut at = 0usize;
+        for &size in signature.param_sizes() {
+            let size = size as usize;
+            // Sizes are 1, 2, 4 or 8 bytes (the signature was validated) and
+            // capture-core passes exactly their sum, so this always holds.
+            let bytes = at
+                .checked_add(size)
+                .and_then(|end| launch.params.get(at..end))
+                .ok_or_else(|| {
+                    refuse(
+                        OP,
+                        format!(
+                            "{} parameter bytes passed, the signature {signature} takes {}",
+                            launch.params.len(),
+                            signature.param_bytes()
+                        ),
+                    )
+                })?;
+            push(bytes)?;
+            at += size;
+        }
+        let mut args = [std::ptr::null_mut::<c_void>(); MAX_ARGS];
+        for (arg, slot) in args.iter_mut().zip(slots.iter_mut()) {
+            *arg = slot.0.as_mut_ptr().cast::<c_void>();
+        }
         let [x, y, z] = launch.groups;
+        let [bx, by, bz] = signature.workgroup_size();
         self.device.bind()?;
-        // SAFETY: the function is live (the kernel holds its device, which
-        // holds the module); `params` has one entry per kernel parameter
-        // (bindings then info, the order the PTX declares), each pointing at
-        // a u64 that outlives the call, which copies them; every address was
-        // checked to lie in a live page of this device.
+        // SAFETY: the function is live (the kernel holds its module, which
+        // holds the device and so the context); `args` has an entry for
+        // every parameter the kernel takes (its constructor's contract, and
+        // where the driver can tell, its check), each pointing at an 8-byte
+        // slot that outlives the call, which copies them; every buffer
+        // address was checked to lie in a live page of this device.
         check(OP, unsafe {
             sys::cuLaunchKernel(
                 kernel.function,
                 x,
                 y,
                 z,
-                WORKGROUP_SIZE,
-                1,
-                1,
+                bx,
+                by,
+                bz,
                 0,
                 self.raw,
-                params.as_mut_ptr(),
+                args.as_mut_ptr(),
                 std::ptr::null_mut(),
             )
         })
@@ -236,18 +294,4 @@ fn same_len(op: &'static str, src: u64, dst: u64) -> Result<usize, DriverError> 
         ));
     }
     usize::try_from(src).map_err(|_| refuse(op, format!("{src} bytes do not fit this host")))
-}
-
-/// Every builtin reads and writes `f32`s, so a pointer that is not 4-byte
-/// aligned would fault on the device, which poisons the whole context; it is
-/// refused here instead.
-fn aligned(pointer: CUdeviceptr) -> Result<CUdeviceptr, DriverError> {
-    if pointer.is_multiple_of(4) {
-        Ok(pointer)
-    } else {
-        Err(refuse(
-            "launch",
-            format!("buffer address {pointer:#x} is not 4-byte aligned"),
-        ))
-    }
 }
