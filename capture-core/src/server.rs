@@ -265,7 +265,15 @@ impl<D: GraphDriver> Server<D> {
     ) -> Result<(), Error> {
         self.collect_dead();
         let signature = D::signature(kernel);
-        let checked = check_launch(signature, self.max_groups, stream, groups, args, info, params);
+        let checked = check_launch(
+            signature,
+            self.max_groups,
+            stream,
+            groups,
+            args,
+            info,
+            params,
+        );
         let Self {
             streams,
             failures,

@@ -362,7 +362,10 @@ mod tests {
             Signature::new("k").workgroup([1, 1, 1]).to_string(),
             "k() workgroup 1x1x1"
         );
-        assert_eq!(Signature::new("k").param(4).to_string(), "k(param 4 B) workgroup 64x1x1");
+        assert_eq!(
+            Signature::new("k").param(4).to_string(),
+            "k(param 4 B) workgroup 64x1x1"
+        );
     }
 
     #[test]
@@ -379,7 +382,12 @@ mod tests {
                 .is_ok()
         );
         assert!(Signature::new("k").info(MAX_INFO_BYTES).validate().is_ok());
-        assert!(Signature::new("k").info(MAX_INFO_BYTES + 1).validate().is_err());
+        assert!(
+            Signature::new("k")
+                .info(MAX_INFO_BYTES + 1)
+                .validate()
+                .is_err()
+        );
         assert!(Signature::new("k").param(3).validate().is_err());
         assert!(Signature::new("k").param(0).validate().is_err());
         for size in [1, 2, 4, 8] {
@@ -389,9 +397,24 @@ mod tests {
         assert!(full.validate().is_ok());
         assert!(full.param(1).validate().is_err());
         assert!(Signature::new("k").workgroup([0, 1, 1]).validate().is_err());
-        assert!(Signature::new("k").workgroup([1024, 1, 1]).validate().is_ok());
-        assert!(Signature::new("k").workgroup([1024, 2, 1]).validate().is_err());
-        assert!(Signature::new("k").workgroup([32, 32, 1]).validate().is_ok());
+        assert!(
+            Signature::new("k")
+                .workgroup([1024, 1, 1])
+                .validate()
+                .is_ok()
+        );
+        assert!(
+            Signature::new("k")
+                .workgroup([1024, 2, 1])
+                .validate()
+                .is_err()
+        );
+        assert!(
+            Signature::new("k")
+                .workgroup([32, 32, 1])
+                .validate()
+                .is_ok()
+        );
     }
 
     fn mismatch(result: Result<(), Error>) -> String {
@@ -416,15 +439,28 @@ mod tests {
         assert!(sig.check_launch([1, 1, 1], max, &[a, b], 16, 4).is_ok());
         assert!(sig.check_launch([100, 10, 1], max, &[a, b], 16, 4).is_ok());
         let arity = mismatch(sig.check_launch([1, 1, 1], max, &[a], 16, 4));
-        assert!(arity.contains("2 buffer(s)") && arity.contains("bound 1"), "{arity}");
+        assert!(
+            arity.contains("2 buffer(s)") && arity.contains("bound 1"),
+            "{arity}"
+        );
         assert!(sig.check_launch([1, 1, 1], max, &[a, b, a], 16, 4).is_err());
         let info = mismatch(sig.check_launch([1, 1, 1], max, &[a, b], 4, 4));
-        assert!(info.contains("16 info bytes") && info.contains("passed 4"), "{info}");
+        assert!(
+            info.contains("16 info bytes") && info.contains("passed 4"),
+            "{info}"
+        );
         assert!(sig.check_launch([1, 1, 1], max, &[a, b], 17, 4).is_err());
         let params = mismatch(sig.check_launch([1, 1, 1], max, &[a, b], 16, 0));
         assert!(params.contains("4 parameter bytes"), "{params}");
         assert!(sig.check_launch([1, 1, 1], max, &[a, b], 16, 5).is_err());
-        for grid in [[0, 1, 1], [1, 0, 1], [1, 1, 0], [101, 1, 1], [1, 11, 1], [1, 1, 2]] {
+        for grid in [
+            [0, 1, 1],
+            [1, 0, 1],
+            [1, 1, 0],
+            [101, 1, 1],
+            [1, 11, 1],
+            [1, 1, 2],
+        ] {
             let grid_err = mismatch(sig.check_launch(grid, max, &[a, b], 16, 4));
             assert!(grid_err.contains("grid"), "{grid_err}");
         }
@@ -436,7 +472,11 @@ mod tests {
     fn only_written_buffers_may_not_alias() {
         let reads = Signature::new("k").bindings(&[Access::Read, Access::Read, Access::Read]);
         let a = BufferId(1);
-        assert!(reads.check_launch([1, 1, 1], [1, 1, 1], &[a, a, a], 0, 0).is_ok());
+        assert!(
+            reads
+                .check_launch([1, 1, 1], [1, 1, 1], &[a, a, a], 0, 0)
+                .is_ok()
+        );
         for written in [Access::Write, Access::ReadWrite] {
             for position in 0..3 {
                 let mut accesses = [Access::Read; 3];
