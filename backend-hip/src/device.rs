@@ -3,13 +3,13 @@
 
 use std::env;
 use std::ffi::{CStr, OsString, c_int};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock, Weak};
 
 use capture_core::{DeviceInfo, DriverError};
 
 use crate::error::{self, BACKEND, describe};
 use crate::ffi;
-use crate::kernels::KernelModule;
+use crate::kernels::Module;
 use crate::loader::{self, Api};
 
 /// Environment variable holding the index of the device to open (default 0),
@@ -27,9 +27,16 @@ pub struct HipDevice {
     pub(crate) api: &'static Api,
     pub(crate) ordinal: c_int,
     info: DeviceInfo,
-    /// The builtin kernels, compiled on first use and kept for the device's
-    /// life: hiprtc takes seconds, a lookup takes nothing.
-    pub(crate) kernels: Mutex<Option<Arc<KernelModule>>>,
+    /// Most threads per block in x, y and z.
+    pub(crate) max_block: [u32; 3],
+    /// Most threads in one block.
+    pub(crate) max_threads: u32,
+    /// `gcnArchName`, when the runtime could say.
+    arch: Option<String>,
+    /// Modules compiled from HIP C++ here, by their source, while a kernel
+    /// holds them: every kernel of one source (the four builtins, a user's
+    /// five) shares one compile, which takes hiprtc a second or more.
+    pub(crate) compiled: Mutex<Vec<(String, Weak<Module>)>>,
 }
 
 impl HipDevice {
@@ -44,6 +51,22 @@ impl HipDevice {
     /// What `Driver::device_info` reports.
     pub(crate) fn info(&self) -> DeviceInfo {
         self.info.clone()
+    }
+
+    /// The device's architecture as the runtime names it (`gcnArchName`,
+    /// such as `gfx90a:sramecc+:xnack-`): what
+    /// [`Kernel::from_hip`](crate::Kernel::from_hip) compiles for, and what
+    /// a code object for
+    /// [`Kernel::from_code_object`](crate::Kernel::from_code_object) must
+    /// target. `None` when the runtime has no properties getter this crate
+    /// reads; hiprtc then targets the current device itself.
+    pub fn arch(&self) -> Option<&str> {
+        self.arch.as_deref()
+    }
+
+    /// Most threads per workgroup in x, y and z, and in all.
+    pub fn max_workgroup(&self) -> ([u32; 3], u32) {
+        (self.max_block, self.max_threads)
     }
 }
 
@@ -150,6 +173,29 @@ pub(crate) fn open() -> Result<HipDevice, String> {
     })?;
     log::debug!("hip: runtime {}, hiprtc {}", api.path, rtc.path);
 
+    let attribute = |attribute, what| device_attribute(api, ordinal, attribute, what);
+    let max_block = [
+        attribute(ffi::DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, "block size in x")?,
+        attribute(ffi::DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, "block size in y")?,
+        attribute(ffi::DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, "block size in z")?,
+    ];
+    let max_grid = [
+        attribute(ffi::DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, "grid size in x")?,
+        attribute(ffi::DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, "grid size in y")?,
+        attribute(ffi::DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, "grid size in z")?,
+    ];
+    let max_threads = attribute(
+        ffi::DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+        "threads per block",
+    )?;
+    let arch = arch_name(api, ordinal);
+    if arch.is_none() {
+        log::warn!(
+            "hip: device {ordinal} did not report its architecture; hiprtc targets the current \
+             device itself"
+        );
+    }
+
     let mut driver: c_int = 0;
     // SAFETY: the pointer is to a live local int.
     let driver_code = unsafe { (api.driver_get_version)(&mut driver) };
@@ -159,15 +205,96 @@ pub(crate) fn open() -> Result<HipDevice, String> {
         format!("unknown ({})", describe(Some(api), driver_code))
     };
 
+    let name = match &arch {
+        Some(arch) => format!("{name} ({arch})"),
+        None => name,
+    };
+    let mut info = DeviceInfo::new(name, format!("driver {driver}, HIP runtime {runtime}"));
+    info.max_groups = max_groups(max_grid, max_block);
     Ok(HipDevice {
         api,
         ordinal,
-        info: DeviceInfo {
-            name,
-            driver_version: format!("driver {driver}, HIP runtime {runtime}"),
-        },
-        kernels: Mutex::new(None),
+        info,
+        max_block,
+        max_threads,
+        arch,
+        compiled: Mutex::new(Vec::new()),
     })
+}
+
+/// Most blocks per grid dimension whatever the block size: the runtime's
+/// own limit, and no more than fit 2^32 - 1 threads at the largest block,
+/// since the runtime counts a dimension's threads in 32 bits and refuses
+/// (in x) or truncates (in y and z) a grid past that.
+fn max_groups(grid: [u32; 3], block: [u32; 3]) -> [u32; 3] {
+    std::array::from_fn(|d| grid[d].min(u32::MAX / block[d].max(1)))
+}
+
+/// A positive device limit, or why the device cannot be used.
+fn device_attribute(
+    api: &Api,
+    ordinal: c_int,
+    attribute: ffi::DeviceAttribute,
+    what: &str,
+) -> Result<u32, String> {
+    let mut value: c_int = 0;
+    // SAFETY: the out-pointer is a live local; the attribute is one of the
+    // documented values and the ordinal was validated.
+    let code = unsafe { (api.device_get_attribute)(&mut value, attribute, ordinal) };
+    if code != ffi::SUCCESS {
+        return Err(format!(
+            "HIP device {ordinal} cannot report its largest {what}: {}",
+            describe(Some(api), code)
+        ));
+    }
+    u32::try_from(value)
+        .ok()
+        .filter(|&v| v > 0)
+        .ok_or_else(|| format!("HIP device {ordinal} reports a largest {what} of {value}"))
+}
+
+/// The device's `gcnArchName`, read from the one struct field this crate
+/// reads (see [`ffi::PropsLayout`]), or `None` when the runtime cannot say.
+fn arch_name(api: &Api, ordinal: c_int) -> Option<String> {
+    let (getter, layout) = api.get_device_properties?;
+    // Larger than either layout, and 8-byte aligned as the struct is.
+    let mut buffer = [0u64; 512];
+    let bytes = size_of_val(&buffer);
+    if layout.size > bytes || layout.gcn_arch_name + ffi::GCN_ARCH_NAME_LEN > layout.size {
+        return None;
+    }
+    // SAFETY: the runtime writes `layout.size` bytes, the size of the struct
+    // the symbol fills, into a zeroed, aligned buffer of `bytes` >= that many
+    // bytes that lives across the call; the ordinal was validated.
+    let code = unsafe { getter(buffer.as_mut_ptr().cast(), ordinal) };
+    if code != ffi::SUCCESS {
+        log::warn!(
+            "hip: {} for device {ordinal} answered {}",
+            layout.symbol,
+            describe(Some(api), code)
+        );
+        return None;
+    }
+    let all: Vec<u8> = buffer.iter().flat_map(|word| word.to_ne_bytes()).collect();
+    let field = all.get(layout.gcn_arch_name..layout.gcn_arch_name + ffi::GCN_ARCH_NAME_LEN)?;
+    let name = CStr::from_bytes_until_nul(field)
+        .ok()?
+        .to_str()
+        .ok()?
+        .trim();
+    // An architecture name is `gfx` and target features; anything else means
+    // the layout was not the one assumed, and is not passed to hiprtc.
+    let plausible = name.starts_with("gfx")
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'+' | b'-' | b'_'));
+    if !plausible {
+        log::warn!(
+            "hip: {} gave an unexpected architecture name {name:?}",
+            layout.symbol
+        );
+    }
+    plausible.then(|| name.to_owned())
 }
 
 /// The device's marketing name, or a placeholder saying why there is none
@@ -213,6 +340,13 @@ mod tests {
         assert_eq!(version_text(50_221_153), "5.2.21153");
         assert_eq!(version_text(60_443_483), "6.4.43483");
         assert_eq!(version_text(42), "42");
+    }
+
+    #[test]
+    fn grid_limits_keep_every_dimension_within_32_bits_of_threads() {
+        let rocm = max_groups([i32::MAX as u32, 65_535, 65_535], [1024, 1024, 1024]);
+        assert_eq!(rocm, [4_194_303, 65_535, 65_535]);
+        assert_eq!(max_groups([100, 100, 100], [1, 1, 1]), [100, 100, 100]);
     }
 
     #[test]

@@ -56,14 +56,16 @@ pub(crate) fn check(api: &Api, op: &'static str, code: HipError) -> Result<(), D
     }
 }
 
-/// `<HIPRTC_NAME>: <description>` for a hiprtc result.
+/// `<HIPRTC_NAME> (<code>): <description>` for a hiprtc result: the number is
+/// always printed, since the name comes from this crate's table and a newer
+/// hiprtc may answer with a code the table does not hold.
 pub(crate) fn describe_rtc(rtc: &Rtc, code: RtcResult) -> String {
     // SAFETY: hiprtcGetErrorString accepts any integer and answers with a
     // static string.
     let text = runtime_text(unsafe { (rtc.get_error_string)(code) });
     match (ffi::rtc_result_name(code), text) {
-        (Some(name), Some(text)) if name != text => format!("{name}: {text}"),
-        (Some(name), _) => name.to_owned(),
+        (Some(name), Some(text)) if name != text => format!("{name} ({code}): {text}"),
+        (Some(name), _) => format!("{name} ({code})"),
         (None, Some(text)) => format!("hiprtcResult({code}): {text}"),
         (None, None) => format!("hiprtcResult({code})"),
     }
@@ -73,4 +75,18 @@ pub(crate) fn describe_rtc(rtc: &Rtc, code: RtcResult) -> String {
 /// a NUL in it), in the same shape as the driver's own.
 pub(crate) fn other(op: &'static str, message: impl Into<String>) -> DriverError {
     DriverError::new(BACKEND, op, message)
+}
+
+/// A capture-core error as the driver error a [`Builtins`](capture_core::Builtins)
+/// build returns, keeping the compiler's log and the driver's words.
+pub(crate) fn into_driver(op: &'static str, error: capture_core::Error) -> DriverError {
+    match error {
+        capture_core::Error::Driver(error) => error,
+        capture_core::Error::Compile { kernel, log } => DriverError::new(
+            BACKEND,
+            op,
+            format!("kernel {kernel} could not be built: {log}"),
+        ),
+        other => DriverError::new(BACKEND, op, other.to_string()),
+    }
 }

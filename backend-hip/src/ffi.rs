@@ -10,9 +10,13 @@
 //! The declarations are public so that the `abi-check` feature's test can
 //! compare each one with the bindings generated from ROCm's headers.
 //!
-//! No struct of the runtime is read: `hipDeviceProp_t` changed layout between
-//! ROCm 5 and 6 (and is versioned per symbol since), so the device's name and
-//! versions come from the scalar getters instead.
+//! One struct of the runtime is read, and only one field of it:
+//! `hipDeviceProp_t` changed layout between ROCm 5 and 6 (and is versioned per
+//! symbol since), so everything else comes from the scalar getters
+//! (`hipDeviceGetName`, `hipDeviceGetAttribute`). The device's architecture
+//! name has no scalar getter; it is read from a byte buffer larger than either
+//! layout, at its offset in the layout of the symbol that filled it (see
+//! [`PROPS_R0600`] and [`PROPS_R0000`]).
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
@@ -223,28 +227,31 @@ pub const RTC_SUCCESS: RtcResult = 0;
 /// `HIPRTC_ERROR_COMPILATION`: the source did not compile; the log says why.
 pub const RTC_ERROR_COMPILATION: RtcResult = 6;
 
-/// hiprtc's result names, for when `hiprtcGetErrorString` cannot be asked.
-const RTC_ERRORS: &[&str] = &[
-    "HIPRTC_SUCCESS",
-    "HIPRTC_ERROR_OUT_OF_MEMORY",
-    "HIPRTC_ERROR_PROGRAM_CREATION_FAILURE",
-    "HIPRTC_ERROR_INVALID_INPUT",
-    "HIPRTC_ERROR_INVALID_PROGRAM",
-    "HIPRTC_ERROR_INVALID_OPTION",
-    "HIPRTC_ERROR_COMPILATION",
-    "HIPRTC_ERROR_BUILTIN_OPERATION_FAILURE",
-    "HIPRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION",
-    "HIPRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION",
-    "HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID",
-    "HIPRTC_ERROR_INTERNAL_ERROR",
+/// hiprtc's result names, keyed by value as `hiprtc.h` declares them (ROCm 6
+/// added `HIPRTC_ERROR_LINKING = 100` after a gap, so a position in a list is
+/// not a code), for when `hiprtcGetErrorString` cannot be asked.
+pub const RTC_RESULTS: &[(RtcResult, &str)] = &[
+    (RTC_SUCCESS, "HIPRTC_SUCCESS"),
+    (1, "HIPRTC_ERROR_OUT_OF_MEMORY"),
+    (2, "HIPRTC_ERROR_PROGRAM_CREATION_FAILURE"),
+    (3, "HIPRTC_ERROR_INVALID_INPUT"),
+    (4, "HIPRTC_ERROR_INVALID_PROGRAM"),
+    (5, "HIPRTC_ERROR_INVALID_OPTION"),
+    (RTC_ERROR_COMPILATION, "HIPRTC_ERROR_COMPILATION"),
+    (7, "HIPRTC_ERROR_BUILTIN_OPERATION_FAILURE"),
+    (8, "HIPRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION"),
+    (9, "HIPRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION"),
+    (10, "HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID"),
+    (11, "HIPRTC_ERROR_INTERNAL_ERROR"),
+    (100, "HIPRTC_ERROR_LINKING"),
 ];
 
 /// The C name of a hiprtc result, when it is one of ROCm's documented codes.
 pub fn rtc_result_name(code: RtcResult) -> Option<&'static str> {
-    usize::try_from(code)
-        .ok()
-        .and_then(|index| RTC_ERRORS.get(index))
-        .copied()
+    RTC_RESULTS
+        .iter()
+        .find(|(value, _)| *value == code)
+        .map(|(_, name)| *name)
 }
 
 // ---------------------------------------------------------------- flags and modes
@@ -282,6 +289,56 @@ pub const GRAPH_NODE_TYPE_MEM_ALLOC: GraphNodeType = 10;
 /// `hipGraphNodeTypeMemFree` (ROCm ≥ 5.5; a symbol copy before).
 pub const GRAPH_NODE_TYPE_MEM_FREE: GraphNodeType = 11;
 
+/// `hipDeviceAttribute_t`, as its underlying `int`. The values below have
+/// been the same since ROCm 5.0 renumbered the enum (checked against ROCm's
+/// headers by the abi-check feature's test).
+pub type DeviceAttribute = c_int;
+/// `hipDeviceAttributeMaxBlockDimX`.
+pub const DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: DeviceAttribute = 26;
+/// `hipDeviceAttributeMaxBlockDimY`.
+pub const DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: DeviceAttribute = 27;
+/// `hipDeviceAttributeMaxBlockDimZ`.
+pub const DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: DeviceAttribute = 28;
+/// `hipDeviceAttributeMaxGridDimX`.
+pub const DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: DeviceAttribute = 29;
+/// `hipDeviceAttributeMaxGridDimY`.
+pub const DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: DeviceAttribute = 30;
+/// `hipDeviceAttributeMaxGridDimZ`.
+pub const DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: DeviceAttribute = 31;
+/// `hipDeviceAttributeMaxThreadsPerBlock`.
+pub const DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: DeviceAttribute = 56;
+
+/// Where `gcnArchName` (`char[256]`) lies in one layout of `hipDeviceProp_t`,
+/// and how large that layout is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PropsLayout {
+    /// The symbol that fills this layout.
+    pub symbol: &'static str,
+    /// `sizeof` the struct.
+    pub size: usize,
+    /// `offsetof(gcnArchName)`.
+    pub gcn_arch_name: usize,
+}
+
+/// Length of `gcnArchName`, its NUL included.
+pub const GCN_ARCH_NAME_LEN: usize = 256;
+
+/// `hipDeviceProp_tR0600`, filled by `hipGetDevicePropertiesR0600` (ROCm 6.0
+/// on, which still exports the old layout under the unversioned name).
+pub const PROPS_R0600: PropsLayout = PropsLayout {
+    symbol: "hipGetDevicePropertiesR0600",
+    size: 1472,
+    gcn_arch_name: 1160,
+};
+
+/// ROCm 5's `hipDeviceProp_t` (`hipDeviceProp_tR0000` since), filled by the
+/// unversioned `hipGetDeviceProperties` of a runtime without the R0600 symbol.
+pub const PROPS_R0000: PropsLayout = PropsLayout {
+    symbol: "hipGetDeviceProperties",
+    size: 792,
+    gcn_arch_name: 396,
+};
+
 // ---------------------------------------------------------------- functions
 
 /// `hipInit(unsigned flags)`.
@@ -299,6 +356,15 @@ pub type HipDeviceGetName =
 pub type HipGetVersion = unsafe extern "C" fn(version: *mut c_int) -> HipError;
 /// `hipGetErrorName(hipError_t)` and `hipGetErrorString(hipError_t)`.
 pub type HipGetErrorText = unsafe extern "C" fn(code: HipError) -> *const c_char;
+
+/// `hipDeviceGetAttribute(int* value, hipDeviceAttribute_t, int ordinal)`.
+pub type HipDeviceGetAttribute =
+    unsafe extern "C" fn(value: *mut c_int, attribute: DeviceAttribute, ordinal: c_int) -> HipError;
+/// `hipGetDevicePropertiesR0600(hipDeviceProp_tR0600*, int ordinal)` and ROCm
+/// 5's `hipGetDeviceProperties(hipDeviceProp_t*, int ordinal)`, the struct
+/// passed as bytes (see [`PropsLayout`]).
+pub type HipGetDeviceProperties =
+    unsafe extern "C" fn(properties: *mut c_void, ordinal: c_int) -> HipError;
 
 /// `hipStreamCreateWithFlags(hipStream_t*, unsigned flags)`.
 pub type HipStreamCreateWithFlags =
@@ -440,7 +506,16 @@ mod tests {
             rtc_result_name(RTC_ERROR_COMPILATION),
             Some("HIPRTC_ERROR_COMPILATION")
         );
+        assert_eq!(rtc_result_name(100), Some("HIPRTC_ERROR_LINKING"));
         assert_eq!(rtc_result_name(-1), None);
+        assert_eq!(rtc_result_name(12), None);
         assert_eq!(rtc_result_name(99), None);
+        for (i, (code, name)) in RTC_RESULTS.iter().enumerate() {
+            assert!(name.starts_with("HIPRTC_"));
+            assert!(
+                RTC_RESULTS[i + 1..].iter().all(|(other, _)| other != code),
+                "{name} twice"
+            );
+        }
     }
 }

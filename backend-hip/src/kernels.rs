@@ -1,45 +1,51 @@
-//! The builtin kernels: HIP C++ compiled by hiprtc at run time, and the
-//! launch of any kernel on a stream.
+//! Kernels: built from a code object or from HIP C++ (through hiprtc),
+//! checked against their signature, and launched on a stream.
 //!
-//! Compiling at run time is what lets the crate build with no ROCm toolchain
-//! and still run on whatever GPU architecture the machine has: hiprtc targets
-//! the current device when no architecture is named.
+//! The builtins are ordinary kernels here: [`builtin`] builds them from the
+//! embedded `kernels.hip` through [`Kernel::from_hip`], like any user's.
 
-use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::ffi::{CString, c_void};
+use std::mem::size_of;
 use std::ptr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 
-use capture_core::builtin::WORKGROUP_SIZE;
-use capture_core::{Builtin, DriverError, Launch};
-use smallvec::SmallVec;
+use capture_core::signature::{MAX_BINDINGS, MAX_PARAM_BYTES};
+use capture_core::{Builtin, DriverError, Error, Launch, Signature};
 
 use crate::Hip;
 use crate::device::HipDevice;
-use crate::error::{self, describe_rtc, other};
+use crate::error::{self, describe, into_driver, other};
 use crate::ffi;
-use crate::loader::{Api, Rtc};
+use crate::loader::Api;
+use crate::metadata::{self, KernelInterface};
+use crate::rtc;
 use crate::stream::HipStream;
 
-/// The kernels' source, embedded so that nothing is read from disk at run time.
-const SOURCE: &str = include_str!("kernels.hip");
+/// The builtin kernels' source, embedded so that nothing is read from disk at
+/// run time.
+const BUILTIN_SOURCE: &str = include_str!("kernels.hip");
 
-/// hiprtc's name for the program, seen only in its diagnostics.
-const PROGRAM_NAME: &CStr = c"capture_builtins.hip";
+/// Most kernel arguments one launch passes: a pointer per binding, one for
+/// the info block, and one per by-value parameter (at least a byte each).
+const MAX_ARGS: usize = MAX_BINDINGS + 1 + MAX_PARAM_BYTES as usize;
 
-/// The code object holding the four builtins, loaded on one device.
-pub(crate) struct KernelModule {
+/// A loaded code object, unloaded (on its device) when its last kernel drops.
+pub(crate) struct Module {
     api: &'static Api,
     ordinal: i32,
     raw: ffi::Module,
+    /// What the image's metadata says of its kernels; `None` when it holds
+    /// none this crate reads, and its kernels go unchecked.
+    interfaces: Option<Vec<KernelInterface>>,
 }
 
 // SAFETY: a loaded module is a runtime object usable from any thread; it is
 // only read (function lookups) until Drop unloads it, once.
-unsafe impl Send for KernelModule {}
+unsafe impl Send for Module {}
 // SAFETY: as above; shared references only look functions up.
-unsafe impl Sync for KernelModule {}
+unsafe impl Sync for Module {}
 
-impl Drop for KernelModule {
+impl Drop for Module {
     fn drop(&mut self) {
         // SAFETY: a plain ordinal, validated when the device was opened.
         let code = unsafe { (self.api.set_device)(self.ordinal) };
@@ -55,178 +61,334 @@ impl Drop for KernelModule {
     }
 }
 
-/// A kernel function, holding its module loaded for as long as it lives.
-pub struct HipKernel {
+/// A HIP kernel: a function in a loaded code object, and the [`Signature`]
+/// every launch of it is checked against.
+///
+/// Launches pass, as the kernel's parameters, one device pointer per bound
+/// buffer in binding order, then (for a signature that reads info bytes) a
+/// pointer to the info block, then each by-value parameter in declaration
+/// order; blocks are the signature's workgroup size, the grid the launch's
+/// workgroup count. This is the same convention as the CUDA backend's, so
+/// one CUDA C++ source serves both:
+///
+/// ```c
+/// // Signature::new("scale").binding(Access::ReadWrite).param(4).param(4)
+/// extern "C" __global__ void __launch_bounds__(64)
+/// scale(float* x, unsigned n, float a) { /* ... */ }
+/// ```
+///
+/// The code object stays loaded while any kernel from it lives.
+pub struct Kernel {
+    signature: Signature,
     function: ffi::Function,
-    module: Arc<KernelModule>,
-    /// Threads per block, fixed by the kernel's source (`__launch_bounds__`).
-    block: [u32; 3],
+    module: Arc<Module>,
 }
 
 // SAFETY: a function handle is an immutable runtime object usable from any
 // thread; the Arc keeps its module loaded.
-unsafe impl Send for HipKernel {}
+unsafe impl Send for Kernel {}
 // SAFETY: as above; a launch only reads the handle.
-unsafe impl Sync for HipKernel {}
+unsafe impl Sync for Kernel {}
 
-/// A hiprtc program, destroyed on every path out of the compile.
-struct Program<'a> {
-    rtc: &'a Rtc,
-    raw: ffi::RtcProgram,
-}
-
-impl Drop for Program<'_> {
-    fn drop(&mut self) {
-        // SAFETY: the program came from hiprtcCreateProgram and is destroyed
-        // once, here.
-        let code = unsafe { (self.rtc.destroy_program)(&mut self.raw) };
-        if code != ffi::RTC_SUCCESS {
-            log::warn!(
-                "hip: destroying a hiprtc program failed: {}",
-                describe_rtc(self.rtc, code)
-            );
-        }
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "hip::Kernel({})", self.signature)
     }
 }
 
-impl Program<'_> {
-    /// hiprtc's compile log, or an empty string when it has none.
-    fn log(&self) -> String {
-        let mut size = 0usize;
-        // SAFETY: the program is live; the out-pointer is a live local.
-        let code = unsafe { (self.rtc.get_program_log_size)(self.raw, &mut size) };
-        if code != ffi::RTC_SUCCESS || size == 0 {
-            return String::new();
-        }
-        let mut log = vec![0u8; size];
-        // SAFETY: the buffer holds the `size` bytes hiprtc said the log needs.
-        let code = unsafe { (self.rtc.get_program_log)(self.raw, log.as_mut_ptr().cast()) };
-        if code != ffi::RTC_SUCCESS {
-            return String::new();
-        }
-        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-        String::from_utf8_lossy(&log[..end]).trim().to_owned()
+impl Kernel {
+    /// Load kernel `entry` from `image`, a code object for this device's
+    /// architecture ([`HipDevice::arch`]) as `hipcc --genco`, clang
+    /// (`-x hip --offload-arch=... --cuda-device-only`) or
+    /// [`hiprtc_compile`](crate::hiprtc_compile) write it, raw or in an
+    /// offload bundle.
+    ///
+    /// The signature is validated, checked against the device's block limits
+    /// and, where the image's metadata can be read (code object v3 and
+    /// later), against the kernel's own arguments (one pointer per binding,
+    /// a pointer for the info block, by-value parameters of the declared
+    /// sizes) and launch bounds.
+    ///
+    /// ```no_run
+    /// use backend_hip::{Hip, Kernel};
+    /// use capture_core::{Access, Client, Params, Signature};
+    ///
+    /// let client = Client::<Hip>::open()?;
+    /// let image = std::fs::read("scale.hsaco").expect("a code object");
+    /// let signature = Signature::new("scale")
+    ///     .binding(Access::ReadWrite)
+    ///     .param(4)
+    ///     .param(4);
+    /// // SAFETY: `scale` writes x[i] only for i < n, and every launch below
+    /// // passes an n no larger than the buffer's length.
+    /// let kernel = unsafe { Kernel::from_code_object(client.device(), &image, "scale", signature) }?;
+    /// let kernel = capture_core::Kernel::<Hip>::new(kernel);
+    /// let stream = client.create_stream()?;
+    /// let x = client.create_f32(stream, &[1.0; 256])?;
+    /// let params = Params::new().u32(256).f32(0.5);
+    /// client.launch(stream, &kernel, [4, 1, 1], &[&x], &[], params.as_bytes())?;
+    /// # Ok::<(), capture_core::Error>(())
+    /// ```
+    ///
+    /// # Safety
+    ///
+    /// For every launch it is given, the kernel reads and writes only inside
+    /// its bound buffers (whose byte lengths it is not told), given the info
+    /// and by-value parameters passed, and does what its signature declares
+    /// (it writes no binding declared read). The library checks the
+    /// interface where it can, never what the code does.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Compile`] when the signature is invalid or beyond the
+    /// device's limits, when the runtime refuses the image (its answer is
+    /// the log), when it has no kernel `entry`, or when the kernel's
+    /// metadata disagrees with the signature; [`Error::Driver`] when the
+    /// device cannot be made current.
+    pub unsafe fn from_code_object(
+        device: &Arc<HipDevice>,
+        image: &[u8],
+        entry: &str,
+        signature: Signature,
+    ) -> Result<Self, Error> {
+        check_limits(device, entry, &signature)?;
+        let module = load(device, image, entry)?;
+        find(device, module, entry, signature)
+    }
+
+    /// Compile HIP C++ `source` with hiprtc for this device's architecture
+    /// (`--offload-arch=<gcnArchName>`, with `-O3 -ffp-contract=off` so that
+    /// `a * b + c` is not fused and the bits match the CUDA backend's), then
+    /// load kernel `entry` from it as [`Kernel::from_code_object`] does,
+    /// with the same checks.
+    ///
+    /// The source needs no includes: hiprtc provides the HIP built-ins
+    /// (`threadIdx`, `__syncthreads`, `sqrtf`, ...). Kernels of one source
+    /// share one compile and one loaded module per device, for as long as
+    /// one of them lives.
+    ///
+    /// ```no_run
+    /// use backend_hip::{Hip, Kernel};
+    /// use capture_core::{Access, Client, Params, Signature};
+    ///
+    /// const SOURCE: &str = r#"
+    /// extern "C" __global__ void __launch_bounds__(64)
+    /// scale(float* x, unsigned n, float a) {
+    ///     unsigned i = blockIdx.x * 64 + threadIdx.x;
+    ///     if (i < n) x[i] *= a;
+    /// }"#;
+    ///
+    /// let client = Client::<Hip>::open()?;
+    /// let signature = Signature::new("scale")
+    ///     .binding(Access::ReadWrite)
+    ///     .param(4)
+    ///     .param(4);
+    /// // SAFETY: `scale` writes x[i] only for i < n, and every launch below
+    /// // passes an n no larger than the buffer's length.
+    /// let kernel = unsafe { Kernel::from_hip(client.device(), SOURCE, "scale", signature) }?;
+    /// let kernel = capture_core::Kernel::<Hip>::new(kernel);
+    /// let stream = client.create_stream()?;
+    /// let x = client.create_f32(stream, &[1.0; 100])?;
+    /// let params = Params::new().u32(100).f32(2.0);
+    /// client.launch(stream, &kernel, [2, 1, 1], &[&x], &[], params.as_bytes())?;
+    /// assert_eq!(client.read_f32(&x)?, vec![2.0; 100]);
+    /// # Ok::<(), capture_core::Error>(())
+    /// ```
+    ///
+    /// # Safety
+    ///
+    /// For every launch it is given, the kernel reads and writes only inside
+    /// its bound buffers (whose byte lengths it is not told), given the info
+    /// and by-value parameters passed, and does what its signature declares
+    /// (it writes no binding declared read). The library checks the
+    /// interface, never what the code does.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Compile`] with hiprtc's log when the source does not
+    /// compile, and for every refusal [`Kernel::from_code_object`] lists;
+    /// [`Error::Driver`] saying `hiprtc unavailable: ...` (with the paths
+    /// tried) when hiprtc cannot be loaded.
+    pub unsafe fn from_hip(
+        device: &Arc<HipDevice>,
+        source: &str,
+        entry: &str,
+        signature: Signature,
+    ) -> Result<Self, Error> {
+        check_limits(device, entry, &signature)?;
+        let module = compiled(device, source, entry)?;
+        find(device, module, entry, signature)
+    }
+
+    /// What the kernel takes.
+    pub fn signature(&self) -> &Signature {
+        &self.signature
     }
 }
 
-/// Compile the builtins for the current device into a code object.
-fn compile(device: &HipDevice) -> Result<Vec<u8>, DriverError> {
-    const OP: &str = "compile builtin kernels";
-    let rtc = device
-        .api
-        .rtc
-        .as_ref()
-        .map_err(|reason| other(OP, reason.clone()))?;
-    // hiprtc compiles for the current device's architecture when no
-    // `--offload-arch` is given, which is what makes the code object loadable
-    // on whatever GPU this is.
-    device.make_current(OP)?;
-    compile_source(rtc, SOURCE, &[c"-O3"])
-}
-
-/// Compile `source` with `options` into a code object, with hiprtc's log in
-/// the error when it does not compile.
+/// Check what `from_code_object` checks of an image's kernel `entry` against
+/// `signature`, with no device: its arguments and launch bounds as the
+/// image's metadata states them.
 ///
-/// Compiles are serialized process-wide: ROCm 5.2's hiprtc crashes the process
-/// (SIGSEGV) when two programs compile at once on different threads, and two
-/// devices, or a device and a test, may compile at the same time.
-fn compile_source(rtc: &Rtc, source: &str, options: &[&CStr]) -> Result<Vec<u8>, DriverError> {
-    const OP: &str = "compile builtin kernels";
-    static COMPILING: Mutex<()> = Mutex::new(());
-    let _one_at_a_time = COMPILING.lock().unwrap_or_else(PoisonError::into_inner);
-    let source = CString::new(source).map_err(|_| other(OP, "the kernel source holds a NUL"))?;
-    let mut raw = ptr::null_mut();
-    // SAFETY: both strings are NUL-terminated and live across the call; no
-    // headers are passed, so both header arrays may be null.
-    let code = unsafe {
-        (rtc.create_program)(
-            &mut raw,
-            source.as_ptr(),
-            PROGRAM_NAME.as_ptr(),
-            0,
-            ptr::null(),
-            ptr::null(),
-        )
+/// `Ok(true)` when the metadata was read and agrees; `Ok(false)` when the
+/// image holds no metadata this crate reads (code object v2, a compressed
+/// bundle), so nothing could be checked.
+///
+/// ```no_run
+/// use capture_core::{Access, Signature};
+///
+/// let image = backend_hip::hiprtc_compile(
+///     r#"extern "C" __global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }"#,
+///     "twice.hip",
+///     "gfx90a",
+/// )?;
+/// let signature = Signature::new("twice").binding(Access::ReadWrite);
+/// assert!(backend_hip::check_code_object(&image, "twice", &signature)?);
+/// # Ok::<(), capture_core::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// [`Error::Compile`] saying what disagrees, or that the image has no kernel
+/// `entry`.
+pub fn check_code_object(image: &[u8], entry: &str, signature: &Signature) -> Result<bool, Error> {
+    let Some(interfaces) = metadata::read(image) else {
+        return Ok(false);
     };
-    if code != ffi::RTC_SUCCESS {
-        return Err(other(OP, describe_rtc(rtc, code)));
+    metadata::check(&interfaces, entry, signature).map_err(|log| Error::Compile {
+        kernel: entry.to_owned(),
+        log,
+    })?;
+    Ok(true)
+}
+
+/// The signature's own validity and the device's block limits.
+fn check_limits(device: &HipDevice, entry: &str, signature: &Signature) -> Result<(), Error> {
+    let refuse = |log: String| {
+        Err(Error::Compile {
+            kernel: entry.to_owned(),
+            log,
+        })
+    };
+    if let Err(reason) = signature.validate() {
+        return refuse(reason);
     }
-    let program = Program { rtc, raw };
-    let options: SmallVec<[*const c_char; 4]> = options.iter().map(|o| o.as_ptr()).collect();
-    let count = c_int::try_from(options.len()).map_err(|_| other(OP, "too many options"))?;
-    // SAFETY: the program is live; the array holds `count` pointers to C
-    // strings that outlive the call.
-    let code = unsafe { (rtc.compile_program)(program.raw, count, options.as_ptr()) };
-    if code != ffi::RTC_SUCCESS {
-        let log = program.log();
-        return Err(other(
-            OP,
-            format!("{}; hiprtc log: {log}", describe_rtc(rtc, code)),
+    let [x, y, z] = signature.workgroup_size();
+    let [mx, my, mz] = device.max_block;
+    if x > mx || y > my || z > mz || signature.threads() > u64::from(device.max_threads) {
+        return refuse(format!(
+            "a workgroup of {x}x{y}x{z} is beyond this device's blocks: at most {mx}x{my}x{mz}, \
+             {} threads in all",
+            device.max_threads
         ));
     }
-    let mut size = 0usize;
-    // SAFETY: the program is live and compiled; the out-pointer is a live local.
-    let code = unsafe { (rtc.get_code_size)(program.raw, &mut size) };
-    if code != ffi::RTC_SUCCESS {
-        return Err(other(OP, describe_rtc(rtc, code)));
-    }
-    if size == 0 {
-        return Err(other(OP, "hiprtc produced an empty code object"));
-    }
-    let mut code_object = vec![0u8; size];
-    // SAFETY: the buffer holds the `size` bytes hiprtc said the code needs.
-    let code = unsafe { (rtc.get_code)(program.raw, code_object.as_mut_ptr().cast()) };
-    if code != ffi::RTC_SUCCESS {
-        return Err(other(OP, describe_rtc(rtc, code)));
-    }
-    Ok(code_object)
+    Ok(())
 }
 
-/// The device's builtin module, compiled and loaded on first use.
-fn module(device: &HipDevice) -> Result<Arc<KernelModule>, DriverError> {
-    const OP: &str = "load builtin kernels";
-    // The lock is held across the compile so two streams asking at once
-    // compile once; a poisoned lock still holds a consistent Option.
-    let mut slot = device
-        .kernels
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    if let Some(module) = slot.as_ref() {
-        return Ok(Arc::clone(module));
-    }
-    let code_object = compile(device)?;
+/// Load `image` on the device.
+fn load(device: &HipDevice, image: &[u8], entry: &str) -> Result<Arc<Module>, Error> {
+    const OP: &str = "load kernels";
     let api = device.api;
     device.make_current(OP)?;
     let mut raw = ptr::null_mut();
-    // SAFETY: the image is a complete code object from hiprtc and lives
-    // across the call (the runtime copies what it keeps).
-    let code = unsafe { (api.module_load_data)(&mut raw, code_object.as_ptr().cast()) };
-    error::check(api, OP, code)?;
-    let module = Arc::new(KernelModule {
+    // SAFETY: the image is the caller's bytes, live across the call (the
+    // runtime copies what it keeps); hipModuleLoadData validates it and
+    // answers with an error for anything it cannot load.
+    let code = unsafe { (api.module_load_data)(&mut raw, image.as_ptr().cast()) };
+    if code != ffi::SUCCESS {
+        return Err(Error::Compile {
+            kernel: entry.to_owned(),
+            log: format!("hipModuleLoadData answered {}", describe(Some(api), code)),
+        });
+    }
+    Ok(Arc::new(Module {
         api,
         ordinal: device.ordinal,
         raw,
-    });
-    *slot = Some(Arc::clone(&module));
+        interfaces: metadata::read(image),
+    }))
+}
+
+/// The module compiled from `source` on this device: the one a live kernel
+/// of the same source holds, else a fresh compile.
+fn compiled(device: &HipDevice, source: &str, entry: &str) -> Result<Arc<Module>, Error> {
+    // Held across the compile, so that two streams building kernels of one
+    // source compile it once; a poisoned lock still holds a consistent list.
+    let mut cache = device
+        .compiled
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    cache.retain(|(_, module)| module.strong_count() > 0);
+    if let Some(module) = cache
+        .iter()
+        .find(|(cached, _)| cached == source)
+        .and_then(|(_, module)| module.upgrade())
+    {
+        return Ok(module);
+    }
+    let rtc = rtc::rtc()?;
+    // hiprtc targets the current device when no architecture is named.
+    device.make_current("compile kernel")?;
+    // The program is named for the kernel asked for, so hiprtc's diagnostics
+    // read `<entry>.hip:line:column`; the error names the kernel itself.
+    let image =
+        rtc::compile(rtc, source, &format!("{entry}.hip"), device.arch()).map_err(|error| {
+            match error {
+                Error::Compile { log, .. } => Error::Compile {
+                    kernel: entry.to_owned(),
+                    log,
+                },
+                other => other,
+            }
+        })?;
+    let module = load(device, &image, entry)?;
+    cache.push((source.to_owned(), Arc::downgrade(&module)));
     Ok(module)
 }
 
-pub(crate) fn builtin(device: &Arc<HipDevice>, which: Builtin) -> Result<HipKernel, DriverError> {
-    const OP: &str = "load builtin kernel";
-    let module = module(device)?;
+/// Kernel `entry` of `module`, checked against its metadata.
+fn find(
+    device: &HipDevice,
+    module: Arc<Module>,
+    entry: &str,
+    signature: Signature,
+) -> Result<Kernel, Error> {
+    const OP: &str = "load kernel";
+    let failed = |log: String| Error::Compile {
+        kernel: entry.to_owned(),
+        log,
+    };
+    if let Some(interfaces) = &module.interfaces {
+        metadata::check(interfaces, entry, &signature).map_err(failed)?;
+    }
+    let name = CString::new(entry).map_err(|_| failed("the entry name holds a NUL byte".into()))?;
     let api = device.api;
     device.make_current(OP)?;
-    let name = CString::new(which.name()).map_err(|_| other(OP, "kernel name holds a NUL"))?;
     let mut function = ptr::null_mut();
     // SAFETY: the module is live (held by the Arc); the name is a live,
     // NUL-terminated string; the out-pointer is a live local.
     let code = unsafe { (api.module_get_function)(&mut function, module.raw, name.as_ptr()) };
-    error::check(api, OP, code)?;
-    Ok(HipKernel {
+    if code != ffi::SUCCESS {
+        return Err(failed(format!(
+            "hipModuleGetFunction answered {}",
+            describe(Some(api), code)
+        )));
+    }
+    Ok(Kernel {
+        signature,
         function,
         module,
-        block: [WORKGROUP_SIZE, 1, 1],
     })
+}
+
+/// Builtin `which`, built from the embedded source like any user kernel.
+pub(crate) fn builtin(device: &Arc<HipDevice>, which: Builtin) -> Result<Kernel, DriverError> {
+    // SAFETY: each builtin touches element i of its buffers only for
+    // i < info.n, which fits every bound buffer only when the launch says so;
+    // capture-core launches builtins only through `Client::run_builtin`,
+    // which checks n against each buffer's length before the launch.
+    unsafe { Kernel::from_hip(device, BUILTIN_SOURCE, which.name(), which.signature()) }
+        .map_err(|error| into_driver("build builtin kernel", error))
 }
 
 pub(crate) fn launch(stream: &mut HipStream, launch: Launch<'_, Hip>) -> Result<(), DriverError> {
@@ -241,31 +403,60 @@ pub(crate) fn launch(stream: &mut HipStream, launch: Launch<'_, Hip>) -> Result<
             ),
         ));
     }
-    // The kernel's parameters: each binding's device address, then the info
-    // block's. hipModuleLaunchKernel takes an array of pointers to them; the
-    // runtime copies the values at the call (and into the node when capturing).
-    let mut args: SmallVec<[*mut c_void; 8]> = SmallVec::with_capacity(launch.bindings.len() + 1);
-    for binding in launch.bindings {
-        let slice = binding.slice;
-        args.push(slice.page.address(OP, slice.offset, slice.len)?);
+    // The kernel's parameters, in the convention `Kernel` documents: each
+    // binding's device address, the info block's, then each by-value
+    // parameter in its own 8-byte slot (aligned for any size; the runtime
+    // reads as many bytes as the kernel's parameter holds, which on a
+    // little-endian host is the value). hipModuleLaunchKernel takes an array
+    // of pointers to them and copies the values at the call (and into the
+    // node when capturing). All on the stack: capture-core's limits bound
+    // the counts.
+    let mut pointers = [ptr::null_mut::<c_void>(); MAX_BINDINGS + 1];
+    let mut values = [0u64; MAX_PARAM_BYTES as usize];
+    let mut pointer_count = 0;
+    let slices = launch
+        .bindings
+        .iter()
+        .map(|binding| binding.slice)
+        .chain(launch.info);
+    for (slot, slice) in pointers.iter_mut().zip(slices) {
+        *slot = slice.page.address(OP, slice.offset, slice.len)?;
+        pointer_count += 1;
     }
-    args.push(
-        launch
-            .info
-            .page
-            .address(OP, launch.info.offset, launch.info.len)?,
-    );
-    let mut params: SmallVec<[*mut c_void; 8]> = args
+    // capture-core guarantees `params` holds exactly the declared sizes;
+    // the copy below reads within it whatever it holds.
+    let mut rest = launch.params;
+    let mut value_count = 0;
+    for (slot, &size) in values.iter_mut().zip(kernel.signature.param_sizes()) {
+        let (value, tail) = rest.split_at(rest.len().min(size as usize));
+        let mut bytes = [0u8; size_of::<u64>()];
+        bytes[..value.len()].copy_from_slice(value);
+        *slot = u64::from_ne_bytes(bytes);
+        rest = tail;
+        value_count += 1;
+    }
+    let mut args = [ptr::null_mut::<c_void>(); MAX_ARGS];
+    let targets = pointers[..pointer_count]
         .iter_mut()
-        .map(|arg| ptr::from_mut(arg).cast())
-        .collect();
+        .map(|p| ptr::from_mut(p).cast::<c_void>())
+        .chain(
+            values[..value_count]
+                .iter_mut()
+                .map(|v| ptr::from_mut(v).cast::<c_void>()),
+        );
+    for (arg, target) in args.iter_mut().zip(targets) {
+        *arg = target;
+    }
     let api = stream.device.api;
     stream.device.make_current(OP)?;
     let [gx, gy, gz] = launch.groups;
-    let [bx, by, bz] = kernel.block;
-    // SAFETY: the function is live (its module is held by the kernel); every
-    // entry of `params` points at a live local holding one pointer-sized
-    // argument, matching the kernel's parameter list; `extra` is unused.
+    let [bx, by, bz] = kernel.signature.workgroup_size();
+    // SAFETY: the function is live (its module is held by the kernel); the
+    // first `pointer_count + value_count` entries of `args` point at live
+    // locals holding the kernel's parameters in order, as its signature
+    // declares them (checked against the code object's metadata where it
+    // could be read, else the constructor's caller's promise); `extra` is
+    // unused.
     let code = unsafe {
         (api.module_launch_kernel)(
             kernel.function,
@@ -277,7 +468,7 @@ pub(crate) fn launch(stream: &mut HipStream, launch: Launch<'_, Hip>) -> Result<
             bz,
             0,
             stream.raw(),
-            params.as_mut_ptr(),
+            args.as_mut_ptr(),
             ptr::null_mut(),
         )
     };
@@ -288,49 +479,27 @@ pub(crate) fn launch(stream: &mut HipStream, launch: Launch<'_, Hip>) -> Result<
 mod tests {
     use super::*;
 
-    /// The embedded source compiles with the installed hiprtc, for an
-    /// architecture named explicitly since a machine without a GPU has no
-    /// current device to default to. Skipped where no hiprtc is installed.
+    /// The embedded source compiles with the installed hiprtc for an
+    /// architecture named explicitly (a machine without a GPU has no current
+    /// device to default to), and agrees with every builtin's signature.
+    /// Skipped where no hiprtc is installed.
     #[test]
-    fn source_compiles_with_hiprtc() {
-        let rtc = match crate::loader::api().map(|api| api.rtc.as_ref().map_err(String::as_str)) {
-            Ok(Ok(rtc)) => rtc,
-            Ok(Err(reason)) | Err(reason) => {
-                eprintln!("skipped: no hiprtc here ({reason})");
+    fn builtin_source_compiles_and_matches_the_signatures() {
+        let image = match crate::hiprtc_compile(BUILTIN_SOURCE, "builtins.hip", "gfx90a") {
+            Ok(image) => image,
+            Err(Error::Driver(error)) if error.message.starts_with("hiprtc unavailable") => {
+                eprintln!("skipped: {error}");
                 return;
             }
+            Err(error) => panic!("the builtin source does not compile: {error}"),
         };
-        let code = compile_source(rtc, SOURCE, &[c"-O3", c"--offload-arch=gfx90a"])
-            .unwrap_or_else(|error| panic!("the builtin source does not compile: {error}"));
-        assert!(code.starts_with(b"\x7fELF"), "not an ELF code object");
+        assert!(image.starts_with(b"\x7fELF"), "not an ELF code object");
         for which in Builtin::ALL {
-            let symbol = format!("{}.kd", which.name());
-            assert!(
-                code.windows(symbol.len()).any(|w| w == symbol.as_bytes()),
-                "no kernel descriptor {symbol} in the code object"
+            assert_eq!(
+                check_code_object(&image, which.name(), &which.signature()),
+                Ok(true),
+                "{which:?}"
             );
         }
-    }
-
-    /// hiprtc's log reaches the error when the source is bad.
-    #[test]
-    fn compile_failure_carries_the_log() {
-        let Ok(Ok(rtc)) = crate::loader::api().map(|api| api.rtc.as_ref()) else {
-            eprintln!("skipped: no hiprtc here");
-            return;
-        };
-        let broken = "extern \"C\" __global__ void broken(float* x) { x[0] = undeclared; }";
-        let error = compile_source(rtc, broken, &[c"--offload-arch=gfx90a"])
-            .err()
-            .unwrap_or_else(|| panic!("a source using an undeclared name compiled"));
-        assert_eq!(error.backend, "hip");
-        assert!(
-            error.message.contains("HIPRTC_ERROR_COMPILATION"),
-            "{error}"
-        );
-        assert!(
-            error.message.contains("undeclared"),
-            "the log is missing: {error}"
-        );
     }
 }

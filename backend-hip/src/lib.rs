@@ -8,13 +8,26 @@
 //! returns kept as an integer, so that a newer runtime's unknown code is a
 //! value to report rather than undefined behaviour.
 //!
+//! # Kernels
+//!
+//! A [`Kernel`] is built from a code object ([`Kernel::from_code_object`])
+//! or from HIP C++ compiled by hiprtc for the device's architecture
+//! ([`Kernel::from_hip`]); both are `unsafe`, since only the caller can
+//! promise what the GPU code does. Its parameters are one pointer per bound
+//! buffer, a pointer to the info block when the signature reads info bytes,
+//! then the by-value parameters, the convention the CUDA backend shares. The
+//! builtins are built the same way from an embedded source.
+//! [`hiprtc_compile`] and [`check_code_object`] do the compile and the
+//! interface check with no device, for checking sources ahead of time.
+//!
 //! # Environment
 //!
 //! - `CAPTURE_HIP_DEVICE`: index of the device to open (default 0).
 //! - `CAPTURE_HIP_LIBRARY`: the one runtime library to load, instead of the
-//!   search through `$ROCM_PATH/lib`, `$HIP_PATH/lib` and the system paths
-//!   (`libamdhip64.so`, `.so.6`, `.so.5` in each). hiprtc is looked for as
-//!   `libhiprtc.so` beside it (ROCm 6), else inside the runtime (ROCm 5).
+//!   search through `$ROCM_PATH/lib` and `$HIP_PATH/lib` (or `/opt/rocm/lib`
+//!   when neither is set), then the system paths (`libamdhip64.so`, `.so.7`,
+//!   `.so.6`, `.so.5` in each). hiprtc is looked for as `libhiprtc.so` (and
+//!   `.so.7`, ...) beside it (ROCm 6 on), else inside the runtime (ROCm 5).
 //!
 //! # Threads and capture
 //!
@@ -38,7 +51,7 @@ use std::sync::Arc;
 
 use capture_core::{
     Availability, Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, Error,
-    GraphDriver, HostSlice, Launch,
+    GraphDriver, HostSlice, Launch, Signature,
 };
 
 mod device;
@@ -48,13 +61,16 @@ mod graph;
 mod kernels;
 mod loader;
 mod memory;
+mod metadata;
+mod rtc;
 mod stream;
 
 pub use device::{DEVICE_VAR, HipDevice};
 pub use graph::HipGraph;
-pub use kernels::HipKernel;
+pub use kernels::{Kernel, check_code_object};
 pub use loader::LIBRARY_VAR;
 pub use memory::{HipDevicePage, HipHostPage};
+pub use rtc::hiprtc_compile;
 pub use stream::{HipSignal, HipStream};
 
 /// The HIP backend, as a marker type: all its state lives in the device,
@@ -68,7 +84,7 @@ impl Driver for Hip {
     type DevicePage = HipDevicePage;
     type HostPage = HipHostPage;
     type Signal = HipSignal;
-    type Kernel = HipKernel;
+    type Kernel = Kernel;
 
     const NAME: &'static str = "hip";
 
@@ -85,6 +101,10 @@ impl Driver for Hip {
 
     fn device_info(device: &HipDevice) -> DeviceInfo {
         device.info()
+    }
+
+    fn signature(kernel: &Kernel) -> &Signature {
+        kernel.signature()
     }
 
     fn create_stream(device: &Arc<HipDevice>) -> Result<HipStream, DriverError> {
@@ -168,7 +188,7 @@ impl GraphDriver for Hip {
 }
 
 impl Builtins for Hip {
-    fn builtin(device: &Arc<HipDevice>, which: Builtin) -> Result<HipKernel, DriverError> {
+    fn builtin(device: &Arc<HipDevice>, which: Builtin) -> Result<Kernel, DriverError> {
         kernels::builtin(device, which)
     }
 }

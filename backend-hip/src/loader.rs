@@ -9,15 +9,17 @@
 //! - `CAPTURE_HIP_LIBRARY`, when set, is the only path tried, so a test (or a
 //!   person) can point the backend at one exact build or at nothing;
 //! - `$ROCM_PATH/lib`, then `$HIP_PATH/lib`, for an installation outside the
-//!   loader's search path;
+//!   loader's search path; when neither is set, ROCm's default install folder
+//!   `/opt/rocm/lib`, which its packages do not add to the loader's path;
 //! - the dynamic loader's own search (`ld.so.conf`, `LD_LIBRARY_PATH`).
 //!
-//! In each place `libamdhip64.so`, then `.so.6`, then `.so.5` is tried, so a
-//! machine with only the runtime package (no development symlink) works too.
+//! In each place `libamdhip64.so`, then `.so.7`, `.so.6` and `.so.5` are
+//! tried, so a machine with only the runtime package (no development symlink)
+//! works too.
 //!
-//! hiprtc is its own library from ROCm 6 on (`libhiprtc.so`); ROCm 5 ships its
-//! functions inside `libamdhip64.so`. Both are tried, the separate library
-//! first.
+//! hiprtc is its own library from ROCm 6 on (`libhiprtc.so`, `.so.7`, ...);
+//! ROCm 5 ships its functions inside `libamdhip64.so`. Both are tried, the
+//! separate library first.
 
 use std::env;
 use std::path::PathBuf;
@@ -30,8 +32,21 @@ use crate::ffi;
 /// Environment variable naming the one HIP runtime library to load.
 pub const LIBRARY_VAR: &str = "CAPTURE_HIP_LIBRARY";
 
-const HIP_NAMES: [&str; 3] = ["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"];
-const RTC_NAMES: [&str; 3] = ["libhiprtc.so", "libhiprtc.so.6", "libhiprtc.so.5"];
+const HIP_NAMES: [&str; 4] = [
+    "libamdhip64.so",
+    "libamdhip64.so.7",
+    "libamdhip64.so.6",
+    "libamdhip64.so.5",
+];
+const RTC_NAMES: [&str; 4] = [
+    "libhiprtc.so",
+    "libhiprtc.so.7",
+    "libhiprtc.so.6",
+    "libhiprtc.so.5",
+];
+
+/// Where ROCm installs itself when no variable says otherwise.
+const DEFAULT_ROOT: &str = "/opt/rocm";
 
 /// The runtime's entry points this backend calls, resolved once.
 pub(crate) struct Api {
@@ -40,6 +55,10 @@ pub(crate) struct Api {
     pub set_device: ffi::HipSetDevice,
     pub device_get: ffi::HipDeviceGet,
     pub device_get_name: ffi::HipDeviceGetName,
+    pub device_get_attribute: ffi::HipDeviceGetAttribute,
+    /// The properties getter and the layout it fills (for the architecture
+    /// name only); absent from a runtime that has neither symbol.
+    pub get_device_properties: Option<(ffi::HipGetDeviceProperties, ffi::PropsLayout)>,
     pub runtime_get_version: ffi::HipGetVersion,
     pub driver_get_version: ffi::HipGetVersion,
     pub get_error_name: ffi::HipGetErrorText,
@@ -104,13 +123,28 @@ pub(crate) fn api() -> Result<&'static Api, &'static str> {
     API.get_or_init(load).as_ref().map_err(String::as_str)
 }
 
-/// The install roots' library folders named by `ROCM_PATH` and `HIP_PATH`.
+/// The install roots' library folders named by `ROCM_PATH` and `HIP_PATH`,
+/// or ROCm's default one when neither is set.
 fn env_dirs() -> Vec<PathBuf> {
-    ["ROCM_PATH", "HIP_PATH"]
-        .iter()
-        .filter_map(|var| env::var_os(var).filter(|v| !v.is_empty()))
+    install_dirs(
+        ["ROCM_PATH", "HIP_PATH"]
+            .iter()
+            .filter_map(|var| env::var_os(var)),
+    )
+}
+
+/// `lib` under each non-empty root, or under [`DEFAULT_ROOT`] when there is
+/// none.
+fn install_dirs(roots: impl Iterator<Item = std::ffi::OsString>) -> Vec<PathBuf> {
+    let dirs: Vec<PathBuf> = roots
+        .filter(|root| !root.is_empty())
         .map(|root| PathBuf::from(root).join("lib"))
-        .collect()
+        .collect();
+    if dirs.is_empty() {
+        vec![PathBuf::from(DEFAULT_ROOT).join("lib")]
+    } else {
+        dirs
+    }
 }
 
 /// Every name in every folder, folder by folder, then (when `system`) the bare
@@ -195,6 +229,19 @@ fn load() -> Result<Api, String> {
 
     // SAFETY: as for `hip_fn!`: the type is hipGraphUpload's declaration.
     let graph_upload = unsafe { symbol::<ffi::HipGraphOnStream>(&hip, "hipGraphUpload") }.ok();
+    // The R0600 layout first: a ROCm 6 or later runtime also exports the
+    // unversioned name, with ROCm 5's layout, for old binaries.
+    let get_device_properties =
+        [ffi::PROPS_R0600, ffi::PROPS_R0000]
+            .into_iter()
+            .find_map(|layout| {
+                // SAFETY: both symbols take (a struct pointer, an int ordinal) and
+                // return hipError_t, which is the declared type; the struct is
+                // passed as bytes sized for `layout`.
+                unsafe { symbol::<ffi::HipGetDeviceProperties>(&hip, layout.symbol) }
+                    .ok()
+                    .map(|getter| (getter, layout))
+            });
 
     let mut libraries = Vec::new();
     let rtc = match rtc_library {
@@ -213,6 +260,8 @@ fn load() -> Result<Api, String> {
         set_device: hip_fn!("hipSetDevice"),
         device_get: hip_fn!("hipDeviceGet"),
         device_get_name: hip_fn!("hipDeviceGetName"),
+        device_get_attribute: hip_fn!("hipDeviceGetAttribute"),
+        get_device_properties,
         runtime_get_version: hip_fn!("hipRuntimeGetVersion"),
         driver_get_version: hip_fn!("hipDriverGetVersion"),
         get_error_name: hip_fn!("hipGetErrorName"),
@@ -283,20 +332,30 @@ mod tests {
         let dirs = [PathBuf::from("/opt/rocm/lib"), PathBuf::from("/usr/lib")];
         let found = candidates(&HIP_NAMES, &dirs, true);
         let found: Vec<_> = found.iter().map(|p| p.display().to_string()).collect();
-        assert_eq!(
-            found,
-            [
-                "/opt/rocm/lib/libamdhip64.so",
-                "/opt/rocm/lib/libamdhip64.so.6",
-                "/opt/rocm/lib/libamdhip64.so.5",
-                "/usr/lib/libamdhip64.so",
-                "/usr/lib/libamdhip64.so.6",
-                "/usr/lib/libamdhip64.so.5",
-                "libamdhip64.so",
-                "libamdhip64.so.6",
-                "libamdhip64.so.5",
-            ]
-        );
+        let mut expected = Vec::new();
+        for dir in ["/opt/rocm/lib/", "/usr/lib/", ""] {
+            for suffix in ["", ".7", ".6", ".5"] {
+                expected.push(format!("{dir}libamdhip64.so{suffix}"));
+            }
+        }
+        assert_eq!(found, expected);
         assert_eq!(candidates(&RTC_NAMES, &[], false), Vec::<PathBuf>::new());
+        assert_eq!(
+            candidates(&RTC_NAMES, &[PathBuf::from("/x")], false)[1],
+            PathBuf::from("/x/libhiprtc.so.7")
+        );
+    }
+
+    #[test]
+    fn rocm_default_folder_only_when_no_root_is_named() {
+        let none = install_dirs(std::iter::empty());
+        assert_eq!(none, [PathBuf::from("/opt/rocm/lib")]);
+        let empty = install_dirs(["".into()].into_iter());
+        assert_eq!(empty, [PathBuf::from("/opt/rocm/lib")]);
+        let named = install_dirs(["/rocm-6.4".into(), "/hip".into()].into_iter());
+        assert_eq!(
+            named,
+            [PathBuf::from("/rocm-6.4/lib"), PathBuf::from("/hip/lib")]
+        );
     }
 }

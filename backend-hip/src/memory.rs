@@ -7,24 +7,50 @@
 
 use std::ffi::c_void;
 use std::ptr;
+use std::sync::Arc;
 
 use capture_core::{DeviceSlice, DriverError, HostSlice};
 
 use crate::Hip;
+use crate::device::HipDevice;
 use crate::error::{self, other};
 use crate::ffi;
 use crate::stream::HipStream;
 
-/// A `hipMalloc`'d range of device memory.
+/// A `hipMalloc`'d range of device memory, freed (on its device) when it
+/// drops.
+///
+/// Dropping is the only way a page is freed, so a page released through the
+/// driver contract and one dropped without it (a pool torn down on an error
+/// path) are each freed exactly once.
 pub struct HipDevicePage {
     ptr: *mut c_void,
     bytes: u64,
+    device: Arc<HipDevice>,
 }
 
 // SAFETY: the page is a device address, not host memory; the HIP runtime
-// accepts it from any thread, and the page is only ever freed through
-// `release_device_page`, which consumes it.
+// accepts it from any thread (the device is made current first), and it is
+// freed only by Drop, once.
 unsafe impl Send for HipDevicePage {}
+
+impl Drop for HipDevicePage {
+    fn drop(&mut self) {
+        const OP: &str = "release device page";
+        let api = self.device.api;
+        let result = self.device.make_current(OP).and_then(|()| {
+            // SAFETY: the pointer came from hipMalloc on this device and is
+            // freed exactly once, here; capture-core gives a page back only
+            // once no enqueued work can touch it, and hipFree waits for the
+            // device's work before freeing in any case.
+            let code = unsafe { (api.free)(self.ptr) };
+            error::check(api, OP, code)
+        });
+        if let Err(error) = result {
+            log::warn!("{error}; {} bytes of device memory may leak", self.bytes);
+        }
+    }
+}
 
 impl HipDevicePage {
     /// The device address `offset` bytes into the page, for a kernel
@@ -52,17 +78,37 @@ impl HipDevicePage {
     }
 }
 
-/// A `hipHostMalloc`'d range of pinned host memory.
+/// A `hipHostMalloc`'d range of pinned host memory, freed when it drops
+/// (the only way it is freed, as for [`HipDevicePage`]).
 pub struct HipHostPage {
     ptr: *mut u8,
     bytes: usize,
+    device: Arc<HipDevice>,
 }
 
 // SAFETY: the page is plain pinned host memory with no thread affinity; it is
-// only freed through `release_host_page`, which consumes it, and host-side
-// accesses go through `write_host`/`read_host`, whose callers guarantee that
-// no enqueued copy uses the range at the same time.
+// freed only by Drop, once, and host-side accesses go through
+// `write_host`/`read_host`, whose callers guarantee that no enqueued copy uses
+// the range at the same time.
 unsafe impl Send for HipHostPage {}
+
+impl Drop for HipHostPage {
+    fn drop(&mut self) {
+        const OP: &str = "release host page";
+        let api = self.device.api;
+        let result = self.device.make_current(OP).and_then(|()| {
+            // SAFETY: the pointer came from hipHostMalloc and is freed exactly
+            // once, here; no enqueued copy still uses it (capture-core's
+            // promise for a released page; hipHostFree waits for the device
+            // in any case).
+            let code = unsafe { (api.host_free)(self.ptr.cast()) };
+            error::check(api, OP, code)
+        });
+        if let Err(error) = result {
+            log::warn!("{error}; {} bytes of pinned memory may leak", self.bytes);
+        }
+    }
+}
 
 impl HipHostPage {
     /// A pointer to `len` bytes at `offset`, or `None` when they leave the page.
@@ -95,22 +141,13 @@ pub(crate) fn allocate_device_page(
     Ok(HipDevicePage {
         ptr,
         bytes: bytes.max(1),
+        device: Arc::clone(&stream.device),
     })
 }
 
-pub(crate) fn release_device_page(stream: &mut HipStream, page: HipDevicePage) {
-    const OP: &str = "release device page";
-    let api = stream.device.api;
-    let result = stream.device.make_current(OP).and_then(|()| {
-        // SAFETY: the pointer came from hipMalloc on this device and is freed
-        // exactly once, since releasing consumes the page; capture-core
-        // releases a page only once no enqueued work can touch it.
-        let code = unsafe { (api.free)(page.ptr) };
-        error::check(api, OP, code)
-    });
-    if let Err(error) = result {
-        log::warn!("{error}; {} bytes of device memory may leak", page.bytes);
-    }
+/// Give a page back: its Drop frees it, on the device it came from.
+pub(crate) fn release_device_page(_stream: &mut HipStream, page: HipDevicePage) {
+    drop(page);
 }
 
 pub(crate) fn allocate_host_page(
@@ -134,22 +171,13 @@ pub(crate) fn allocate_host_page(
     Ok(HipHostPage {
         ptr: ptr.cast(),
         bytes: size,
+        device: Arc::clone(&stream.device),
     })
 }
 
-pub(crate) fn release_host_page(stream: &mut HipStream, page: HipHostPage) {
-    const OP: &str = "release host page";
-    let api = stream.device.api;
-    let result = stream.device.make_current(OP).and_then(|()| {
-        // SAFETY: the pointer came from hipHostMalloc and is freed exactly
-        // once, since releasing consumes the page; no enqueued copy still
-        // uses it (capture-core's promise).
-        let code = unsafe { (api.host_free)(page.ptr.cast()) };
-        error::check(api, OP, code)
-    });
-    if let Err(error) = result {
-        log::warn!("{error}; {} bytes of pinned memory may leak", page.bytes);
-    }
+/// Give a page back: its Drop frees it.
+pub(crate) fn release_host_page(_stream: &mut HipStream, page: HipHostPage) {
+    drop(page);
 }
 
 pub(crate) fn write_host(page: &HipHostPage, offset: u64, bytes: &[u8]) {

@@ -1,9 +1,15 @@
 /*
- * A stand-in for libamdhip64.so with hiprtc inside it (as ROCm 5 ships it)
- * and without hipGraphUpload (as ROCm 5.2 lacks it), so the backend's calls
- * can be watched on a machine with no GPU. Device memory is host memory,
- * copies run at once, kernels only log their arguments, and every call that
- * matters is appended as one line to the file named by FAKE_HIP_LOG.
+ * A stand-in for libamdhip64.so with hiprtc inside it (as ROCm 5 ships it),
+ * with ROCm 6's versioned properties getter and without hipGraphUpload (as
+ * ROCm 5.2 lacks it), so the backend's calls can be watched on a machine with
+ * no GPU. Device memory is host memory, copies run at once, kernels only log
+ * their arguments, and every call that matters is appended as one line to the
+ * file named by FAKE_HIP_LOG.
+ *
+ * A kernel's parameter layout comes from its name: the builtins' is known,
+ * and any other name ends in `__` and one letter per parameter, `p` for a
+ * pointer or the byte size of a value (`mixed__pp48`: two pointers, a 4-byte
+ * and an 8-byte value).
  */
 #include <stdarg.h>
 #include <stdint.h>
@@ -41,6 +47,27 @@ int hipDeviceGet(int* device, int ordinal) { *device = ordinal; return 0; }
 int hipDeviceGetName(char* name, int len, int device) {
     (void)device;
     snprintf(name, (size_t)len, "Fake HIP device");
+    return 0;
+}
+/* ROCm's limits: 1024 threads per block, a 2^31 - 1 x 65535 x 65535 grid;
+ * z blocks stop at 64 threads here so that per-dimension checks show. */
+int hipDeviceGetAttribute(int* value, int attribute, int device) {
+    (void)device;
+    switch (attribute) {
+    case 26: case 27: *value = 1024; return 0;
+    case 28: *value = 64; return 0;
+    case 29: *value = 2147483647; return 0;
+    case 30: case 31: *value = 65535; return 0;
+    case 56: *value = 1024; return 0;
+    default: return 1;
+    }
+}
+/* hipDeviceProp_tR0600: 1472 bytes, gcnArchName at 1160. */
+int hipGetDevicePropertiesR0600(void* props, int device) {
+    (void)device;
+    memset(props, 0, 1472);
+    snprintf((char*)props, 256, "Fake HIP device");
+    snprintf((char*)props + 1160, 256, "gfx90a:sramecc+:xnack-");
     return 0;
 }
 int hipRuntimeGetVersion(int* version) { *version = 60443483; return 0; }
@@ -81,32 +108,49 @@ int hipMemcpyDtoHAsync(void* dst, void* src, size_t bytes, void* stream) {
     return 0;
 }
 
+/* An image starting "BAD!" is refused, as the runtime refuses a broken one. */
 int hipModuleLoadData(void** module, const void* image) {
-    *module = handle();
     say("hipModuleLoadData %.4s", (const char*)image);
+    if (memcmp(image, "BAD!", 4) == 0) return 200;
+    *module = handle();
     return 0;
 }
 int hipModuleUnload(void* module) { (void)module; say("hipModuleUnload"); return 0; }
+/* A kernel called "missing" is not in any module. */
 int hipModuleGetFunction(void** function, void* module, const char* name) {
     (void)module;
+    if (strcmp(name, "missing") == 0) return 500;
     *function = strdup(name);
     return 0;
+}
+static const char* layout(const char* name) {
+    if (strcmp(name, "fill") == 0) return "pp";
+    if (!strcmp(name, "add") || !strcmp(name, "copy") || !strcmp(name, "axpy")) return "ppp";
+    const char* marker = strstr(name, "__");
+    return marker ? marker + 2 : "";
 }
 int hipModuleLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                           unsigned by, unsigned bz, unsigned shared, void* stream,
                           void** params, void** extra) {
     (void)stream;
-    (void)extra;
     const char* name = (const char*)function;
-    int count = strcmp(name, "fill") == 0 ? 2 : 3;
-    char args[256] = "";
-    for (int i = 0; i < count; i++) {
-        char one[32];
-        snprintf(one, sizeof one, "%s%p", i ? "," : "", *(void**)params[i]);
+    const char* kinds = layout(name);
+    char args[512] = "";
+    for (int i = 0; kinds[i]; i++) {
+        char one[40];
+        unsigned long long value = 0;
+        switch (kinds[i]) {
+        case 'p': snprintf(one, sizeof one, "%s%p", i ? "," : "", *(void**)params[i]); break;
+        case '1': case '2': case '4': case '8':
+            memcpy(&value, params[i], (size_t)(kinds[i] - '0'));
+            snprintf(one, sizeof one, "%s%#llx", i ? "," : "", value);
+            break;
+        default: return 1;
+        }
         strncat(args, one, sizeof args - strlen(args) - 1);
     }
-    say("hipModuleLaunchKernel %s grid=%u,%u,%u block=%u,%u,%u shared=%u args=%s", name, gx, gy,
-        gz, bx, by, bz, shared, args);
+    say("hipModuleLaunchKernel %s grid=%u,%u,%u block=%u,%u,%u shared=%u args=%s extra=%p", name,
+        gx, gy, gz, bx, by, bz, shared, args, (void*)extra);
     return 0;
 }
 
@@ -159,22 +203,45 @@ int hipGraphDestroy(void* graph) { (void)graph; say("hipGraphDestroy"); return 0
 int hipGraphExecDestroy(void* exec) { (void)exec; say("hipGraphExecDestroy"); return 0; }
 int hipGraphLaunch(void* exec, void* stream) { (void)exec; (void)stream; say("hipGraphLaunch"); return 0; }
 
+/* A program remembers whether its source asks to fail (`#error`). */
+struct program { int broken; };
+static const char broken_log[] = "broken.hip:1:2: error: this source is broken";
+
 int hiprtcCreateProgram(void** program, const char* source, const char* name, int headers,
                         const char** sources, const char** names) {
     (void)sources;
     (void)names;
-    *program = handle();
+    struct program* p = calloc(1, sizeof *p);
+    if (!p) return 1;
+    p->broken = strstr(source, "#error") != 0;
+    *program = p;
     say("hiprtcCreateProgram %s headers=%d axpy=%d", name, headers, strstr(source, "axpy") != 0);
     return 0;
 }
 int hiprtcCompileProgram(void* program, int count, const char** options) {
-    (void)program;
-    say("hiprtcCompileProgram options=%d first=%s", count, count ? options[0] : "");
+    char all[512] = "";
+    for (int i = 0; i < count; i++) {
+        if (i) strncat(all, " ", sizeof all - strlen(all) - 1);
+        strncat(all, options[i], sizeof all - strlen(all) - 1);
+    }
+    say("hiprtcCompileProgram %s", all);
+    return ((struct program*)program)->broken ? 6 : 0;
+}
+int hiprtcGetProgramLogSize(void* program, size_t* size) {
+    *size = ((struct program*)program)->broken ? sizeof broken_log : 1;
     return 0;
 }
-int hiprtcGetProgramLogSize(void* program, size_t* size) { (void)program; *size = 1; return 0; }
-int hiprtcGetProgramLog(void* program, char* log) { (void)program; log[0] = 0; return 0; }
+int hiprtcGetProgramLog(void* program, char* log) {
+    if (((struct program*)program)->broken) memcpy(log, broken_log, sizeof broken_log);
+    else log[0] = 0;
+    return 0;
+}
 int hiprtcGetCodeSize(void* program, size_t* size) { (void)program; *size = 4; return 0; }
 int hiprtcGetCode(void* program, char* code) { (void)program; memcpy(code, "FAKE", 4); return 0; }
-int hiprtcDestroyProgram(void** program) { *program = 0; say("hiprtcDestroyProgram"); return 0; }
+int hiprtcDestroyProgram(void** program) {
+    free(*program);
+    *program = 0;
+    say("hiprtcDestroyProgram");
+    return 0;
+}
 const char* hiprtcGetErrorString(int code) { (void)code; return "fake"; }

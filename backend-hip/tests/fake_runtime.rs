@@ -11,11 +11,12 @@ use std::ffi::c_int;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 
-use backend_hip::{Hip, LIBRARY_VAR};
+use backend_hip::{Hip, HipDevice, Kernel, LIBRARY_VAR};
 use capture_core::{
     Access, Availability, Binding, Builtin, Builtins, DeviceSlice, Driver, DriverError, Error,
-    GraphDriver, HostSlice, Launch,
+    GraphDriver, HostSlice, Launch, Params, Signature,
 };
 
 const CHILD_VAR: &str = "BACKEND_HIP_FAKE_CHILD";
@@ -66,6 +67,27 @@ fn set_node_types(library: &Path, types: &[c_int]) {
     unsafe { set(types.as_ptr(), types.len()) };
 }
 
+/// The compile error `result` holds, as (kernel, log).
+fn compile_error(result: Result<Kernel, Error>) -> (String, String) {
+    match result {
+        Err(Error::Compile { kernel, log }) => (kernel, log),
+        Err(other) => panic!("expected a compile error, got {other}"),
+        Ok(kernel) => panic!("expected a compile error, got {kernel:?}"),
+    }
+}
+
+/// A user kernel through the fake hiprtc.
+fn hip(
+    device: &Arc<HipDevice>,
+    source: &str,
+    entry: &str,
+    signature: Signature,
+) -> Result<Kernel, Error> {
+    // SAFETY: the fake runtime runs no GPU code; launches only log their
+    // arguments.
+    unsafe { Kernel::from_hip(device, source, entry, signature) }
+}
+
 fn run_scenario(library: &Path, log: &Path) {
     let mut calls = Calls {
         path: log.to_owned(),
@@ -76,13 +98,18 @@ fn run_scenario(library: &Path, log: &Path) {
         Availability::Available(info) => info,
         Availability::Unavailable(reason) => panic!("the fake runtime is unavailable: {reason}"),
     };
-    assert_eq!(info.name, "Fake HIP device");
+    assert_eq!(info.name, "Fake HIP device (gfx90a:sramecc+:xnack-)");
     assert_eq!(
         info.driver_version,
         "driver 6.4.43483, HIP runtime 6.4.43483"
     );
+    // ROCm's 2^31 - 1 blocks in x, held to what 1024-thread blocks can count
+    // in 32 bits.
+    assert_eq!(info.max_groups, [4_194_303, 65_535, 65_535]);
 
     let device = Hip::open().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(device.arch(), Some("gfx90a:sramecc+:xnack-"));
+    assert_eq!(device.max_workgroup(), ([1024, 1024, 64], 1024));
     let mut stream = Hip::create_stream(&device).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(calls.take(), ["hipStreamCreateWithFlags flags=1"]);
 
@@ -131,19 +158,23 @@ fn run_scenario(library: &Path, log: &Path) {
     assert!(outside.is_err());
     assert!(calls.take().is_empty());
 
-    // Builtins: compiled once per device, launched with each binding's
-    // address (page base + offset), then the info block's.
+    // Builtins: ordinary kernels of one source, compiled once for the
+    // device's architecture, unfused, and loaded once for both.
     let add = Hip::builtin(&device, Builtin::Add).unwrap_or_else(|e| panic!("{e}"));
     let fill = Hip::builtin(&device, Builtin::Fill).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
-        names(&calls.take()),
+        calls.take(),
         [
-            "hiprtcCreateProgram",
-            "hiprtcCompileProgram",
+            "hiprtcCreateProgram add.hip headers=0 axpy=1",
+            "hiprtcCompileProgram -O3 -ffp-contract=off --offload-arch=gfx90a:sramecc+:xnack-",
             "hiprtcDestroyProgram",
-            "hipModuleLoadData"
+            "hipModuleLoadData FAKE",
         ]
     );
+    assert_eq!(Hip::signature(&add), &Builtin::Add.signature());
+
+    // A launch passes each binding's address (page base + offset), then the
+    // info block's.
     let bindings = [
         Binding {
             slice: slice(0, 64),
@@ -158,13 +189,14 @@ fn run_scenario(library: &Path, log: &Path) {
         kernel,
         groups: [3, 2, 1],
         bindings: &bindings,
-        info: slice(128, 16),
+        info: Some(slice(128, 16)),
+        params: &[],
     };
     Hip::launch(&mut stream, launch(&add)).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         calls.take(),
         [format!(
-            "hipModuleLaunchKernel add grid=3,2,1 block=64,1,1 shared=0 args={},{},{}",
+            "hipModuleLaunchKernel add grid=3,2,1 block=64,1,1 shared=0 args={},{},{} extra=(nil)",
             at(0),
             at(64),
             at(128)
@@ -178,20 +210,161 @@ fn run_scenario(library: &Path, log: &Path) {
         kernel: &fill,
         groups: [1, 1, 1],
         bindings: &one,
-        info: slice(240, 16),
+        info: Some(slice(240, 16)),
+        params: &[],
     };
     Hip::launch(&mut stream, fill_launch).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         calls.take(),
         [format!(
-            "hipModuleLaunchKernel fill grid=1,1,1 block=64,1,1 shared=0 args={},{}",
+            "hipModuleLaunchKernel fill grid=1,1,1 block=64,1,1 shared=0 args={},{} extra=(nil)",
             at(192),
             at(240)
         )]
     );
 
+    // A user kernel: bindings, then the info block, then each by-value
+    // parameter at its size, in a block of the signature's shape.
+    let mixed_source = "extern \"C\" __global__ void mixed__ppp148() {}";
+    let mixed_signature = Signature::new("mixed__ppp148")
+        .binding(Access::Read)
+        .binding(Access::Write)
+        .info(16)
+        .param(1)
+        .param(4)
+        .param(8)
+        .workgroup([32, 2, 1]);
+    let mixed = hip(
+        &device,
+        mixed_source,
+        "mixed__ppp148",
+        mixed_signature.clone(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        names(&calls.take()),
+        [
+            "hiprtcCreateProgram",
+            "hiprtcCompileProgram",
+            "hiprtcDestroyProgram",
+            "hipModuleLoadData"
+        ]
+    );
+    assert_eq!(mixed.signature(), &mixed_signature);
+    let params = Params::new().u32(0x1234_5678).u64(0x1122_3344_5566_7788);
+    let mut packed = vec![0xab];
+    packed.extend_from_slice(params.as_bytes());
+    let mixed_launch = Launch {
+        kernel: &mixed,
+        groups: [5, 1, 1],
+        bindings: &[
+            Binding {
+                slice: slice(0, 16),
+                access: Access::Read,
+            },
+            Binding {
+                slice: slice(16, 16),
+                access: Access::Write,
+            },
+        ],
+        info: Some(slice(48, 16)),
+        params: &packed,
+    };
+    Hip::launch(&mut stream, mixed_launch).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        calls.take(),
+        [format!(
+            "hipModuleLaunchKernel mixed__ppp148 grid=5,1,1 block=32,2,1 shared=0 \
+             args={},{},{},0xab,0x12345678,0x1122334455667788 extra=(nil)",
+            at(0),
+            at(16),
+            at(48)
+        )]
+    );
+    // A second kernel of the same source reuses the compile and the module.
+    let again = hip(
+        &device,
+        mixed_source,
+        "mixed__ppp148",
+        mixed_signature.clone(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(calls.take().is_empty());
+    drop(again);
+    assert!(
+        calls.take().is_empty(),
+        "the first kernel still holds the module"
+    );
+
+    // From a code object: loaded as given, its own module.
+    // SAFETY: as for `hip`.
+    let loaded = unsafe {
+        Kernel::from_code_object(
+            &device,
+            b"FAKE-IMAGE",
+            "mixed__ppp148",
+            mixed_signature.clone(),
+        )
+    }
+    .unwrap_or_else(|e| panic!("{e}"));
+    drop(loaded);
+    assert_eq!(calls.take(), ["hipModuleLoadData FAKE", "hipModuleUnload"]);
+
+    // What the runtime refuses is a compile error carrying its answer.
+    // SAFETY: as for `hip`.
+    let bad = unsafe { Kernel::from_code_object(&device, b"BAD!", "k", Signature::new("k")) };
+    let (kernel, log) = compile_error(bad);
+    assert_eq!(kernel, "k");
+    assert!(log.contains("hipErrorInvalidImage"), "{log}");
+    assert_eq!(calls.take(), ["hipModuleLoadData BAD!"]);
+    let (_, log) = compile_error(hip(
+        &device,
+        mixed_source,
+        "missing",
+        Signature::new("missing"),
+    ));
+    assert!(log.contains("hipErrorNotFound"), "{log}");
+    assert!(
+        calls.take().is_empty(),
+        "the cached module served the lookup"
+    );
+
+    // A source that does not compile: hiprtc's log, and nothing loaded.
+    let broken = hip(&device, "#error broken", "broken", Signature::new("broken"));
+    let (kernel, log) = compile_error(broken);
+    assert_eq!(kernel, "broken");
+    assert!(
+        log.contains("HIPRTC_ERROR_COMPILATION (6)") && log.contains("this source is broken"),
+        "{log}"
+    );
+    assert_eq!(
+        names(&calls.take()),
+        [
+            "hiprtcCreateProgram",
+            "hiprtcCompileProgram",
+            "hiprtcDestroyProgram"
+        ]
+    );
+
+    // Signatures no device or not this device can run are refused before
+    // anything is compiled.
+    let (_, log) = compile_error(hip(
+        &device,
+        mixed_source,
+        "k",
+        Signature::new("k").param(3),
+    ));
+    assert!(log.contains("3-byte parameter"), "{log}");
+    let deep = Signature::new("k").workgroup([1, 1, 128]);
+    let (_, log) = compile_error(hip(&device, mixed_source, "k", deep));
+    assert!(
+        log.contains("beyond this device's blocks: at most 1024x1024x64"),
+        "{log}"
+    );
+    assert!(calls.take().is_empty());
+
     // A capture in relaxed mode, opened behind an event that marks the work
-    // issued before it (the two launches above came after the last signal);
+    // issued before it (the launches above came after the last signal);
     // signals inside it record nothing and stand for that event; the graph
     // is instantiated after the capture closed and destroyed right after.
     Hip::begin(&mut stream).unwrap_or_else(|e| panic!("{e}"));
@@ -272,6 +445,16 @@ fn run_scenario(library: &Path, log: &Path) {
     }
     set_node_types(library, &[0, 1]);
 
+    // A page dropped without being released is freed all the same, once.
+    let stray = Hip::allocate_device_page(&mut stream, 64).unwrap_or_else(|e| panic!("{e}"));
+    let stray_host = Hip::allocate_host_page(&mut stream, 64).unwrap_or_else(|e| panic!("{e}"));
+    drop(stray);
+    drop(stray_host);
+    assert_eq!(
+        names(&calls.take()),
+        ["hipMalloc", "hipHostMalloc", "hipFree", "hipHostFree"]
+    );
+
     // A stream dropped while capturing closes the capture first.
     Hip::begin(&mut stream).unwrap_or_else(|e| panic!("{e}"));
     Hip::release_device_page(&mut stream, page);
@@ -292,11 +475,14 @@ fn run_scenario(library: &Path, log: &Path) {
             "hipStreamDestroy"
         ]
     );
+    assert_eq!(dropped[2], format!("hipFree {}", at(0)));
 
-    // The module outlives the device handle while a kernel holds it.
+    // A module outlives the device handle while a kernel holds it, and is
+    // unloaded with its last kernel.
     drop(device);
     drop(add);
-    assert!(calls.take().is_empty());
+    drop(mixed);
+    assert_eq!(calls.take(), ["hipModuleUnload"]);
     drop(fill);
     assert_eq!(calls.take(), ["hipModuleUnload"]);
 }
