@@ -5,14 +5,6 @@
 //! fatbin ([`Kernel::from_image`]) or from CUDA C++ compiled by NVRTC at run
 //! time ([`Kernel::from_cuda`]). The builtins are PTX shipped in the crate,
 //! built through the same path with [`Builtin::signature`].
-//!
-//! # Kernel ABI
-//!
-//! The entry point takes, in order: one pointer per bound buffer, in binding
-//! order; a pointer to the info bytes, only when the signature reads info;
-//! then each by-value parameter, in declaration order, of the size the
-//! signature gives it. Each launch runs blocks of the signature's workgroup
-//! size, in a grid of the launch's groups.
 
 use std::ffi::{CString, c_int, c_uint, c_void};
 use std::sync::Arc;
@@ -125,6 +117,21 @@ impl Drop for Module {
 ///
 /// Holds the module it lives in, which holds its device, so the function
 /// cannot outlive its code nor the code its context.
+///
+/// # Kernel ABI
+///
+/// The entry point takes, in order: one pointer per bound buffer, in binding
+/// order; a pointer to the info bytes, only when the signature reads info;
+/// then each by-value parameter, in declaration order, of the size the
+/// signature gives it. In CUDA C++, for a signature of a read-write and a
+/// read binding, no info, and a 4-byte and an 8-byte parameter:
+///
+/// ```cuda
+/// extern "C" __global__ void k(float* x, const float* y, unsigned n, double a);
+/// ```
+///
+/// Each launch runs blocks of the signature's workgroup size, in a grid of
+/// the launch's groups.
 pub struct Kernel {
     signature: Signature,
     pub(crate) function: CUfunction,
@@ -198,7 +205,7 @@ impl Kernel {
     /// its bound buffers (whose byte lengths it is not told), given the info
     /// and by-value parameters passed, and does what its signature declares
     /// (it writes no binding declared read). Its entry point takes exactly
-    /// the parameters the [kernel ABI](self#kernel-abi) derives from the
+    /// the parameters the [kernel ABI](Kernel#kernel-abi) derives from the
     /// signature: drivers older than 12.4 cannot report an entry's
     /// parameters, and the launch passes only those.
     ///

@@ -10,7 +10,7 @@
 //! User kernels are built with [`Kernel::from_ptx`], [`Kernel::from_image`]
 //! (cubin or fatbin) or [`Kernel::from_cuda`] (CUDA C++ compiled by NVRTC,
 //! which is loaded at run time like the driver: see [`NVRTC_ENV`]), each
-//! with the [`Signature`](capture_core::Signature) every launch is checked
+//! with the [`Signature`] every launch is checked
 //! against; the [kernel ABI](Kernel#kernel-abi) says what the entry point
 //! takes.
 //!

@@ -328,10 +328,11 @@ fn load() -> Result<Library, String> {
     }
     let tried: Vec<&str> = failures.iter().map(|(name, _)| name.as_str()).collect();
     // A library that exists but cannot be loaded (a wrong architecture, a
-    // missing dependency) is worth its own words; "not found" is not.
+    // missing dependency) is worth its own words; a name the search did not
+    // find is not, unless it is the one path the variable named.
     let reasons: Vec<String> = failures
         .iter()
-        .filter(|(_, why)| !why.contains("No such file"))
+        .filter(|(_, why)| chosen || !why.contains("No such file"))
         .map(|(name, why)| format!("{name}: {why}"))
         .collect();
     let mut message = if chosen {

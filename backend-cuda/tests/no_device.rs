@@ -1,6 +1,6 @@
 //! The backend on machines where CUDA cannot run: every way of being
 //! unavailable is a reason from `probe` and an error from `open`, never a
-//! panic.
+//! panic; so is an NVRTC that cannot be loaded.
 //!
 //! The stub cases run in a child process (this test binary, run again with
 //! the stub first on the library path), because the driver library, once
@@ -10,8 +10,8 @@
 use std::env;
 use std::process::Command;
 
-use backend_cuda::Cuda;
-use capture_core::{Availability, Driver};
+use backend_cuda::{Cuda, NVRTC_ENV, nvrtc_compile_ptx, nvrtc_info};
+use capture_core::{Availability, Driver, Error};
 
 /// Set in the child: run the probe and print its reason instead of
 /// spawning.
@@ -176,4 +176,39 @@ fn driver_library_visible() -> bool {
     .iter()
     .any(|path| std::path::Path::new(path).exists());
     on_path || cached || installed
+}
+
+/// In the child: ask for NVRTC twice (the second answer comes from the
+/// cache) and hand the reason to the parent.
+fn report_nvrtc() {
+    let Err(first) = nvrtc_info() else {
+        panic!("an NVRTC was loaded from a path that does not exist");
+    };
+    let compiled = nvrtc_compile_ptx("extern \"C\" __global__ void k() {}", "compute_75");
+    let Err(Error::Driver(second)) = compiled else {
+        panic!("compiling without NVRTC gave {compiled:?}");
+    };
+    assert_eq!(Error::Driver(second.clone()), first);
+    assert_eq!(second.op, "load NVRTC");
+    println!("\n{REASON}{}", second.message);
+}
+
+#[test]
+fn an_nvrtc_that_cannot_be_loaded_is_an_error_naming_the_path_tried() {
+    if in_child() {
+        return report_nvrtc();
+    }
+    let missing = "/nonexistent/libnvrtc.so.12";
+    let reason = probe_with_stub(
+        "an_nvrtc_that_cannot_be_loaded_is_an_error_naming_the_path_tried",
+        &[(NVRTC_ENV, missing)],
+    );
+    println!("reason: {reason}");
+    assert!(reason.starts_with("NVRTC unavailable: "), "{reason}");
+    assert!(
+        reason.contains(&format!("{NVRTC_ENV}={missing}")),
+        "{reason}"
+    );
+    assert!(reason.contains("tried only that path"), "{reason}");
+    assert!(reason.contains("No such file"), "{reason}");
 }

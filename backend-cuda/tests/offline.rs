@@ -1,0 +1,604 @@
+//! Checks that need NVIDIA's compilers but no GPU: every PTX text the crate
+//! can hand a driver assembles for every GPU generation it may meet, the
+//! workload's CUDA C++ compiles with NVRTC and assembles too, and each
+//! assembled kernel takes exactly the parameters a launch passes.
+//!
+//! The tools come from `CAPTURE_PTXAS` (a `:`-separated list) and
+//! `CAPTURE_NVRTC_LIBRARY` when set, and otherwise from NVIDIA's PyPI
+//! packages (`nvidia-cuda-nvcc-cu12`,
+//! `nvidia-cuda-nvrtc-cu12`, and the CUDA 13 `nvidia-cuda-nvcc` /
+//! `nvidia-cuda-nvrtc`) or a toolkit in `/usr/local/cuda`. A missing tool is
+//! reported and the check passes, unless `CAPTURE_REQUIRE_OFFLINE_TOOLS=1`,
+//! which makes it a failure (as CI sets it).
+#![cfg(target_os = "linux")]
+
+use std::collections::BTreeSet;
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use backend_cuda::{NVRTC_ENV, builtin_ptx_variants, check_module_image, nvrtc_compile_ptx};
+use capture_core::{Builtin, Error};
+
+/// Set to `1` to make a missing tool a failure.
+const REQUIRE: &str = "CAPTURE_REQUIRE_OFFLINE_TOOLS";
+/// The ptxas to use (several separated by `:`); when set, no other is
+/// looked for.
+const PTXAS_ENV: &str = "CAPTURE_PTXAS";
+/// Set in a child run with one NVRTC library: check and report coverage.
+const CHILD: &str = "BACKEND_CUDA_OFFLINE_CHILD";
+const COVERED: &str = "NVRTC_COVERED=";
+const MISSING: &str = "NVRTC_MISSING=";
+
+/// GPU generations the builtins are assembled for: Maxwell to Blackwell.
+const BUILTIN_ARCHS: &[u32] = &[50, 52, 60, 70, 75, 80, 86, 89, 90, 100, 120];
+/// Those some ptxas must have assembled when tools are required; sm_120
+/// only where the ptxas knows it.
+const REQUIRED_BUILTIN_ARCHS: &[u32] = &[50, 52, 75, 80, 90, 100];
+/// Virtual architectures the workload is compiled for.
+const WORKLOAD_ARCHS: &[u32] = &[52, 75, 80, 90, 100, 120];
+const REQUIRED_WORKLOAD_ARCHS: &[u32] = &[52, 75, 80, 90, 100];
+
+const WORKLOAD: &str = include_str!("../../conformance/kernels/workload.cu");
+
+/// Each workload kernel's parameter sizes as `UserKernel::signature` in
+/// `conformance/src/workload/mod.rs` makes a launch pass them: one pointer
+/// per buffer, then the by-value parameters (none reads info bytes).
+const WORKLOAD_PARAMS: &[(&str, &[usize])] = &[
+    ("rmsnorm", &[8, 8, 8, 4, 4]),
+    ("matvec", &[8, 8, 8, 4, 4]),
+    ("silu", &[8, 4]),
+    ("residual", &[8, 8, 4]),
+    ("scale", &[8, 4, 4, 4]),
+];
+/// The workload's block size, which its `__launch_bounds__` announce.
+const WORKLOAD_THREADS: u32 = 64;
+
+fn required() -> bool {
+    env::var(REQUIRE).is_ok_and(|v| v.trim() == "1")
+}
+
+/// A tool is missing: fail when tools are required, otherwise say so.
+fn missing(what: &str) {
+    assert!(
+        !required(),
+        "{what}, and {REQUIRE}=1 requires it (scripts/cuda-offline-tools installs it)"
+    );
+    println!("skipped: {what} (set {REQUIRE}=1 to make this a failure)");
+}
+
+// ---- finding the tools -------------------------------------------------
+
+/// The directories of the `nvidia` Python namespace package, where NVIDIA's
+/// PyPI wheels install their tools.
+fn pip_nvidia_dirs() -> Vec<PathBuf> {
+    let script = "import nvidia\nfor p in nvidia.__path__: print(p)";
+    let Ok(out) = Command::new("python3").args(["-c", script]).output() else {
+        return Vec::new();
+    };
+    if !out.status.success() {
+        return Vec::new();
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| PathBuf::from(line.trim()))
+        .filter(|dir| dir.is_dir())
+        .collect()
+}
+
+struct Ptxas {
+    path: PathBuf,
+    release: String,
+}
+
+/// Every ptxas found: those [`PTXAS_ENV`] lists (separated by `:`) alone
+/// when set, else the PyPI ones (CUDA 12 first), a toolkit's, and one on the
+/// search path.
+fn ptxas_tools() -> Vec<Ptxas> {
+    let candidates: Vec<PathBuf> = match env::var_os(PTXAS_ENV) {
+        Some(paths) => env::split_paths(&paths).collect(),
+        None => {
+            let mut found = Vec::new();
+            for dir in pip_nvidia_dirs() {
+                found.push(dir.join("cuda_nvcc/bin/ptxas"));
+                found.push(dir.join("cu13/bin/ptxas"));
+            }
+            found.push(PathBuf::from("/usr/local/cuda/bin/ptxas"));
+            found.push(PathBuf::from("ptxas"));
+            found
+        }
+    };
+    let mut tools: Vec<Ptxas> = Vec::new();
+    for path in candidates {
+        let Ok(out) = Command::new(&path).arg("--version").output() else {
+            continue;
+        };
+        if !out.status.success() {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let release = text
+            .split("release ")
+            .nth(1)
+            .and_then(|rest| rest.split(',').next())
+            .unwrap_or("unknown")
+            .to_owned();
+        // The same tool under two names is run once.
+        if tools.iter().any(|t| t.release == release) {
+            continue;
+        }
+        tools.push(Ptxas { path, release });
+    }
+    tools
+}
+
+/// NVRTC libraries from the PyPI wheels, CUDA 12 first.
+fn pip_nvrtc_libraries() -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for dir in pip_nvidia_dirs() {
+        for path in [
+            dir.join("cuda_nvrtc/lib/libnvrtc.so.12"),
+            dir.join("cu13/lib/libnvrtc.so.13"),
+        ] {
+            if path.is_file() {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+// ---- assembling --------------------------------------------------------
+
+enum Assembled {
+    /// The cubin.
+    Cubin(Vec<u8>),
+    /// This ptxas cannot target the architecture or read the PTX version.
+    Unsupported(String),
+}
+
+/// A fresh scratch directory, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = env::temp_dir().join(format!(
+            "backend-cuda-offline-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("the scratch directory can be made");
+        Self(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Assemble `ptx` for `sm_<arch>`, treating every warning as an error.
+/// Panics on any failure but the tool not knowing the target or version.
+fn assemble(tool: &Ptxas, ptx: &str, arch: u32, what: &str) -> Assembled {
+    let scratch = Scratch::new();
+    let input = scratch.path("in.ptx");
+    let output = scratch.path("out.cubin");
+    // A PTX string handed to the driver may end in its NUL; ptxas reads a
+    // file, which must not.
+    std::fs::write(&input, ptx.trim_end_matches('\0')).expect("the PTX can be written");
+    let out = Command::new(&tool.path)
+        .arg("--warning-as-error")
+        .arg(format!("-arch=sm_{arch}"))
+        .arg(&input)
+        .arg("-o")
+        .arg(&output)
+        .output()
+        .expect("ptxas runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if out.status.success() {
+        return Assembled::Cubin(std::fs::read(&output).expect("ptxas wrote the cubin"));
+    }
+    if stderr.contains("is not defined for option 'gpu-name'")
+        || stderr.contains("Unsupported .version")
+    {
+        let first = stderr.lines().next().unwrap_or_default();
+        return Assembled::Unsupported(first.trim().to_owned());
+    }
+    panic!(
+        "ptxas {} could not assemble {what} for sm_{arch}:\n{stderr}",
+        tool.release
+    );
+}
+
+/// The `.target sm_XX` a PTX text declares.
+fn ptx_target(ptx: &str) -> u32 {
+    ptx.lines()
+        .find_map(|line| line.trim().strip_prefix(".target sm_"))
+        .and_then(|rest| {
+            rest.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("the PTX declares no .target sm_XX:\n{ptx}"))
+}
+
+// ---- reading a cubin ---------------------------------------------------
+
+/// What a cubin's `.nv.info.<entry>` section says about an entry.
+#[derive(Debug, Default)]
+struct EntryInfo {
+    /// Each parameter's size in bytes, by ordinal.
+    params: Vec<usize>,
+    /// `.reqntid`, the block size the entry requires.
+    required_block: Option<[u32; 3]>,
+    /// `.maxntid` / `__launch_bounds__`, the largest block it allows.
+    max_block: Option<[u32; 3]>,
+}
+
+/// `EIATTR_KPARAM_INFO`: one parameter's ordinal, offset and size.
+const EIATTR_KPARAM_INFO: u8 = 0x17;
+/// `EIATTR_MAX_THREADS`: the `.maxntid` of the entry.
+const EIATTR_MAX_THREADS: u8 = 0x05;
+/// `EIATTR_REQNTID`: the `.reqntid` of the entry.
+const EIATTR_REQNTID: u8 = 0x10;
+/// `EIFMT_SVAL`: an attribute with a sized payload.
+const EIFMT_SVAL: u8 = 0x04;
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes(b[at..at + 2].try_into().expect("two bytes"))
+}
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("four bytes"))
+}
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("eight bytes"))
+}
+
+/// The bytes of the ELF section called `name`.
+fn section<'a>(elf: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    let shoff = u64_at(elf, 0x28) as usize;
+    let shentsize = u16_at(elf, 0x3a) as usize;
+    let shnum = u16_at(elf, 0x3c) as usize;
+    let shstrndx = u16_at(elf, 0x3e) as usize;
+    let header = |i: usize| shoff + i * shentsize;
+    let strings = u64_at(elf, header(shstrndx) + 0x18) as usize;
+    (0..shnum).find_map(|i| {
+        let at = header(i);
+        let name_at = strings + u32_at(elf, at) as usize;
+        let end = name_at + elf[name_at..].iter().position(|&b| b == 0)?;
+        if &elf[name_at..end] != name.as_bytes() {
+            return None;
+        }
+        let offset = u64_at(elf, at + 0x18) as usize;
+        let size = u64_at(elf, at + 0x20) as usize;
+        elf.get(offset..offset + size)
+    })
+}
+
+fn entry_info(cubin: &[u8], entry: &str) -> EntryInfo {
+    let info = section(cubin, &format!(".nv.info.{entry}"))
+        .unwrap_or_else(|| panic!("the cubin has no .nv.info.{entry}"));
+    let mut result = EntryInfo::default();
+    let mut params: Vec<(u16, usize)> = Vec::new();
+    let mut at = 0;
+    while at + 4 <= info.len() {
+        let (format, attribute) = (info[at], info[at + 1]);
+        if format != EIFMT_SVAL {
+            at += 4;
+            continue;
+        }
+        let size = u16_at(info, at + 2) as usize;
+        let payload = &info[at + 4..at + 4 + size];
+        let dims = || [u32_at(payload, 0), u32_at(payload, 4), u32_at(payload, 8)];
+        match attribute {
+            EIATTR_KPARAM_INFO => {
+                // index u32, ordinal u16, offset u16, then flags whose top
+                // 14 bits are the size.
+                let ordinal = u16_at(payload, 4);
+                let bytes = (u32_at(payload, 8) >> 18) as usize;
+                params.push((ordinal, bytes));
+            }
+            EIATTR_REQNTID => result.required_block = Some(dims()),
+            EIATTR_MAX_THREADS => result.max_block = Some(dims()),
+            _ => {}
+        }
+        at += 4 + size;
+    }
+    params.sort_unstable();
+    for (position, &(ordinal, _)) in params.iter().enumerate() {
+        assert_eq!(
+            usize::from(ordinal),
+            position,
+            "{entry}: ordinals {params:?}"
+        );
+    }
+    result.params = params.into_iter().map(|(_, size)| size).collect();
+    result
+}
+
+// ---- the checks --------------------------------------------------------
+
+/// The builtins' PTX, every variant, for every generation at or past its
+/// target: it assembles without a warning, each entry takes one pointer per
+/// binding and the info pointer (what a launch passes), and requires the
+/// block size of its signature.
+#[test]
+fn builtin_ptx_assembles_for_every_target_and_takes_what_a_launch_passes() {
+    let tools = ptxas_tools();
+    if tools.is_empty() {
+        return missing("no ptxas found (CAPTURE_PTXAS, the nvidia-cuda-nvcc wheels, PATH)");
+    }
+    let variants = builtin_ptx_variants();
+    // Each arch the variants must cover, and what covered it.
+    let mut covered: BTreeSet<(usize, u32)> = BTreeSet::new();
+    for (index, (label, ptx)) in variants.iter().enumerate() {
+        assert!(!ptx.contains('\0'), "{label} holds a NUL");
+        let target = ptx_target(ptx);
+        for &arch in BUILTIN_ARCHS.iter().filter(|&&arch| arch >= target) {
+            for tool in &tools {
+                match assemble(tool, ptx, arch, label) {
+                    Assembled::Cubin(cubin) => {
+                        assert_eq!(check_module_image(&cubin), Ok("cubin"));
+                        for which in Builtin::ALL {
+                            let entry = format!("builtin_{}", which.name());
+                            let info = entry_info(&cubin, &entry);
+                            let expected = vec![8; which.accesses().len() + 1];
+                            assert_eq!(info.params, expected, "{label}, sm_{arch}: {entry}");
+                            assert_eq!(
+                                info.required_block,
+                                Some(which.signature().workgroup_size()),
+                                "{label}, sm_{arch}: {entry}"
+                            );
+                        }
+                        covered.insert((index, arch));
+                        println!("{label}: sm_{arch} assembled by ptxas {}", tool.release);
+                    }
+                    Assembled::Unsupported(why) => {
+                        println!("{label}: ptxas {} skips sm_{arch}: {why}", tool.release);
+                    }
+                }
+            }
+        }
+    }
+    // Every device gets a variant it can run: the pre-Turing one below 7.5,
+    // the other from 7.5 on; each must have assembled for its generations.
+    let mut uncovered = Vec::new();
+    for &arch in REQUIRED_BUILTIN_ARCHS {
+        let index = usize::from(arch >= 75);
+        assert!(
+            ptx_target(&variants[index].1) <= arch,
+            "{} is given to sm_{arch}, whose driver cannot run its target",
+            variants[index].0
+        );
+        if !covered.contains(&(index, arch)) {
+            uncovered.push(format!("{} for sm_{arch}", variants[index].0));
+        }
+    }
+    if !uncovered.is_empty() {
+        let releases: Vec<&str> = tools.iter().map(|t| t.release.as_str()).collect();
+        missing(&format!(
+            "no ptxas found ({releases:?}) assembles {}",
+            uncovered.join(", ")
+        ));
+    }
+}
+
+/// The workload's CUDA C++ compiles with NVRTC for each architecture, the
+/// PTX assembles for the matching GPU, and every kernel takes what its
+/// signature makes a launch pass. Each NVRTC found is loaded in a child
+/// process of its own, since a process loads one.
+#[test]
+fn workload_compiles_with_nvrtc_and_assembles_with_its_parameters() {
+    if env::var_os(CHILD).is_some() {
+        return check_workload_with_loaded_nvrtc();
+    }
+    let libraries: Vec<Option<PathBuf>> = if env::var_os(NVRTC_ENV).is_some() {
+        vec![None]
+    } else {
+        let found = pip_nvrtc_libraries();
+        if found.is_empty() {
+            vec![None]
+        } else {
+            found.into_iter().map(Some).collect()
+        }
+    };
+    let mut covered: BTreeSet<u32> = BTreeSet::new();
+    let mut absent = Vec::new();
+    for library in libraries {
+        let (stdout, stderr) = run_child(library.as_deref());
+        for line in stdout.lines() {
+            if let Some(arch) = line.strip_prefix(COVERED) {
+                covered.insert(arch.trim().parse().expect("an arch number"));
+            } else if let Some(why) = line.strip_prefix(MISSING) {
+                absent.push(why.to_owned());
+            } else if !line.trim().is_empty()
+                && !line.starts_with("running ")
+                && !line.starts_with("test ")
+            {
+                // The child's own harness lines are left out, so that this
+                // run reports one test, not three.
+                println!("{line}");
+            }
+        }
+        if !stderr.trim().is_empty() {
+            eprintln!("{stderr}");
+        }
+    }
+    let uncovered: Vec<String> = REQUIRED_WORKLOAD_ARCHS
+        .iter()
+        .filter(|arch| !covered.contains(arch))
+        .map(|arch| format!("compute_{arch}"))
+        .collect();
+    if !uncovered.is_empty() {
+        missing(&format!(
+            "the workload was not compiled and assembled for {} ({})",
+            uncovered.join(", "),
+            if absent.is_empty() {
+                "no NVRTC and ptxas pair knows them".to_owned()
+            } else {
+                absent.join("; ")
+            }
+        ));
+    }
+}
+
+/// Run the workload check again in a child, with `library` as its NVRTC
+/// (or this process's own setting), and return what it printed.
+fn run_child(library: Option<&Path>) -> (String, String) {
+    let exe = env::current_exe().expect("the test binary knows its path");
+    let mut command = Command::new(exe);
+    command
+        .args([
+            "workload_compiles_with_nvrtc_and_assembles_with_its_parameters",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1");
+    if let Some(library) = library {
+        command.env(NVRTC_ENV, library);
+    }
+    let output = command.output().expect("the test binary runs again");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        output.status.success(),
+        "the check with NVRTC {library:?} failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    (stdout, stderr)
+}
+
+/// In the child: compile with the NVRTC this process loads, assemble with
+/// every ptxas, and print each architecture covered.
+fn check_workload_with_loaded_nvrtc() {
+    let info = match backend_cuda::nvrtc_info() {
+        Ok(info) => info,
+        Err(e) => {
+            let why = e.to_string();
+            assert!(why.contains("NVRTC unavailable"), "{why}");
+            println!("\n{MISSING}{why}");
+            return;
+        }
+    };
+    let nvrtc = format!(
+        "NVRTC {}.{} ({})",
+        info.version.0, info.version.1, info.path
+    );
+    println!("{nvrtc}: compute_{:?}", info.archs);
+
+    // A source that does not compile is refused with NVRTC's own log.
+    match nvrtc_compile_ptx("extern \"C\" __global__ void broken( { }", "compute_75") {
+        Err(Error::Compile { log, .. }) => {
+            assert!(log.contains("error"), "{nvrtc} gave no diagnostic: {log}");
+        }
+        other => panic!("{nvrtc} compiled a broken source: {other:?}"),
+    }
+
+    let tools = ptxas_tools();
+    if tools.is_empty() {
+        println!("\n{MISSING}no ptxas found to assemble {nvrtc}'s PTX");
+        return;
+    }
+    for &arch in WORKLOAD_ARCHS {
+        if !info.archs.is_empty() && !info.archs.contains(&arch) {
+            println!("{nvrtc} does not compile for compute_{arch}");
+            continue;
+        }
+        let ptx = nvrtc_compile_ptx(WORKLOAD, &format!("compute_{arch}"))
+            .unwrap_or_else(|e| panic!("{nvrtc} could not compile the workload: {e}"));
+        assert!(!ptx.contains('\0'), "the PTX holds a NUL");
+        assert_eq!(ptx_target(&ptx), arch, "{nvrtc} targets another GPU");
+        for tool in &tools {
+            let what = format!("the workload from {nvrtc}");
+            match assemble(tool, &ptx, arch, &what) {
+                Assembled::Cubin(cubin) => {
+                    for &(entry, params) in WORKLOAD_PARAMS {
+                        let entry_info = entry_info(&cubin, entry);
+                        assert_eq!(entry_info.params, params, "{what}, sm_{arch}: {entry}");
+                        assert_eq!(
+                            entry_info.max_block,
+                            Some([WORKLOAD_THREADS, 1, 1]),
+                            "{what}, sm_{arch}: {entry}'s launch bounds"
+                        );
+                    }
+                    println!("compute_{arch}: assembled by ptxas {}", tool.release);
+                    println!("\n{COVERED}{arch}");
+                }
+                Assembled::Unsupported(why) => {
+                    println!("compute_{arch}: ptxas {} skips it: {why}", tool.release);
+                }
+            }
+        }
+    }
+}
+
+/// A cubin from ptxas and a fatbin from nvcc pass the check
+/// `Kernel::from_image` makes before the driver reads them; cut short,
+/// neither does.
+#[test]
+fn whole_images_pass_the_image_check_and_cut_ones_do_not() {
+    let Some(tool) = ptxas_tools().into_iter().next() else {
+        return missing("no ptxas found to make a cubin");
+    };
+    let (label, ptx) = builtin_ptx_variants().pop().expect("a variant");
+    let Assembled::Cubin(cubin) = assemble(&tool, &ptx, 80, &label) else {
+        return missing(&format!("ptxas {} cannot target sm_80", tool.release));
+    };
+    assert_eq!(check_module_image(&cubin), Ok("cubin"));
+    for cut in [cubin.len() - 1, cubin.len() / 2, 70, 8] {
+        assert!(
+            check_module_image(&cubin[..cut]).is_err(),
+            "a cubin cut to {cut} of {} bytes passed",
+            cubin.len()
+        );
+    }
+
+    // A fatbin needs nvcc, which only the CUDA 13 wheel or a toolkit has;
+    // it is an extra here, not a required tool.
+    let nvcc = pip_nvidia_dirs()
+        .into_iter()
+        .map(|dir| dir.join("cu13/bin/nvcc"))
+        .chain([
+            PathBuf::from("/usr/local/cuda/bin/nvcc"),
+            PathBuf::from("nvcc"),
+        ])
+        .find(|nvcc| {
+            Command::new(nvcc)
+                .arg("--version")
+                .output()
+                .is_ok_and(|out| out.status.success())
+        });
+    let Some(nvcc) = nvcc else {
+        println!("skipped the fatbin: no nvcc found");
+        return;
+    };
+    let scratch = Scratch::new();
+    let input = scratch.path("builtins.ptx");
+    let output = scratch.path("builtins.fatbin");
+    std::fs::write(&input, &ptx).expect("the PTX can be written");
+    let out = Command::new(&nvcc)
+        .args(["-fatbin", "-arch=sm_80"])
+        .arg(&input)
+        .arg("-o")
+        .arg(&output)
+        .output()
+        .expect("nvcc runs");
+    assert!(
+        out.status.success(),
+        "nvcc could not make a fatbin:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fatbin = std::fs::read(&output).expect("nvcc wrote the fatbin");
+    assert_eq!(check_module_image(&fatbin), Ok("fatbin"));
+    assert!(check_module_image(&fatbin[..fatbin.len() - 1]).is_err());
+}
