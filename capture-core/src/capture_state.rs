@@ -6,6 +6,8 @@
 //! how every unwinding path (a driver that refused to begin, a window closed
 //! before it opened) leaves the stream usable.
 
+use std::thread::ThreadId;
+
 use crate::error::Error;
 use crate::hashing::FastSet;
 use crate::ids::{BufferId, WindowId};
@@ -53,6 +55,9 @@ impl Outcome {
 #[derive(Debug)]
 pub struct StreamCapture {
     phase: Phase,
+    /// The thread whose work the open recording takes: the one that called
+    /// `begin`, or the one that adopted the window since.
+    recorder: Option<ThreadId>,
     /// Buffers the recorded work writes, each once.
     written: Vec<BufferId>,
     written_seen: FastSet<BufferId>,
@@ -72,6 +77,7 @@ impl Default for StreamCapture {
     fn default() -> Self {
         Self {
             phase: Phase::None,
+            recorder: None,
             written: Vec::new(),
             written_seen: FastSet::default(),
             read: Vec::new(),
@@ -124,11 +130,12 @@ impl StreamCapture {
         }
     }
 
-    /// `Prepared(window) → Recording(window)`.
-    pub fn begin(&mut self, window: WindowId) -> Result<(), String> {
+    /// `Prepared(window) → Recording(window)`, recording `recorder`'s work.
+    pub fn begin(&mut self, window: WindowId, recorder: ThreadId) -> Result<(), String> {
         match self.phase {
             Phase::Prepared(open) if open == window => {
                 self.phase = Phase::Recording(window);
+                self.recorder = Some(recorder);
                 Ok(())
             }
             Phase::Prepared(open) => Err(format!("{open} is prepared, not {window}")),
@@ -137,11 +144,40 @@ impl StreamCapture {
         }
     }
 
+    /// From here the recording takes `recorder`'s work, and no other
+    /// thread's; only the window's token can hand it over.
+    pub fn adopt(&mut self, window: WindowId, recorder: ThreadId) -> Result<(), String> {
+        match self.phase {
+            Phase::Recording(open) if open == window => {
+                self.recorder = Some(recorder);
+                Ok(())
+            }
+            Phase::Recording(open) => Err(format!("{open} is recording, not {window}")),
+            Phase::Prepared(open) => Err(format!("{open} was prepared but never began recording")),
+            Phase::None => Err("no window is open".into()),
+        }
+    }
+
+    /// Whether work issued by `thread` may enter the open recording: only
+    /// the recorder's may. Always true when not recording.
+    pub fn records_for(&self, thread: ThreadId) -> bool {
+        !self.is_recording() || self.recorder == Some(thread)
+    }
+
+    /// The recording window, if the stream records.
+    pub fn recording_window(&self) -> Option<WindowId> {
+        match self.phase {
+            Phase::Recording(window) => Some(window),
+            _ => None,
+        }
+    }
+
     /// `Recording(owner) → None`, closed by `closer`.
     pub fn end(&mut self, closer: WindowId) -> Result<Outcome, String> {
         match self.phase {
             Phase::Recording(owner) => {
                 self.phase = Phase::None;
+                self.recorder = None;
                 Ok(Outcome { owner, closer })
             }
             Phase::Prepared(open) => Err(format!("{open} was prepared but never began recording")),
@@ -152,6 +188,7 @@ impl StreamCapture {
     /// Back to `None` from anywhere, forgetting what was recorded.
     pub fn abort(&mut self) {
         self.phase = Phase::None;
+        self.recorder = None;
         self.clear();
     }
 
@@ -220,11 +257,48 @@ mod tests {
     const W1: WindowId = WindowId(1);
     const W2: WindowId = WindowId(2);
 
+    fn me() -> ThreadId {
+        std::thread::current().id()
+    }
+
+    fn other() -> ThreadId {
+        std::thread::spawn(|| std::thread::current().id())
+            .join()
+            .expect("a thread")
+    }
+
+    #[test]
+    fn only_the_recorder_records() {
+        let mut state = StreamCapture::default();
+        let (a, b) = (me(), other());
+        assert!(state.records_for(b), "nothing records");
+        state.prepare(W1).expect("prepare");
+        assert!(state.records_for(b), "warmup runs for real");
+        assert!(state.adopt(W1, b).is_err(), "nothing to adopt yet");
+        state.begin(W1, a).expect("begin");
+        assert!(state.records_for(a));
+        assert!(!state.records_for(b));
+        assert_eq!(state.recording_window(), Some(W1));
+        assert!(state.adopt(W2, b).is_err(), "another window's token");
+        assert!(!state.records_for(b));
+        state.adopt(W1, b).expect("the token hands it over");
+        assert!(state.records_for(b));
+        assert!(!state.records_for(a));
+        state.end(W1).expect("end");
+        assert!(state.records_for(a) && state.records_for(b));
+        assert_eq!(state.recording_window(), None);
+        assert!(state.adopt(W1, a).is_err(), "closed");
+        state.prepare(W2).expect("prepare");
+        state.begin(W2, a).expect("begin");
+        state.abort();
+        assert!(state.records_for(b), "abort forgets the recorder");
+    }
+
     #[test]
     fn the_happy_path() {
         let mut state = StreamCapture::default();
         state.prepare(W1).expect("from None");
-        state.begin(W1).expect("from Prepared");
+        state.begin(W1, me()).expect("from Prepared");
         assert!(state.is_recording());
         let outcome = state.end(W1).expect("from Recording");
         assert!(!outcome.is_abandoned());
@@ -234,19 +308,19 @@ mod tests {
     #[test]
     fn refused_transitions_change_nothing() {
         let mut state = StreamCapture::default();
-        assert!(state.begin(W1).is_err());
+        assert!(state.begin(W1, me()).is_err());
         assert!(state.end(W1).is_err());
         assert_eq!(state.phase(), Phase::None);
 
         state.prepare(W1).expect("from None");
         assert!(state.prepare(W2).is_err());
-        assert!(state.begin(W2).is_err(), "another window's begin");
+        assert!(state.begin(W2, me()).is_err(), "another window's begin");
         assert!(state.end(W1).is_err(), "not recording yet");
         assert_eq!(state.phase(), Phase::Prepared(W1));
 
-        state.begin(W1).expect("the expected call still works");
+        state.begin(W1, me()).expect("the expected call still works");
         assert!(state.prepare(W2).is_err());
-        assert!(state.begin(W1).is_err());
+        assert!(state.begin(W1, me()).is_err());
         assert_eq!(state.phase(), Phase::Recording(W1));
     }
 
@@ -254,7 +328,7 @@ mod tests {
     fn a_foreign_close_is_a_close() {
         let mut state = StreamCapture::default();
         state.prepare(W1).expect("prepare");
-        state.begin(W1).expect("begin");
+        state.begin(W1, me()).expect("begin");
         let outcome = state.end(W2).expect("closed all the same");
         assert!(outcome.is_abandoned());
         assert!(!state.is_active());
@@ -288,7 +362,7 @@ mod tests {
         assert_eq!(state.phase(), Phase::None);
         assert!(!state.is_doomed());
         state.prepare(W1).expect("usable again");
-        state.begin(W1).expect("begin");
+        state.begin(W1, me()).expect("begin");
         state.abort();
         assert_eq!(state.phase(), Phase::None);
     }

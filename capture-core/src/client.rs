@@ -1,9 +1,25 @@
 //! What a user calls: a cheap, clonable handle to one device.
 //!
-//! Every call takes the device's lock, so the server is driven from whichever
-//! thread calls and a driver must not depend on the calling thread.
+//! A client may be used from any number of threads at once. Each call locks
+//! only the stream it works on (see [`server`](crate::server) for the lock
+//! order), so streams driven from different threads run independently, and
+//! a driver must not depend on the calling thread.
+//!
+//! # What may cross threads
+//!
+//! - Any call, from any thread, on any stream that is not recording.
+//! - While a stream records a capture window, only the recording thread
+//!   (the one that called [`Client::begin`], or the one that took the
+//!   window over with [`Client::adopt`]) may issue work on it: a launch, a
+//!   write or an allocation from any other thread is refused with
+//!   [`Error::NotRecorder`] and never recorded. Any thread holding the
+//!   window's token may close it with [`Client::instantiate`].
+//! - Buffers and graph handles may be dropped anywhere: the memory returns
+//!   to its stream's pool through the drop queue, and a graph is destroyed
+//!   after its stream is synced.
 
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
 use crate::builtin::{Builtin, BuiltinInfo, Builtins, groups_for};
 use crate::capture_state::Phase;
@@ -11,15 +27,21 @@ use crate::driver::{DeviceInfo, DeviceSlice, Driver, GraphDriver};
 use crate::error::Error;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
 use crate::pool::SliceHandle;
-use crate::server::{BufferRef, Graveyard, Server};
+use crate::graveyard::Graveyard;
+use crate::server::{BufferRef, Server};
 use crate::signature::{MAX_BINDINGS, Signature};
 use crate::stream::{Config, StreamUsage};
 
 struct Shared<D: GraphDriver> {
-    server: Mutex<Server<D>>,
-    graveyard: Arc<Graveyard>,
+    server: Server<D>,
     device: Arc<D::Device>,
+    /// Which client this is: buffers carry it, so another client's buffer,
+    /// whose ids and offsets mean nothing here, is refused.
+    id: u64,
 }
+
+/// Numbers clients, for [`Shared::id`].
+static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
 
 /// A handle to one device. `Clone + Send + Sync`: clones share the device.
 pub struct Client<D: GraphDriver> {
@@ -44,7 +66,9 @@ pub struct Buffer {
 struct BufferInner {
     slice: Option<SliceHandle>,
     stream: StreamId,
+    /// Where the drop leaves the slice: the stream's graveyard.
     graveyard: Weak<Graveyard>,
+    client: u64,
 }
 
 impl Clone for Buffer {
@@ -72,7 +96,7 @@ impl Drop for BufferInner {
         // The device may still be using the memory: hand it to the server,
         // which queues it for a fence, instead of freeing it here.
         if let (Some(slice), Some(graveyard)) = (self.slice.take(), self.graveyard.upgrade()) {
-            graveyard.bury(self.stream, slice);
+            graveyard.bury(slice);
         }
     }
 }
@@ -218,16 +242,28 @@ impl<D: GraphDriver> GraphHandle<D> {
     }
 }
 
+impl<D: GraphDriver> GraphHandle<D> {
+    /// Enqueue the graph's recorded work on its stream: the same as
+    /// [`Client::replay`] with this graph.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::replay`]; [`Error::UnknownGraph`] once the client is
+    /// gone.
+    pub fn replay(&self) -> Result<(), Error> {
+        let shared = self
+            .inner
+            .shared
+            .upgrade()
+            .ok_or(Error::UnknownGraph(self.inner.id))?;
+        shared.server.replay(self.inner.id, Some(self.inner.stream))
+    }
+}
+
 impl<D: GraphDriver> Drop for GraphInner<D> {
     fn drop(&mut self) {
         if let Some(shared) = self.shared.upgrade() {
-            // A poisoned lock still holds a consistent server between calls;
-            // leaking the executable would be worse than using it.
-            let mut server = shared
-                .server
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            server.destroy_graph(self.id);
+            shared.server.destroy_graph(self.id);
         }
     }
 }
@@ -263,30 +299,24 @@ impl<D: GraphDriver> Client<D> {
 
     /// A client over an already opened device.
     pub fn with_device(device: Arc<D::Device>, config: Config) -> Self {
-        let graveyard = Arc::new(Graveyard::default());
         Self {
             shared: Arc::new(Shared {
-                server: Mutex::new(Server::new(device.clone(), config, graveyard.clone())),
-                graveyard,
+                server: Server::new(device.clone(), config),
                 device,
+                id: NEXT_CLIENT.fetch_add(1, Ordering::Relaxed),
             }),
         }
     }
 
-    fn server(&self) -> Result<MutexGuard<'_, Server<D>>, Error> {
-        self.shared.server.lock().map_err(|_| Error::Poisoned)
+    fn server(&self) -> Result<&Server<D>, Error> {
+        Ok(&self.shared.server)
     }
 
     /// `buffer` as this client's server sees it. Every client numbers its
     /// streams and buffers from one and cuts its own pages, so another
     /// client's buffer would name memory of this one's that it never owned.
     fn buffer_ref<'b>(&self, buffer: &'b Buffer) -> Result<BufferRef<'b>, Error> {
-        // The buffer's weak reference keeps its graveyard's allocation, so
-        // the address cannot have been reused by this client's.
-        if !std::ptr::eq(
-            buffer.inner.graveyard.as_ptr(),
-            Arc::as_ptr(&self.shared.graveyard),
-        ) {
+        if buffer.inner.client != self.shared.id {
             return Err(Error::OtherClient(buffer.id()));
         }
         Ok(BufferRef {
@@ -327,12 +357,15 @@ impl<D: GraphDriver> Client<D> {
 
     /// Allocate `len` bytes on `stream`, contents unspecified.
     pub fn allocate(&self, stream: StreamId, len: u64) -> Result<Buffer, Error> {
-        let slice = self.server()?.allocate(stream, len)?;
+        let server = self.server()?;
+        let graveyard = server.graveyard(stream)?;
+        let slice = server.allocate(stream, len)?;
         Ok(Buffer {
             inner: Arc::new(BufferInner {
                 slice: Some(slice),
                 stream,
-                graveyard: Arc::downgrade(&self.shared.graveyard),
+                graveyard,
+                client: self.shared.id,
             }),
         })
     }
@@ -368,7 +401,18 @@ impl<D: GraphDriver> Client<D> {
     }
 
     /// Read `buffer` back as `f32`s.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotWhole`] when the buffer's size is not a multiple of 4.
     pub fn read_f32(&self, buffer: &Buffer) -> Result<Vec<f32>, Error> {
+        if buffer.len() % 4 != 0 {
+            return Err(Error::NotWhole {
+                buffer: buffer.id(),
+                bytes: buffer.len(),
+                element: 4,
+            });
+        }
         let bytes = self.read(buffer)?;
         Ok(bytes
             .chunks_exact(4)
@@ -407,18 +451,27 @@ impl<D: GraphDriver> Client<D> {
         info: &[u8],
         params: &[u8],
     ) -> Result<(), Error> {
+        let refs = self
+            .launch_refs(kernel.signature(), buffers)
+            .map_err(|err| self.shared.server.refuse(stream, err))?;
+        self.server()?
+            .launch(stream, &kernel.0, groups, &refs, info, params)
+    }
+
+    /// `buffers` as the server sees them, refusing more than a launch may
+    /// bind and buffers of another client.
+    fn launch_refs<'b>(
+        &self,
+        signature: &Signature,
+        buffers: &[&'b Buffer],
+    ) -> Result<smallvec::SmallVec<[BufferRef<'b>; 8]>, Error> {
         if buffers.len() > MAX_BINDINGS {
             return Err(Error::KernelMismatch {
-                kernel: kernel.signature().to_string(),
+                kernel: signature.to_string(),
                 reason: format!("{} buffers bound; at most {MAX_BINDINGS}", buffers.len()),
             });
         }
-        let mut refs: smallvec::SmallVec<[BufferRef<'_>; 8]> = smallvec::SmallVec::new();
-        for buffer in buffers {
-            refs.push(self.buffer_ref(buffer)?);
-        }
-        self.server()?
-            .launch(stream, &kernel.0, groups, &refs, info, params)
+        buffers.iter().map(|buffer| self.buffer_ref(buffer)).collect()
     }
 
     /// Open a capture window on `stream` and arm its pools: run the warmup
@@ -427,10 +480,23 @@ impl<D: GraphDriver> Client<D> {
         self.server()?.prepare(stream)
     }
 
-    /// Start recording `window`: the work issued on `stream` from here until
-    /// [`Client::instantiate`] is recorded, not run.
+    /// Start recording `window`: the work the calling thread issues on
+    /// `stream` from here until [`Client::instantiate`] is recorded, not
+    /// run. Work other threads issue on the stream meanwhile is refused
+    /// ([`Error::NotRecorder`]).
     pub fn begin(&self, stream: StreamId, window: WindowId) -> Result<(), Error> {
         self.server()?.begin(stream, window)
+    }
+
+    /// Make the calling thread the one whose work `window`'s recording
+    /// takes, for a recording that moves between threads (a task resumed
+    /// elsewhere). The thread that recorded until now is refused from here.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfOrder`] when `window` is not the one recording.
+    pub fn adopt(&self, stream: StreamId, window: WindowId) -> Result<(), Error> {
+        self.server()?.adopt(stream, window)
     }
 
     /// Close `window` and make a graph of what it recorded. The stream
@@ -495,12 +561,12 @@ impl<D: GraphDriver> Client<D> {
     /// Enqueue `graph`'s recorded work on its stream.
     pub fn replay(&self, graph: &GraphHandle<D>) -> Result<(), Error> {
         let id = self.graph_id(graph)?;
-        self.server()?.replay(id)
+        self.server()?.replay(id, Some(graph.stream()))
     }
 
     /// Replay graph `id`, which may be unknown or destroyed.
     pub fn replay_id(&self, id: GraphId) -> Result<(), Error> {
-        self.server()?.replay(id)
+        self.server()?.replay(id, None)
     }
 
     /// Destroy `graph` now, after syncing its stream. Later replays of it
@@ -516,7 +582,7 @@ impl<D: GraphDriver> Client<D> {
     /// Whether `graph` is live.
     pub fn is_live(&self, graph: &GraphHandle<D>) -> bool {
         self.graph_id(graph)
-            .is_ok_and(|id| self.server().is_ok_and(|server| server.has_graph(id)))
+            .is_ok_and(|id| self.shared.server.has_graph(id))
     }
 
     /// Where `stream` is in a capture window's life.
@@ -526,12 +592,12 @@ impl<D: GraphDriver> Client<D> {
 
     /// Live graphs on the device.
     pub fn live_graphs(&self) -> usize {
-        self.server().map_or(0, |server| server.live_graphs())
+        self.shared.server.live_graphs()
     }
 
     /// Buffers currently claimed by a failure.
     pub fn claimed_buffers(&self) -> usize {
-        self.server().map_or(0, |server| server.claimed_buffers())
+        self.shared.server.claimed_buffers()
     }
 
     /// What `stream` holds now.
@@ -539,10 +605,10 @@ impl<D: GraphDriver> Client<D> {
         self.server()?.usage(stream)
     }
 
-    /// Run `f` on `graph`'s executable and its driver stream under the lock;
-    /// for measuring the raw driver against the core on the same executable.
-    /// `f` must not call this client (nor drop a graph handle): the lock is
-    /// held.
+    /// Run `f` on `graph`'s executable and its driver stream under the
+    /// stream's lock; for measuring the raw driver against the core on the
+    /// same executable. `f` must not call this client on that stream (nor
+    /// drop a graph handle of it): the lock is held.
     pub fn with_raw_graph<R>(
         &self,
         graph: &GraphHandle<D>,
@@ -581,30 +647,31 @@ impl<D: GraphDriver + Builtins> Client<D> {
         n: u32,
         scalar: f32,
     ) -> Result<(), Error> {
-        let accesses = which.accesses();
-        if buffers.len() != accesses.len() {
-            return Err(Error::BadLaunch(format!(
-                "{} binds {} buffers, got {}",
-                which.name(),
-                accesses.len(),
-                buffers.len()
-            )));
-        }
-        if let Some(short) = buffers.iter().find(|b| b.len() < u64::from(n) * 4) {
-            return Err(Error::BadLaunch(format!(
-                "{} over {n} elements needs {} bytes, {} holds {}",
-                which.name(),
-                u64::from(n) * 4,
-                short.id(),
-                short.len()
-            )));
-        }
-        let mut refs: smallvec::SmallVec<[BufferRef<'_>; 4]> = smallvec::SmallVec::new();
-        for buffer in buffers {
-            refs.push(self.buffer_ref(buffer)?);
-        }
-        let mut server = self.server()?;
-        let kernel = server.builtin(which)?;
+        let server = self.server()?;
+        let checked = (|| {
+            let accesses = which.accesses();
+            if buffers.len() != accesses.len() {
+                return Err(Error::BadLaunch(format!(
+                    "{} binds {} buffers, got {}",
+                    which.name(),
+                    accesses.len(),
+                    buffers.len()
+                )));
+            }
+            if let Some(short) = buffers.iter().find(|b| b.len() < u64::from(n) * 4) {
+                return Err(Error::BadLaunch(format!(
+                    "{} over {n} elements needs {} bytes, {} holds {}",
+                    which.name(),
+                    u64::from(n) * 4,
+                    short.id(),
+                    short.len()
+                )));
+            }
+            let kernel = server.builtin(which)?;
+            let refs = self.launch_refs(D::signature(&kernel), buffers)?;
+            Ok((kernel, refs))
+        })();
+        let (kernel, refs) = checked.map_err(|err| server.refuse(stream, err))?;
         let info = BuiltinInfo::new(n, scalar).to_bytes();
         server.launch(stream, &kernel, groups_for(n), &refs, &info, &[])
     }
@@ -620,14 +687,12 @@ struct CloseOnUnwind<'a, D: GraphDriver> {
 impl<D: GraphDriver> Drop for CloseOnUnwind<'_, D> {
     fn drop(&mut self) {
         // Only reached while unwinding: every normal path forgets the guard.
-        // A poisoned lock is taken anyway, to close the driver's recording.
-        let mut server = self
-            .client
-            .shared
-            .server
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        drop(server.instantiate(self.stream, self.window));
+        // Closing the window is what must happen; a graph it made has no
+        // handle to reach it and would live forever, so it goes at once.
+        let server = &self.client.shared.server;
+        if let Ok(graph) = server.instantiate(self.stream, self.window) {
+            server.destroy_graph(graph);
+        }
     }
 }
 

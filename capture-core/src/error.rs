@@ -74,6 +74,16 @@ pub enum Error {
         /// What the call passed.
         got: u64,
     },
+    /// A buffer read as elements of `element` bytes holds a part of one.
+    #[error("{buffer} holds {bytes} bytes, not a whole number of {element}-byte elements")]
+    NotWhole {
+        /// The buffer.
+        buffer: BufferId,
+        /// Its size.
+        bytes: u64,
+        /// The element size asked for.
+        element: u64,
+    },
     /// A launch's arguments do not fit its kernel (builtin launches, whose
     /// element count must fit the buffers).
     #[error("bad launch: {0}")]
@@ -103,6 +113,21 @@ pub enum Error {
     /// the sync would abort the recording, so it is refused on the spot.
     #[error("{0} is recording a capture window; host syncs are refused until it is instantiated")]
     SyncWhileRecording(StreamId),
+    /// Work issued on a recording stream by a thread other than the one
+    /// whose work the recording takes. Refused and never recorded; the
+    /// window is not doomed. The recording thread is the one that called
+    /// `begin`, or the one that adopted the window since
+    /// ([`Client::adopt`](crate::Client::adopt)).
+    #[error(
+        "{stream} is recording {window} for another thread; work from this thread is refused \
+         until the window is instantiated (or adopt the window with its token)"
+    )]
+    NotRecorder {
+        /// The recording stream.
+        stream: StreamId,
+        /// Its window.
+        window: WindowId,
+    },
     /// A replay on a stream that is recording another window.
     #[error("{0} is recording a capture window; replay it after instantiating")]
     ReplayWhileRecording(StreamId),

@@ -110,13 +110,9 @@ impl<D: GraphDriver> Captures<D> {
         self.graphs.remove(&id)
     }
 
-    /// The ids of every graph replaying on `stream`.
-    pub fn on_stream(&self, stream: StreamId) -> Vec<GraphId> {
-        self.graphs
-            .iter()
-            .filter(|(_, graph)| graph.stream == stream)
-            .map(|(id, _)| *id)
-            .collect()
+    /// The ids of every graph held.
+    pub fn ids(&self) -> Vec<GraphId> {
+        self.graphs.keys().copied().collect()
     }
 
     /// Live graphs.

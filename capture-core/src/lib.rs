@@ -37,6 +37,7 @@ pub mod drop_queue;
 pub mod error;
 pub mod failure;
 pub mod graph;
+pub mod graveyard;
 pub mod hashing;
 pub mod ids;
 pub mod info_cache;

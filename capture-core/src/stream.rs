@@ -4,6 +4,7 @@ use crate::capture_state::StreamCapture;
 use crate::driver::{DeviceSlice, Driver, DriverError, HostSlice};
 use crate::drop_queue::DropQueue;
 use crate::error::Error;
+use crate::failure::FailureStore;
 use crate::ids::{BufferId, GraphId, StreamId};
 use crate::info_cache::InfoCache;
 use crate::pool::{Pool, PoolUsage, SliceHandle};
@@ -60,6 +61,9 @@ pub struct StreamState<D: Driver> {
     pub(crate) drops: DropQueue,
     pub(crate) info: InfoCache,
     pub(crate) capture: StreamCapture,
+    /// The stream's buffers that hold no valid bytes, and why. Per stream:
+    /// a buffer is used only on the stream it was allocated on.
+    pub(crate) failures: FailureStore,
     /// Graphs whose destroy arrived while this stream recorded: a destroy
     /// syncs, which would abort the recording, so it waits for the close.
     pub(crate) deferred_destroys: Vec<GraphId>,
@@ -87,6 +91,7 @@ impl<D: Driver> StreamState<D> {
             drops: DropQueue::new(config.drop_queue_threshold),
             info: InfoCache::new(config.info_cache_capacity),
             capture: StreamCapture::default(),
+            failures: FailureStore::default(),
             deferred_destroys: Vec::new(),
             upload_failures: 0,
         }

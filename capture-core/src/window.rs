@@ -55,7 +55,7 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         // already recording would abort its live recording.
         stream
             .capture
-            .begin(window)
+            .begin(window, std::thread::current().id())
             .map_err(|reason| out_of_order("begin", stream, reason))?;
         // Reclaim deferred frees before the window opens. Warmup's staging
         // slices sit in the drop queue until drained; left there, the

@@ -2,7 +2,7 @@
 //! each refused with a clear error that changes nothing.
 
 use crate::workload::{UserKernel, UserKernels};
-use capture_core::{Builtin, Config, Error, Kernel, StreamId, WindowId};
+use capture_core::{Builtin, Config, Error, Kernel, Phase, StreamId, WindowId};
 
 use crate::ensure;
 use crate::session::Session;
@@ -109,7 +109,8 @@ pub fn rule_04_instantiate_always_leaves_capture_mode<D: UserKernels>(
     let client = session.client();
     let stream = client.create_stream().step("stream")?;
     let x = client.create_f32(stream, &[1.0; NU]).step("x")?;
-    // Doomed by a bad launch inside the window.
+    // Doomed by a bad launch inside the window: the recording would seal
+    // without it.
     let window = client.prepare(stream).step("prepare")?;
     client.begin(stream, window).step("begin")?;
     let bad = client.run_builtin(stream, Builtin::Add, &[&x], N, 0.0);
@@ -119,9 +120,13 @@ pub fn rule_04_instantiate_always_leaves_capture_mode<D: UserKernels>(
         matches!(empty, Err(Error::EmptyBuffer)),
         "empty allocation refused"
     );
-    // Refused validation errors do not doom the window: they enqueued nothing.
-    client.instantiate(stream, window).step("instantiate")?;
-    expect_all(&client, &x, 1.0, "read after a sealed window")?;
+    let err = refused(client.instantiate(stream, window), "instantiate doomed")?;
+    ensure!(
+        matches!(&err, Error::Doomed(cause) if matches!(**cause, Error::BadLaunch(_))),
+        "the first refusal explains it: {err}"
+    );
+    ensure!(client.phase(stream).step("phase")? == Phase::None, "closed");
+    expect_all(&client, &x, 1.0, "nothing recorded wrote x")?;
     // A window doomed by a failed operation.
     let window = client.prepare(stream).step("prepare")?;
     client.begin(stream, window).step("begin")?;
@@ -201,12 +206,27 @@ pub fn rule_08_host_sync_refused_while_recording<D: UserKernels>(
     ensure!(matches!(err, Error::SyncWhileRecording(_)), "got {err}");
     let err = refused(client.replay(&earlier), "replay while recording")?;
     ensure!(matches!(err, Error::ReplayWhileRecording(_)), "got {err}");
-    let graph = client
-        .instantiate(stream, window)
-        .step("instantiate after refusals")?;
-    fx.expect_x(2.0, "after the window")?;
+    // A host sync inside the recording invalidates it, as on CUDA.
+    let err = refused(client.instantiate(stream, window), "instantiate after refusals")?;
+    ensure!(
+        matches!(&err, Error::Doomed(cause) if matches!(**cause, Error::SyncWhileRecording(_))),
+        "the sync dooms the window: {err}"
+    );
+    ensure!(
+        matches!(client.read(&fx.x), Err(Error::Claimed { .. })),
+        "the add it would have replayed claimed x"
+    );
+    client.write_f32(&fx.x, &[2.0; NU]).step("rewrite x")?;
+    fx.expect_x(2.0, "after the rewrite")?;
+    // A window without a sync seals.
+    let window = client.prepare(stream).step("prepare")?;
+    fx.add().step("warmup")?;
+    client.begin(stream, window).step("begin")?;
+    fx.add().step("recorded")?;
+    let graph = client.instantiate(stream, window).step("instantiate")?;
+    fx.expect_x(3.0, "after the warmup")?;
     client.replay(&graph).step("replay")?;
-    fx.expect_x(3.0, "after one replay")
+    fx.expect_x(4.0, "after one replay")
 }
 
 /// Empty, oversized and mis-sized buffers, bad launches, foreign buffers

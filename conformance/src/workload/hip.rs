@@ -1,0 +1,46 @@
+//! The workload's kernels on HIP: the CUDA C++ source the CUDA backend
+//! compiles with NVRTC, compiled here by hiprtc for the device's
+//! architecture (hiprtc provides the HIP built-ins, so the source needs no
+//! includes).
+
+use std::sync::Arc;
+
+use backend_hip::{Hip, HipDevice, Kernel};
+use capture_core::{Access, Error, Signature};
+
+use super::{CUDA_SOURCE, UserKernel, UserKernels};
+
+impl UserKernels for Hip {
+    fn user_kernel(device: &Arc<HipDevice>, which: UserKernel) -> Result<Kernel, Error> {
+        // SAFETY: every workload kernel touches element i of a buffer only
+        // below the count it is given (`n`, or `rows` and `cols` for matvec,
+        // whose matrix is rows x cols), and writes only the bindings its
+        // signature declares written; the workload and the scenarios pass
+        // counts that fit the buffers they bind.
+        unsafe { Kernel::from_hip(device, CUDA_SOURCE, which.name(), which.signature()) }
+    }
+
+    /// A source using a name it never declares: hiprtc refuses it, and its
+    /// log says where and why.
+    fn broken_kernel(device: &Arc<HipDevice>) -> Result<Kernel, Error> {
+        const BROKEN: &str =
+            "extern \"C\" __global__ void broken(float* x) { x[threadIdx.x] = undeclared_value; }";
+        let signature = Signature::new("broken").binding(Access::Write);
+        // SAFETY: the source does not compile, so no kernel is built and
+        // nothing is launched.
+        unsafe { Kernel::from_hip(device, BROKEN, "broken", signature) }
+    }
+
+    /// `residual` declared with one binding where its code takes two: the
+    /// code object's metadata lists each kernel's arguments, and the build
+    /// refuses the signature it contradicts.
+    fn disagreeing_kernel(device: &Arc<HipDevice>) -> Option<Result<Kernel, Error>> {
+        let signature = Signature::new("residual")
+            .binding(Access::ReadWrite)
+            .param(4)
+            .workgroup([super::WORKGROUP, 1, 1]);
+        // SAFETY: the build is refused (the code takes a second pointer the
+        // signature does not declare), so nothing is launched.
+        Some(unsafe { Kernel::from_hip(device, CUDA_SOURCE, "residual", signature) })
+    }
+}
