@@ -8,15 +8,13 @@ use capture_core::{DeviceInfo, DriverError};
 
 use crate::error::{error, vk_error};
 use crate::instance::{self, API_VERSION, InstanceParts};
-use crate::kernels::KernelCache;
 use crate::validation::{Counters, ValidationCounts};
 
 /// Env var that picks a device by index (in the driver's enumeration order)
 /// or by a case-insensitive substring of its name.
 pub const DEVICE_ENV: &str = "CAPTURE_VULKAN_DEVICE";
 
-/// An opened Vulkan device: its instance, its one compute queue and the
-/// builtin pipelines compiled for it.
+/// An opened Vulkan device: its instance and its one compute queue.
 ///
 /// Every stream, page, kernel and executable holds an `Arc` of it, so it is
 /// destroyed only after the last object created from it.
@@ -29,7 +27,6 @@ pub struct Device {
     pub(crate) memory: vk::PhysicalDeviceMemoryProperties,
     pub(crate) limits: vk::PhysicalDeviceLimits,
     pub(crate) info: DeviceInfo,
-    pub(crate) kernels: KernelCache,
     counters: Arc<Counters>,
     parts: InstanceParts,
 }
@@ -250,6 +247,7 @@ impl Device {
         let info = DeviceInfo {
             name: candidate.name.clone(),
             driver_version: driver_version(instance, candidate.physical),
+            max_groups: props.limits.max_compute_work_group_count,
         };
         log::debug!(
             "vulkan: opened {} ({:?}), queue family {}",
@@ -264,7 +262,6 @@ impl Device {
             memory,
             limits: props.limits,
             info,
-            kernels: KernelCache::default(),
             counters: Arc::clone(&parts.counters),
             parts,
         }
@@ -331,9 +328,8 @@ impl Drop for Device {
         // `Arc`); waiting for idle has no other precondition. A failure
         // (device lost) leaves nothing to wait for.
         let _ = unsafe { self.device.device_wait_idle() };
-        self.kernels.destroy(&self.device);
         // SAFETY: every object created from the device was destroyed: each
-        // holds an `Arc` of it, and the pipelines were destroyed just above.
+        // (streams, pages, kernels, executables) holds an `Arc` of it.
         unsafe { self.device.destroy_device(None) };
         self.parts.destroy();
     }

@@ -136,8 +136,9 @@ struct ExecState {
 
 /// A recorded window, replayable any number of times.
 ///
-/// Owns its command pool, descriptor sets and every buffer its commands
-/// reference; dropping it waits for its last replay before freeing them.
+/// Owns its command pool, descriptor sets and every buffer and kernel its
+/// commands reference; dropping it waits for its last replay before freeing
+/// them.
 pub struct Executable {
     device: Arc<Device>,
     pool: vk::CommandPool,

@@ -5,6 +5,11 @@
 //! submission however many launches the window held. Eager work is batched
 //! into primary command buffers for the same reason.
 //!
+//! Kernels are SPIR-V or WGSL ([`Kernel`]); naga checks each module's
+//! interface against the kernel's signature before the driver sees it. The
+//! builtins are WGSL that `build.rs` compiles to SPIR-V, built through the
+//! same path.
+//!
 //! libvulkan is loaded at run time, so the crate builds and runs anywhere
 //! and reports a machine without Vulkan as unavailable. [`DEVICE_ENV`] picks
 //! the device; [`VALIDATION_ENV`] and [`SYNC_VALIDATION_ENV`] control the
@@ -19,6 +24,7 @@ mod instance;
 mod kernels;
 mod memory;
 mod recording;
+mod shader;
 mod stream;
 mod validation;
 
@@ -26,7 +32,7 @@ use std::sync::Arc;
 
 use capture_core::{
     Availability, Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, Error,
-    GraphDriver, HostSlice, Launch,
+    GraphDriver, HostSlice, Launch, Signature,
 };
 
 pub use device::{DEVICE_ENV, Device};
@@ -79,6 +85,10 @@ impl Driver for Vulkan {
 
     fn device_info(device: &Device) -> DeviceInfo {
         device.info.clone()
+    }
+
+    fn signature(kernel: &Kernel) -> &Signature {
+        kernel.signature()
     }
 
     fn create_stream(device: &Arc<Device>) -> Result<Stream, DriverError> {

@@ -1,5 +1,6 @@
 //! Recording launches and copies into a command buffer, with the barriers
-//! they need and the descriptor sets and buffers they use kept alongside.
+//! they need and the descriptor sets, buffers and kernels they use kept
+//! alongside.
 //!
 //! The same recorder serves an eager batch (a primary command buffer
 //! submitted at the next signal) and a capture window (a secondary command
@@ -8,19 +9,22 @@
 use std::sync::Arc;
 
 use ash::vk;
+use capture_core::signature::{MAX_BINDINGS, MAX_PARAM_BYTES};
 use capture_core::{Access, DeviceSlice, DriverError, Launch};
 
 use crate::Vulkan;
 use crate::barriers::{Hazards, Range, device_barrier, host_barrier};
 use crate::device::Device;
 use crate::error::{error, vk_error};
+use crate::kernels::KernelObjects;
 use crate::memory::Buffer;
 
 /// Descriptor sets each pool holds; a launch takes one set.
 const SETS_PER_POOL: u32 = 64;
-/// Storage-buffer descriptors each pool holds: four per set covers every
-/// builtin; a pool that runs short is followed by another.
-const DESCRIPTORS_PER_POOL: u32 = SETS_PER_POOL * 4;
+/// Storage-buffer descriptors each pool holds: enough for every set to
+/// bind the most a kernel may (its buffers and its info), so a fresh pool
+/// always fits one more set; a pool that runs short is followed by another.
+const DESCRIPTORS_PER_POOL: u32 = SETS_PER_POOL * (MAX_BINDINGS as u32 + 1);
 
 /// Descriptor pools that grow on demand and reset as a whole once the
 /// commands that used their sets have completed.
@@ -128,11 +132,48 @@ pub(crate) struct Recorder {
     /// Every buffer a command references, so none is destroyed while the
     /// command buffer may still run.
     pub(crate) keep: Vec<Arc<Buffer>>,
+    /// Every kernel a command runs, for the same reason.
+    kernels: Vec<Arc<KernelObjects>>,
+    /// The pipeline bound last in this command buffer, null before any.
+    bound: vk::Pipeline,
     /// A copy to host memory was recorded since the last host barrier.
     reads_back: bool,
     /// Commands recorded so far.
     pub(crate) commands: usize,
+    /// The ranges the command being recorded touches; kept to reuse.
     scratch: Vec<(Range, Access)>,
+    /// The descriptors of the launch being recorded; kept to reuse.
+    infos: Vec<vk::DescriptorBufferInfo>,
+    /// Parameter bytes padded to a multiple of 4, for launches whose
+    /// parameters are not.
+    padded: [u8; PADDED_PARAMS],
+}
+
+/// Room for the most parameter bytes a kernel may take, rounded up to 4.
+const PADDED_PARAMS: usize = (MAX_PARAM_BYTES as usize).next_multiple_of(4);
+
+/// The bytes to push for `params`: the bytes themselves, or a copy padded
+/// with zeros to the multiple of 4 that `vkCmdPushConstants` requires.
+fn push_bytes<'a>(
+    params: &'a [u8],
+    padded: &'a mut [u8; PADDED_PARAMS],
+) -> Result<&'a [u8], DriverError> {
+    if params.len().is_multiple_of(4) {
+        return Ok(params);
+    }
+    let Some(out) = padded.get_mut(..params.len().next_multiple_of(4)) else {
+        return Err(error(
+            "launch",
+            format!(
+                "{} parameter bytes are more than a kernel may take",
+                params.len()
+            ),
+        ));
+    };
+    let (head, tail) = out.split_at_mut(params.len());
+    head.copy_from_slice(params);
+    tail.fill(0);
+    Ok(out)
 }
 
 /// The range `offset..offset + len` of `buffer`, if it lies inside it.
@@ -169,6 +210,10 @@ impl Recorder {
             reads_back: false,
             commands: 0,
             scratch: Vec::new(),
+            kernels: Vec::new(),
+            bound: vk::Pipeline::null(),
+            infos: Vec::new(),
+            padded: [0; PADDED_PARAMS],
         }
     }
 
@@ -182,53 +227,30 @@ impl Recorder {
         self.hazards.add(&self.scratch);
     }
 
-    /// Records `launch`.
+    /// Records `launch`, which matches its kernel's signature (the core's
+    /// guarantee): each binding's access is the signature's, `info` is
+    /// present exactly when the kernel reads info, `params` holds exactly
+    /// its parameter bytes and the grid is within the device's limits.
     pub(crate) fn launch(
         &mut self,
         device: &Arc<Device>,
         launch: &Launch<'_, Vulkan>,
     ) -> Result<(), DriverError> {
         const OP: &str = "launch";
-        let kernel = launch.kernel;
-        if !Arc::ptr_eq(&kernel.device, device) {
+        let objects = &launch.kernel.objects;
+        if !Arc::ptr_eq(&objects.device, device) {
             return Err(error(OP, "the kernel was built for another device"));
         }
-        let objects = kernel.objects;
-        if u32::try_from(launch.bindings.len()).ok() != Some(objects.buffers) {
-            return Err(error(
-                OP,
-                format!(
-                    "{} takes {} buffers, the launch bound {}",
-                    kernel.which.name(),
-                    objects.buffers,
-                    launch.bindings.len()
-                ),
-            ));
-        }
-        let max_groups = device.limits.max_compute_work_group_count;
-        if launch
-            .groups
-            .iter()
-            .zip(max_groups)
-            .any(|(&g, max)| g > max)
-        {
-            return Err(error(
-                OP,
-                format!(
-                    "{:?} workgroups exceed the device's {max_groups:?}",
-                    launch.groups
-                ),
-            ));
-        }
         let alignment = device.limits.min_storage_buffer_offset_alignment.max(1);
+        let info = launch.info.map(|slice| (slice, Access::Read));
         let slices = launch
             .bindings
             .iter()
             .map(|b| (b.slice, b.access))
-            .chain(std::iter::once((launch.info, Access::Read)));
+            .chain(info);
 
         self.scratch.clear();
-        let mut infos = Vec::with_capacity(launch.bindings.len() + 1);
+        self.infos.clear();
         for (slice, access) in slices {
             let DeviceSlice { page, offset, len } = slice;
             if offset % alignment != 0 {
@@ -239,7 +261,7 @@ impl Recorder {
             }
             self.scratch
                 .push((range_in(&page.0, offset, len, OP)?, access));
-            infos.push(
+            self.infos.push(
                 vk::DescriptorBufferInfo::default()
                     .buffer(page.0.buffer)
                     .offset(offset)
@@ -248,42 +270,71 @@ impl Recorder {
         }
 
         let vk_device = &device.device;
-        let set = self.descriptors.allocate(vk_device, objects.set_layout)?;
-        let writes: Vec<vk::WriteDescriptorSet<'_>> = infos
-            .iter()
-            .zip(0u32..)
-            .map(|(info, binding)| {
-                vk::WriteDescriptorSet::default()
-                    .dst_set(set)
-                    .dst_binding(binding)
-                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                    .buffer_info(std::slice::from_ref(info))
-            })
-            .collect();
-        // SAFETY: `set` is freshly allocated and unused; every buffer in
-        // `infos` is live and the ranges were checked above.
-        unsafe { vk_device.update_descriptor_sets(&writes, &[]) };
+        let set = if self.infos.is_empty() {
+            None
+        } else {
+            let set = self.descriptors.allocate(vk_device, objects.set_layout)?;
+            // One write fills every binding: they are consecutive from 0,
+            // all storage buffers of one descriptor each for the compute
+            // stage, so the write rolls over from each into the next.
+            let write = vk::WriteDescriptorSet::default()
+                .dst_set(set)
+                .dst_binding(0)
+                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                .buffer_info(&self.infos);
+            // SAFETY: `set` is freshly allocated and unused; its layout has
+            // one storage-buffer binding per info, numbered from 0; every
+            // buffer in `infos` is live and its range was checked above.
+            unsafe { vk_device.update_descriptor_sets(std::slice::from_ref(&write), &[]) };
+            Some(set)
+        };
 
         self.order(vk_device);
+        let push = push_bytes(launch.params, &mut self.padded)?;
         let [x, y, z] = launch.groups;
-        // SAFETY: `self.cmd` is recording outside a render pass; the pipeline,
-        // layout and set belong to this device and outlive the command buffer
-        // (the device owns the pipeline, the recorder owns the set's pool).
+        // SAFETY: `self.cmd` is recording outside a render pass; the
+        // pipeline, layout and set belong to this device and outlive the
+        // command buffer (the recorder keeps the kernel's objects and owns
+        // the set's pool); the pushed bytes lie inside the layout's range,
+        // which is the parameter bytes rounded up to a multiple of 4.
         unsafe {
-            vk_device.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, objects.pipeline);
-            vk_device.cmd_bind_descriptor_sets(
-                self.cmd,
-                vk::PipelineBindPoint::COMPUTE,
-                objects.layout,
-                0,
-                &[set],
-                &[],
-            );
+            if self.bound != objects.pipeline {
+                vk_device.cmd_bind_pipeline(
+                    self.cmd,
+                    vk::PipelineBindPoint::COMPUTE,
+                    objects.pipeline,
+                );
+                self.bound = objects.pipeline;
+            }
+            if let Some(set) = set {
+                vk_device.cmd_bind_descriptor_sets(
+                    self.cmd,
+                    vk::PipelineBindPoint::COMPUTE,
+                    objects.layout,
+                    0,
+                    &[set],
+                    &[],
+                );
+            }
+            if !push.is_empty() {
+                vk_device.cmd_push_constants(
+                    self.cmd,
+                    objects.layout,
+                    vk::ShaderStageFlags::COMPUTE,
+                    0,
+                    push,
+                );
+            }
             vk_device.cmd_dispatch(self.cmd, x, y, z);
         }
         self.keep
             .extend(launch.bindings.iter().map(|b| Arc::clone(&b.slice.page.0)));
-        self.keep.push(Arc::clone(&launch.info.page.0));
+        if let Some(info) = launch.info {
+            self.keep.push(Arc::clone(&info.page.0));
+        }
+        if !self.kernels.last().is_some_and(|k| Arc::ptr_eq(k, objects)) {
+            self.kernels.push(Arc::clone(objects));
+        }
         self.commands += 1;
         Ok(())
     }
@@ -352,6 +403,8 @@ impl Recorder {
         self.descriptors.reset(device);
         self.hazards.clear();
         self.keep.clear();
+        self.kernels.clear();
+        self.bound = vk::Pipeline::null();
         self.reads_back = false;
         self.commands = 0;
     }

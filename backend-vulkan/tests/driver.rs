@@ -10,8 +10,8 @@ use backend_vulkan::{
     Device, DevicePage, Executable, HostPage, Kernel, Stream, Vulkan, validation_counts,
 };
 use capture_core::{
-    Availability, Binding, Builtin, BuiltinInfo, Builtins, DeviceSlice, Driver, Error, GraphDriver,
-    HostSlice, Launch, builtin::groups_for,
+    Access, Availability, Binding, Builtin, BuiltinInfo, Builtins, DeviceSlice, Driver, Error,
+    GraphDriver, HostSlice, Launch, Params, Signature, builtin::groups_for,
 };
 
 /// Bytes per slice slot; capture-core keeps binding offsets at multiples of 256.
@@ -92,42 +92,64 @@ fn read_floats(host: &HostPage, host_offset: u64, n: usize) -> Vec<f32> {
     from_bytes(&out)
 }
 
-/// Launches `kernel` on `stream` over `n` elements with `buffers` (page,
-/// offset) in binding order and info at `info` (page, offset).
-fn launch_on(
+/// Launches `kernel` on `stream` with `buffers` (page, offset) in binding
+/// order, each `len` bytes long, the info slice at `info` (page, offset)
+/// when the kernel reads info, and `params`.
+fn launch_raw(
     stream: &mut Stream,
     kernel: &Kernel,
-    which: Builtin,
-    n: usize,
-    (info_page, info_offset): (&DevicePage, u64),
+    groups: [u32; 3],
     buffers: &[(&DevicePage, u64)],
+    len: u64,
+    info: Option<(&DevicePage, u64)>,
+    params: &[u8],
 ) {
+    let signature = Vulkan::signature(kernel);
     let bindings: Vec<Binding<'_, Vulkan>> = buffers
         .iter()
-        .zip(which.accesses())
+        .zip(signature.accesses())
         .map(|(&(page, offset), &access)| Binding {
-            slice: DeviceSlice {
-                page,
-                offset,
-                len: bytes_of(n),
-            },
+            slice: DeviceSlice { page, offset, len },
             access,
         })
         .collect();
+    let info = info.map(|(page, offset)| DeviceSlice {
+        page,
+        offset,
+        len: u64::from(signature.info_bytes()),
+    });
     Vulkan::launch(
         stream,
         Launch {
             kernel,
-            groups: groups_for(n as u32),
+            groups,
             bindings: &bindings,
-            info: DeviceSlice {
-                page: info_page,
-                offset: info_offset,
-                len: BuiltinInfo::SIZE as u64,
-            },
+            info,
+            params,
         },
     )
     .expect("launch");
+}
+
+/// Launches the builtin `kernel` on `stream` over `n` elements with
+/// `buffers` (page, offset) in binding order and info at `info` (page,
+/// offset).
+fn launch_on(
+    stream: &mut Stream,
+    kernel: &Kernel,
+    n: usize,
+    info: (&DevicePage, u64),
+    buffers: &[(&DevicePage, u64)],
+) {
+    launch_raw(
+        stream,
+        kernel,
+        groups_for(n as u32),
+        buffers,
+        bytes_of(n),
+        Some(info),
+        &[],
+    );
 }
 
 struct Fixture {
@@ -223,28 +245,14 @@ impl Fixture {
 
     /// Launches `kernel` over `n` elements with `buffers` (page, offset) in
     /// binding order and info at `info`.
-    fn launch(
-        &mut self,
-        kernel: &Kernel,
-        which: Builtin,
-        n: usize,
-        info: u64,
-        buffers: &[(&DevicePage, u64)],
-    ) {
-        launch_on(
-            &mut self.stream,
-            kernel,
-            which,
-            n,
-            (&self.info, info),
-            buffers,
-        );
+    fn launch(&mut self, kernel: &Kernel, n: usize, info: u64, buffers: &[(&DevicePage, u64)]) {
+        launch_on(&mut self.stream, kernel, n, (&self.info, info), buffers);
     }
 
     /// Launches `fill` over `n` elements of `page` at `offset`, with info at
     /// `info`.
     fn fill(&mut self, fill: &Kernel, n: usize, info: u64, page: &DevicePage, offset: u64) {
-        self.launch(fill, Builtin::Fill, n, info, &[(page, offset)]);
+        self.launch(fill, n, info, &[(page, offset)]);
     }
 
     /// Drops the stream and pages and checks the validation layer's verdict.
@@ -293,7 +301,7 @@ impl AddChain {
     /// Launches one add of the ones into x.
     fn add(&self, f: &mut Fixture) {
         let buffers = [(&self.page, 0), (&self.page, self.slot)];
-        f.launch(&self.add, Builtin::Add, self.n, self.info, &buffers);
+        f.launch(&self.add, self.n, self.info, &buffers);
     }
 
     /// Records `adds` adds plus a download of x into host bytes 0.., in a
@@ -349,6 +357,7 @@ fn probe_reports_the_device() {
         Availability::Available(info) => {
             assert!(!info.name.is_empty());
             assert!(!info.driver_version.is_empty());
+            assert!(info.max_groups.iter().all(|&g| g >= 65_535), "{info:?}");
             let device = Vulkan::open().expect("open");
             assert_eq!(Vulkan::device_info(&device), info);
             eprintln!("vulkan device: {info:?}");
@@ -378,16 +387,10 @@ fn eager_builtins_compute_expected_values() {
         let info_fill = f.info(n as u32, 2.0);
         f.fill(&fill, n, info_fill, &page, y);
         let info_n = f.info(n as u32, 0.0);
-        f.launch(&add, Builtin::Add, n, info_n, &[(&page, x), (&page, y)]); // x = i + 2
-        f.launch(&copy, Builtin::Copy, n, info_n, &[(&page, x), (&page, z)]); // z = i + 2
+        f.launch(&add, n, info_n, &[(&page, x), (&page, y)]); // x = i + 2
+        f.launch(&copy, n, info_n, &[(&page, x), (&page, z)]); // z = i + 2
         let info_axpy = f.info(n as u32, 0.5);
-        f.launch(
-            &axpy,
-            Builtin::Axpy,
-            n,
-            info_axpy,
-            &[(&page, y), (&page, z)],
-        ); // z = i + 3
+        f.launch(&axpy, n, info_axpy, &[(&page, y), (&page, z)]); // z = i + 3
         // Fewer elements than the buffer holds: the tail stays as filled.
         f.fill(&fill, n, info_fill, &page, w);
         let info_short = f.info(10, -1.0);
@@ -566,14 +569,7 @@ fn streams_are_independent() {
         f.sync();
         Vulkan::begin(&mut f.stream).expect("begin");
         // Work on the other stream is not recorded.
-        launch_on(
-            &mut other,
-            &fill,
-            Builtin::Fill,
-            64,
-            (&f.info, info),
-            &[(&page, SLOT)],
-        );
+        launch_on(&mut other, &fill, 64, (&f.info, info), &[(&page, SLOT)]);
         sync_stream(&mut other);
         let exec = Vulkan::instantiate(&mut f.stream, None).expect("instantiate");
         assert!(f.download(&page, SLOT, 64).iter().all(|&v| v == 4.0));
@@ -617,14 +613,7 @@ fn streams_on_separate_threads_share_the_queue() {
                         let value = (t * 100 + round) as f32;
                         let bytes = BuiltinInfo::new(64, value).to_bytes();
                         stage(&mut stream, &host, 0, &bytes, &info, 0);
-                        launch_on(
-                            &mut stream,
-                            &fill,
-                            Builtin::Fill,
-                            64,
-                            (&info, 0),
-                            &[(&data, 0)],
-                        );
+                        launch_on(&mut stream, &fill, 64, (&info, 0), &[(&data, 0)]);
                         enqueue_copy_out(&mut stream, &data, 0, 64, &host, 1024);
                         sync_stream(&mut stream);
                         assert!(read_floats(&host, 1024, 64).iter().all(|&v| v == value));
@@ -650,5 +639,339 @@ fn fence_on_a_signal_never_submitted_is_an_error() {
         // The other stream never submitted that far, so waiting would hang.
         assert!(Vulkan::fence(&mut other, signal).is_err());
         Vulkan::fence(&mut f.stream, signal).expect("fence");
+    });
+}
+
+/// `x = x * a + b` over the first `n` elements, with `n`, `a` and `b` by
+/// value.
+const SCALE: &str = "
+struct Params { n: u32, a: f32, b: f32 }
+@group(0) @binding(0) var<storage, read_write> x: array<f32>;
+var<immediate> p: Params;
+
+@compute @workgroup_size(64)
+fn scale(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (gid.x < p.n) {
+        x[gid.x] = x[gid.x] * p.a + p.b;
+    }
+}
+";
+
+fn scale_signature() -> Signature {
+    Signature::new("scale")
+        .binding(Access::ReadWrite)
+        .param(4)
+        .param(4)
+        .param(4)
+}
+
+fn scale_params(n: usize, a: f32, b: f32) -> Params {
+    Params::new().u32(n as u32).f32(a).f32(b)
+}
+
+/// SCALE as SPIR-V, compiled by naga as any offline compiler would.
+fn scale_spirv() -> Vec<u32> {
+    let module = naga::front::wgsl::parse_str(SCALE).expect("SCALE parses");
+    let info = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::IMMEDIATES,
+    )
+    .validate(&module)
+    .expect("SCALE validates");
+    let pipeline = naga::back::spv::PipelineOptions {
+        shader_stage: naga::ShaderStage::Compute,
+        entry_point: "scale".into(),
+    };
+    let options = naga::back::spv::Options {
+        lang_version: (1, 3),
+        ..Default::default()
+    };
+    naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline)).expect("SCALE compiles")
+}
+
+/// The log of a refused build; panics on a kernel that was built.
+fn compile_log(built: Result<Kernel, Error>, kernel: &str) -> String {
+    match built {
+        Err(Error::Compile { kernel: name, log }) => {
+            assert_eq!(name, kernel);
+            log
+        }
+        Err(other) => panic!("expected a compile error, got {other}"),
+        Ok(kernel) => panic!("expected a compile error, got {kernel:?}"),
+    }
+}
+
+impl Fixture {
+    fn scale(&self) -> Kernel {
+        Kernel::from_wgsl_checked(&self.device, SCALE, "scale", scale_signature())
+            .expect("scale builds")
+    }
+
+    /// Launches a kernel that reads no info over `n` elements of each of
+    /// `buffers`, in 64-thread workgroups.
+    fn launch_user(
+        &mut self,
+        kernel: &Kernel,
+        n: usize,
+        buffers: &[(&DevicePage, u64)],
+        params: &Params,
+    ) {
+        let groups = [(n as u32).div_ceil(64).max(1), 1, 1];
+        launch_raw(
+            &mut self.stream,
+            kernel,
+            groups,
+            buffers,
+            bytes_of(n),
+            None,
+            params.as_bytes(),
+        );
+    }
+}
+
+#[test]
+fn builtins_carry_their_signatures() {
+    run("builtins_carry_their_signatures", |f| {
+        for which in Builtin::ALL {
+            let kernel = f.kernel(which);
+            assert_eq!(Vulkan::signature(&kernel), &which.signature());
+        }
+    });
+}
+
+#[test]
+fn user_wgsl_kernels_take_their_parameters_by_value() {
+    run("user_wgsl_kernels_take_their_parameters_by_value", |f| {
+        let n = 100usize; // not a multiple of the workgroup size
+        let page = f.page(2 * SLOT);
+        let xs: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        f.upload(0, &xs, &page, 0);
+        let checked = f.scale();
+        assert_eq!(Vulkan::signature(&checked), &scale_signature());
+        f.launch_user(&checked, n, &[(&page, 0)], &scale_params(n, 2.0, 1.0));
+        // SAFETY: SCALE touches only `x[i]` for `i < n`, and every launch
+        // below passes an `n` within the bound slice.
+        let unchecked = unsafe { Kernel::from_wgsl(&f.device, SCALE, "scale", scale_signature()) }
+            .expect("scale builds");
+        // Only the first half: the rest keeps the first launch's values.
+        f.launch_user(&unchecked, n, &[(&page, 0)], &scale_params(n / 2, 0.5, 0.0));
+        let got = f.download(&page, 0, n);
+        for (i, &v) in got.iter().enumerate() {
+            let first = 2.0 * i as f32 + 1.0;
+            let want = if i < n / 2 { first * 0.5 } else { first };
+            assert_eq!(v, want, "x[{i}]");
+        }
+    });
+}
+
+#[test]
+fn a_recorded_launch_replays_the_parameters_it_was_recorded_with() {
+    run(
+        "a_recorded_launch_replays_the_parameters_it_was_recorded_with",
+        |f| {
+            let n = 64usize;
+            let page = f.page(SLOT);
+            f.upload(0, &vec![1.0; n], &page, 0);
+            let scale = f.scale();
+            let record = |f: &mut Fixture, a: f32, b: f32| {
+                Vulkan::begin(&mut f.stream).expect("begin");
+                let params = scale_params(n, a, b);
+                f.launch_user(&scale, n, &[(&page, 0)], &params);
+                // The bytes were recorded by value: the caller's copy may go.
+                drop(params);
+                Vulkan::instantiate(&mut f.stream, None).expect("instantiate")
+            };
+            let double = record(f, 2.0, 0.0);
+            let plus_five = record(f, 1.0, 5.0);
+            for exec in [&double, &plus_five, &double] {
+                Vulkan::replay(exec, &mut f.stream).expect("replay");
+            }
+            // ((1 * 2) + 5) * 2
+            assert!(f.download(&page, 0, n).iter().all(|&v| v == 14.0));
+        },
+    );
+}
+
+#[test]
+fn a_kernel_dropped_while_its_work_may_run_lives_until_it_completes() {
+    run(
+        "a_kernel_dropped_while_its_work_may_run_lives_until_it_completes",
+        |f| {
+            let n = 64usize;
+            let page = f.page(SLOT);
+            f.upload(0, &vec![1.0; n], &page, 0);
+            let scale = f.scale();
+            Vulkan::begin(&mut f.stream).expect("begin");
+            f.launch_user(&scale, n, &[(&page, 0)], &scale_params(n, 3.0, 0.0));
+            let exec = Vulkan::instantiate(&mut f.stream, None).expect("instantiate");
+            // Eager work not yet submitted, then the only handle goes.
+            f.launch_user(&scale, n, &[(&page, 0)], &scale_params(n, 2.0, 0.0));
+            drop(scale);
+            Vulkan::replay(&exec, &mut f.stream).expect("replay");
+            Vulkan::replay(&exec, &mut f.stream).expect("replay");
+            assert!(f.download(&page, 0, n).iter().all(|&v| v == 18.0));
+            drop(exec);
+        },
+    );
+}
+
+#[test]
+fn checked_wgsl_cannot_write_past_its_binding() {
+    run("checked_wgsl_cannot_write_past_its_binding", |f| {
+        let n = 64usize;
+        let page = f.page(2 * SLOT);
+        f.upload(0, &vec![0.0; n], &page, 0);
+        f.upload(4096, &vec![7.0; n], &page, SLOT);
+        let scale = f.scale();
+        // The launch claims twice the elements the bound slice holds.
+        let groups = [2, 1, 1];
+        let params = scale_params(2 * n, 0.0, 1.0);
+        launch_raw(
+            &mut f.stream,
+            &scale,
+            groups,
+            &[(&page, 0)],
+            bytes_of(n),
+            None,
+            params.as_bytes(),
+        );
+        assert!(f.download(&page, 0, n).iter().all(|&v| v == 1.0));
+        assert!(f.download(&page, SLOT, n).iter().all(|&v| v == 7.0));
+    });
+}
+
+#[test]
+fn user_spirv_builds_and_a_disagreeing_module_is_refused_naming_both_sides() {
+    run(
+        "user_spirv_builds_and_a_disagreeing_module_is_refused_naming_both_sides",
+        |f| {
+            let words = scale_spirv();
+            // SAFETY: SCALE touches only `x[i]` for `i < n`, and the launch
+            // passes `n` equal to the bound slice's element count.
+            let scale =
+                unsafe { Kernel::from_spirv(&f.device, &words, "scale", scale_signature()) }
+                    .expect("scale builds from SPIR-V");
+            let n = 10usize;
+            let page = f.page(SLOT);
+            f.upload(0, &vec![3.0; n], &page, 0);
+            f.launch_user(&scale, n, &[(&page, 0)], &scale_params(n, -1.0, 0.5));
+            assert!(f.download(&page, 0, n).iter().all(|&v| v == -2.5));
+
+            let build = |signature: Signature| {
+                // SAFETY: as above; these builds are refused before any launch.
+                unsafe { Kernel::from_spirv(&f.device, &words, "scale", signature) }
+            };
+            let one_more = scale_signature().binding(Access::Read);
+            let log = compile_log(build(one_more), "scale");
+            assert!(
+                log.contains("the module does not use binding 1")
+                    && log.contains("the signature declares a read buffer"),
+                "{log}"
+            );
+            let none = Signature::new("scale").param(4).param(4).param(4);
+            let log = compile_log(build(none), "scale");
+            assert!(
+                log.contains("storage buffer binding 0")
+                    && log.contains("the signature declares 0 buffer(s)"),
+                "{log}"
+            );
+            let read = Signature::new("scale")
+                .binding(Access::Read)
+                .param(4)
+                .param(4)
+                .param(4);
+            let log = compile_log(build(read), "scale");
+            assert!(
+                log.contains("is read_write storage in the module")
+                    && log.contains("the signature declares read"),
+                "{log}"
+            );
+            let short = Signature::new("scale")
+                .binding(Access::ReadWrite)
+                .param(4)
+                .param(4);
+            let log = compile_log(build(short), "scale");
+            assert!(
+                log.contains("push-constant block is 12 bytes")
+                    && log.contains("8 parameter bytes"),
+                "{log}"
+            );
+            let log = compile_log(
+                // SAFETY: refused before any launch.
+                unsafe { Kernel::from_spirv(&f.device, &words, "main", scale_signature()) },
+                "scale",
+            );
+            assert!(log.contains("no entry point `main`"), "{log}");
+            // Malformed modules are naga's log, never the driver's crash.
+            let log = compile_log(
+                // SAFETY: refused before any launch.
+                unsafe { Kernel::from_spirv(&f.device, &words[..5], "scale", scale_signature()) },
+                "scale",
+            );
+            assert!(
+                log.contains("no entry point `scale` (it has: none)"),
+                "{log}"
+            );
+            let mut mangled = words.clone();
+            mangled[0] = 0xdead_beef;
+            let log = compile_log(
+                // SAFETY: refused before any launch.
+                unsafe { Kernel::from_spirv(&f.device, &mangled, "scale", scale_signature()) },
+                "scale",
+            );
+            assert!(log.starts_with("parsing SPIR-V"), "{log}");
+            let cut = &words[..words.len() / 2];
+            let log = compile_log(
+                // SAFETY: refused before any launch.
+                unsafe { Kernel::from_spirv(&f.device, cut, "scale", scale_signature()) },
+                "scale",
+            );
+            eprintln!("a module cut in half: {log}");
+        },
+    );
+}
+
+#[test]
+fn bad_wgsl_is_a_compile_error_carrying_nagas_message() {
+    run("bad_wgsl_is_a_compile_error_carrying_nagas_message", |f| {
+        let broken = "@compute @workgroup_size(64)\nfn broken(i: u32 {\n}\n";
+        let naga_says = match naga::front::wgsl::parse_str(broken) {
+            Err(e) => e.emit_to_string(broken),
+            Ok(_) => panic!("the broken source parsed"),
+        };
+        let built =
+            Kernel::from_wgsl_checked(&f.device, broken, "broken", Signature::new("broken"));
+        let log = compile_log(built, "broken");
+        assert_eq!(log, naga_says);
+        assert!(log.contains("wgsl:2:"), "{log}");
+
+        // Parses, but stores to a read-only buffer: naga's validator refuses.
+        let writes_read_only = SCALE.replace("read_write", "read");
+        let built =
+            Kernel::from_wgsl_checked(&f.device, &writes_read_only, "scale", scale_signature());
+        let log = compile_log(built, "scale");
+        assert!(log.contains("error"), "{log}");
+    });
+}
+
+#[test]
+fn a_workgroup_size_mismatch_is_refused() {
+    run("a_workgroup_size_mismatch_is_refused", |f| {
+        let narrow = scale_signature().workgroup([32, 1, 1]);
+        let log = compile_log(
+            Kernel::from_wgsl_checked(&f.device, SCALE, "scale", narrow),
+            "scale",
+        );
+        assert!(
+            log.contains("workgroup size is 64x1x1") && log.contains("declares 32x1x1"),
+            "{log}"
+        );
+        // Beyond every backend's limit: refused before naga is asked.
+        let huge = scale_signature().workgroup([2048, 1, 1]);
+        let log = compile_log(
+            Kernel::from_wgsl_checked(&f.device, SCALE, "scale", huge),
+            "scale",
+        );
+        assert!(log.contains("2048x1x1"), "{log}");
     });
 }
