@@ -128,6 +128,14 @@ impl CudaDevice {
         self.compute
     }
 
+    /// Whether building a kernel checks its entry point's parameters against
+    /// its signature: the driver can list them from 12.4 on
+    /// (`cuFuncGetParamInfo`); older ones leave it to the constructor's
+    /// promise.
+    pub fn checks_kernel_parameters(&self) -> bool {
+        loader::param_info().is_some()
+    }
+
     /// The largest block the device runs.
     pub(crate) fn limits(&self) -> BlockLimits {
         self.limits
