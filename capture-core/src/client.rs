@@ -406,7 +406,7 @@ impl<D: GraphDriver> Client<D> {
     ///
     /// [`Error::NotWhole`] when the buffer's size is not a multiple of 4.
     pub fn read_f32(&self, buffer: &Buffer) -> Result<Vec<f32>, Error> {
-        if buffer.len() % 4 != 0 {
+        if !buffer.len().is_multiple_of(4) {
             return Err(Error::NotWhole {
                 buffer: buffer.id(),
                 bytes: buffer.len(),

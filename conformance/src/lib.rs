@@ -39,6 +39,7 @@ pub mod registry;
 pub mod runner;
 pub mod scenarios;
 pub mod session;
+pub mod stress;
 pub mod support;
 pub mod workload;
 

@@ -7,6 +7,7 @@ mod kernels;
 mod replay;
 mod scale;
 mod state;
+mod threads;
 
 
 use crate::session::Session;
@@ -87,4 +88,11 @@ suite![
     scale::ten_thousand_launch_capture,
     scale::rule_16_thousand_replays_keep_usage_flat,
     scale::capture_across_threads,
+    threads::a_read_on_a_busy_stream_does_not_block_another_stream,
+    threads::two_threads_on_one_stream_never_record_silently,
+    threads::a_recording_takes_only_its_threads_work,
+    threads::every_refused_call_dooms_its_window,
+    threads::a_panicking_capture_leaves_nothing,
+    threads::stress_four_threads_against_a_model,
+    threads::stress_four_threads_with_tiny_pages,
 ];
