@@ -409,3 +409,24 @@ impl Recorder {
         self.commands = 0;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_are_pushed_in_whole_words() {
+        let mut padded = [0xff; PADDED_PARAMS];
+        let aligned = [1, 2, 3, 4, 5, 6, 7, 8];
+        assert_eq!(push_bytes(&aligned, &mut padded), Ok(&aligned[..]));
+        // A u32 and a u16: padded with zeros to 8 bytes.
+        let short = [1, 2, 3, 4, 5, 6];
+        assert_eq!(
+            push_bytes(&short, &mut padded),
+            Ok(&[1, 2, 3, 4, 5, 6, 0, 0][..])
+        );
+        assert_eq!(push_bytes(&[], &mut padded), Ok(&[][..]));
+        let too_many = [0; PADDED_PARAMS + 1];
+        assert!(push_bytes(&too_many, &mut padded).is_err());
+    }
+}
