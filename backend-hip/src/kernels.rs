@@ -329,8 +329,8 @@ fn compiled(device: &HipDevice, source: &str, entry: &str) -> Result<Arc<Module>
     let rtc = rtc::rtc()?;
     // hiprtc targets the current device when no architecture is named.
     device.make_current("compile kernel")?;
-    // The program is named for the kernel asked for, so hiprtc's diagnostics
-    // read `<entry>.hip:line:column`; the error names the kernel itself.
+    // The program is named for the kernel asked for; the error names the
+    // kernel itself.
     let image =
         rtc::compile(rtc, source, &format!("{entry}.hip"), device.arch()).map_err(|error| {
             match error {

@@ -126,11 +126,7 @@ pub(crate) fn api() -> Result<&'static Api, &'static str> {
 /// The install roots' library folders named by `ROCM_PATH` and `HIP_PATH`,
 /// or ROCm's default one when neither is set.
 fn env_dirs() -> Vec<PathBuf> {
-    install_dirs(
-        ["ROCM_PATH", "HIP_PATH"]
-            .iter()
-            .filter_map(|var| env::var_os(var)),
-    )
+    install_dirs(["ROCM_PATH", "HIP_PATH"].iter().filter_map(env::var_os))
 }
 
 /// `lib` under each non-empty root, or under [`DEFAULT_ROOT`] when there is

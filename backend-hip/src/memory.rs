@@ -41,8 +41,9 @@ impl Drop for HipDevicePage {
         let result = self.device.make_current(OP).and_then(|()| {
             // SAFETY: the pointer came from hipMalloc on this device and is
             // freed exactly once, here; capture-core gives a page back only
-            // once no enqueued work can touch it, and hipFree waits for the
-            // device's work before freeing in any case.
+            // once no enqueued work can touch it, and a page dropped without
+            // that promise is still safe to free: hipFree performs an
+            // implicit hipDeviceSynchronize, as ROCm documents.
             let code = unsafe { (api.free)(self.ptr) };
             error::check(api, OP, code)
         });
@@ -99,8 +100,8 @@ impl Drop for HipHostPage {
         let result = self.device.make_current(OP).and_then(|()| {
             // SAFETY: the pointer came from hipHostMalloc and is freed exactly
             // once, here; no enqueued copy still uses it (capture-core's
-            // promise for a released page; hipHostFree waits for the device
-            // in any case).
+            // promise for a released page; hipHostFree performs an implicit
+            // hipDeviceSynchronize in any case, as ROCm documents).
             let code = unsafe { (api.host_free)(self.ptr.cast()) };
             error::check(api, OP, code)
         });

@@ -152,7 +152,7 @@ fn list(args: &[Arg]) -> String {
 pub(crate) fn read(image: &[u8]) -> Option<Vec<KernelInterface>> {
     let mut found = None;
     for object in objects(image) {
-        if let Some(kernels) = elf_metadata(object).and_then(|bytes| kernels(bytes)) {
+        if let Some(kernels) = elf_metadata(object).and_then(kernels) {
             found.get_or_insert_with(Vec::new).extend(kernels);
         }
     }

@@ -24,8 +24,8 @@ const FLAGS: [&CStr; 2] = [c"-O3", c"-ffp-contract=off"];
 /// architecture, for checking sources ahead of time or building images for
 /// [`Kernel::from_code_object`](crate::Kernel::from_code_object).
 ///
-/// The source is compiled as a program called `name` (its diagnostics say
-/// `name:line:column`), with `-O3 -ffp-contract=off`.
+/// The source is compiled as a program called `name` (the name
+/// [`Error::Compile`] carries), with `-O3 -ffp-contract=off`.
 ///
 /// ```no_run
 /// let image = backend_hip::hiprtc_compile(

@@ -65,6 +65,11 @@ fn probe_without_the_library_says_it_is_missing() {
             Ok(_) => panic!("open succeeded with no library"),
             Err(error) => println!("OPEN={error}"),
         }
+        match backend_hip::hiprtc_compile("extern \"C\" __global__ void k() {}", "k.hip", "gfx90a")
+        {
+            Ok(_) => panic!("hiprtc compiled with no library"),
+            Err(error) => println!("COMPILE={error}"),
+        }
         return;
     }
 
@@ -102,6 +107,18 @@ fn probe_without_the_library_says_it_is_missing() {
     assert!(
         open.starts_with("hip: open device failed: no HIP runtime: "),
         "{open}"
+    );
+    // A compile with no hiprtc is an error naming what was tried, not a panic.
+    let compile = stdout
+        .lines()
+        .find_map(|line| line.split_once("COMPILE=").map(|(_, rest)| rest))
+        .unwrap_or_else(|| panic!("the child printed no compile error:\n{stdout}"));
+    assert!(
+        compile.starts_with(&format!(
+            "hip: compile kernel failed: hiprtc unavailable: no HIP runtime: libamdhip64.so not \
+             found ({missing}: "
+        )),
+        "{compile}"
     );
 }
 

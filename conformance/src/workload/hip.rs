@@ -2,6 +2,7 @@
 //! compiles with NVRTC, compiled here by hiprtc for the device's
 //! architecture (hiprtc provides the HIP built-ins, so the source needs no
 //! includes).
+#![allow(unsafe_code)]
 
 use std::sync::Arc;
 
@@ -11,12 +12,12 @@ use capture_core::{Access, Error, Signature};
 use super::{CUDA_SOURCE, UserKernel, UserKernels};
 
 impl UserKernels for Hip {
-    fn user_kernel(device: &Arc<HipDevice>, which: UserKernel) -> Result<Kernel, Error> {
+    unsafe fn user_kernel(device: &Arc<HipDevice>, which: UserKernel) -> Result<Kernel, Error> {
         // SAFETY: every workload kernel touches element i of a buffer only
         // below the count it is given (`n`, or `rows` and `cols` for matvec,
-        // whose matrix is rows x cols), and writes only the bindings its
-        // signature declares written; the workload and the scenarios pass
-        // counts that fit the buffers they bind.
+        // whose matrix is rows x cols) and writes only the bindings its
+        // signature declares written; this function's caller promises that
+        // every launch passes counts that fit the buffers it binds.
         unsafe { Kernel::from_hip(device, CUDA_SOURCE, which.name(), which.signature()) }
     }
 
