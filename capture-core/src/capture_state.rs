@@ -318,7 +318,9 @@ mod tests {
         assert!(state.end(W1).is_err(), "not recording yet");
         assert_eq!(state.phase(), Phase::Prepared(W1));
 
-        state.begin(W1, me()).expect("the expected call still works");
+        state
+            .begin(W1, me())
+            .expect("the expected call still works");
         assert!(state.prepare(W2).is_err());
         assert!(state.begin(W1, me()).is_err());
         assert_eq!(state.phase(), Phase::Recording(W1));

@@ -25,9 +25,9 @@ use crate::builtin::{Builtin, BuiltinInfo, Builtins, groups_for};
 use crate::capture_state::Phase;
 use crate::driver::{DeviceInfo, DeviceSlice, Driver, GraphDriver};
 use crate::error::Error;
+use crate::graveyard::Graveyard;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
 use crate::pool::SliceHandle;
-use crate::graveyard::Graveyard;
 use crate::server::{BufferRef, Server};
 use crate::signature::{MAX_BINDINGS, Signature};
 use crate::stream::{Config, StreamUsage};
@@ -471,7 +471,10 @@ impl<D: GraphDriver> Client<D> {
                 reason: format!("{} buffers bound; at most {MAX_BINDINGS}", buffers.len()),
             });
         }
-        buffers.iter().map(|buffer| self.buffer_ref(buffer)).collect()
+        buffers
+            .iter()
+            .map(|buffer| self.buffer_ref(buffer))
+            .collect()
     }
 
     /// Open a capture window on `stream` and arm its pools: run the warmup

@@ -549,12 +549,12 @@ impl<D: GraphDriver> Server<D> {
             };
             let outcome = match poisoned {
                 Some(err) => Err(err),
-                None => D::replay(&graph.exec, &mut state.raw).map_err(|cause| {
-                    Error::ReplayFailed {
+                None => {
+                    D::replay(&graph.exec, &mut state.raw).map_err(|cause| Error::ReplayFailed {
                         graph: id,
                         cause: Arc::new(cause.into()),
-                    }
-                }),
+                    })
+                }
             };
             match outcome {
                 Ok(()) => {
@@ -748,7 +748,11 @@ impl<D: GraphDriver> Drop for Server<D> {
     fn drop(&mut self) {
         let slots: Vec<Arc<Slot<D>>> = match self.streams.get_mut() {
             Ok(streams) => streams.drain().map(|(_, slot)| slot).collect(),
-            Err(poisoned) => poisoned.into_inner().drain().map(|(_, slot)| slot).collect(),
+            Err(poisoned) => poisoned
+                .into_inner()
+                .drain()
+                .map(|(_, slot)| slot)
+                .collect(),
         };
         for slot in slots {
             let mut lane = slot

@@ -98,7 +98,10 @@ fn main() -> ExitCode {
         shape.launches(),
         figures.steps
     );
-    for (what, step) in [("eager", figures.eager_step), ("replay", figures.replay_step)] {
+    for (what, step) in [
+        ("eager", figures.eager_step),
+        ("replay", figures.replay_step),
+    ] {
         println!(
             "{what:>6}: {:>9.1} us/step  {:>8.1} steps/s  {:>7.0} ns/launch",
             step * 1e6,
@@ -116,7 +119,11 @@ fn main() -> ExitCode {
          replay {} eager bit for bit",
         figures.eager_error,
         figures.replay_error,
-        if figures.bitwise_equal { "equals" } else { "differs from" }
+        if figures.bitwise_equal {
+            "equals"
+        } else {
+            "differs from"
+        }
     );
     if figures.passed() {
         println!("PASS");

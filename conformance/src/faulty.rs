@@ -356,8 +356,13 @@ impl<D: Builtins> Builtins for Faulty<D> {
 }
 
 impl<D: UserKernels> UserKernels for Faulty<D> {
-    fn user_kernel(device: &Arc<Self::Device>, which: UserKernel) -> Result<Self::Kernel, Error> {
-        D::user_kernel(&device.inner, which)
+    #[allow(unsafe_code)]
+    unsafe fn user_kernel(
+        device: &Arc<Self::Device>,
+        which: UserKernel,
+    ) -> Result<Self::Kernel, Error> {
+        // SAFETY: the caller's promise is passed on unchanged.
+        unsafe { D::user_kernel(&device.inner, which) }
     }
 
     fn broken_kernel(device: &Arc<Self::Device>) -> Result<Self::Kernel, Error> {

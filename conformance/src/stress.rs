@@ -177,7 +177,10 @@ impl<D: UserKernels> Thread<'_, D> {
 
     fn apply(&mut self, op: Op) {
         let get = |slots: &Vec<Option<Slot>>, i: usize| {
-            slots[i].as_ref().map(|s| s.model.clone()).unwrap_or_default()
+            slots[i]
+                .as_ref()
+                .map(|s| s.model.clone())
+                .unwrap_or_default()
         };
         match op {
             Op::Fill { out, value } => {
@@ -255,7 +258,9 @@ impl<D: UserKernels> Thread<'_, D> {
                 if !ops.is_empty() && self.room_for_a_graph() {
                     let (graph, ()) = self
                         .client
-                        .capture(self.stream, |_| ops.iter().try_for_each(|op| self.issue(*op)))
+                        .capture(self.stream, |_| {
+                            ops.iter().try_for_each(|op| self.issue(*op))
+                        })
                         .map_err(|e| fail("capture", e))?;
                     // The warmup ran the ops once for real.
                     ops.iter().for_each(|op| self.apply(*op));
@@ -273,7 +278,10 @@ impl<D: UserKernels> Thread<'_, D> {
                     // A replay that could grow values past the bound is
                     // skipped: the model must stay exact.
                     if self.room_for_a_graph() {
-                        self.graphs[i].graph.replay().map_err(|e| fail("replay", e))?;
+                        self.graphs[i]
+                            .graph
+                            .replay()
+                            .map_err(|e| fail("replay", e))?;
                         ops.iter().for_each(|op| self.apply(*op));
                         self.run.replays += 1;
                     }
@@ -323,7 +331,11 @@ impl<D: UserKernels> Thread<'_, D> {
 /// Run `operations` random operations seeded by `seed` on a new stream of
 /// `client`, checking every read against the model, then read every live
 /// buffer once more.
-pub fn run<D: UserKernels>(client: &Client<D>, seed: u64, operations: usize) -> Result<Run, String> {
+pub fn run<D: UserKernels>(
+    client: &Client<D>,
+    seed: u64,
+    operations: usize,
+) -> Result<Run, String> {
     let stream = client.create_stream().map_err(|e| format!("stream: {e}"))?;
     let mut thread = Thread {
         client,

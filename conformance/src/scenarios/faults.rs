@@ -141,9 +141,7 @@ pub fn rule_12_refused_replay_claims_then_good_replay_clears<D: UserKernels>(
 
 /// `upload` is best-effort: a failure is counted and logged, the graph is
 /// made and replays right.
-pub fn rule_14_upload_failure_is_not_fatal<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn rule_14_upload_failure_is_not_fatal<D: UserKernels>(session: &Session<D>) -> Outcome {
     let mut f = Faulted::new(session)?;
     f.plan.fail(Primitive::Upload, 1);
     let graph = f.fx.capture_add()?;
@@ -161,9 +159,7 @@ pub fn rule_14_upload_failure_is_not_fatal<D: UserKernels>(
 
 /// A page the driver refuses: a clear error, nothing lost, the next
 /// allocation works.
-pub fn refused_page_allocation_loses_nothing<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn refused_page_allocation_loses_nothing<D: UserKernels>(session: &Session<D>) -> Outcome {
     let f = Faulted::new(session)?;
     let (client, stream) = (&f.fx.client, f.fx.stream);
     let pages = client.usage(stream).step("usage")?.device.pages;
@@ -188,9 +184,7 @@ pub fn refused_page_allocation_loses_nothing<D: UserKernels>(
 
 /// An eager launch the driver refuses claims its outputs; rewriting them
 /// clears the claim.
-pub fn refused_eager_launch_claims_its_outputs<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn refused_eager_launch_claims_its_outputs<D: UserKernels>(session: &Session<D>) -> Outcome {
     let f = Faulted::new(session)?;
     let (client, stream, x, y) = (&f.fx.client, f.fx.stream, &f.fx.one, &f.fx.x);
     f.plan.fail(Primitive::Launch, 1);
@@ -218,9 +212,7 @@ pub fn refused_eager_launch_claims_its_outputs<D: UserKernels>(
 }
 
 /// A host-to-device copy the driver refuses claims its destination.
-pub fn refused_copy_claims_its_destination<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn refused_copy_claims_its_destination<D: UserKernels>(session: &Session<D>) -> Outcome {
     let f = Faulted::new(session)?;
     let (client, x) = (&f.fx.client, &f.fx.x);
     f.plan.fail(Primitive::Copy, 1);
@@ -233,9 +225,7 @@ pub fn refused_copy_claims_its_destination<D: UserKernels>(
 
 /// A fence that fails keeps the frees waiting for it; the next good sync
 /// releases them.
-pub fn refused_fence_keeps_deferred_frees<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn refused_fence_keeps_deferred_frees<D: UserKernels>(session: &Session<D>) -> Outcome {
     let f = Faulted::new(session)?;
     let (client, stream) = (&f.fx.client, f.fx.stream);
     drop(
@@ -254,9 +244,7 @@ pub fn refused_fence_keeps_deferred_frees<D: UserKernels>(
 /// pinned staging slice: that slice waits in the drop queue for a good fence
 /// instead of going straight back to the pool, where the next write would
 /// stage its bytes into it and the late copy would overwrite them.
-pub fn refused_fence_on_read_keeps_its_staging<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn refused_fence_on_read_keeps_its_staging<D: UserKernels>(session: &Session<D>) -> Outcome {
     let f = Faulted::new(session)?;
     let (client, stream) = (&f.fx.client, f.fx.stream);
     let y = client.create_f32(stream, &[0.0; NU]).step("y")?;
@@ -278,9 +266,7 @@ pub fn refused_fence_on_read_keeps_its_staging<D: UserKernels>(
 /// A refusal or failed replay that claims a buffer the user already dropped
 /// (an intermediate of the recorded run) leaves no claim behind: nobody can
 /// read that buffer, so nothing would ever clear it.
-pub fn claims_on_dropped_buffers_are_not_kept<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn claims_on_dropped_buffers_are_not_kept<D: UserKernels>(session: &Session<D>) -> Outcome {
     let f = Faulted::new(session)?;
     let (client, stream, x) = (&f.fx.client, f.fx.stream, &f.fx.x);
     let body = |_| f.fx.add_through_intermediate().map(drop);

@@ -35,9 +35,7 @@ pub fn rule_07_page_allocated_while_recording_is_refused<D: UserKernels>(
 
 /// A launch inside the window on a claimed input dooms the window, and the
 /// refusal carries both reasons: the doom and the original failure.
-pub fn rule_05_claimed_input_dooms_the_window<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn rule_05_claimed_input_dooms_the_window<D: UserKernels>(session: &Session<D>) -> Outcome {
     let fx = Fixture::new(session.client())?;
     let (client, stream, poisoned, out) = (&fx.client, fx.stream, &fx.one, &fx.x);
     claim_by_refused_window(client, stream, &[poisoned])?;
@@ -62,9 +60,7 @@ pub fn rule_05_claimed_input_dooms_the_window<D: UserKernels>(
 
 /// Every refusal claims what the never-run work would have written; a good
 /// write or launch clears the claim.
-pub fn rule_09_refusal_claims_the_written_set<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn rule_09_refusal_claims_the_written_set<D: UserKernels>(session: &Session<D>) -> Outcome {
     let fx = Fixture::new(session.client())?;
     let (client, stream, a, read_only) = (&fx.client, fx.stream, &fx.x, &fx.one);
     let b = client.create_f32(stream, &[1.0; NU]).step("b")?;
@@ -119,9 +115,7 @@ pub fn rule_11_replay_of_a_destroyed_graph_is_refused<D: UserKernels>(
 }
 
 /// Destroying twice is a no-op, and dropping the last handle destroys too.
-pub fn rule_13_double_destroy_is_a_no_op<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn rule_13_double_destroy_is_a_no_op<D: UserKernels>(session: &Session<D>) -> Outcome {
     let fx = Fixture::new(session.client())?;
     let client = &fx.client;
     let graph = fx.capture_add()?;
@@ -147,9 +141,7 @@ pub fn rule_13_double_destroy_is_a_no_op<D: UserKernels>(
 
 /// Destroy while replays are in flight: the stream is synced first, the
 /// replays finish with the right result, and the pins are released.
-pub fn rule_13_destroy_while_replay_in_flight<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn rule_13_destroy_while_replay_in_flight<D: UserKernels>(session: &Session<D>) -> Outcome {
     let client = session.client();
     let stream = client.create_stream().step("stream")?;
     let n = 1 << 16;
@@ -203,9 +195,7 @@ pub fn rule_13_destroy_releases_pins<D: UserKernels>(session: &Session<D>) -> Ou
 
 /// Two live graphs share info-cache entries: destroying one leaves the
 /// other replaying right.
-pub fn shared_info_entries_outlive_one_graph<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn shared_info_entries_outlive_one_graph<D: UserKernels>(session: &Session<D>) -> Outcome {
     let fx = Fixture::new(session.client())?;
     let (client, stream) = (&fx.client, fx.stream);
     let y = client.create_f32(stream, &[0.0; NU]).step("y")?;
@@ -231,9 +221,7 @@ pub fn shared_info_entries_outlive_one_graph<D: UserKernels>(
 
 /// The last handle dropped while its stream records another window: the
 /// destroy (a sync) waits for the window to close, which still seals.
-pub fn destroy_during_recording_is_deferred<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn destroy_during_recording_is_deferred<D: UserKernels>(session: &Session<D>) -> Outcome {
     let fx = Fixture::new(session.client())?;
     let (client, stream) = (&fx.client, fx.stream);
     let old = fx.capture_add()?;

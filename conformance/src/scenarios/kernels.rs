@@ -2,21 +2,19 @@
 //! their signatures at every launch (rule 17), captured with their by-value
 //! parameters, and a whole decode step replayed.
 
-use capture_core::{Error, Kernel, Params, Phase};
+use capture_core::{Error, Params, Phase};
 
+use crate::ensure;
 use crate::session::Session;
 use crate::support::{Outcome, Step, expect, ramp, refused, usable};
 use crate::workload::decode::{Decoder, Model, Shape, TOLERANCE, relative_error};
-use crate::workload::{UserKernel, UserKernels, grid};
-use crate::ensure;
+use crate::workload::{UserKernel, UserKernels, Workload, grid};
 
 const N: usize = 256;
 const NU: u32 = N as u32;
 
-fn kernel<D: UserKernels>(session: &Session<D>, which: UserKernel) -> Result<Kernel<D>, String> {
-    D::user_kernel(session.device(), which)
-        .map(Kernel::new)
-        .map_err(|err| format!("building {}: {err}", which.name()))
+fn workload<D: UserKernels>(session: &Session<D>) -> Result<Workload<D>, String> {
+    Workload::new(session.device()).map_err(|err| format!("building the kernels: {err}"))
 }
 
 fn scale_params(n: u32, a: f32, b: f32) -> Params {
@@ -28,18 +26,18 @@ fn scale_params(n: u32, a: f32, b: f32) -> Params {
 pub fn user_kernel_replay_matches_eager<D: UserKernels>(session: &Session<D>) -> Outcome {
     let client = session.client();
     let stream = client.create_stream().step("stream")?;
-    let scale = kernel(session, UserKernel::Scale)?;
+    let k = workload(session)?;
     let eager = client.create_f32(stream, &ramp(N, 1.0)).step("eager x")?;
-    let replayed = client.create_f32(stream, &ramp(N, 1.0)).step("replayed x")?;
-    let params = scale_params(NU, 2.0, 1.0);
+    let replayed = client
+        .create_f32(stream, &ramp(N, 1.0))
+        .step("replayed x")?;
     for _ in 0..3 {
-        client
-            .launch(stream, &scale, grid(NU), &[&eager], &[], params.as_bytes())
+        k.scale(&client, stream, grid(NU), &eager, NU, 2.0, 1.0)
             .step("eager launch")?;
     }
     let (graph, ()) = client
         .capture(stream, |_| {
-            client.launch(stream, &scale, grid(NU), &[&replayed], &[], params.as_bytes())
+            k.scale(&client, stream, grid(NU), &replayed, NU, 2.0, 1.0)
         })
         .step("capture")?;
     // Warmup ran the launch once for real; two replays make three.
@@ -55,18 +53,21 @@ pub fn user_kernel_replay_matches_eager<D: UserKernels>(session: &Session<D>) ->
 
 /// A graph replays the parameter bytes it was recorded with, whatever the
 /// caller's bytes hold later, and each graph keeps its own.
+#[allow(unsafe_code)]
 pub fn by_value_params_replay_their_recorded_value<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let client = session.client();
     let stream = client.create_stream().step("stream")?;
-    let scale = kernel(session, UserKernel::Scale)?;
+    let k = workload(session)?;
+    // SAFETY: every launch below passes n = NU, the length of x.
+    let scale = unsafe { k.kernel(UserKernel::Scale) };
     let x = client.create_f32(stream, &[1.0; N]).step("x")?;
     let mut bytes = scale_params(NU, 3.0, 0.0).as_bytes().to_vec();
     let window = client.prepare(stream).step("prepare")?;
     client.begin(stream, window).step("begin")?;
     client
-        .launch(stream, &scale, grid(NU), &[&x], &[], &bytes)
+        .launch(stream, scale, grid(NU), &[&x], &[], &bytes)
         .step("recorded launch")?;
     // The caller's bytes change before the window closes and after.
     bytes.copy_from_slice(scale_params(NU, 100.0, 5.0).as_bytes());
@@ -75,9 +76,18 @@ pub fn by_value_params_replay_their_recorded_value<D: UserKernels>(
     let window = client.prepare(stream).step("second prepare")?;
     client.begin(stream, window).step("second begin")?;
     client
-        .launch(stream, &scale, grid(NU), &[&x], &[], scale_params(NU, 1.0, 0.5).as_bytes())
+        .launch(
+            stream,
+            scale,
+            grid(NU),
+            &[&x],
+            &[],
+            scale_params(NU, 1.0, 0.5).as_bytes(),
+        )
         .step("second recorded launch")?;
-    let plus_half = client.instantiate(stream, window).step("second instantiate")?;
+    let plus_half = client
+        .instantiate(stream, window)
+        .step("second instantiate")?;
     expect(&client, &x, &[1.0; N], "recording ran nothing")?;
     client.replay(&triple).step("replay triple")?;
     client.replay(&triple).step("replay triple again")?;
@@ -90,11 +100,15 @@ pub fn by_value_params_replay_their_recorded_value<D: UserKernels>(
 /// Every way a launch can disagree with its kernel's signature is refused
 /// before it reaches the driver and changes nothing; inside a window it
 /// also dooms the window, which would otherwise seal without the launch.
+#[allow(unsafe_code)]
 pub fn rule_17_launch_mismatches_are_refused<D: UserKernels>(session: &Session<D>) -> Outcome {
     let client = session.client();
     let stream = client.create_stream().step("stream")?;
-    let scale = kernel(session, UserKernel::Scale)?;
-    let residual = kernel(session, UserKernel::Residual)?;
+    let k = workload(session)?;
+    // SAFETY: every launch below that matches its signature passes n = NU,
+    // the length of x and y; the others are refused before any device.
+    let (scale, residual) =
+        unsafe { (k.kernel(UserKernel::Scale), k.kernel(UserKernel::Residual)) };
     let x = client.create_f32(stream, &ramp(N, 1.0)).step("x")?;
     let y = client.create_f32(stream, &ramp(N, 1.0)).step("y")?;
     client.sync(stream).step("sync")?;
@@ -105,39 +119,67 @@ pub fn rule_17_launch_mismatches_are_refused<D: UserKernels>(session: &Session<D
     let cases: [(&str, Result<(), Error>); 9] = [
         (
             "a binding too few",
-            client.launch(stream, &residual, grid(NU), &[&x], &[], Params::new().u32(NU).as_bytes()),
+            client.launch(
+                stream,
+                residual,
+                grid(NU),
+                &[&x],
+                &[],
+                Params::new().u32(NU).as_bytes(),
+            ),
         ),
         (
             "a binding too many",
-            client.launch(stream, &scale, grid(NU), &[&x, &y], &[], good.as_bytes()),
+            client.launch(stream, scale, grid(NU), &[&x, &y], &[], good.as_bytes()),
         ),
         (
             "info bytes to a kernel that reads none",
-            client.launch(stream, &scale, grid(NU), &[&x], &[0; 4], good.as_bytes()),
+            client.launch(stream, scale, grid(NU), &[&x], &[0; 4], good.as_bytes()),
         ),
         (
             "a parameter too few",
-            client.launch(stream, &scale, grid(NU), &[&x], &[], Params::new().u32(NU).f32(2.0).as_bytes()),
+            client.launch(
+                stream,
+                scale,
+                grid(NU),
+                &[&x],
+                &[],
+                Params::new().u32(NU).f32(2.0).as_bytes(),
+            ),
         ),
         (
             "a parameter byte too many",
-            client.launch(stream, &scale, grid(NU), &[&x], &[], &[0; 13]),
+            client.launch(stream, scale, grid(NU), &[&x], &[], &[0; 13]),
         ),
         (
             "an empty grid",
-            client.launch(stream, &scale, [0, 1, 1], &[&x], &[], good.as_bytes()),
+            client.launch(stream, scale, [0, 1, 1], &[&x], &[], good.as_bytes()),
         ),
         (
             "a grid past the device's limit",
-            client.launch(stream, &scale, too_wide, &[&x], &[], good.as_bytes()),
+            client.launch(stream, scale, too_wide, &[&x], &[], good.as_bytes()),
         ),
         (
             "a grid past the limit in z",
-            client.launch(stream, &scale, [1, 1, max[2].saturating_add(1)], &[&x], &[], good.as_bytes()),
+            client.launch(
+                stream,
+                scale,
+                [1, 1, max[2].saturating_add(1)],
+                &[&x],
+                &[],
+                good.as_bytes(),
+            ),
         ),
         (
             "a written buffer bound twice",
-            client.launch(stream, &residual, grid(NU), &[&x, &x], &[], Params::new().u32(NU).as_bytes()),
+            client.launch(
+                stream,
+                residual,
+                grid(NU),
+                &[&x, &x],
+                &[],
+                Params::new().u32(NU).as_bytes(),
+            ),
         ),
     ];
     for (what, result) in cases {
@@ -149,7 +191,10 @@ pub fn rule_17_launch_mismatches_are_refused<D: UserKernels>(session: &Session<D
     }
     expect(&client, &x, &ramp(N, 1.0), "x untouched")?;
     expect(&client, &y, &ramp(N, 1.0), "y untouched")?;
-    ensure!(client.claimed_buffers() == 0, "a refused launch claims nothing");
+    ensure!(
+        client.claimed_buffers() == 0,
+        "a refused launch claims nothing"
+    );
     let after = client.usage(stream).step("usage")?;
     ensure!(
         after.device == before.device && after.info_entries == before.info_entries,
@@ -160,10 +205,10 @@ pub fn rule_17_launch_mismatches_are_refused<D: UserKernels>(session: &Session<D
     let window = client.prepare(stream).step("prepare")?;
     client.begin(stream, window).step("begin")?;
     client
-        .launch(stream, &scale, grid(NU), &[&x], &[], good.as_bytes())
+        .launch(stream, scale, grid(NU), &[&x], &[], good.as_bytes())
         .step("a good recorded launch")?;
     let err = refused(
-        client.launch(stream, &scale, grid(NU), &[&x], &[], &[0; 4]),
+        client.launch(stream, scale, grid(NU), &[&x], &[], &[0; 4]),
         "a bad recorded launch",
     )?;
     ensure!(matches!(err, Error::KernelMismatch { .. }), "got {err}");
@@ -172,13 +217,26 @@ pub fn rule_17_launch_mismatches_are_refused<D: UserKernels>(session: &Session<D
         matches!(&err, Error::Doomed(cause) if matches!(**cause, Error::KernelMismatch { .. })),
         "the window names the refused launch: {err}"
     );
-    ensure!(client.phase(stream).step("phase")? == Phase::None, "window closed");
+    ensure!(
+        client.phase(stream).step("phase")? == Phase::None,
+        "window closed"
+    );
     // The refusal claimed what the recording would have written.
-    ensure!(matches!(client.read(&x), Err(Error::Claimed { .. })), "x claimed");
+    ensure!(
+        matches!(client.read(&x), Err(Error::Claimed { .. })),
+        "x claimed"
+    );
     client.write_f32(&x, &ramp(N, 1.0)).step("rewrite x")?;
     // And a matching launch still runs.
     client
-        .launch(stream, &residual, grid(NU), &[&x, &y], &[], Params::new().u32(NU).as_bytes())
+        .launch(
+            stream,
+            residual,
+            grid(NU),
+            &[&x, &y],
+            &[],
+            Params::new().u32(NU).as_bytes(),
+        )
         .step("a matching launch")?;
     let doubled: Vec<f32> = ramp(N, 1.0).iter().map(|v| v * 2.0).collect();
     expect(&client, &x, &doubled, "x += y")?;
@@ -190,18 +248,16 @@ pub fn rule_17_launch_mismatches_are_refused<D: UserKernels>(session: &Session<D
 pub fn the_grid_bounds_the_work<D: UserKernels>(session: &Session<D>) -> Outcome {
     let client = session.client();
     let stream = client.create_stream().step("stream")?;
-    let scale = kernel(session, UserKernel::Scale)?;
+    let k = workload(session)?;
     let x = client.create_f32(stream, &[1.0; 1000]).step("x")?;
-    client
-        .launch(stream, &scale, [1, 1, 1], &[&x], &[], scale_params(1000, 1.0, 4.0).as_bytes())
+    k.scale(&client, stream, [1, 1, 1], &x, 1000, 1.0, 4.0)
         .step("one workgroup")?;
     let mut want = vec![1.0f32; 1000];
     want[..64].fill(5.0);
     expect(&client, &x, &want, "only the first workgroup's elements")?;
     // Two groups in y spill past x: elements 64..128 (group (0, 1) of a
     // 1 x 2 grid).
-    client
-        .launch(stream, &scale, [1, 2, 1], &[&x], &[], scale_params(1000, 1.0, 1.0).as_bytes())
+    k.scale(&client, stream, [1, 2, 1], &x, 1000, 1.0, 1.0)
         .step("a 1 x 2 grid")?;
     want[..128].iter_mut().for_each(|v| *v += 1.0);
     expect(&client, &x, &want, "two workgroups")
@@ -216,7 +272,10 @@ pub fn a_kernel_that_fails_to_compile_reports_its_log<D: UserKernels>(
         Ok(_) => Err("a broken kernel was built".into()),
         Err(Error::Compile { kernel, log }) => {
             ensure!(!kernel.is_empty(), "the error names the kernel");
-            ensure!(log.trim().len() > 10, "the error carries a log, got {log:?}");
+            ensure!(
+                log.trim().len() > 10,
+                "the error carries a log, got {log:?}"
+            );
             // The device is still usable after the failed build.
             let client = session.client();
             let stream = client.create_stream().step("stream")?;

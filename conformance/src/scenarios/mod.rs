@@ -9,7 +9,6 @@ mod scale;
 mod state;
 mod threads;
 
-
 use crate::session::Session;
 use crate::support::Outcome;
 

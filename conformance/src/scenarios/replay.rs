@@ -52,9 +52,7 @@ pub fn replay_matches_eager<D: UserKernels>(session: &Session<D>) -> Outcome {
 }
 
 /// An `add` chain makes the replay count visible: x = x0 + k·y.
-pub fn replay_count_visible_in_add_chain<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn replay_count_visible_in_add_chain<D: UserKernels>(session: &Session<D>) -> Outcome {
     let fx = Fixture::new(session.client())?;
     let window = fx.client.prepare(fx.stream).step("prepare")?;
     fx.add().step("warmup")?;
@@ -102,9 +100,7 @@ pub fn input_rewritten_between_replays_is_read_fresh<D: UserKernels>(
 }
 
 /// The one-call form runs the body twice: warmup for real, then recorded.
-pub fn one_call_capture_warms_up_then_records<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn one_call_capture_warms_up_then_records<D: UserKernels>(session: &Session<D>) -> Outcome {
     let fx = Fixture::new(session.client())?;
     let mut passes = Vec::new();
     let (graph, last) = fx
@@ -131,9 +127,7 @@ pub fn one_call_capture_warms_up_then_records<D: UserKernels>(
 /// A host write recorded in the window replays its bytes every time, even
 /// after the caller's slice is gone, and an eager rewrite afterwards is not
 /// undone until the next replay.
-pub fn recorded_write_replays_its_bytes<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn recorded_write_replays_its_bytes<D: UserKernels>(session: &Session<D>) -> Outcome {
     let client = session.client();
     let stream = client.create_stream().step("stream")?;
     let x = client.create_f32(stream, &[0.0; NU]).step("x")?;

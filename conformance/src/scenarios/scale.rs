@@ -48,9 +48,7 @@ pub fn rule_15_other_streams_are_not_recorded_or_blocked<D: UserKernels>(
 /// 150 launches in one capture, each with a buffer freed inside the window:
 /// past the drop queue's flush threshold, no flush runs while recording and
 /// the graph still replays right.
-pub fn capture_past_the_drop_queue_threshold<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn capture_past_the_drop_queue_threshold<D: UserKernels>(session: &Session<D>) -> Outcome {
     let fx = Fixture::new(session.client_with(Config {
         drop_queue_threshold: 16,
         ..Config::default()
@@ -93,9 +91,7 @@ pub fn ten_thousand_launch_capture<D: UserKernels>(session: &Session<D>) -> Outc
 }
 
 /// A thousand replays leave pool usage and page counts where one left them.
-pub fn rule_16_thousand_replays_keep_usage_flat<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn rule_16_thousand_replays_keep_usage_flat<D: UserKernels>(session: &Session<D>) -> Outcome {
     let fx = Fixture::new(session.client())?;
     let (client, stream) = (&fx.client, fx.stream);
     let (graph, ()) = client

@@ -1,8 +1,8 @@
 //! Capture calls out of order, host syncs inside a window, and bad input:
 //! each refused with a clear error that changes nothing.
 
-use crate::workload::{UserKernel, UserKernels};
-use capture_core::{Builtin, Config, Error, Kernel, Phase, StreamId, WindowId};
+use crate::workload::{UserKernel, UserKernels, Workload};
+use capture_core::{Builtin, Config, Error, Phase, StreamId, WindowId};
 
 use crate::ensure;
 use crate::session::Session;
@@ -13,9 +13,7 @@ use crate::support::{
 /// `begin` before `prepare`, a second `prepare`, `instantiate` with no
 /// window, `begin` twice: each refused, state unchanged, and the right call
 /// then succeeds.
-pub fn rule_01_out_of_order_calls_change_nothing<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn rule_01_out_of_order_calls_change_nothing<D: UserKernels>(session: &Session<D>) -> Outcome {
     let fx = Fixture::new(session.client())?;
     let (client, stream) = (&fx.client, fx.stream);
 
@@ -73,9 +71,7 @@ pub fn rule_01_out_of_order_calls_change_nothing<D: UserKernels>(
 
 /// A window closed from `Prepared` (warmup failed, `begin` never ran)
 /// disarms everything: pools, info pins, state.
-pub fn rule_03_close_from_prepared_disarms<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn rule_03_close_from_prepared_disarms<D: UserKernels>(session: &Session<D>) -> Outcome {
     let client = session.client();
     let stream = client.create_stream().step("stream")?;
     usable(&client, stream)?;
@@ -150,9 +146,7 @@ pub fn rule_04_instantiate_always_leaves_capture_mode<D: UserKernels>(
 
 /// A window closed by a caller that does not own it (a stale window id) is
 /// closed all the same and yields no graph.
-pub fn rule_06_foreign_close_yields_no_graph<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn rule_06_foreign_close_yields_no_graph<D: UserKernels>(session: &Session<D>) -> Outcome {
     let client = session.client();
     let stream = client.create_stream().step("stream")?;
     let x = client.create_f32(stream, &[1.0; NU]).step("x")?;
@@ -189,9 +183,7 @@ pub fn rule_06_foreign_close_yields_no_graph<D: UserKernels>(
 
 /// A read, a sync and a replay inside a recording window are refused on
 /// the spot; the window is not harmed and seals afterwards.
-pub fn rule_08_host_sync_refused_while_recording<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn rule_08_host_sync_refused_while_recording<D: UserKernels>(session: &Session<D>) -> Outcome {
     let fx = Fixture::new(session.client())?;
     let (client, stream) = (&fx.client, fx.stream);
     let earlier = fx.capture_add()?;
@@ -207,7 +199,10 @@ pub fn rule_08_host_sync_refused_while_recording<D: UserKernels>(
     let err = refused(client.replay(&earlier), "replay while recording")?;
     ensure!(matches!(err, Error::ReplayWhileRecording(_)), "got {err}");
     // A host sync inside the recording invalidates it, as on CUDA.
-    let err = refused(client.instantiate(stream, window), "instantiate after refusals")?;
+    let err = refused(
+        client.instantiate(stream, window),
+        "instantiate after refusals",
+    )?;
     ensure!(
         matches!(&err, Error::Doomed(cause) if matches!(**cause, Error::SyncWhileRecording(_))),
         "the sync dooms the window: {err}"
@@ -231,9 +226,7 @@ pub fn rule_08_host_sync_refused_while_recording<D: UserKernels>(
 
 /// Empty, oversized and mis-sized buffers, bad launches, foreign buffers
 /// and unknown streams: clear errors, nothing lost.
-pub fn bad_input_is_refused_and_loses_nothing<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn bad_input_is_refused_and_loses_nothing<D: UserKernels>(session: &Session<D>) -> Outcome {
     let client = session.client_with(Config {
         max_allocation_bytes: 1 << 20,
         ..Config::default()
@@ -273,10 +266,13 @@ pub fn bad_input_is_refused_and_loses_nothing<D: UserKernels>(
         "n too big",
     )?;
     ensure!(matches!(err, Error::BadLaunch(_)), "got {err}");
-    let kernel = Kernel::new(D::user_kernel(client.device(), UserKernel::Scale).step("kernel")?);
+    let workload = Workload::new(client.device()).step("kernels")?;
+    // SAFETY: the one launch is refused (17 bindings) before any device.
+    #[allow(unsafe_code)]
+    let kernel = unsafe { workload.kernel(UserKernel::Scale) };
     let many: Vec<&capture_core::Buffer> = (0..17).map(|_| &x).collect();
     let err = refused(
-        client.launch(stream, &kernel, [1, 1, 1], &many, &[], &[0; 12]),
+        client.launch(stream, kernel, [1, 1, 1], &many, &[], &[0; 12]),
         "17 bindings",
     )?;
     ensure!(matches!(err, Error::KernelMismatch { .. }), "got {err}");
@@ -312,9 +308,7 @@ pub fn bad_input_is_refused_and_loses_nothing<D: UserKernels>(
 /// Two clients over one device number their streams, buffers and graphs
 /// alike: a buffer or graph of one, handed to the other, is refused instead
 /// of naming the other's memory or graph.
-pub fn handles_of_another_client_are_refused<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn handles_of_another_client_are_refused<D: UserKernels>(session: &Session<D>) -> Outcome {
     let mine = Fixture::new(session.client())?;
     let theirs = Fixture::new(session.client())?;
     ensure!(

@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 
 use capture_core::{Builtin, Config, Error, Pass, Phase};
 
+use crate::ensure;
 use crate::session::Session;
 use crate::stress;
 use crate::support::{Fixture, N, NU, Outcome, Step, back_to, expect_all, in_use, refused, usable};
 use crate::workload::UserKernels;
 use crate::workload::decode::{Decoder, Model, Shape};
-use crate::ensure;
 
 /// A read waiting for a busy stream does not hold up an enqueue on another
 /// stream from another thread: the enqueue, issued while the read waits,
@@ -133,8 +133,12 @@ pub fn two_threads_on_one_stream_never_record_silently<D: UserKernels>(
             }
             Ok(())
         });
-        let a = capturer.join().unwrap_or_else(|_| Err("the capturer panicked".into()));
-        let b = other.join().unwrap_or_else(|_| Err("the other thread panicked".into()));
+        let a = capturer
+            .join()
+            .unwrap_or_else(|_| Err("the capturer panicked".into()));
+        let b = other
+            .join()
+            .unwrap_or_else(|_| Err("the other thread panicked".into()));
         a.and(b)
     });
     outcome?;
@@ -166,7 +170,11 @@ pub fn a_recording_takes_only_its_threads_work<D: UserKernels>(session: &Session
             .join()
     })
     .map_err(|_| "the other thread panicked")?;
-    for (what, err) in [("fill", foreign.0), ("write", foreign.1), ("allocate", foreign.2)] {
+    for (what, err) in [
+        ("fill", foreign.0),
+        ("write", foreign.1),
+        ("allocate", foreign.2),
+    ] {
         ensure!(
             matches!(err, Some(Error::NotRecorder { .. })),
             "another thread's {what} must be refused, got {err:?}"
@@ -184,12 +192,20 @@ pub fn a_recording_takes_only_its_threads_work<D: UserKernels>(session: &Session
     })?;
     let err = refused(fx.add(), "the first thread after the hand-over")?;
     ensure!(matches!(err, Error::NotRecorder { .. }), "got {err}");
-    let err = refused(client.adopt(stream, capture_core::WindowId(window.0 + 99)), "a wrong token")?;
+    let err = refused(
+        client.adopt(stream, capture_core::WindowId(window.0 + 99)),
+        "a wrong token",
+    )?;
     ensure!(matches!(err, Error::OutOfOrder { .. }), "got {err}");
     client.adopt(stream, window).step("adopt back")?;
     let graph = client.instantiate(stream, window).step("instantiate")?;
     fx.expect_x(1.0, "the warmup's add")?;
-    expect_all(client, &b, 0.0, "b: nothing of the other thread ran or was recorded")?;
+    expect_all(
+        client,
+        &b,
+        0.0,
+        "b: nothing of the other thread ran or was recorded",
+    )?;
     client.replay(&graph).step("replay")?;
     fx.expect_x(3.0, "two recorded adds")?;
     expect_all(client, &b, 0.0, "b after a replay")
@@ -210,25 +226,55 @@ pub fn every_refused_call_dooms_its_window<D: UserKernels>(session: &Session<D>)
     let elsewhere = crate::session::Session::<D>::new(session.device().clone()).client();
     let outsider = {
         let s = elsewhere.create_stream().step("other client's stream")?;
-        elsewhere.create_f32(s, &[0.0; NU]).step("other client's buffer")?
+        elsewhere
+            .create_f32(s, &[0.0; NU])
+            .step("other client's buffer")?
     };
-    type Call<'a, D> = (&'static str, Box<dyn Fn(&Fixture<D>) -> Result<(), Error> + 'a>);
+    type Call<'a, D> = (
+        &'static str,
+        Box<dyn Fn(&Fixture<D>) -> Result<(), Error> + 'a>,
+    );
     let calls: Vec<Call<'_, D>> = vec![
-        ("a launch short of a binding", Box::new(|fx| {
-            fx.client.run_builtin(fx.stream, Builtin::Add, &[&fx.x], N, 0.0)
-        })),
-        ("a launch past its buffers", Box::new(|fx| {
-            fx.client.run_builtin(fx.stream, Builtin::Fill, &[&fx.x], 10 * N, 0.0)
-        })),
-        ("a launch over another stream's buffer", Box::new(|fx| {
-            fx.client.run_builtin(fx.stream, Builtin::Add, &[&fx.x, &foreign], N, 0.0)
-        })),
-        ("a launch over another client's buffer", Box::new(|fx| {
-            fx.client.run_builtin(fx.stream, Builtin::Add, &[&fx.x, &outsider], N, 0.0)
-        })),
-        ("a write of the wrong size", Box::new(|fx| fx.client.write(&fx.x, &[0; 3]))),
-        ("an empty allocation", Box::new(|fx| fx.client.allocate(fx.stream, 0).map(drop))),
-        ("an oversized allocation", Box::new(|fx| fx.client.allocate(fx.stream, 2 << 20).map(drop))),
+        (
+            "a launch short of a binding",
+            Box::new(|fx| {
+                fx.client
+                    .run_builtin(fx.stream, Builtin::Add, &[&fx.x], N, 0.0)
+            }),
+        ),
+        (
+            "a launch past its buffers",
+            Box::new(|fx| {
+                fx.client
+                    .run_builtin(fx.stream, Builtin::Fill, &[&fx.x], 10 * N, 0.0)
+            }),
+        ),
+        (
+            "a launch over another stream's buffer",
+            Box::new(|fx| {
+                fx.client
+                    .run_builtin(fx.stream, Builtin::Add, &[&fx.x, &foreign], N, 0.0)
+            }),
+        ),
+        (
+            "a launch over another client's buffer",
+            Box::new(|fx| {
+                fx.client
+                    .run_builtin(fx.stream, Builtin::Add, &[&fx.x, &outsider], N, 0.0)
+            }),
+        ),
+        (
+            "a write of the wrong size",
+            Box::new(|fx| fx.client.write(&fx.x, &[0; 3])),
+        ),
+        (
+            "an empty allocation",
+            Box::new(|fx| fx.client.allocate(fx.stream, 0).map(drop)),
+        ),
+        (
+            "an oversized allocation",
+            Box::new(|fx| fx.client.allocate(fx.stream, 2 << 20).map(drop)),
+        ),
         ("a read", Box::new(|fx| fx.client.read(&fx.one).map(drop))),
         ("a sync", Box::new(|fx| fx.client.sync(fx.stream))),
         ("a trim", Box::new(|fx| fx.client.trim(fx.stream).map(drop))),
@@ -247,9 +293,16 @@ pub fn every_refused_call_dooms_its_window<D: UserKernels>(session: &Session<D>)
                 "{what}: the window names {cause}, the call was refused with {err}"
             ),
             Err(other) => return Err(format!("{what}: refused with {other}, expected doomed")),
-            Ok(_) => return Err(format!("{what}: the window sealed without the refused call")),
+            Ok(_) => {
+                return Err(format!(
+                    "{what}: the window sealed without the refused call"
+                ));
+            }
         }
-        ensure!(client.phase(stream).step("phase")? == Phase::None, "{what}: closed");
+        ensure!(
+            client.phase(stream).step("phase")? == Phase::None,
+            "{what}: closed"
+        );
         client.write_f32(&fx.x, &[0.0; NU]).step("reset x")?;
     }
     usable(&client, stream)
@@ -296,7 +349,10 @@ pub fn a_panicking_capture_leaves_nothing<D: UserKernels>(session: &Session<D>) 
                 Ok(())
             });
         }));
-        ensure!(unwound.is_err(), "{panicking:?}: the panic reached the caller");
+        ensure!(
+            unwound.is_err(),
+            "{panicking:?}: the panic reached the caller"
+        );
         ensure!(
             client.phase(stream).step("phase")? == Phase::None,
             "{panicking:?}: the window is closed"
@@ -319,7 +375,8 @@ fn stress_on<D: UserKernels>(session: &Session<D>, config: Config, what: &str) -
     const THREADS: usize = 4;
     const OPERATIONS: usize = 2000;
     let client = session.client_with(config);
-    let runs = stress::run_threads(&client, THREADS, OPERATIONS).map_err(|e| format!("{what}: {e}"))?;
+    let runs =
+        stress::run_threads(&client, THREADS, OPERATIONS).map_err(|e| format!("{what}: {e}"))?;
     for (t, run) in runs.iter().enumerate() {
         ensure!(
             run.operations == OPERATIONS && run.reads > 100 && run.replays > 50,

@@ -2,6 +2,7 @@
 //! compiled by NVRTC for the device's compute capability and loaded by the
 //! driver (NVRTC provides the CUDA built-ins, so the source needs no
 //! includes).
+#![allow(unsafe_code)]
 
 use std::sync::Arc;
 
@@ -11,8 +12,9 @@ use capture_core::{Access, Error, Signature};
 use super::{CUDA_SOURCE, UserKernel, UserKernels};
 
 impl UserKernels for Cuda {
-    fn user_kernel(device: &Arc<CudaDevice>, which: UserKernel) -> Result<Kernel, Error> {
-        // SAFETY: every workload kernel touches element i of a buffer only
+    unsafe fn user_kernel(device: &Arc<CudaDevice>, which: UserKernel) -> Result<Kernel, Error> {
+        // SAFETY: the caller launches it only with counts that fit its
+        // buffers (this function's contract). Every workload kernel touches element i of a buffer only
         // below the count it is given (`n`, or `rows` and `cols` for matvec,
         // whose matrix is rows x cols), and writes only the bindings its
         // signature declares written; its entry takes one pointer per

@@ -9,9 +9,9 @@
 //! Weights come from a fixed-seed generator, so every backend and the
 //! reference see the same model.
 
-use capture_core::{Buffer, Client, Error, GraphHandle, Kernel, Params, StreamId};
+use capture_core::{Buffer, Client, Error, GraphHandle, StreamId};
 
-use super::{UserKernel, UserKernels, grid};
+use super::{UserKernels, Workload};
 
 /// The model's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,7 +161,7 @@ pub struct Decoder<D: UserKernels> {
     client: Client<D>,
     stream: StreamId,
     shape: Shape,
-    kernels: [Kernel<D>; 4],
+    workload: Workload<D>,
     layers: Vec<Layer>,
     /// The residual stream, updated in place by every step.
     pub x: Buffer,
@@ -173,13 +173,7 @@ pub struct Decoder<D: UserKernels> {
 impl<D: UserKernels> Decoder<D> {
     /// Upload `model` to `stream` and build its kernels.
     pub fn new(client: &Client<D>, stream: StreamId, model: &Model) -> Result<Self, Error> {
-        let build = |which| D::user_kernel(client.device(), which).map(Kernel::new);
-        let kernels = [
-            build(UserKernel::RmsNorm)?,
-            build(UserKernel::MatVec)?,
-            build(UserKernel::Silu)?,
-            build(UserKernel::Residual)?,
-        ];
+        let workload = Workload::new(client.device())?;
         let layers = (0..model.shape.layers as usize)
             .map(|l| {
                 Ok(Layer {
@@ -194,7 +188,7 @@ impl<D: UserKernels> Decoder<D> {
             client: client.clone(),
             stream,
             shape: model.shape,
-            kernels,
+            workload,
             layers,
             x: client.create_f32(stream, &model.input())?,
             normed: client.create_f32(stream, &vec![0.0; h])?,
@@ -215,19 +209,14 @@ impl<D: UserKernels> Decoder<D> {
 
     /// Issue one step's launches (eagerly, or into an open window).
     pub fn step(&self) -> Result<(), Error> {
-        let [rmsnorm, matvec, silu, residual] = &self.kernels;
         let (h, f) = (self.shape.hidden, self.shape.ffn);
-        let c = &self.client;
-        let s = self.stream;
+        let (k, c, s) = (&self.workload, &self.client, self.stream);
         for layer in &self.layers {
-            let norm = Params::new().u32(h).f32(EPS);
-            c.launch(s, rmsnorm, [1, 1, 1], &[&self.x, &layer.norm, &self.normed], &[], norm.as_bytes())?;
-            let up = Params::new().u32(f).u32(h);
-            c.launch(s, matvec, grid(f), &[&layer.w1, &self.normed, &self.u], &[], up.as_bytes())?;
-            c.launch(s, silu, grid(f), &[&self.u], &[], Params::new().u32(f).as_bytes())?;
-            let down = Params::new().u32(h).u32(f);
-            c.launch(s, matvec, grid(h), &[&layer.w2, &self.u, &self.v], &[], down.as_bytes())?;
-            c.launch(s, residual, grid(h), &[&self.x, &self.v], &[], Params::new().u32(h).as_bytes())?;
+            k.rmsnorm(c, s, &self.x, &layer.norm, &self.normed, h, EPS)?;
+            k.matvec(c, s, &layer.w1, &self.normed, &self.u, f, h)?;
+            k.silu(c, s, &self.u, f)?;
+            k.matvec(c, s, &layer.w2, &self.u, &self.v, h, f)?;
+            k.residual(c, s, &self.x, &self.v, h)?;
         }
         Ok(())
     }
@@ -341,7 +330,13 @@ pub fn relative_error(got: &[f32], want: &[f32]) -> f32 {
     let scale = 1.0 + want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     got.iter()
         .zip(want)
-        .map(|(a, b)| if a.is_finite() { (a - b).abs() } else { f32::INFINITY })
+        .map(|(a, b)| {
+            if a.is_finite() {
+                (a - b).abs()
+            } else {
+                f32::INFINITY
+            }
+        })
         .fold(0.0f32, f32::max)
         / scale
 }
@@ -369,7 +364,10 @@ mod tests {
         assert_eq!(a.reference(3), b.reference(3));
         let x = a.reference(10);
         assert!(x.iter().all(|v| v.is_finite() && v.abs() < 1e3), "{x:?}");
-        assert!(relative_error(&x, &a.reference(9)) > 1e-3, "steps change the state");
+        assert!(
+            relative_error(&x, &a.reference(9)) > 1e-3,
+            "steps change the state"
+        );
     }
 
     #[test]

@@ -20,18 +20,20 @@
 //! | `residual` | x (read-write), y (read) | n: u32 | `x[i] = x[i] + y[i]` |
 //! | `scale` | x (read-write) | n: u32, a: f32, b: f32 | `x[i] = x[i] * a + b` |
 
+#[cfg(feature = "cuda")]
+mod cuda;
 pub mod decode;
+#[cfg(feature = "hip")]
+mod hip;
 mod host;
 #[cfg(feature = "vulkan")]
 mod vulkan;
-#[cfg(feature = "cuda")]
-mod cuda;
-#[cfg(feature = "hip")]
-mod hip;
 
 use std::sync::Arc;
 
-use capture_core::{Access, Builtins, Error, GraphDriver, Signature};
+use capture_core::{
+    Access, Buffer, Builtins, Client, Error, GraphDriver, Kernel, Params, Signature, StreamId,
+};
 
 /// Threads per workgroup of every workload kernel.
 pub const WORKGROUP: u32 = 64;
@@ -98,7 +100,20 @@ pub fn grid(n: u32) -> [u32; 3] {
 /// A backend's build of the workload's kernels, from its own sources.
 pub trait UserKernels: GraphDriver + Builtins {
     /// Build `which` for `device`, with [`UserKernel::signature`].
-    fn user_kernel(device: &Arc<Self::Device>, which: UserKernel) -> Result<Self::Kernel, Error>;
+    ///
+    /// # Safety
+    ///
+    /// The GPU backends' kernels trust their counts, so the caller launches
+    /// the kernel only with counts that fit the buffers it binds (in
+    /// elements): `n` at most each buffer's length for `rmsnorm`, `silu`,
+    /// `residual` and `scale`; for `matvec`, `rows * cols` at most `w`'s
+    /// length, `cols` at most `x`'s and `rows` at most `y`'s. [`Workload`]
+    /// is the safe way to launch them.
+    #[allow(unsafe_code)]
+    unsafe fn user_kernel(
+        device: &Arc<Self::Device>,
+        which: UserKernel,
+    ) -> Result<Self::Kernel, Error>;
 
     /// Try to build a kernel whose source does not compile (or, for a
     /// backend without a compiler, whose signature no device accepts)
@@ -109,4 +124,176 @@ pub trait UserKernels: GraphDriver + Builtins {
     /// given (a binding too few), where the backend can tell; `None` where
     /// it cannot check (it then relies on the caller's promise).
     fn disagreeing_kernel(device: &Arc<Self::Device>) -> Option<Result<Self::Kernel, Error>>;
+}
+
+/// The workload's kernels on one device, launched only with counts checked
+/// against the buffers: the safe way to run them.
+pub struct Workload<D: UserKernels> {
+    kernels: [Kernel<D>; 5],
+}
+
+fn elements(buffer: &Buffer) -> u64 {
+    buffer.len() / 4
+}
+
+fn fits(which: UserKernel, what: &str, need: u64, buffer: &Buffer) -> Result<(), Error> {
+    if need <= elements(buffer) {
+        Ok(())
+    } else {
+        Err(Error::BadLaunch(format!(
+            "{} needs {need} elements of {what}, {} holds {}",
+            which.name(),
+            buffer.id(),
+            elements(buffer)
+        )))
+    }
+}
+
+impl<D: UserKernels> Workload<D> {
+    /// Build every kernel of the workload for `device`.
+    #[allow(unsafe_code)]
+    pub fn new(device: &Arc<D::Device>) -> Result<Self, Error> {
+        // SAFETY: the kernels are launched only by the methods below, each
+        // of which checks its counts against its buffers first, and by
+        // callers of the unsafe `kernel`, which promise the same.
+        let build = |which| unsafe { D::user_kernel(device, which) }.map(Kernel::new);
+        Ok(Self {
+            kernels: [
+                build(UserKernel::RmsNorm)?,
+                build(UserKernel::MatVec)?,
+                build(UserKernel::Silu)?,
+                build(UserKernel::Residual)?,
+                build(UserKernel::Scale)?,
+            ],
+        })
+    }
+
+    fn get(&self, which: UserKernel) -> &Kernel<D> {
+        let index = UserKernel::ALL
+            .iter()
+            .position(|&k| k == which)
+            .unwrap_or(0);
+        &self.kernels[index]
+    }
+
+    /// The kernel itself, to launch through the client directly.
+    ///
+    /// # Safety
+    ///
+    /// As for [`UserKernels::user_kernel`]: every launch that reaches the
+    /// device passes counts that fit its buffers. (A launch the client
+    /// refuses for not matching the signature reaches no device.)
+    #[allow(unsafe_code)]
+    pub unsafe fn kernel(&self, which: UserKernel) -> &Kernel<D> {
+        self.get(which)
+    }
+
+    /// `out = rmsnorm(x) * w` over `n` elements, in one workgroup.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rmsnorm(
+        &self,
+        client: &Client<D>,
+        stream: StreamId,
+        x: &Buffer,
+        w: &Buffer,
+        out: &Buffer,
+        n: u32,
+        eps: f32,
+    ) -> Result<(), Error> {
+        let k = UserKernel::RmsNorm;
+        for (what, buffer) in [("x", x), ("w", w), ("out", out)] {
+            fits(k, what, u64::from(n), buffer)?;
+        }
+        let params = Params::new().u32(n).f32(eps);
+        client.launch(
+            stream,
+            self.get(k),
+            [1, 1, 1],
+            &[x, w, out],
+            &[],
+            params.as_bytes(),
+        )
+    }
+
+    /// `y = w x` for a `rows x cols` row-major `w`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matvec(
+        &self,
+        client: &Client<D>,
+        stream: StreamId,
+        w: &Buffer,
+        x: &Buffer,
+        y: &Buffer,
+        rows: u32,
+        cols: u32,
+    ) -> Result<(), Error> {
+        let k = UserKernel::MatVec;
+        fits(k, "w", u64::from(rows) * u64::from(cols), w)?;
+        fits(k, "x", u64::from(cols), x)?;
+        fits(k, "y", u64::from(rows), y)?;
+        let params = Params::new().u32(rows).u32(cols);
+        client.launch(
+            stream,
+            self.get(k),
+            grid(rows),
+            &[w, x, y],
+            &[],
+            params.as_bytes(),
+        )
+    }
+
+    /// `x = silu(x)` over `n` elements.
+    pub fn silu(
+        &self,
+        client: &Client<D>,
+        stream: StreamId,
+        x: &Buffer,
+        n: u32,
+    ) -> Result<(), Error> {
+        let k = UserKernel::Silu;
+        fits(k, "x", u64::from(n), x)?;
+        let params = Params::new().u32(n);
+        client.launch(stream, self.get(k), grid(n), &[x], &[], params.as_bytes())
+    }
+
+    /// `x += y` over `n` elements.
+    pub fn residual(
+        &self,
+        client: &Client<D>,
+        stream: StreamId,
+        x: &Buffer,
+        y: &Buffer,
+        n: u32,
+    ) -> Result<(), Error> {
+        let k = UserKernel::Residual;
+        fits(k, "x", u64::from(n), x)?;
+        fits(k, "y", u64::from(n), y)?;
+        let params = Params::new().u32(n);
+        client.launch(
+            stream,
+            self.get(k),
+            grid(n),
+            &[x, y],
+            &[],
+            params.as_bytes(),
+        )
+    }
+
+    /// `x = x * a + b` over the first `n` elements the `groups` grid covers.
+    #[allow(clippy::too_many_arguments)]
+    pub fn scale(
+        &self,
+        client: &Client<D>,
+        stream: StreamId,
+        groups: [u32; 3],
+        x: &Buffer,
+        n: u32,
+        a: f32,
+        b: f32,
+    ) -> Result<(), Error> {
+        let k = UserKernel::Scale;
+        fits(k, "x", u64::from(n), x)?;
+        let params = Params::new().u32(n).f32(a).f32(b);
+        client.launch(stream, self.get(k), groups, &[x], &[], params.as_bytes())
+    }
 }

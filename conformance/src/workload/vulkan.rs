@@ -1,6 +1,7 @@
 //! The workload's kernels on Vulkan: the WGSL in `kernels/workload.wgsl`,
 //! compiled by naga with bounds-checked accesses, so building them takes no
 //! promise about what a launch passes.
+#![allow(unsafe_code)]
 
 use std::sync::Arc;
 
@@ -38,12 +39,15 @@ fn module_source(name: &str) -> Option<String> {
 }
 
 impl UserKernels for Vulkan {
-    fn user_kernel(device: &Arc<Device>, which: UserKernel) -> Result<Kernel, Error> {
+    unsafe fn user_kernel(device: &Arc<Device>, which: UserKernel) -> Result<Kernel, Error> {
         let signature = which.signature();
         let Some(source) = module_source(which.name()) else {
             return Err(Error::Compile {
                 kernel: which.name().to_owned(),
-                log: format!("kernels/workload.wgsl has no `{SECTION}{}` section", which.name()),
+                log: format!(
+                    "kernels/workload.wgsl has no `{SECTION}{}` section",
+                    which.name()
+                ),
             });
         };
         Kernel::from_wgsl_checked(device, &source, which.name(), signature)
@@ -67,7 +71,10 @@ impl UserKernels for Vulkan {
             Some(source) => Kernel::from_wgsl_checked(device, &source, which.name(), signature),
             None => Err(Error::Compile {
                 kernel: which.name().to_owned(),
-                log: format!("kernels/workload.wgsl has no `{SECTION}{}` section", which.name()),
+                log: format!(
+                    "kernels/workload.wgsl has no `{SECTION}{}` section",
+                    which.name()
+                ),
             }),
         };
         Some(built)
