@@ -129,7 +129,9 @@ fn main() -> ExitCode {
         shape.ffn,
         shape.launches()
     );
-    println!("| backend | eager us/step | replay us/step | eager/replay | ns/launch eager / replay | check |");
+    println!(
+        "| backend | eager us/step | replay us/step | eager/replay | ns/launch eager / replay | check |"
+    );
     println!("|---|---|---|---|---|---|");
     for row in &summary.decode {
         println!("{row}");
