@@ -31,6 +31,7 @@ use crate::pool::SliceHandle;
 use crate::server::{BufferRef, Server};
 use crate::signature::{MAX_BINDINGS, Signature};
 use crate::stream::{Config, StreamUsage};
+use crate::window::Update;
 
 struct Shared<D: GraphDriver> {
     server: Server<D>,
@@ -297,6 +298,38 @@ impl<D: GraphDriver> Client<D> {
         Ok(Self::with_device(device, config))
     }
 
+    /// Open device `index` of [`Client::devices`] with default sizes: one
+    /// client per device, so a process can drive every GPU of a machine.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] with the driver's reason.
+    pub fn open_device(index: usize) -> Result<Self, Error> {
+        Self::open_device_with(index, Config::default())
+    }
+
+    /// Open device `index` of [`Client::devices`].
+    pub fn open_device_with(index: usize, config: Config) -> Result<Self, Error> {
+        let device = D::open_index(index).map_err(|err| Error::Unavailable {
+            backend: D::NAME,
+            reason: err.message,
+        })?;
+        Ok(Self::with_device(device, config))
+    }
+
+    /// Every device the backend sees, in the order
+    /// [`Client::open_device`] numbers them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] when the backend sees none, with why.
+    pub fn devices() -> Result<Vec<DeviceInfo>, Error> {
+        D::devices().map_err(|err| Error::Unavailable {
+            backend: D::NAME,
+            reason: err.message,
+        })
+    }
+
     /// A client over an already opened device.
     pub fn with_device(device: Arc<D::Device>, config: Config) -> Self {
         Self {
@@ -524,21 +557,35 @@ impl<D: GraphDriver> Client<D> {
     pub fn capture<T>(
         &self,
         stream: StreamId,
-        mut body: impl FnMut(Pass) -> Result<T, Error>,
+        body: impl FnMut(Pass) -> Result<T, Error>,
     ) -> Result<(GraphHandle<D>, T), Error> {
+        self.record(stream, body, false, |window| self.instantiate(stream, window))
+    }
+
+    /// The one-call capture's shared half: a window on `stream`, the body's
+    /// warmup and recorded runs, then `seal` (instantiate or update). The
+    /// window is closed on every path, a panicking body's included.
+    fn record<T, R>(
+        &self,
+        stream: StreamId,
+        mut body: impl FnMut(Pass) -> Result<T, Error>,
+        updating: bool,
+        seal: impl FnOnce(WindowId) -> Result<R, Error>,
+    ) -> Result<(R, T), Error> {
         let window = self.prepare(stream)?;
         // Closes the window if `body` panics, so an unwinding caller does
-        // not leave the stream armed or recording.
+        // not leave the stream armed or recording, nor a graph behind.
         let guard = CloseOnUnwind {
             client: self,
             stream,
             window,
+            updating,
         };
         if let Err(err) = body(Pass::Warmup) {
             // Closing from Prepared disarms the pools; its refusal says
             // nothing the warmup's own error does not.
             std::mem::forget(guard);
-            let _closed = self.instantiate(stream, window);
+            let _closed = self.shared.server.instantiate(stream, window);
             return Err(err);
         }
         if let Err(err) = self.begin(stream, window) {
@@ -547,9 +594,9 @@ impl<D: GraphDriver> Client<D> {
         }
         let recorded = body(Pass::Record);
         std::mem::forget(guard);
-        let graph = self.instantiate(stream, window);
-        match (recorded, graph) {
-            (Ok(value), Ok(graph)) => Ok((graph, value)),
+        let sealed = seal(window);
+        match (recorded, sealed) {
+            (Ok(value), Ok(sealed)) => Ok((sealed, value)),
             (Ok(_), Err(refusal)) => Err(refusal),
             // The window's refusal names the failed operation and its
             // consequence; the body's error stands if the window sealed.
@@ -557,8 +604,63 @@ impl<D: GraphDriver> Client<D> {
                 Error::Doomed(_) => refusal,
                 _ => body_err,
             }),
-            (Err(body_err), Ok(_graph)) => Err(body_err),
+            (Err(body_err), Ok(_sealed)) => Err(body_err),
         }
+    }
+
+    /// Close `window` and make `graph` run what it recorded instead of its
+    /// old work: the three-step form of [`Client::recapture`]. The window
+    /// must be on the graph's stream.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::instantiate`]; a refusal leaves `graph` as it was,
+    /// replayable with its old work, and claims nothing.
+    pub fn update(&self, graph: &GraphHandle<D>, window: WindowId) -> Result<Update, Error> {
+        let id = self.graph_id(graph)?;
+        self.server()?.update(graph.stream(), window, id)
+    }
+
+    /// Capture `body` again into the existing `graph`, as
+    /// [`Client::capture`] does (a warmup run, then the recorded run), and
+    /// update the graph's executable instead of making a new graph: in
+    /// place where the new recording has the same shape (the same kernels
+    /// in the same order; buffers, grids, parameters and info may change),
+    /// instantiated anew behind the same handle otherwise. Says which.
+    ///
+    /// Every replay enqueued before keeps running the old work: what the
+    /// old recording pinned is released only once the device is past them.
+    ///
+    /// ```
+    /// use capture_core::{Builtin, Builtins, Client, Error, GraphDriver, Update};
+    ///
+    /// fn grow<D: GraphDriver + Builtins>(client: &Client<D>) -> Result<(), Error> {
+    ///     let stream = client.create_stream()?;
+    ///     let x = client.create_f32(stream, &[0.0; 256])?;
+    ///     let (graph, ()) = client.capture(stream, |_| {
+    ///         client.run_builtin(stream, Builtin::Fill, &[&x], 128, 1.0)
+    ///     })?;
+    ///     // The next step covers more elements: same kernel, new info.
+    ///     let (how, ()) = client.recapture(&graph, |_| {
+    ///         client.run_builtin(stream, Builtin::Fill, &[&x], 256, 2.0)
+    ///     })?;
+    ///     assert_eq!(how, Update::InPlace);
+    ///     graph.replay()?;
+    ///     assert_eq!(client.read_f32(&x)?, vec![2.0; 256]);
+    ///     Ok(())
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::capture`]; a refusal leaves `graph` as it was.
+    pub fn recapture<T>(
+        &self,
+        graph: &GraphHandle<D>,
+        body: impl FnMut(Pass) -> Result<T, Error>,
+    ) -> Result<(Update, T), Error> {
+        self.graph_id(graph)?;
+        self.record(graph.stream(), body, true, |window| self.update(graph, window))
     }
 
     /// Enqueue `graph`'s recorded work on its stream.
@@ -685,6 +787,8 @@ struct CloseOnUnwind<'a, D: GraphDriver> {
     client: &'a Client<D>,
     stream: StreamId,
     window: WindowId,
+    /// A re-capture: the graph it updates stays as it was.
+    updating: bool,
 }
 
 impl<D: GraphDriver> Drop for CloseOnUnwind<'_, D> {
@@ -693,7 +797,9 @@ impl<D: GraphDriver> Drop for CloseOnUnwind<'_, D> {
         // Closing the window is what must happen; a graph it made has no
         // handle to reach it and would live forever, so it goes at once.
         let server = &self.client.shared.server;
-        if let Ok(graph) = server.instantiate(self.stream, self.window) {
+        if self.updating {
+            server.discard(self.stream, self.window);
+        } else if let Ok(graph) = server.instantiate(self.stream, self.window) {
             server.destroy_graph(graph);
         }
     }

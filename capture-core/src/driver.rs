@@ -10,7 +10,6 @@
 use std::fmt::{self, Debug};
 use std::sync::Arc;
 
-use crate::error::Error;
 use crate::signature::Signature;
 
 /// Whether a backend's device can be used on this machine, and why not.
@@ -33,6 +32,14 @@ pub struct DeviceInfo {
     pub driver_version: String,
     /// Most workgroups (CUDA blocks) a launch may have in x, y and z.
     pub max_groups: [u32; 3],
+    /// The device's index in [`Driver::devices`], the one
+    /// [`Driver::open_index`] takes.
+    pub index: usize,
+    /// Device memory in bytes (0 when the driver does not say).
+    pub memory_bytes: u64,
+    /// What kind of device it is, where the API says (`discrete GPU`,
+    /// `integrated GPU`, `CPU`); empty when it does not.
+    pub kind: String,
 }
 
 impl DeviceInfo {
@@ -47,6 +54,9 @@ impl DeviceInfo {
             name: name.into(),
             driver_version: driver_version.into(),
             max_groups: Self::PORTABLE_MAX_GROUPS,
+            index: 0,
+            memory_bytes: 0,
+            kind: String::new(),
         }
     }
 }
@@ -211,14 +221,29 @@ pub trait Driver: Sized + Send + 'static {
     /// The backend's short name, used in trial names and reports.
     const NAME: &'static str;
 
-    /// Whether this machine has a usable device, and why not.
+    /// Whether this machine has a usable device, and why not: whether
+    /// [`Driver::open`] succeeds. Written once here in terms of `open`, so
+    /// what the probe says is what opening does.
     ///
     /// Must never panic: a missing library, a stub library, no device or a
     /// driver that is too old are all reasons.
-    fn probe() -> Availability;
+    fn probe() -> Availability {
+        match Self::open() {
+            Ok(device) => Availability::Available(Self::device_info(&device)),
+            Err(err) => Availability::Unavailable(err.message),
+        }
+    }
+
+    /// Every device this backend sees, in index order, whether or not it
+    /// can run the backend. An error (no library, no driver) says why none
+    /// is listed; an empty list means the driver sees no device.
+    fn devices() -> Result<Vec<DeviceInfo>, DriverError>;
+
+    /// Open the device at `index` of [`Driver::devices`].
+    fn open_index(index: usize) -> Result<Arc<Self::Device>, DriverError>;
 
     /// Open the device the environment selects (each backend documents its
-    /// selection variable).
+    /// selection variable, `DEVICE_ENV`), or the backend's default.
     fn open() -> Result<Arc<Self::Device>, DriverError>;
 
     /// What the opened device is, and its launch limits.
@@ -286,10 +311,54 @@ pub trait Driver: Sized + Send + 'static {
     ///
     /// An error any earlier asynchronous work ran into is reported here.
     fn fence(stream: &mut Self::Stream, signal: Self::Signal) -> Result<(), DriverError>;
+
+    /// Whether the stream's work up to `signal` has finished, without
+    /// waiting: how the drop queue reclaims what the device is done with
+    /// and fences only when it must. An error is reported as by `fence`.
+    fn is_done(stream: &mut Self::Stream, signal: Self::Signal) -> Result<bool, DriverError>;
+}
+
+/// What [`GraphDriver::update`] did with a recording.
+#[derive(Debug)]
+pub enum Updated<R> {
+    /// The executable now runs the new recording's work; the recording is
+    /// consumed.
+    InPlace,
+    /// The recording's shape differs from the executable's (other kernels,
+    /// another order, other node kinds), so it cannot be updated in place:
+    /// the recording is handed back, untouched, to be instantiated instead.
+    Topology(R),
 }
 
 /// A driver that can record a stream's launches into a replayable graph.
+///
+/// # What capture-core guarantees about the calls
+///
+/// As wgpu-hal states a command encoder's states, these are the call-order
+/// preconditions every backend may rely on without checking them again:
+///
+/// - `begin` is called only on a stream that is not recording, and is
+///   followed by exactly one `end` on that stream before any other `begin`.
+/// - Between `begin` and `end`, no `signal`, `fence`, `is_done`, `replay`,
+///   `upload`, `instantiate` or `update` is called on the stream, and no
+///   page is released. Pages may be allocated (the stream's pools may grow
+///   while recording); capture-core itself refuses the graph at `end`, so a
+///   backend need not count them.
+/// - `instantiate` and `update` are called only with a recording the same
+///   stream's `end` returned, and only when no operation inside the
+///   recording failed or was skipped: a doomed recording is ended and
+///   dropped.
+/// - `update` may be called while earlier replays of `exec` are still
+///   running: they must finish the work they were enqueued with (a backend
+///   that replaces resources keeps the old ones alive until then).
+/// - An executable is dropped only once no replay of it can still run.
+///
+/// The host backend checks all of this anyway, as a tripwire: being strict
+/// is its job.
 pub trait GraphDriver: Driver {
+    /// A closed recording, not yet instantiated. Dropping it releases it.
+    type Recording: Send + 'static;
+
     /// An instantiated graph, released when it drops.
     ///
     /// Dropping is the only way to destroy one, so no path can lose an
@@ -304,19 +373,28 @@ pub trait GraphDriver: Driver {
     /// its own state so the whole prepare-then-begin sequence can be retried.
     fn begin(stream: &mut Self::Stream) -> Result<(), DriverError>;
 
-    /// Close the recording on `stream` and instantiate what it recorded.
+    /// Close the recording on `stream` and hand back what it recorded.
     ///
-    /// The recording is closed on every path: a stream left recording would
-    /// swallow every launch after it. `doomed` is a recording already known
-    /// not to become a graph (an operation in it failed or was skipped); it is
-    /// closed and then handed back as the error. A recording that allocated
-    /// memory is refused too: a graph owning memory nodes allocates on launch
-    /// and never frees, so every driver that permits one rejects its second
-    /// launch while the first succeeds.
+    /// The stream leaves recording mode on every path, errors included: a
+    /// stream left recording would swallow every launch after it.
+    fn end(stream: &mut Self::Stream) -> Result<Self::Recording, DriverError>;
+
+    /// Instantiate `recording` as an executable graph.
     fn instantiate(
         stream: &mut Self::Stream,
-        doomed: Option<Error>,
-    ) -> Result<Self::Executable, Error>;
+        recording: Self::Recording,
+    ) -> Result<Self::Executable, DriverError>;
+
+    /// Make `exec` run `recording`'s work instead of its own, in place where
+    /// the two have the same shape (CUDA's `cuGraphExecUpdate`).
+    ///
+    /// On an error `exec` must be left as it was: still replayable, with its
+    /// old work.
+    fn update(
+        stream: &mut Self::Stream,
+        exec: &mut Self::Executable,
+        recording: Self::Recording,
+    ) -> Result<Updated<Self::Recording>, DriverError>;
 
     /// Pre-stage `exec` so the first replay does not pay for it.
     ///

@@ -99,6 +99,11 @@ impl<D: GraphDriver> Captures<D> {
         self.graphs.get(&id)
     }
 
+    /// The live graph `id`, to update.
+    pub fn get_mut(&mut self, id: GraphId) -> Option<&mut Graph<D>> {
+        self.graphs.get_mut(&id)
+    }
+
     /// Whether `id` names a live graph.
     pub fn contains(&self, id: GraphId) -> bool {
         self.graphs.contains_key(&id)

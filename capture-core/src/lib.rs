@@ -54,7 +54,7 @@ pub use capture_state::Phase;
 pub use client::{Buffer, Client, GraphHandle, Kernel, Pass, Placement};
 pub use driver::{
     Access, Availability, Binding, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver,
-    HostSlice, Launch,
+    HostSlice, Launch, Updated,
 };
 pub use error::{Error, Result};
 pub use graph::{Captures, Graph, Refused};
@@ -62,3 +62,4 @@ pub use ids::{BufferId, GraphId, StreamId, WindowId};
 pub use pool::PoolUsage;
 pub use signature::{Params, Signature};
 pub use stream::{Config, StreamUsage};
+pub use window::Update;

@@ -52,7 +52,7 @@ use crate::ids::{BufferId, GraphId, StreamId, WindowId};
 use crate::pool::SliceHandle;
 use crate::signature::{MAX_BINDINGS, Signature};
 use crate::stream::{Config, StreamState, StreamUsage};
-use crate::window::Window;
+use crate::window::{Update, Window};
 
 /// A buffer as the server sees it: the slice and the stream it belongs to.
 #[derive(Debug, Clone, Copy)]
@@ -417,6 +417,7 @@ impl<D: GraphDriver> Server<D> {
                             }
                         }
                     } else {
+                        state.issued();
                         for (buffer, access) in args.iter().zip(accesses) {
                             if access.writes() {
                                 state.failures.clear(buffer.slice.id());
@@ -506,6 +507,41 @@ impl<D: GraphDriver> Server<D> {
         })
     }
 
+    /// Close `window` on `stream` and make graph `id` (of the same stream)
+    /// run what it recorded: updated in place where the driver can,
+    /// instantiated anew behind the same id otherwise.
+    ///
+    /// A refusal leaves the graph as it was and claims nothing: the graph
+    /// still writes what it wrote, on its next replay.
+    pub fn update(&self, stream: StreamId, window: WindowId, id: GraphId) -> Result<Update, Error> {
+        self.with(stream, |lane| {
+            let Lane { state, graphs, .. } = lane;
+            let result = match graphs.get_mut(id) {
+                Some(graph) => Window::on(state)
+                    .update(window, graph, id)
+                    .map_err(|refused| refused.error),
+                None => {
+                    Window::on(state).discard(window);
+                    Err(Error::UnknownGraph(id))
+                }
+            };
+            let deferred = std::mem::take(&mut lane.state.deferred_destroys);
+            for graph in deferred {
+                self.destroy_in(lane, graph);
+            }
+            result
+        })
+    }
+
+    /// Close `window` on `stream`, keeping nothing it recorded.
+    pub(crate) fn discard(&self, stream: StreamId, window: WindowId) {
+        let closed = self.with(stream, |lane| {
+            Window::on(&mut lane.state).discard(window);
+            Ok(())
+        });
+        drop(closed);
+    }
+
     /// The stream graph `id` replays on, if it is live.
     fn stream_of(&self, id: GraphId) -> Option<StreamId> {
         self.graph_registry().get(&id).copied()
@@ -558,6 +594,8 @@ impl<D: GraphDriver> Server<D> {
             };
             match outcome {
                 Ok(()) => {
+                    state.issued();
+                    let failures = &mut state.failures;
                     if !failures.is_empty() {
                         for buffer in &graph.written {
                             failures.clear(*buffer);
@@ -620,12 +658,12 @@ impl<D: GraphDriver> Server<D> {
             // straight back to the pool.
             if let Some(graph) = graph {
                 for slice in graph._retained {
-                    state.drops.push(slice);
+                    state.queue_drop(slice);
                 }
             }
         }
         for slice in state.info.graph_release(id) {
-            state.drops.push(slice);
+            state.queue_drop(slice);
         }
     }
 
@@ -773,7 +811,7 @@ fn collect_dead<D: Driver>(graveyard: &Graveyard, state: &mut StreamState<D>) {
     let mut any = false;
     graveyard.exhume(|slice| {
         state.failures.forget(slice.id());
-        state.drops.push(slice);
+        state.queue_drop(slice);
         any = true;
     });
     if any {

@@ -2,7 +2,7 @@
 
 use crate::capture_state::StreamCapture;
 use crate::driver::{DeviceSlice, Driver, DriverError, HostSlice};
-use crate::drop_queue::DropQueue;
+use crate::drop_queue::{DropQueue, Stamp};
 use crate::error::Error;
 use crate::failure::FailureStore;
 use crate::ids::{BufferId, GraphId, StreamId};
@@ -58,7 +58,11 @@ pub struct StreamState<D: Driver> {
     pub(crate) raw: D::Stream,
     pub(crate) device: Pool<D::DevicePage>,
     pub(crate) host: Pool<D::HostPage>,
-    pub(crate) drops: DropQueue,
+    pub(crate) drops: DropQueue<D::Signal>,
+    /// The newest signal taken, and whether work was issued since: a free
+    /// stamps itself with it when no work came after, or takes a new one.
+    last_signal: Option<D::Signal>,
+    work_since_signal: bool,
     pub(crate) info: InfoCache,
     pub(crate) capture: StreamCapture,
     /// The stream's buffers that hold no valid bytes, and why. Per stream:
@@ -89,6 +93,8 @@ impl<D: Driver> StreamState<D> {
             device: Pool::new(config.device_page_bytes),
             host: Pool::new(config.host_page_bytes),
             drops: DropQueue::new(config.drop_queue_threshold),
+            last_signal: None,
+            work_since_signal: false,
             info: InfoCache::new(config.info_cache_capacity),
             capture: StreamCapture::default(),
             failures: FailureStore::default(),
@@ -97,31 +103,101 @@ impl<D: Driver> StreamState<D> {
         }
     }
 
+    /// Work was enqueued: a free from here needs a newer signal.
+    pub(crate) fn issued(&mut self) {
+        self.work_since_signal = true;
+    }
+
+    /// The stamp for something freed now: the newest signal if no work came
+    /// after it, else a new one. None can be taken while recording.
+    fn stamp(&mut self) -> Stamp<D::Signal> {
+        if self.capture.is_recording() {
+            return Stamp::Unstamped;
+        }
+        if !self.work_since_signal && self.last_signal.is_some() {
+            return Stamp::Newest;
+        }
+        match D::signal(&mut self.raw) {
+            Ok(signal) => {
+                self.last_signal = Some(signal);
+                self.work_since_signal = false;
+                Stamp::New(signal)
+            }
+            Err(err) => {
+                log::warn!("{}: a free waits for the next fence: {err}", self.id);
+                Stamp::Unstamped
+            }
+        }
+    }
+
+    /// Hold `slice` until the device is past the work issued so far.
+    pub(crate) fn queue_drop(&mut self, slice: SliceHandle) {
+        let stamp = self.stamp();
+        self.drops.push(slice, stamp);
+    }
+
+    /// Hold `item` until the device is past the work issued so far.
+    pub(crate) fn queue_keep(&mut self, item: Box<dyn Send>) {
+        let stamp = self.stamp();
+        self.drops.keep(item, stamp);
+    }
+
     /// Wait for everything enqueued so far, then free what waited for it.
     pub(crate) fn sync(&mut self) -> Result<(), DriverError> {
-        fence_all::<D>(&mut self.raw)?;
+        self.fence_all()?;
         self.drops.release_fenced();
         Ok(())
     }
 
-    /// Drain the drop queue with a fence (no fence when it is empty).
-    pub(crate) fn drain_drops(&mut self) -> Result<(), DriverError> {
-        let raw = &mut self.raw;
-        self.drops.drain(|| fence_all::<D>(raw))
+    /// Signal and wait for everything enqueued so far.
+    fn fence_all(&mut self) -> Result<(), DriverError> {
+        let signal = D::signal(&mut self.raw)?;
+        self.last_signal = Some(signal);
+        self.work_since_signal = false;
+        D::fence(&mut self.raw, signal)
     }
 
-    /// Flush the drop queue if it has grown past its threshold and the
-    /// stream may sync. A failed fence is logged: the slices stay queued and
-    /// the error resurfaces at the next sync.
+    /// Empty the drop queue, fencing the work it waits for (no fence when it
+    /// is empty): before a window opens, so the recorded run finds free
+    /// what warmup freed.
+    pub(crate) fn drain_drops(&mut self) -> Result<(), DriverError> {
+        if self.drops.is_empty() {
+            return Ok(());
+        }
+        self.sync()
+    }
+
+    /// A window closed: stamp the frees it deferred, then reclaim what the
+    /// device is done with, without waiting.
+    pub(crate) fn after_window(&mut self) {
+        if self.drops.has_unstamped() {
+            match D::signal(&mut self.raw) {
+                Ok(signal) => {
+                    self.last_signal = Some(signal);
+                    self.work_since_signal = false;
+                    self.drops.stamp_unstamped(signal);
+                }
+                Err(err) => log::warn!("{}: frees deferred by the window wait: {err}", self.id),
+            }
+        }
+        self.reclaim();
+    }
+
+    /// Release every queued free the device is past, without waiting. An
+    /// error is logged: the frees stay queued and the error resurfaces at
+    /// the next fence.
+    fn reclaim(&mut self) {
+        let raw = &mut self.raw;
+        if let Err(err) = self.drops.reclaim(|signal| D::is_done(raw, signal)) {
+            log::warn!("{}: deferred frees kept: {err}", self.id);
+        }
+    }
+
+    /// Reclaim the drop queue if it has grown past its threshold and the
+    /// stream is not recording. Never waits for the device.
     pub(crate) fn maybe_flush(&mut self) {
-        if !self.capture.is_recording()
-            && self.drops.wants_flush()
-            && let Err(err) = self.drain_drops()
-        {
-            log::warn!(
-                "{}: deferred frees kept after a failed fence: {err}",
-                self.id
-            );
+        if !self.capture.is_recording() && self.drops.wants_flush() {
+            self.reclaim();
         }
     }
 
@@ -183,8 +259,10 @@ impl<D: Driver> StreamState<D> {
         if self.capture.is_recording() {
             self.capture.record_host(staging.clone());
             self.capture.record_touch(dst);
+        } else {
+            self.issued();
         }
-        self.drops.push(staging);
+        self.queue_drop(staging);
         copied.map_err(Error::from)
     }
 
@@ -211,12 +289,14 @@ impl<D: Driver> StreamState<D> {
                 len,
             },
         )?;
+        self.issued();
         // Queued before the fence: if it fails, the copy may still be
         // writing the staging slice, which must not go back to the pool
         // until a later fence proves the copy done.
-        self.drops.push(staging.clone());
-        fence_all::<D>(&mut self.raw)?;
+        self.queue_drop(staging.clone());
+        self.fence_all()?;
         let mut out = vec![0u8; usize::try_from(len).unwrap_or(usize::MAX)];
+        let host_page = self.host.page(&staging).ok_or_else(missing_page)?;
         D::read_host(host_page, staging.offset(), &mut out);
         // Everything enqueued before the signal has finished, so whatever
         // waited in the drop queue is free too.
@@ -236,7 +316,7 @@ impl<D: Driver> StreamState<D> {
         let slice = self.allocate_device(ids(), bytes.len() as u64)?;
         self.stage_to_device(ids(), bytes, &slice)?;
         for evicted in self.info.insert(bytes, slice.clone()) {
-            self.drops.push(evicted);
+            self.queue_drop(evicted);
         }
         Ok(slice)
     }
@@ -278,36 +358,38 @@ impl<D: Driver> StreamState<D> {
 
 /// A slice of `len` bytes from `pool`.
 ///
-/// Reuses free memory first; before growing, frees what waits in the drop
-/// queue (unless `recording`, where that fence would abort the recording).
-/// A page obtained while recording is noticed by the pool itself, and the
-/// window refuses to seal for it.
+/// Reuses free memory first; before growing, takes back what the drop queue
+/// holds that the device is done with, then waits for its oldest frees one
+/// batch at a time, only until the slice fits (unless `recording`, where no
+/// signal may be queried or waited for). A page obtained while recording is
+/// noticed by the pool itself, and the window refuses to seal for it.
 fn allocate<D: Driver, P>(
     pool: &mut Pool<P>,
     raw: &mut D::Stream,
-    drops: &mut DropQueue,
+    drops: &mut DropQueue<D::Signal>,
     recording: bool,
     id: BufferId,
     len: u64,
     allocate_page: fn(&mut D::Stream, u64) -> Result<P, DriverError>,
 ) -> Result<SliceHandle, Error> {
-    if let Some(slice) = pool.reserve(id, len, false, |_| unreachable_page())? {
+    let reuse = |pool: &mut Pool<P>| pool.reserve(id, len, false, |_| unreachable_page());
+    if let Some(slice) = reuse(pool)? {
         return Ok(slice);
     }
     if !recording && !drops.is_empty() {
-        drops.drain(|| fence_all::<D>(raw))?;
-        if let Some(slice) = pool.reserve(id, len, false, |_| unreachable_page())? {
+        if drops.reclaim(|signal| D::is_done(raw, signal))? > 0
+            && let Some(slice) = reuse(pool)?
+        {
             return Ok(slice);
+        }
+        while drops.wait_oldest(|signal| D::fence(raw, signal))? {
+            if let Some(slice) = reuse(pool)? {
+                return Ok(slice);
+            }
         }
     }
     pool.reserve(id, len, true, |size| allocate_page(raw, size))?
         .ok_or_else(missing_page)
-}
-
-/// Wait until everything enqueued on `raw` so far has finished.
-fn fence_all<D: Driver>(raw: &mut D::Stream) -> Result<(), DriverError> {
-    let signal = D::signal(raw)?;
-    D::fence(raw, signal)
 }
 
 /// The page allocator passed when growth is not allowed; never called.

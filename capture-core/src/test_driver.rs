@@ -6,9 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::driver::{
-    Availability, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice, Launch,
+    DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice, Launch, Updated,
 };
-use crate::error::Error;
 use crate::signature::Signature;
 
 pub(crate) struct TestDriver;
@@ -69,8 +68,11 @@ impl Driver for TestDriver {
     type Kernel = Signature;
     const NAME: &'static str = "test";
 
-    fn probe() -> Availability {
-        Availability::Available(DeviceInfo::new("test", "0"))
+    fn devices() -> Result<Vec<DeviceInfo>, DriverError> {
+        Ok(vec![DeviceInfo::new("test", "0")])
+    }
+    fn open_index(_: usize) -> Result<Arc<TestDevice>, DriverError> {
+        Ok(Arc::default())
     }
     fn open() -> Result<Arc<TestDevice>, DriverError> {
         Ok(Arc::default())
@@ -149,9 +151,13 @@ impl Driver for TestDriver {
             None => Ok(()),
         }
     }
+    fn is_done(stream: &mut TestStream, signal: ()) -> Result<bool, DriverError> {
+        Self::fence(stream, signal).map(|()| true)
+    }
 }
 
 impl GraphDriver for TestDriver {
+    type Recording = Vec<Op>;
     type Executable = Vec<Op>;
 
     fn begin(stream: &mut TestStream) -> Result<(), DriverError> {
@@ -161,15 +167,25 @@ impl GraphDriver for TestDriver {
         stream.recording = Some(Vec::new());
         Ok(())
     }
-    fn instantiate(stream: &mut TestStream, doomed: Option<Error>) -> Result<Vec<Op>, Error> {
-        let ops = stream
+    fn end(stream: &mut TestStream) -> Result<Vec<Op>, DriverError> {
+        stream
             .recording
             .take()
-            .ok_or_else(|| DriverError::new("test", "instantiate", "not recording"))?;
-        match doomed {
-            Some(doomed) => Err(doomed),
-            None => Ok(ops),
+            .ok_or_else(|| DriverError::new("test", "end capture", "not recording"))
+    }
+    fn instantiate(_: &mut TestStream, ops: Vec<Op>) -> Result<Vec<Op>, DriverError> {
+        Ok(ops)
+    }
+    fn update(
+        _: &mut TestStream,
+        exec: &mut Vec<Op>,
+        ops: Vec<Op>,
+    ) -> Result<Updated<Vec<Op>>, DriverError> {
+        if exec.len() != ops.len() {
+            return Ok(Updated::Topology(ops));
         }
+        *exec = ops;
+        Ok(Updated::InPlace)
     }
     fn upload(_: &Vec<Op>, _: &mut TestStream) -> Result<(), DriverError> {
         Ok(())

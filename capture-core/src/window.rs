@@ -7,11 +7,39 @@
 
 use std::sync::Arc;
 
-use crate::driver::GraphDriver;
+use crate::driver::{GraphDriver, Updated};
 use crate::error::Error;
 use crate::graph::{Graph, Refused};
-use crate::ids::{GraphId, WindowId};
+use crate::ids::{BufferId, GraphId, WindowId};
+use crate::pool::SliceHandle;
 use crate::stream::StreamState;
+
+/// How a re-capture reached its graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Update {
+    /// The executable was updated in place: same kernels in the same order.
+    InPlace,
+    /// The recording's shape differed, so a new executable was instantiated
+    /// behind the same graph.
+    Reinstantiated,
+}
+
+/// A closed window's recording and what its graph must keep.
+struct Closed<D: GraphDriver> {
+    recording: D::Recording,
+    retained: Vec<SliceHandle>,
+    written: Vec<BufferId>,
+    read: Vec<BufferId>,
+}
+
+/// Pre-stage `exec` on `stream`: best-effort, a failure is counted and
+/// logged.
+fn upload<D: GraphDriver>(stream: &mut StreamState<D>, exec: &D::Executable, id: GraphId) {
+    if let Err(err) = D::upload(exec, &mut stream.raw) {
+        stream.upload_failures += 1;
+        log::warn!("{id}: upload failed, the first replay stages it instead: {err}");
+    }
+}
 
 /// The capture window of one stream.
 pub struct Window<'a, D: GraphDriver> {
@@ -76,18 +104,13 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         Ok(())
     }
 
-    /// Close the window and instantiate what it recorded as graph `id`.
-    ///
-    /// The stream leaves capture mode first, so no path below can leave it
-    /// recording. A window closed by a caller that does not own it is closed
-    /// and torn down all the same, since nobody else will come back to close
-    /// it; only its owner gets a graph out of it.
-    ///
-    /// # Errors
-    ///
-    /// [`Refused`], which every failure here becomes, with the buffers the
-    /// caller must now claim (empty when nothing was recorded).
-    pub fn instantiate(&mut self, closer: WindowId, id: GraphId) -> Result<Graph<D>, Refused> {
+    /// Close the window: end the driver's recording and gather what the
+    /// graph must keep. The stream leaves capture mode first, so no path
+    /// below can leave it recording. A window closed by a caller that does
+    /// not own it is closed and torn down all the same, since nobody else
+    /// will come back to close it; only its owner gets a recording out of
+    /// it. A doomed recording is ended and dropped.
+    fn close(&mut self, closer: WindowId) -> Result<Closed<D>, Refused> {
         let stream = &mut *self.stream;
         let outcome = match stream.capture.end(closer) {
             Ok(outcome) => outcome,
@@ -117,52 +140,151 @@ impl<'a, D: GraphDriver> Window<'a, D> {
             .capture
             .take_failure()
             .map(|reason| Error::Doomed(Arc::new(reason)));
-        let exec = D::instantiate(&mut stream.raw, doomed.clone());
+        let ended = D::end(&mut stream.raw);
         // Pin every slice the window handed out, device and host; on a
-        // refusal they drop with `retained` below and are free again.
+        // refusal they drop with `retained` and are free again.
         let mut retained = stream.device.capture_end();
         retained.extend(stream.host.capture_end());
         let recorded = stream.capture.take_recorded();
         retained.extend(recorded.touched);
         retained.extend(recorded.host);
-        // Reclaim what was dropped while recording, whose fenced flushes
-        // were deferred for as long as the window was open.
-        if let Err(err) = stream.drain_drops() {
-            log::warn!(
-                "{}: frees deferred by the window stay queued: {err}",
-                stream.id
-            );
-        }
-        let exec = if outcome.is_abandoned() {
-            Err(outcome.abandoned_error(doomed))
+        // Frees deferred while the window was open join the drop queue.
+        stream.after_window();
+        let refusal = if outcome.is_abandoned() {
+            Some(outcome.abandoned_error(doomed))
         } else {
-            exec
+            doomed
         };
-        match exec {
+        let refuse = |stream: &mut StreamState<D>, error: Error, written: Vec<_>| {
+            for never_written in stream.info.capture_discard() {
+                stream.queue_drop(never_written);
+            }
+            Err(Refused { error, written })
+        };
+        match (refusal, ended) {
+            (Some(error), _) => refuse(stream, error, recorded.written),
+            (None, Err(err)) => refuse(stream, err.into(), recorded.written),
+            (None, Ok(recording)) => Ok(Closed {
+                recording,
+                retained,
+                written: recorded.written,
+                read: recorded.read,
+            }),
+        }
+    }
+
+    /// Close the window and instantiate what it recorded as graph `id`.
+    ///
+    /// # Errors
+    ///
+    /// [`Refused`], which every failure here becomes, with the buffers the
+    /// caller must now claim (empty when nothing was recorded).
+    pub fn instantiate(&mut self, closer: WindowId, id: GraphId) -> Result<Graph<D>, Refused> {
+        let closed = self.close(closer)?;
+        let stream = &mut *self.stream;
+        match D::instantiate(&mut stream.raw, closed.recording) {
             Ok(exec) => {
                 // Entries made while recording leave the cache; `retained`
                 // already holds their slices for the graph.
                 drop(stream.info.capture_commit(id));
-                if let Err(err) = D::upload(&exec, &mut stream.raw) {
-                    stream.upload_failures += 1;
-                    log::warn!("{id}: upload failed, the first replay stages it instead: {err}");
-                }
+                upload::<D>(stream, &exec, id);
                 Ok(Graph {
                     exec,
                     stream: stream.id,
-                    _retained: retained,
-                    written: recorded.written,
-                    read: recorded.read,
+                    _retained: closed.retained,
+                    written: closed.written,
+                    read: closed.read,
                 })
             }
-            Err(error) => {
+            Err(err) => {
                 for never_written in stream.info.capture_discard() {
-                    stream.drops.push(never_written);
+                    stream.queue_drop(never_written);
                 }
                 Err(Refused {
-                    error,
-                    written: recorded.written,
+                    error: err.into(),
+                    written: closed.written,
                 })
+            }
+        }
+    }
+
+    /// Close the window and make `graph` (id `id`) run what it recorded:
+    /// updated in place where the driver can, instantiated anew behind the
+    /// same graph where the recording's shape differs.
+    ///
+    /// The old recording's pins, and an executable replaced, wait in the
+    /// drop queue until the device is past every replay already enqueued.
+    /// On any refusal the graph is left as it was, still replayable.
+    ///
+    /// # Errors
+    ///
+    /// [`Refused`]; its `written` is the new recording's, which a caller
+    /// updating a graph does not claim: the graph it keeps still writes
+    /// those buffers on its next replay.
+    pub fn update(
+        &mut self,
+        closer: WindowId,
+        graph: &mut Graph<D>,
+        id: GraphId,
+    ) -> Result<Update, Refused> {
+        let closed = self.close(closer)?;
+        let stream = &mut *self.stream;
+        let written = closed.written;
+        let how = match D::update(&mut stream.raw, &mut graph.exec, closed.recording) {
+            Ok(Updated::InPlace) => Update::InPlace,
+            Ok(Updated::Topology(recording)) => {
+                match D::instantiate(&mut stream.raw, recording) {
+                    Ok(exec) => {
+                        let old = std::mem::replace(&mut graph.exec, exec);
+                        stream.queue_keep(Box::new(old));
+                        Update::Reinstantiated
+                    }
+                    Err(err) => {
+                        for never_written in stream.info.capture_discard() {
+                            stream.queue_drop(never_written);
+                        }
+                        return Err(Refused {
+                            error: err.into(),
+                            written,
+                        });
+                    }
+                }
+            }
+            Err(err) => {
+                for never_written in stream.info.capture_discard() {
+                    stream.queue_drop(never_written);
+                }
+                return Err(Refused {
+                    error: err.into(),
+                    written,
+                });
+            }
+        };
+        // The old recording's info entries: released while this window's
+        // pins still hold what it shares with the old one, then the window's
+        // pins become the graph's.
+        for freed in stream.info.graph_release(id) {
+            stream.queue_drop(freed);
+        }
+        drop(stream.info.capture_commit(id));
+        let old = std::mem::replace(&mut graph._retained, closed.retained);
+        for slice in old {
+            stream.queue_drop(slice);
+        }
+        graph.written = written;
+        graph.read = closed.read;
+        upload::<D>(stream, &graph.exec, id);
+        Ok(how)
+    }
+
+    /// Close the window and drop what it recorded: for a window whose
+    /// graph went away before it closed.
+    pub fn discard(&mut self, closer: WindowId) {
+        if let Ok(closed) = self.close(closer) {
+            drop(closed);
+            let stream = &mut *self.stream;
+            for never_written in stream.info.capture_discard() {
+                stream.queue_drop(never_written);
             }
         }
     }
@@ -174,7 +296,7 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         drop(stream.device.capture_end());
         drop(stream.host.capture_end());
         for never_written in stream.info.capture_discard() {
-            stream.drops.push(never_written);
+            stream.queue_drop(never_written);
         }
         stream.capture.abort();
     }
