@@ -90,6 +90,11 @@ impl Kernel {
     pub fn signature(&self) -> &Signature {
         &self.inner.signature
     }
+
+    /// Whether `other` is this very kernel (a clone of it).
+    pub fn same(&self, other: &Kernel) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
 }
 
 /// One workgroup of a launch, as the kernel's code sees it.

@@ -25,8 +25,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use capture_core::{
-    Availability, Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, Error,
-    GraphDriver, HostSlice, Launch, Signature,
+    Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice,
+    Launch, Signature, Updated,
 };
 
 pub use kernels::{Body, Group, Kernel, Reader, View};
@@ -40,23 +40,33 @@ use worker::{Command, Op, Worker};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Host;
 
-/// The host "device": shared by every stream, counting what it hands out.
+/// Host devices the backend offers: more than one, so that a process
+/// driving several devices (one client per device) is tested here too.
+pub const DEVICES: usize = 2;
+
+/// Env var that picks the host device [`Driver::open`] opens, by index.
+pub const DEVICE_ENV: &str = "CAPTURE_HOST_DEVICE";
+
+/// A host "device": shared by every stream on it, counting what it hands
+/// out. Each is independent of the others.
 #[derive(Debug, Default)]
-pub struct HostDevice {
+pub struct Device {
+    index: usize,
     next_stream: AtomicU64,
     live_pages: AtomicU64,
 }
 
-impl HostDevice {
+impl Device {
     /// Pages allocated and not yet released, device and host together.
     pub fn live_pages(&self) -> u64 {
         self.live_pages.load(Ordering::Relaxed)
     }
 }
 
-/// A recording in progress.
+/// A recording: in progress on a stream, then closed and handed to the
+/// core.
 #[derive(Debug, Default)]
-struct Recording {
+pub struct Recording {
     ops: Vec<Op>,
     /// Why the recording can no longer become a graph (a host sync).
     invalid: Option<String>,
@@ -66,8 +76,8 @@ struct Recording {
 
 /// A stream of the host backend: a worker thread and, while recording, the
 /// work recorded instead of sent to it.
-pub struct HostStream {
-    device: Arc<HostDevice>,
+pub struct Stream {
+    device: Arc<Device>,
     worker: Worker,
     next_signal: u64,
     recording: Option<Recording>,
@@ -75,11 +85,18 @@ pub struct HostStream {
 
 /// An instantiated graph: the recorded work, replayed as one command.
 #[derive(Debug)]
-pub struct HostGraph {
+pub struct Executable {
     ops: Arc<[Op]>,
 }
 
-impl HostGraph {
+impl Executable {
+    /// Whether `ops` does the same kinds of work as this graph, in the same
+    /// order, with the same kernels: what an update in place may change is
+    /// only what the work runs on (buffers, grids, parameters, info).
+    fn same_shape(&self, ops: &[Op]) -> bool {
+        self.ops.len() == ops.len() && self.ops.iter().zip(ops).all(|(a, b)| a.same_shape(b))
+    }
+
     /// Recorded operations.
     pub fn len(&self) -> usize {
         self.ops.len()
@@ -99,11 +116,25 @@ impl HostGraph {
     }
 }
 
+/// What host device `index` is.
+fn info(index: usize) -> DeviceInfo {
+    DeviceInfo {
+        // CUDA's grid limit: a grid the host runs is one a GPU runs.
+        max_groups: [i32::MAX as u32, 65_535, 65_535],
+        index,
+        kind: "CPU".into(),
+        ..DeviceInfo::new(
+            format!("host reference {index} (worker thread per stream)"),
+            env!("CARGO_PKG_VERSION"),
+        )
+    }
+}
+
 fn error(op: &'static str, message: impl Into<String>) -> DriverError {
     DriverError::new(Host::NAME, op, message)
 }
 
-impl HostStream {
+impl Stream {
     /// Send `op` to the worker, or record it.
     fn issue(&mut self, op: Op, what: &'static str) -> Result<(), DriverError> {
         if let Some(recording) = &mut self.recording {
@@ -156,8 +187,8 @@ fn page(kind: PageKind, bytes: u64) -> Result<Arc<Memory>, DriverError> {
 }
 
 impl Driver for Host {
-    type Device = HostDevice;
-    type Stream = HostStream;
+    type Device = Device;
+    type Stream = Stream;
     type DevicePage = DevicePage;
     type HostPage = HostPage;
     type Signal = u64;
@@ -165,34 +196,48 @@ impl Driver for Host {
 
     const NAME: &'static str = "host";
 
-    fn probe() -> Availability {
-        Availability::Available(Self::device_info(&HostDevice::default()))
+    fn devices() -> Result<Vec<DeviceInfo>, DriverError> {
+        Ok((0..DEVICES).map(info).collect())
     }
 
-    fn open() -> Result<Arc<HostDevice>, DriverError> {
-        Ok(Arc::new(HostDevice::default()))
-    }
-
-    fn device_info(_device: &HostDevice) -> DeviceInfo {
-        DeviceInfo {
-            // CUDA's grid limit: a grid the host runs is one a GPU runs.
-            max_groups: [i32::MAX as u32, 65_535, 65_535],
-            ..DeviceInfo::new(
-                "host reference (worker thread per stream)",
-                env!("CARGO_PKG_VERSION"),
-            )
+    fn open_index(index: usize) -> Result<Arc<Device>, DriverError> {
+        if index >= DEVICES {
+            return Err(error(
+                "open",
+                format!("host device {index} does not exist; there are {DEVICES}"),
+            ));
         }
+        Ok(Arc::new(Device {
+            index,
+            ..Device::default()
+        }))
+    }
+
+    fn open() -> Result<Arc<Device>, DriverError> {
+        match std::env::var(DEVICE_ENV) {
+            Ok(wanted) if !wanted.trim().is_empty() => {
+                let index = wanted.trim().parse().map_err(|_| {
+                    error("open", format!("{DEVICE_ENV}={wanted} is not a device index"))
+                })?;
+                Self::open_index(index)
+            }
+            _ => Self::open_index(0),
+        }
+    }
+
+    fn device_info(device: &Device) -> DeviceInfo {
+        info(device.index)
     }
 
     fn signature(kernel: &Kernel) -> &Signature {
         kernel.signature()
     }
 
-    fn create_stream(device: &Arc<HostDevice>) -> Result<HostStream, DriverError> {
+    fn create_stream(device: &Arc<Device>) -> Result<Stream, DriverError> {
         let index = device.next_stream.fetch_add(1, Ordering::Relaxed);
         let worker = Worker::spawn(format!("host-stream-{index}"))
             .map_err(|err| error("create stream", err.to_string()))?;
-        Ok(HostStream {
+        Ok(Stream {
             device: device.clone(),
             worker,
             next_signal: 0,
@@ -201,7 +246,7 @@ impl Driver for Host {
     }
 
     fn allocate_device_page(
-        stream: &mut HostStream,
+        stream: &mut Stream,
         bytes: u64,
     ) -> Result<DevicePage, DriverError> {
         let page = DevicePage(page(PageKind::Device, bytes)?);
@@ -209,18 +254,18 @@ impl Driver for Host {
         Ok(page)
     }
 
-    fn release_device_page(stream: &mut HostStream, page: DevicePage) {
+    fn release_device_page(stream: &mut Stream, page: DevicePage) {
         stream.device.live_pages.fetch_sub(1, Ordering::Relaxed);
         page.0.release();
     }
 
-    fn allocate_host_page(stream: &mut HostStream, bytes: u64) -> Result<HostPage, DriverError> {
+    fn allocate_host_page(stream: &mut Stream, bytes: u64) -> Result<HostPage, DriverError> {
         let page = HostPage(page(PageKind::Host, bytes)?);
         stream.allocated_page();
         Ok(page)
     }
 
-    fn release_host_page(stream: &mut HostStream, page: HostPage) {
+    fn release_host_page(stream: &mut Stream, page: HostPage) {
         stream.device.live_pages.fetch_sub(1, Ordering::Relaxed);
         page.0.release();
     }
@@ -236,7 +281,7 @@ impl Driver for Host {
     }
 
     fn copy_to_device(
-        stream: &mut HostStream,
+        stream: &mut Stream,
         src: HostSlice<'_, Self>,
         dst: DeviceSlice<'_, Self>,
     ) -> Result<(), DriverError> {
@@ -248,7 +293,7 @@ impl Driver for Host {
     }
 
     fn copy_to_host(
-        stream: &mut HostStream,
+        stream: &mut Stream,
         src: DeviceSlice<'_, Self>,
         dst: HostSlice<'_, Self>,
     ) -> Result<(), DriverError> {
@@ -259,7 +304,7 @@ impl Driver for Host {
         stream.issue(op, "copy to host")
     }
 
-    fn launch(stream: &mut HostStream, launch: Launch<'_, Self>) -> Result<(), DriverError> {
+    fn launch(stream: &mut Stream, launch: Launch<'_, Self>) -> Result<(), DriverError> {
         let op = Op::Kernel(Dispatch {
             kernel: launch.kernel.clone(),
             groups: launch.groups,
@@ -276,7 +321,7 @@ impl Driver for Host {
         stream.issue(op, "launch")
     }
 
-    fn signal(stream: &mut HostStream) -> Result<u64, DriverError> {
+    fn signal(stream: &mut Stream) -> Result<u64, DriverError> {
         stream.refuse_sync("signal")?;
         stream.next_signal += 1;
         if stream.worker.send(Command::Signal(stream.next_signal)) {
@@ -286,19 +331,25 @@ impl Driver for Host {
         }
     }
 
-    fn fence(stream: &mut HostStream, signal: u64) -> Result<(), DriverError> {
+    fn fence(stream: &mut Stream, signal: u64) -> Result<(), DriverError> {
         stream.refuse_sync("fence")?;
         stream
             .worker
             .wait(signal)
             .map_err(|err| error("fence", err))
     }
+
+    fn is_done(stream: &mut Stream, signal: u64) -> Result<bool, DriverError> {
+        stream.refuse_sync("query a signal")?;
+        stream.worker.passed(signal).map_err(|err| error("query a signal", err))
+    }
 }
 
 impl GraphDriver for Host {
-    type Executable = HostGraph;
+    type Recording = Recording;
+    type Executable = Executable;
 
-    fn begin(stream: &mut HostStream) -> Result<(), DriverError> {
+    fn begin(stream: &mut Stream) -> Result<(), DriverError> {
         if stream.recording.is_some() {
             return Err(error("begin capture", "the stream is already recording"));
         }
@@ -306,39 +357,36 @@ impl GraphDriver for Host {
         Ok(())
     }
 
-    fn instantiate(stream: &mut HostStream, doomed: Option<Error>) -> Result<HostGraph, Error> {
-        // Leave recording mode before anything else can fail.
-        let recording = stream
+    fn end(stream: &mut Stream) -> Result<Recording, DriverError> {
+        stream
             .recording
             .take()
-            .ok_or_else(|| error("instantiate", "the stream is not recording"))?;
-        if let Some(doomed) = doomed {
-            return Err(doomed);
-        }
-        if let Some(reason) = recording.invalid {
-            return Err(error(
-                "instantiate",
-                format!("the recording was invalidated: {reason}"),
-            )
-            .into());
-        }
-        if recording.allocated > 0 {
-            return Err(error(
-                "instantiate",
-                format!(
-                    "{} page(s) were allocated while recording; a graph that allocates \
-                     replays once and then fails",
-                    recording.allocated
-                ),
-            )
-            .into());
-        }
-        Ok(HostGraph {
+            .ok_or_else(|| error("end capture", "the stream is not recording"))
+    }
+
+    fn instantiate(stream: &mut Stream, recording: Recording) -> Result<Executable, DriverError> {
+        check_recording(stream, &recording, "instantiate")?;
+        Ok(Executable {
             ops: recording.ops.into(),
         })
     }
 
-    fn upload(exec: &HostGraph, _stream: &mut HostStream) -> Result<(), DriverError> {
+    fn update(
+        stream: &mut Stream,
+        exec: &mut Executable,
+        recording: Recording,
+    ) -> Result<Updated<Recording>, DriverError> {
+        check_recording(stream, &recording, "update")?;
+        if !exec.same_shape(&recording.ops) {
+            return Ok(Updated::Topology(recording));
+        }
+        // Replays already sent hold the old work's `Arc`: they finish with
+        // it, as a GPU finishes the graph it launched.
+        exec.ops = recording.ops.into();
+        Ok(Updated::InPlace)
+    }
+
+    fn upload(exec: &Executable, _stream: &mut Stream) -> Result<(), DriverError> {
         match exec.released_page() {
             Some(page) => Err(error(
                 "upload",
@@ -348,7 +396,7 @@ impl GraphDriver for Host {
         }
     }
 
-    fn replay(exec: &HostGraph, stream: &mut HostStream) -> Result<(), DriverError> {
+    fn replay(exec: &Executable, stream: &mut Stream) -> Result<(), DriverError> {
         if stream.recording.is_some() {
             return Err(error("replay", "the stream is recording"));
         }
@@ -366,8 +414,30 @@ impl GraphDriver for Host {
     }
 }
 
+/// The tripwire a closed recording passes before it becomes work: the
+/// refusals every other driver leaves to the core.
+fn check_recording(stream: &Stream, recording: &Recording, op: &'static str) -> Result<(), DriverError> {
+    if stream.recording.is_some() {
+        return Err(error(op, "the stream is recording"));
+    }
+    if let Some(reason) = &recording.invalid {
+        return Err(error(op, format!("the recording was invalidated: {reason}")));
+    }
+    if recording.allocated > 0 {
+        return Err(error(
+            op,
+            format!(
+                "{} page(s) were allocated while recording; a graph that allocates \
+                 replays once and then fails",
+                recording.allocated
+            ),
+        ));
+    }
+    Ok(())
+}
+
 impl Builtins for Host {
-    fn builtin(_device: &Arc<HostDevice>, which: Builtin) -> Result<Kernel, DriverError> {
+    fn builtin(_device: &Arc<Device>, which: Builtin) -> Result<Kernel, DriverError> {
         builtins::build(which)
     }
 }

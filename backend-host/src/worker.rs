@@ -20,6 +20,16 @@ pub(crate) enum Op {
 
 impl Op {
     /// Every range the op touches.
+    /// Whether `other` is the same kind of work with the same kernel: what
+    /// an update in place keeps.
+    pub(crate) fn same_shape(&self, other: &Op) -> bool {
+        match (self, other) {
+            (Op::Copy { .. }, Op::Copy { .. }) => true,
+            (Op::Kernel(a), Op::Kernel(b)) => a.kernel.same(&b.kernel),
+            _ => false,
+        }
+    }
+
     /// The first released page the op touches.
     pub(crate) fn released(&self) -> Option<&Range> {
         match self {
@@ -109,6 +119,19 @@ impl Worker {
         self.sender
             .as_ref()
             .is_some_and(|sender| sender.send(command).is_ok())
+    }
+
+    /// Whether the worker has passed signal `value`, without waiting; its
+    /// first error if it met one.
+    pub(crate) fn passed(&self, value: u64) -> Result<bool, String> {
+        let (lock, _) = &*self.progress;
+        let progress = lock
+            .lock()
+            .map_err(|_| "worker state poisoned".to_string())?;
+        match &progress.error {
+            Some(err) => Err(err.clone()),
+            None => Ok(progress.completed >= value),
+        }
     }
 
     /// Block until the worker has passed signal `value`; its first error if

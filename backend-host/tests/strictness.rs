@@ -1,19 +1,19 @@
 //! The host driver's own capture rules, checked on the raw driver: they
 //! hold even for a caller that bypasses capture-core's bookkeeping.
 
-use backend_host::{Host, HostStream};
+use backend_host::{Host, Stream};
 use capture_core::{
     Access, Binding, Builtin, BuiltinInfo, Builtins, DeviceSlice, Driver, GraphDriver, HostSlice,
     Launch,
 };
 
-fn stream() -> (std::sync::Arc<backend_host::HostDevice>, HostStream) {
+fn stream() -> (std::sync::Arc<backend_host::Device>, Stream) {
     let device = Host::open().expect("the host device always opens");
     let stream = Host::create_stream(&device).expect("a host stream");
     (device, stream)
 }
 
-fn fill(stream: &mut HostStream, out: &backend_host::DevicePage, info: &backend_host::DevicePage) {
+fn fill(stream: &mut Stream, out: &backend_host::DevicePage, info: &backend_host::DevicePage) {
     let kernel = Host::builtin(&Host::open().expect("opens"), Builtin::Fill).expect("kernel");
     let bindings = [Binding {
         slice: DeviceSlice::<Host> {
@@ -40,7 +40,7 @@ fn fill(stream: &mut HostStream, out: &backend_host::DevicePage, info: &backend_
     .expect("launch enqueued");
 }
 
-fn upload_info(stream: &mut HostStream, info: &backend_host::DevicePage, value: f32) {
+fn upload_info(stream: &mut Stream, info: &backend_host::DevicePage, value: f32) {
     let staging = Host::allocate_host_page(stream, 16).expect("host page");
     Host::write_host(&staging, 0, &BuiltinInfo::new(4, value).to_bytes());
     Host::copy_to_device(

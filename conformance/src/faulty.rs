@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use capture_core::{
     Availability, Binding, Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, Error,
-    GraphDriver, HostSlice, Launch, Signature,
+    GraphDriver, HostSlice, Launch, Signature, Updated,
 };
 
 use crate::workload::{UserKernel, UserKernels};
@@ -31,13 +31,15 @@ pub enum Primitive {
     Launch,
     /// `Driver::copy_to_device` or `Driver::copy_to_host`.
     Copy,
-    /// `Driver::fence`.
+    /// `Driver::fence` or `Driver::is_done`.
     Fence,
+    /// `GraphDriver::update`.
+    Update,
 }
 
 impl Primitive {
     /// Every primitive, in a fixed order.
-    pub const ALL: [Primitive; 8] = [
+    pub const ALL: [Primitive; 9] = [
         Primitive::Begin,
         Primitive::Instantiate,
         Primitive::Replay,
@@ -46,6 +48,7 @@ impl Primitive {
         Primitive::Launch,
         Primitive::Copy,
         Primitive::Fence,
+        Primitive::Update,
     ];
 
     fn index(self) -> usize {
@@ -56,7 +59,7 @@ impl Primitive {
 /// Which calls fail, and how many calls and executables there have been.
 #[derive(Debug, Default)]
 pub struct FaultPlan {
-    calls: [AtomicU64; 8],
+    calls: [AtomicU64; 9],
     /// Per primitive, the call numbers (1-based, counted since creation)
     /// that fail.
     armed: Mutex<Vec<(Primitive, u64)>>,
@@ -131,6 +134,7 @@ fn primitive_name(primitive: Primitive) -> &'static str {
         Primitive::Launch => "launch",
         Primitive::Copy => "copy",
         Primitive::Fence => "fence",
+        Primitive::Update => "update",
     }
 }
 
@@ -209,6 +213,14 @@ impl<D: Driver> Driver for Faulty<D> {
 
     fn probe() -> Availability {
         D::probe()
+    }
+
+    fn devices() -> Result<Vec<DeviceInfo>, DriverError> {
+        D::devices()
+    }
+
+    fn open_index(index: usize) -> Result<Arc<Self::Device>, DriverError> {
+        Ok(FaultyDevice::wrap(D::open_index(index)?))
     }
 
     fn open() -> Result<Arc<Self::Device>, DriverError> {
@@ -310,9 +322,15 @@ impl<D: Driver> Driver for Faulty<D> {
         stream.plan.call(Primitive::Fence)?;
         D::fence(&mut stream.inner, signal)
     }
+
+    fn is_done(stream: &mut Self::Stream, signal: Self::Signal) -> Result<bool, DriverError> {
+        stream.plan.call(Primitive::Fence)?;
+        D::is_done(&mut stream.inner, signal)
+    }
 }
 
 impl<D: GraphDriver> GraphDriver for Faulty<D> {
+    type Recording = D::Recording;
     type Executable = FaultyExecutable<D>;
 
     fn begin(stream: &mut Self::Stream) -> Result<(), DriverError> {
@@ -320,22 +338,32 @@ impl<D: GraphDriver> GraphDriver for Faulty<D> {
         D::begin(&mut stream.inner)
     }
 
+    fn end(stream: &mut Self::Stream) -> Result<Self::Recording, DriverError> {
+        // Never injected: ending is what every refusal path relies on to
+        // leave capture mode, and the real driver always ends.
+        D::end(&mut stream.inner)
+    }
+
     fn instantiate(
         stream: &mut Self::Stream,
-        doomed: Option<Error>,
-    ) -> Result<Self::Executable, Error> {
-        // An injected refusal still closes the real recording, as a driver
-        // that refuses to instantiate must.
-        let doomed = match stream.plan.call(Primitive::Instantiate) {
-            Ok(()) => doomed,
-            Err(injected) => Some(doomed.unwrap_or(Error::Driver(injected))),
-        };
-        let inner = D::instantiate(&mut stream.inner, doomed)?;
+        recording: Self::Recording,
+    ) -> Result<Self::Executable, DriverError> {
+        stream.plan.call(Primitive::Instantiate)?;
+        let inner = D::instantiate(&mut stream.inner, recording)?;
         stream.plan.live_executables.fetch_add(1, Ordering::SeqCst);
         Ok(FaultyExecutable {
             inner,
             plan: stream.plan.clone(),
         })
+    }
+
+    fn update(
+        stream: &mut Self::Stream,
+        exec: &mut Self::Executable,
+        recording: Self::Recording,
+    ) -> Result<Updated<Self::Recording>, DriverError> {
+        stream.plan.call(Primitive::Update)?;
+        D::update(&mut stream.inner, &mut exec.inner, recording)
     }
 
     fn upload(exec: &Self::Executable, stream: &mut Self::Stream) -> Result<(), DriverError> {

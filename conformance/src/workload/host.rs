@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use backend_host::{Group, Host, HostDevice, Kernel, View};
+use backend_host::{Group, Host, Device, Kernel, View};
 use capture_core::{Error, Signature};
 
 use super::{UserKernel, UserKernels};
@@ -12,7 +12,7 @@ type Body = fn(&Group<'_>, &mut [View<'_>]) -> Result<(), String>;
 impl UserKernels for Host {
     // Host kernels are safe Rust; the contract only matters on GPUs.
     #[allow(unsafe_code)]
-    unsafe fn user_kernel(_device: &Arc<HostDevice>, which: UserKernel) -> Result<Kernel, Error> {
+    unsafe fn user_kernel(_device: &Arc<Device>, which: UserKernel) -> Result<Kernel, Error> {
         let body: Body = match which {
             UserKernel::RmsNorm => rmsnorm,
             UserKernel::MatVec => matvec,
@@ -26,13 +26,13 @@ impl UserKernels for Host {
     /// The host has no compiler: its build step is the signature check, so
     /// a kernel no backend could build (a workgroup of no threads) is what
     /// fails to compile here.
-    fn broken_kernel(_device: &Arc<HostDevice>) -> Result<Kernel, Error> {
+    fn broken_kernel(_device: &Arc<Device>) -> Result<Kernel, Error> {
         Kernel::new(Signature::new("broken").workgroup([0, 1, 1]), |_, _| Ok(()))
     }
 
     /// A closure takes whatever bindings it is given; its signature is the
     /// only statement of its interface, so there is nothing to disagree with.
-    fn disagreeing_kernel(_device: &Arc<HostDevice>) -> Option<Result<Kernel, Error>> {
+    fn disagreeing_kernel(_device: &Arc<Device>) -> Option<Result<Kernel, Error>> {
         None
     }
 }
