@@ -1,7 +1,7 @@
 //! The host driver's own capture rules, checked on the raw driver: they
 //! hold even for a caller that bypasses capture-core's bookkeeping.
 
-use backend_host::{Host, Stream};
+use backend_host::{Host, Recording, Stream};
 use capture_core::{
     Access, Binding, Builtin, BuiltinInfo, Builtins, DeviceSlice, Driver, GraphDriver, HostSlice,
     Launch,
@@ -70,9 +70,10 @@ fn a_fence_while_recording_fails_and_invalidates_the_recording() {
         Host::signal(&mut stream).is_err(),
         "a signal is a host sync here"
     );
-    let err = Host::instantiate(&mut stream, None).expect_err("invalidated");
+    let recording = Host::end(&mut stream).expect("ended");
+    assert!(!stream.is_recording(), "end left recording mode");
+    let err = Host::instantiate(&mut stream, recording).expect_err("invalidated");
     assert!(err.to_string().contains("invalidated"), "{err}");
-    assert!(!stream.is_recording(), "instantiate left recording mode");
     Host::signal(&mut stream).expect("eager again");
 }
 
@@ -81,7 +82,8 @@ fn a_page_allocated_while_recording_makes_instantiate_refuse() {
     let (_device, mut stream) = stream();
     Host::begin(&mut stream).expect("begin");
     let page = Host::allocate_device_page(&mut stream, 256).expect("the page itself is given");
-    let err = Host::instantiate(&mut stream, None).expect_err("refused");
+    let recording = Host::end(&mut stream).expect("ended");
+    let err = Host::instantiate(&mut stream, recording).expect_err("refused");
     assert!(
         err.to_string().contains("allocated while recording"),
         "{err}"
@@ -90,13 +92,21 @@ fn a_page_allocated_while_recording_makes_instantiate_refuse() {
 }
 
 #[test]
-fn a_doomed_recording_is_closed_and_handed_back() {
+fn calls_out_of_order_trip_the_wire() {
     let (_device, mut stream) = stream();
+    assert!(Host::end(&mut stream).is_err(), "end without begin");
     Host::begin(&mut stream).expect("begin");
-    let doomed = capture_core::Error::EmptyBuffer;
-    let err = Host::instantiate(&mut stream, Some(doomed.clone())).expect_err("doomed");
-    assert_eq!(err, doomed);
-    assert!(!stream.is_recording());
+    assert!(Host::begin(&mut stream).is_err(), "begin twice");
+    let signal = 0;
+    assert!(Host::is_done(&mut stream, signal).is_err(), "a query while recording");
+    let recording = Host::end(&mut stream).expect("ended");
+    let mut graph = Host::instantiate(&mut stream, Recording::default()).expect("an empty graph");
+    Host::begin(&mut stream).expect("begin again");
+    assert!(
+        Host::update(&mut stream, &mut graph, recording).is_err(),
+        "an update while recording"
+    );
+    drop(Host::end(&mut stream));
 }
 
 #[test]
@@ -107,7 +117,8 @@ fn a_replay_touching_a_released_page_fails_naming_it() {
     upload_info(&mut stream, &info, 2.0);
     Host::begin(&mut stream).expect("begin");
     fill(&mut stream, &out, &info);
-    let graph = Host::instantiate(&mut stream, None).expect("graph");
+    let recording = Host::end(&mut stream).expect("ended");
+    let graph = Host::instantiate(&mut stream, recording).expect("graph");
     Host::replay(&graph, &mut stream).expect("replay while the pages live");
     let signal = Host::signal(&mut stream).expect("signal");
     Host::fence(&mut stream, signal).expect("fence");
