@@ -9,6 +9,7 @@
 use std::thread::ThreadId;
 
 use crate::error::Error;
+use crate::graph_log::Entry;
 use crate::hashing::FastSet;
 use crate::ids::{BufferId, WindowId};
 use crate::pool::SliceHandle;
@@ -65,10 +66,13 @@ pub struct StreamCapture {
     read: Vec<BufferId>,
     read_seen: FastSet<BufferId>,
     /// Every device slice the recorded work touches, allocated in the window
-    /// or before it.
+    /// or before it, each once.
     touched: Vec<SliceHandle>,
+    touched_seen: FastSet<BufferId>,
     /// Pinned host slices recorded copies read from on every replay.
     host: Vec<SliceHandle>,
+    /// Every operation recorded, in order.
+    log: Vec<Entry>,
     /// The first operation inside the window that failed or was skipped.
     failure: Option<Error>,
 }
@@ -83,7 +87,9 @@ impl Default for StreamCapture {
             read: Vec::new(),
             read_seen: FastSet::default(),
             touched: Vec::new(),
+            touched_seen: FastSet::default(),
             host: Vec::new(),
+            log: Vec::new(),
             failure: None,
         }
     }
@@ -100,6 +106,8 @@ pub struct Recorded {
     pub touched: Vec<SliceHandle>,
     /// Host slices recorded copies read from.
     pub host: Vec<SliceHandle>,
+    /// Every operation recorded, in order.
+    pub log: Vec<Entry>,
 }
 
 impl StreamCapture {
@@ -208,7 +216,14 @@ impl StreamCapture {
 
     /// The recorded work touches `slice`; the graph must pin it.
     pub fn record_touch(&mut self, slice: &SliceHandle) {
-        self.touched.push(slice.clone());
+        if self.touched_seen.insert(slice.id()) {
+            self.touched.push(slice.clone());
+        }
+    }
+
+    /// An operation was recorded.
+    pub fn record_entry(&mut self, entry: Entry) {
+        self.log.push(entry);
     }
 
     /// A recorded copy reads `slice` on every replay.
@@ -236,11 +251,13 @@ impl StreamCapture {
     pub fn take_recorded(&mut self) -> Recorded {
         self.written_seen.clear();
         self.read_seen.clear();
+        self.touched_seen.clear();
         Recorded {
             written: std::mem::take(&mut self.written),
             read: std::mem::take(&mut self.read),
             touched: std::mem::take(&mut self.touched),
             host: std::mem::take(&mut self.host),
+            log: std::mem::take(&mut self.log),
         }
     }
 

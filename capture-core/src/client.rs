@@ -31,6 +31,7 @@ use crate::pool::SliceHandle;
 use crate::server::{BufferRef, Server};
 use crate::signature::{MAX_BINDINGS, Signature};
 use crate::stream::{Config, StreamUsage};
+use crate::graph_log::GraphInfo;
 use crate::window::Update;
 
 struct Shared<D: GraphDriver> {
@@ -682,6 +683,23 @@ impl<D: GraphDriver> Client<D> {
             self.server()?.destroy_graph(id);
         }
         Ok(())
+    }
+
+    /// `graph` drawn as Graphviz DOT, from its window's log: a node per
+    /// recorded launch and copy (kernel, grid, each binding's access and
+    /// buffer), an edge per dependency its declared accesses imply
+    /// (read-after-write, write-after-read, write-after-write). Launches
+    /// with no path between them could run side by side.
+    pub fn graph_dot(&self, graph: &GraphHandle<D>) -> Result<String, Error> {
+        let id = self.graph_id(graph)?;
+        self.server()?.graph_dot(id, graph.stream())
+    }
+
+    /// What `graph` is and has done: launches, copies, bytes pinned, the
+    /// time to instantiate, whether upload succeeded, replays and updates.
+    pub fn graph_info(&self, graph: &GraphHandle<D>) -> Result<GraphInfo, Error> {
+        let id = self.graph_id(graph)?;
+        self.server()?.graph_info(id, graph.stream())
     }
 
     /// Whether `graph` is live.

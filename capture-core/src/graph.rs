@@ -4,6 +4,7 @@ use std::fmt;
 
 use crate::driver::GraphDriver;
 use crate::error::Error;
+use crate::graph_log::{Entry, GraphInfo};
 use crate::hashing::FastMap;
 use crate::ids::{BufferId, GraphId, StreamId};
 use crate::pool::SliceHandle;
@@ -28,6 +29,10 @@ pub struct Graph<D: GraphDriver> {
     /// Buffers the recorded work reads. A replay over a claimed one would
     /// compute from bytes nobody wrote, so it is refused.
     pub(crate) read: Vec<BufferId>,
+    /// What the recording did, in order.
+    pub(crate) log: Vec<Entry>,
+    /// What the graph is and has done.
+    pub(crate) info: GraphInfo,
 }
 
 impl<D: GraphDriver> Graph<D> {
@@ -49,6 +54,23 @@ impl<D: GraphDriver> Graph<D> {
     /// The driver's executable.
     pub fn executable(&self) -> &D::Executable {
         &self.exec
+    }
+
+    /// What the recording did, in order.
+    pub fn log(&self) -> &[Entry] {
+        &self.log
+    }
+
+    /// What the graph is and has done.
+    pub fn info(&self) -> GraphInfo {
+        self.info
+    }
+
+    /// The counts and bytes of a (new) recording.
+    pub(crate) fn measure(&mut self) {
+        let launches = self.log.iter().filter(|e| matches!(e, Entry::Launch { .. })).count();
+        self.info.launches = launches;
+        self.info.copies = self.log.len() - launches;
     }
 }
 

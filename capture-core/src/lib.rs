@@ -37,6 +37,8 @@ pub mod drop_queue;
 pub mod error;
 pub mod failure;
 pub mod graph;
+pub mod graph_cache;
+pub mod graph_log;
 pub mod graveyard;
 pub mod hashing;
 pub mod ids;
@@ -58,6 +60,8 @@ pub use driver::{
 };
 pub use error::{Error, Result};
 pub use graph::{Captures, Graph, Refused};
+pub use graph_cache::{CacheStats, GraphCache, Served};
+pub use graph_log::GraphInfo;
 pub use ids::{BufferId, GraphId, StreamId, WindowId};
 pub use pool::PoolUsage;
 pub use signature::{Params, Signature};

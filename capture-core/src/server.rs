@@ -46,6 +46,7 @@ use crate::capture_state::Phase;
 use crate::driver::{Binding, DeviceSlice, Driver, GraphDriver, Launch};
 use crate::error::Error;
 use crate::graph::{Captures, Refused};
+use crate::graph_log::{self, Entry, GraphInfo};
 use crate::graveyard::Graveyard;
 use crate::hashing::FastMap;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
@@ -300,7 +301,13 @@ impl<D: GraphDriver> Server<D> {
             let state = &mut lane.state;
             let recording = state.capture.is_recording();
             match state.stage_to_device(staging, bytes, slice) {
-                Ok(()) if recording => state.capture.record_write(slice.id()),
+                Ok(()) if recording => {
+                    state.capture.record_write(slice.id());
+                    state.capture.record_entry(Entry::Write {
+                        buffer: slice.id(),
+                        bytes: slice.len(),
+                    });
+                }
                 Ok(()) => state.failures.clear(slice.id()),
                 Err(err) => {
                     let cause = Arc::new(err.clone());
@@ -404,6 +411,17 @@ impl<D: GraphDriver> Server<D> {
             match outcome {
                 Ok(info_slice) => {
                     if recording {
+                        state.capture.record_entry(Entry::Launch {
+                            kernel: signature.shared_name(),
+                            groups,
+                            bindings: args
+                                .iter()
+                                .zip(accesses)
+                                .map(|(buffer, access)| (buffer.slice.id(), *access))
+                                .collect(),
+                            info_bytes: info.len() as u32,
+                            param_bytes: params.len() as u32,
+                        });
                         if let Some(info_slice) = &info_slice {
                             state.capture.record_touch(info_slice);
                         }
@@ -562,7 +580,7 @@ impl<D: GraphDriver> Server<D> {
                 return lane.refused(Error::ReplayWhileRecording(stream));
             }
             let Lane { state, graphs, .. } = lane;
-            let graph = graphs.get(id).ok_or(Error::UnknownGraph(id))?;
+            let graph = graphs.get_mut(id).ok_or(Error::UnknownGraph(id))?;
             let failures = &mut state.failures;
             // A claimed input: the replay would compute from bytes nobody
             // wrote. The one exception is a claim this graph's own failed
@@ -595,6 +613,7 @@ impl<D: GraphDriver> Server<D> {
             match outcome {
                 Ok(()) => {
                     state.issued();
+                    graph.info.replays += 1;
                     let failures = &mut state.failures;
                     if !failures.is_empty() {
                         for buffer in &graph.written {
@@ -665,6 +684,22 @@ impl<D: GraphDriver> Server<D> {
         for slice in state.info.graph_release(id) {
             state.queue_drop(slice);
         }
+    }
+
+    /// Graph `id`'s log drawn as Graphviz DOT.
+    pub fn graph_dot(&self, id: GraphId, stream: StreamId) -> Result<String, Error> {
+        self.with(stream, |lane| {
+            let graph = lane.graphs.get(id).ok_or(Error::UnknownGraph(id))?;
+            Ok(graph_log::dot(&id.to_string(), graph.log()))
+        })
+    }
+
+    /// What graph `id` is and has done.
+    pub fn graph_info(&self, id: GraphId, stream: StreamId) -> Result<GraphInfo, Error> {
+        self.with(stream, |lane| {
+            let graph = lane.graphs.get(id).ok_or(Error::UnknownGraph(id))?;
+            Ok(graph.info())
+        })
     }
 
     /// Where `stream` is in a capture window's life.

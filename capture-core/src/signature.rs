@@ -12,6 +12,7 @@
 //! barriers) cannot be misstated.
 
 use std::fmt;
+use std::sync::Arc;
 
 use smallvec::SmallVec;
 
@@ -38,7 +39,7 @@ pub const MAX_WORKGROUP_THREADS: u32 = 1024;
 /// A kernel's bindings, info size, by-value parameters and workgroup size.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Signature {
-    name: String,
+    name: Arc<str>,
     bindings: SmallVec<[Access; 4]>,
     info_bytes: u32,
     params: SmallVec<[u32; 4]>,
@@ -86,7 +87,7 @@ impl Signature {
     /// bindings, no info, no parameters and a workgroup of 64 threads.
     pub fn new(name: impl Into<String>) -> Self {
         Self {
-            name: name.into(),
+            name: Arc::from(name.into()),
             bindings: SmallVec::new(),
             info_bytes: 0,
             params: SmallVec::new(),
@@ -129,6 +130,12 @@ impl Signature {
     /// The kernel's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The kernel's name, shared: what a graph's log keeps of each launch
+    /// without copying the text.
+    pub fn shared_name(&self) -> Arc<str> {
+        self.name.clone()
     }
 
     /// How the kernel uses each binding, in binding order.

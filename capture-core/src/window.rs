@@ -6,10 +6,13 @@
 //! once for every backend.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::driver::{GraphDriver, Updated};
 use crate::error::Error;
 use crate::graph::{Graph, Refused};
+use crate::graph_log::{Entry, GraphInfo};
+use crate::hashing::FastSet;
 use crate::ids::{BufferId, GraphId, WindowId};
 use crate::pool::SliceHandle;
 use crate::stream::StreamState;
@@ -30,14 +33,41 @@ struct Closed<D: GraphDriver> {
     retained: Vec<SliceHandle>,
     written: Vec<BufferId>,
     read: Vec<BufferId>,
+    log: Vec<Entry>,
+    /// Device bytes pinned (aligned spans), host bytes pinned, and the
+    /// device bytes the recording's buffers asked for.
+    bytes: (u64, u64, u64),
+}
+
+/// The bytes `device` and `host` pin, each slice once, and the device
+/// bytes their buffers asked for.
+fn pinned(device: &[SliceHandle], host: &[SliceHandle]) -> (u64, u64, u64) {
+    let mut seen = FastSet::default();
+    let mut spans = [0u64; 2];
+    let mut asked = 0;
+    for (i, slices) in [device, host].into_iter().enumerate() {
+        for slice in slices {
+            if seen.insert((i, slice.id())) {
+                spans[i] += slice.span();
+                if i == 0 {
+                    asked += slice.len();
+                }
+            }
+        }
+    }
+    (spans[0], spans[1], asked)
 }
 
 /// Pre-stage `exec` on `stream`: best-effort, a failure is counted and
-/// logged.
-fn upload<D: GraphDriver>(stream: &mut StreamState<D>, exec: &D::Executable, id: GraphId) {
-    if let Err(err) = D::upload(exec, &mut stream.raw) {
-        stream.upload_failures += 1;
-        log::warn!("{id}: upload failed, the first replay stages it instead: {err}");
+/// logged. Whether it succeeded.
+fn upload<D: GraphDriver>(stream: &mut StreamState<D>, exec: &D::Executable, id: GraphId) -> bool {
+    match D::upload(exec, &mut stream.raw) {
+        Ok(()) => true,
+        Err(err) => {
+            stream.upload_failures += 1;
+            log::warn!("{id}: upload failed, the first replay stages it instead: {err}");
+            false
+        }
     }
 }
 
@@ -143,11 +173,14 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         let ended = D::end(&mut stream.raw);
         // Pin every slice the window handed out, device and host; on a
         // refusal they drop with `retained` and are free again.
-        let mut retained = stream.device.capture_end();
-        retained.extend(stream.host.capture_end());
+        let mut device = stream.device.capture_end();
+        let mut host = stream.host.capture_end();
         let recorded = stream.capture.take_recorded();
-        retained.extend(recorded.touched);
-        retained.extend(recorded.host);
+        device.extend(recorded.touched);
+        host.extend(recorded.host);
+        let bytes = pinned(&device, &host);
+        let mut retained = device;
+        retained.extend(host);
         // Frees deferred while the window was open join the drop queue.
         stream.after_window();
         let refusal = if outcome.is_abandoned() {
@@ -169,6 +202,8 @@ impl<'a, D: GraphDriver> Window<'a, D> {
                 retained,
                 written: recorded.written,
                 read: recorded.read,
+                log: recorded.log,
+                bytes,
             }),
         }
     }
@@ -182,19 +217,33 @@ impl<'a, D: GraphDriver> Window<'a, D> {
     pub fn instantiate(&mut self, closer: WindowId, id: GraphId) -> Result<Graph<D>, Refused> {
         let closed = self.close(closer)?;
         let stream = &mut *self.stream;
+        let started = Instant::now();
         match D::instantiate(&mut stream.raw, closed.recording) {
             Ok(exec) => {
+                let instantiate_time = started.elapsed();
                 // Entries made while recording leave the cache; `retained`
                 // already holds their slices for the graph.
                 drop(stream.info.capture_commit(id));
-                upload::<D>(stream, &exec, id);
-                Ok(Graph {
+                let uploaded = upload::<D>(stream, &exec, id);
+                let (device_bytes, host_bytes, touched_bytes) = closed.bytes;
+                let mut graph = Graph {
                     exec,
                     stream: stream.id,
                     _retained: closed.retained,
                     written: closed.written,
                     read: closed.read,
-                })
+                    log: closed.log,
+                    info: GraphInfo {
+                        device_bytes,
+                        host_bytes,
+                        touched_bytes,
+                        instantiate_time,
+                        uploaded,
+                        ..GraphInfo::default()
+                    },
+                };
+                graph.measure();
+                Ok(graph)
             }
             Err(err) => {
                 for never_written in stream.info.capture_discard() {
@@ -230,6 +279,7 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         let closed = self.close(closer)?;
         let stream = &mut *self.stream;
         let written = closed.written;
+        let started = Instant::now();
         let how = match D::update(&mut stream.raw, &mut graph.exec, closed.recording) {
             Ok(Updated::InPlace) => Update::InPlace,
             Ok(Updated::Topology(recording)) => {
@@ -273,7 +323,18 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         }
         graph.written = written;
         graph.read = closed.read;
-        upload::<D>(stream, &graph.exec, id);
+        graph.log = closed.log;
+        let (device_bytes, host_bytes, touched_bytes) = closed.bytes;
+        graph.info.device_bytes = device_bytes;
+        graph.info.host_bytes = host_bytes;
+        graph.info.touched_bytes = touched_bytes;
+        graph.info.instantiate_time = started.elapsed();
+        match how {
+            Update::InPlace => graph.info.updates_in_place += 1,
+            Update::Reinstantiated => graph.info.reinstantiations += 1,
+        }
+        graph.measure();
+        graph.info.uploaded = upload::<D>(stream, &graph.exec, id);
         Ok(how)
     }
 
