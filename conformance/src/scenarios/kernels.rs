@@ -331,3 +331,27 @@ pub fn decode_step_replayed_matches_eager<D: UserKernels>(session: &Session<D>) 
     );
     Ok(())
 }
+
+/// `y += a * x` is computed unfused on every backend (the product rounded,
+/// then the sum), so all of them give the same bits: with these values a
+/// fused multiply-add would give 2^-24 where the unfused form gives 0.
+pub fn axpy_is_not_fused<D: UserKernels>(session: &Session<D>) -> Outcome {
+    use capture_core::Builtin;
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let a = 1.0 + f32::EPSILON * 2048.0; // 1 + 2^-12
+    let x = client.create_f32(stream, &[a; N]).step("x")?;
+    let y = client.create_f32(stream, &[-(1.0 + f32::EPSILON * 4096.0); N]).step("y")?;
+    client
+        .run_builtin(stream, Builtin::Axpy, &[&x, &y], NU, a)
+        .step("axpy")?;
+    let got = client.read_f32(&y).step("read y")?;
+    let fused = a.mul_add(a, -(1.0 + f32::EPSILON * 4096.0));
+    ensure!(fused != 0.0, "the values tell fused from unfused");
+    ensure!(
+        got.iter().all(|&v| v == 0.0),
+        "y = {} (fused would give {fused:e}); the product must be rounded before the sum",
+        got[0]
+    );
+    Ok(())
+}

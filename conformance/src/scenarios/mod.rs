@@ -8,6 +8,7 @@ mod replay;
 mod scale;
 mod state;
 mod threads;
+mod updates;
 
 use crate::session::Session;
 use crate::support::Outcome;
@@ -58,6 +59,14 @@ suite![
     kernels::a_kernel_that_fails_to_compile_reports_its_log,
     kernels::a_kernel_disagreeing_with_its_signature_is_refused,
     kernels::decode_step_replayed_matches_eager,
+    kernels::axpy_is_not_fused,
+    updates::rule_18_recapture_in_place_gives_the_new_results,
+    updates::rule_18_recapture_with_another_shape_reinstantiates,
+    updates::rule_18_a_refused_update_leaves_the_old_graph,
+    updates::rule_18_old_pins_are_released_after_the_old_replays,
+    updates::graph_cache_counts_and_evicts,
+    updates::a_graph_draws_its_dependencies,
+    updates::two_clients_on_two_devices,
     graphs::rule_07_page_allocated_while_recording_is_refused,
     graphs::rule_05_claimed_input_dooms_the_window,
     graphs::rule_09_refusal_claims_the_written_set,
