@@ -9,6 +9,7 @@ use std::fmt;
 use std::ops::Range as Span;
 use std::sync::Arc;
 
+use capture_core::signature::{MAX_BINDINGS, MAX_PARAM_BYTES};
 use capture_core::{Error, Signature};
 use smallvec::SmallVec;
 
@@ -238,9 +239,11 @@ impl View<'_> {
 pub(crate) struct Dispatch {
     pub kernel: Kernel,
     pub groups: [u32; 3],
-    pub bindings: SmallVec<[Range; 4]>,
+    // Inline up to the most a signature may declare: a launch allocates
+    // nothing.
+    pub bindings: SmallVec<[Range; MAX_BINDINGS]>,
     pub info: Option<Range>,
-    pub params: SmallVec<[u8; 32]>,
+    pub params: SmallVec<[u8; MAX_PARAM_BYTES as usize]>,
 }
 
 /// Where one binding lies among the locked pages.
@@ -264,10 +267,10 @@ impl Dispatch {
         let signature = self.kernel.signature();
         // Each distinct page is locked once, in page order, so two bindings
         // in one page share its lock and no two workers can deadlock.
-        let mut pages: SmallVec<[&Range; 6]> = self.ranges().collect();
+        let mut pages: SmallVec<[&Range; 17]> = self.ranges().collect();
         pages.sort_by_key(|range| range.memory.id());
         pages.dedup_by_key(|range| range.memory.id());
-        let mut guards: SmallVec<[Bytes<'_>; 6]> =
+        let mut guards: SmallVec<[Bytes<'_>; 17]> =
             pages.iter().map(|range| range.memory.bytes()).collect();
         let page_of = |range: &Range| {
             pages
@@ -277,7 +280,7 @@ impl Dispatch {
         };
 
         let accesses = signature.accesses();
-        let mut places: SmallVec<[Place; 8]> = SmallVec::new();
+        let mut places: SmallVec<[Place; 17]> = SmallVec::new();
         for (binding, (range, access)) in self.bindings.iter().zip(accesses).enumerate() {
             places.push(place(page_of(range), range, binding, access.writes())?);
         }
@@ -287,16 +290,16 @@ impl Dispatch {
         };
         places.extend(info_place);
 
-        let mut views: SmallVec<[Option<View<'_>>; 8]> = SmallVec::new();
+        let mut views: SmallVec<[Option<View<'_>>; 16]> = SmallVec::new();
         views.resize_with(self.bindings.len(), || None);
         let mut info: &[u8] = &[];
         for (index, guard) in guards.iter_mut().enumerate() {
-            let mut in_page: SmallVec<[Place; 8]> =
+            let mut in_page: SmallVec<[Place; 17]> =
                 places.iter().copied().filter(|p| p.page == index).collect();
             in_page.sort_by_key(|p| (p.start, p.end));
             carve(&mut guard[..], &in_page, &mut views, &mut info)?;
         }
-        let mut views: SmallVec<[View<'_>; 8]> = views
+        let mut views: SmallVec<[View<'_>; 16]> = views
             .into_iter()
             .map(|view| view.ok_or("a binding was not placed"))
             .collect::<Result<_, _>>()?;

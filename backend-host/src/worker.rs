@@ -2,7 +2,7 @@
 //! caller, as a GPU runs a stream: nothing is done when a call returns, only
 //! when a fence says so.
 
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
@@ -74,6 +74,9 @@ impl Op {
     }
 }
 
+/// Commands a stream's queue holds before the caller waits for the worker.
+const QUEUE_DEPTH: usize = 1024;
+
 /// What the worker is sent.
 pub(crate) enum Command {
     Op(Op),
@@ -94,14 +97,16 @@ pub(crate) type Shared = Arc<(Mutex<Progress>, Condvar)>;
 
 /// A running worker; dropping it lets the work drain and joins the thread.
 pub(crate) struct Worker {
-    sender: Option<Sender<Command>>,
+    sender: Option<SyncSender<Command>>,
     thread: Option<JoinHandle<()>>,
     pub(crate) progress: Shared,
 }
 
 impl Worker {
     pub(crate) fn spawn(name: String) -> std::io::Result<Self> {
-        let (sender, receiver) = channel();
+        // Bounded and allocated once: sending a command allocates nothing,
+        // and a full queue makes the caller wait, as a GPU's does.
+        let (sender, receiver) = sync_channel(QUEUE_DEPTH);
         let progress: Shared = Arc::default();
         let shared = progress.clone();
         let thread = std::thread::Builder::new()

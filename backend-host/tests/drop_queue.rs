@@ -1,0 +1,108 @@
+//! Frees wait for the device only as long as they must: a reclaim of the
+//! drop queue never waits, and a pool that must reuse a freed slice waits
+//! for that slice's last use, not for the work queued after it.
+//!
+//! A slow kernel (a host closure that sleeps) is queued after a buffer's
+//! last use; the calls that reclaim and reuse its slice are timed against
+//! the sync that waits for the slow kernel, as a ratio.
+
+use std::time::{Duration, Instant};
+
+use backend_host::{Host, Kernel};
+use capture_core::{Access, Client, Config, Params, Signature};
+
+const SLOW: Duration = Duration::from_millis(400);
+
+fn kernels() -> (capture_core::Kernel<Host>, capture_core::Kernel<Host>) {
+    let touch = Kernel::new(
+        Signature::new("touch").binding(Access::Write).param(4).workgroup([1, 1, 1]),
+        |group, buffers| {
+            let value = group.params().f32()?;
+            buffers[0].f32_mut()?.fill(value);
+            Ok(())
+        },
+    )
+    .expect("touch");
+    let slow = Kernel::new(
+        Signature::new("slow").binding(Access::Write).param(4).workgroup([1, 1, 1]),
+        |group, buffers| {
+            std::thread::sleep(SLOW);
+            let value = group.params().f32()?;
+            buffers[0].f32_mut()?.fill(value);
+            Ok(())
+        },
+    )
+    .expect("slow");
+    (capture_core::Kernel::new(touch), capture_core::Kernel::new(slow))
+}
+
+#[test]
+fn a_pool_miss_waits_for_the_freed_slice_only() {
+    // One 1 KiB page holds four 256-byte slices.
+    let client = Client::<Host>::open_with(Config {
+        device_page_bytes: 1024,
+        drop_queue_threshold: 64,
+        ..Config::default()
+    })
+    .expect("open");
+    let stream = client.create_stream().expect("stream");
+    let (touch, slow) = kernels();
+    let one = Params::new().f32(1.0);
+    let buffers: Vec<_> = (0..4)
+        .map(|_| client.allocate(stream, 256).expect("a slice"))
+        .collect();
+    assert!(
+        buffers.iter().all(|b| b.placement().page == buffers[0].placement().page),
+        "the four share one page"
+    );
+    let [a, b, c, d] = <[_; 4]>::try_from(buffers).expect("four");
+    client.launch(stream, &touch, [1, 1, 1], &[&b], &[], one.as_bytes()).expect("b's last use");
+    let freed = b.placement();
+    drop(b);
+    // Queued after b's last use: the reuse below must not wait for it.
+    client.launch(stream, &slow, [1, 1, 1], &[&c], &[], one.as_bytes()).expect("slow work");
+    let started = Instant::now();
+    let e = client.allocate(stream, 256).expect("a slice for e");
+    let reuse = started.elapsed();
+    assert!(e.placement().overlaps(&freed), "e reuses b's slice instead of growing");
+    let started = Instant::now();
+    client.sync(stream).expect("sync");
+    let rest = started.elapsed();
+    let ratio = reuse.as_secs_f64() / rest.as_secs_f64().max(1e-9);
+    assert!(
+        ratio < 0.25,
+        "the reuse took {reuse:?}, the slow work still had {rest:?} to go (ratio {ratio:.2}): \
+         it waited for work queued after the free"
+    );
+    drop((a, d, e));
+}
+
+#[test]
+fn a_reclaim_never_waits() {
+    let client = Client::<Host>::open_with(Config {
+        drop_queue_threshold: 1,
+        ..Config::default()
+    })
+    .expect("open");
+    let stream = client.create_stream().expect("stream");
+    let (touch, slow) = kernels();
+    let one = Params::new().f32(1.0);
+    let a = client.allocate(stream, 256).expect("a");
+    let c = client.allocate(stream, 256).expect("c");
+    client.sync(stream).expect("sync");
+    client.launch(stream, &slow, [1, 1, 1], &[&c], &[], one.as_bytes()).expect("slow work");
+    drop(a);
+    // The next call collects a, which passes the threshold: the reclaim
+    // asks the device without waiting for the slow kernel.
+    let started = Instant::now();
+    client.launch(stream, &touch, [1, 1, 1], &[&c], &[], one.as_bytes()).expect("a launch");
+    let usage = client.usage(stream).expect("usage");
+    let call = started.elapsed();
+    assert_eq!(usage.pending_drops, 1, "a waits: its stamp is after the slow kernel");
+    let started = Instant::now();
+    client.sync(stream).expect("sync");
+    let rest = started.elapsed();
+    let ratio = call.as_secs_f64() / rest.as_secs_f64().max(1e-9);
+    assert!(ratio < 0.25, "the reclaiming call took {call:?} against {rest:?}: it waited");
+    assert_eq!(client.usage(stream).expect("usage").pending_drops, 0, "a sync frees it");
+}
