@@ -13,6 +13,14 @@
 //! - recorded copies keep the pinned page and read it again on every replay;
 //! - a replay that would touch a released page fails with an error naming
 //!   the page, where a GPU would silently read freed memory.
+//!
+//! A kernel that fails as it runs (its closure returns an error or panics)
+//! is a fault of its stream, reported by the next fence with the kernel's
+//! name and sticky from then on, as a GPU's fault is (on CUDA and HIP, for
+//! the whole context): every later fence of that stream fails with it.
+//! Launches that do not match their kernel never get this far (the core
+//! refuses them), so a fault means the kernel's own code failed. To go on,
+//! destroy the stream and create another; other streams are not affected.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![forbid(unsafe_code)]
 

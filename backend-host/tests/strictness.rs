@@ -172,3 +172,31 @@ fn a_page_too_large_for_memory_is_an_error_not_a_panic() {
     assert!(Host::allocate_host_page(&mut stream, huge).is_err());
     assert_eq!(device.live_pages(), 0, "no page was counted");
 }
+
+#[test]
+fn a_faulting_kernel_is_sticky_for_its_stream_only() {
+    use capture_core::{Access, Client, Signature};
+    let client = Client::<Host>::open().expect("open");
+    let faulty = capture_core::Kernel::new(
+        backend_host::Kernel::new(
+            Signature::new("faults").binding(Access::Write).workgroup([1, 1, 1]),
+            |_, _| Err("out of cheese".into()),
+        )
+        .expect("kernel"),
+    );
+    let bad = client.create_stream().expect("stream");
+    let good = client.create_stream().expect("stream");
+    let x = client.create_f32(bad, &[1.0; 4]).expect("x");
+    let y = client.create_f32(bad, &[2.0; 4]).expect("y");
+    let z = client.create_f32(good, &[3.0; 4]).expect("z");
+    client.launch(bad, &faulty, [1, 1, 1], &[&x], &[], &[]).expect("enqueued");
+    let err = client.read_f32(&y).expect_err("the fault is reported");
+    assert!(err.to_string().contains("faults") && err.to_string().contains("out of cheese"), "{err}");
+    assert!(client.read_f32(&y).is_err(), "sticky, as a GPU's fault is");
+    assert_eq!(client.read_f32(&z).expect("another stream is not affected"), [3.0; 4]);
+    drop((x, y));
+    client.destroy_stream(bad).expect("destroy the faulted stream");
+    let fresh = client.create_stream().expect("a new stream");
+    let w = client.create_f32(fresh, &[4.0; 4]).expect("w");
+    assert_eq!(client.read_f32(&w).expect("the new stream works"), [4.0; 4]);
+}

@@ -37,7 +37,7 @@
 //! the exception: they change nothing, as rule 1 says.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 
 use smallvec::SmallVec;
 
@@ -106,7 +106,9 @@ pub struct Server<D: GraphDriver> {
     max_groups: [u32; 3],
     streams: RwLock<FastMap<StreamId, Arc<Slot<D>>>>,
     graphs: Mutex<FastMap<GraphId, StreamId>>,
-    kernels: Mutex<FastMap<Builtin, Arc<D::Kernel>>>,
+    /// The builtins compiled so far, in [`Builtin::ALL`] order: read
+    /// without a lock once built.
+    kernels: [OnceLock<Arc<D::Kernel>>; 4],
     ids: Ids,
 }
 
@@ -116,7 +118,9 @@ impl<D: GraphDriver> Lane<D> {
     /// did nothing wrong.
     fn check_recorder(&self) -> Result<(), Error> {
         let capture = &self.state.capture;
-        if capture.records_for(std::thread::current().id()) {
+        // Asked only while recording: naming the thread costs a reference
+        // count, on the hot path otherwise.
+        if !capture.is_recording() || capture.records_for(std::thread::current().id()) {
             return Ok(());
         }
         Err(Error::NotRecorder {
@@ -148,7 +152,7 @@ impl<D: GraphDriver> Server<D> {
             max_groups,
             streams: RwLock::default(),
             graphs: Mutex::default(),
-            kernels: Mutex::default(),
+            kernels: Default::default(),
             ids: Ids::default(),
         }
     }
@@ -268,10 +272,14 @@ impl<D: GraphDriver> Server<D> {
             if len == 0 {
                 return lane.refused(Error::EmptyBuffer);
             }
-            if len > self.config.max_allocation_bytes {
+            // A length the pool cannot align (a config that lifts the limit
+            // to near `u64::MAX`) is as much too large as one past the limit.
+            let alignable = u64::MAX - (crate::pool::SLICE_ALIGN - 1);
+            let limit = self.config.max_allocation_bytes.min(alignable);
+            if len > limit {
                 return lane.refused(Error::TooLarge {
                     requested: len,
-                    limit: self.config.max_allocation_bytes,
+                    limit,
                 });
             }
             let id = self.ids.buffer();
@@ -805,15 +813,15 @@ impl<D: GraphDriver> Server<D> {
 }
 
 impl<D: GraphDriver + Builtins> Server<D> {
-    /// Builtin kernel `which`, compiled once per device.
-    pub fn builtin(&self, which: Builtin) -> Result<Arc<D::Kernel>, Error> {
-        let mut kernels = self.kernels.lock().map_err(|_| Error::Poisoned)?;
-        if let Some(kernel) = kernels.get(&which) {
-            return Ok(kernel.clone());
+    /// Builtin kernel `which`, compiled once per device. Two threads
+    /// asking first may both compile it; one result is kept.
+    pub fn builtin(&self, which: Builtin) -> Result<&Arc<D::Kernel>, Error> {
+        let slot = &self.kernels[which.index()];
+        if let Some(kernel) = slot.get() {
+            return Ok(kernel);
         }
         let kernel = Arc::new(D::builtin(&self.device, which)?);
-        kernels.insert(which, kernel.clone());
-        Ok(kernel)
+        Ok(slot.get_or_init(|| kernel))
     }
 }
 
@@ -834,8 +842,8 @@ impl<D: GraphDriver> Drop for Server<D> {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             self.close_lane(&mut lane);
         }
-        if let Ok(kernels) = self.kernels.get_mut() {
-            kernels.clear();
+        for kernel in &mut self.kernels {
+            drop(kernel.take());
         }
     }
 }

@@ -286,6 +286,23 @@ mod tests {
     }
 
     #[test]
+    fn a_length_too_large_to_align_is_too_large() {
+        let client = Client::<TestDriver>::with_device(
+            std::sync::Arc::default(),
+            Config {
+                max_allocation_bytes: u64::MAX,
+                ..Config::default()
+            },
+        );
+        let stream = client.create_stream().expect("stream");
+        let err = client.allocate(stream, u64::MAX - 10).expect_err("refused");
+        assert!(matches!(err, Error::TooLarge { .. }), "{err}");
+        let buffer = client.create(stream, &[1; 6]).expect("a small one still works");
+        let err = client.read_f32(&buffer).expect_err("6 bytes are not whole f32s");
+        assert!(matches!(err, Error::NotWhole { bytes: 6, element: 4, .. }), "{err}");
+    }
+
+    #[test]
     fn streams_are_released_with_the_client() {
         let client = client();
         let device = client.device().clone();
