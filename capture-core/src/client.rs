@@ -23,15 +23,17 @@ use std::sync::{Arc, Weak};
 
 use crate::builtin::{Builtin, BuiltinInfo, Builtins, groups_for};
 use crate::capture_state::Phase;
-use crate::driver::{DeviceInfo, DeviceSlice, Driver, GraphDriver};
+#[cfg(feature = "raw")]
+use crate::driver::DeviceSlice;
+use crate::driver::{DeviceInfo, Driver, GraphDriver};
 use crate::error::Error;
+use crate::graph_log::GraphInfo;
 use crate::graveyard::Graveyard;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
 use crate::pool::SliceHandle;
 use crate::server::{BufferRef, Server};
 use crate::signature::{MAX_BINDINGS, Signature};
 use crate::stream::{Config, StreamUsage};
-use crate::graph_log::GraphInfo;
 use crate::window::Update;
 
 struct Shared<D: GraphDriver> {
@@ -560,7 +562,9 @@ impl<D: GraphDriver> Client<D> {
         stream: StreamId,
         body: impl FnMut(Pass) -> Result<T, Error>,
     ) -> Result<(GraphHandle<D>, T), Error> {
-        self.record(stream, body, false, |window| self.instantiate(stream, window))
+        self.record(stream, body, false, |window| {
+            self.instantiate(stream, window)
+        })
     }
 
     /// The one-call capture's shared half: a window on `stream`, the body's
@@ -661,7 +665,9 @@ impl<D: GraphDriver> Client<D> {
         body: impl FnMut(Pass) -> Result<T, Error>,
     ) -> Result<(Update, T), Error> {
         self.graph_id(graph)?;
-        self.record(graph.stream(), body, true, |window| self.update(graph, window))
+        self.record(graph.stream(), body, true, |window| {
+            self.update(graph, window)
+        })
     }
 
     /// Enqueue `graph`'s recorded work on its stream.
@@ -728,6 +734,7 @@ impl<D: GraphDriver> Client<D> {
         self.server()?.usage(stream)
     }
 
+    #[cfg(feature = "raw")]
     /// Run `f` on `graph`'s executable and its driver stream under the
     /// stream's lock; for measuring the raw driver against the core on the
     /// same executable. `f` must not call this client on that stream (nor
@@ -741,6 +748,7 @@ impl<D: GraphDriver> Client<D> {
         self.server()?.with_raw_graph(id, f)
     }
 
+    #[cfg(feature = "raw")]
     /// Run `f` on `stream`'s driver stream and the device slices of
     /// `buffers` under the lock; for measuring raw driver launches against
     /// the core's on the same memory. `f` must not call this client: the
@@ -791,12 +799,12 @@ impl<D: GraphDriver + Builtins> Client<D> {
                 )));
             }
             let kernel = server.builtin(which)?;
-            let refs = self.launch_refs(D::signature(&kernel), buffers)?;
+            let refs = self.launch_refs(D::signature(kernel), buffers)?;
             Ok((kernel, refs))
         })();
         let (kernel, refs) = checked.map_err(|err| server.refuse(stream, err))?;
         let info = BuiltinInfo::new(n, scalar).to_bytes();
-        server.launch(stream, &kernel, groups_for(n), &refs, &info, &[])
+        server.launch(stream, kernel, groups_for(n), &refs, &info, &[])
     }
 }
 

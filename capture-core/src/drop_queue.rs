@@ -148,7 +148,10 @@ impl<S: Copy> DropQueue<S> {
     /// one). Never waits. Returns how many slices were released.
     ///
     /// An error keeps the batch it was asked about and those after it.
-    pub fn reclaim<E>(&mut self, mut is_done: impl FnMut(S) -> Result<bool, E>) -> Result<usize, E> {
+    pub fn reclaim<E>(
+        &mut self,
+        mut is_done: impl FnMut(S) -> Result<bool, E>,
+    ) -> Result<usize, E> {
         let before = self.held;
         while let Some(stamp) = self.batches.front().and_then(|b| b.stamp) {
             if !is_done(stamp)? {
@@ -214,7 +217,9 @@ mod tests {
         assert_eq!(pool.usage().in_use_bytes, 5 * 256, "queued is still in use");
 
         // The device is past 2 but not 3.
-        let released = queue.reclaim(|stamp| Ok::<_, ()>(stamp <= 2)).expect("no error");
+        let released = queue
+            .reclaim(|stamp| Ok::<_, ()>(stamp <= 2))
+            .expect("no error");
         assert_eq!(released, 3);
         assert_eq!(queue.len(), 1);
         assert!(!queue.wants_flush());
@@ -235,17 +240,23 @@ mod tests {
         queue.push(s.next().unwrap(), Stamp::New(7));
         queue.push(s.next().unwrap(), Stamp::New(9));
         let mut waited = Vec::new();
-        assert_eq!(queue.wait_oldest(|stamp| -> Result<(), ()> {
-            waited.push(stamp);
-            Ok(())
-        }), Ok(true));
+        assert_eq!(
+            queue.wait_oldest(|stamp| -> Result<(), ()> {
+                waited.push(stamp);
+                Ok(())
+            }),
+            Ok(true)
+        );
         assert_eq!(waited, [7], "the newer batch's work is not waited for");
         assert_eq!(queue.len(), 1);
         assert_eq!(queue.wait_oldest(|_| Err("lost")), Err("lost"));
         assert_eq!(queue.len(), 1, "a failed fence keeps the batch");
         assert_eq!(queue.wait_oldest(|_| Ok::<_, ()>(())), Ok(true));
         assert!(queue.is_empty());
-        assert_eq!(queue.wait_oldest(|_| -> Result<(), ()> { panic!("nothing to wait for") }), Ok(false));
+        assert_eq!(
+            queue.wait_oldest(|_| -> Result<(), ()> { panic!("nothing to wait for") }),
+            Ok(false)
+        );
         drop(s);
     }
 
@@ -258,8 +269,14 @@ mod tests {
         queue.push(s.next().unwrap(), Stamp::Newest);
         queue.push(s.next().unwrap(), Stamp::Unstamped);
         assert!(queue.has_unstamped());
-        assert_eq!(queue.reclaim(|_| -> Result<bool, ()> { panic!("nothing is stamped") }), Ok(0));
-        assert_eq!(queue.wait_oldest(|_| -> Result<(), ()> { panic!("nothing is stamped") }), Ok(false));
+        assert_eq!(
+            queue.reclaim(|_| -> Result<bool, ()> { panic!("nothing is stamped") }),
+            Ok(0)
+        );
+        assert_eq!(
+            queue.wait_oldest(|_| -> Result<(), ()> { panic!("nothing is stamped") }),
+            Ok(false)
+        );
         queue.stamp_unstamped(5);
         assert!(!queue.has_unstamped());
         queue.push(s.next().unwrap(), Stamp::New(6));
@@ -267,7 +284,8 @@ mod tests {
         assert_eq!(queue.len(), 1);
         queue.push(s.next().unwrap(), Stamp::Unstamped);
         queue.release_fenced();
-        assert!(queue.is_empty() && queue.len() == 0);
+        assert!(queue.is_empty());
+        assert_eq!(queue.len(), 0);
         assert_eq!(pool.usage().in_use_bytes, 0);
     }
 
@@ -285,7 +303,10 @@ mod tests {
         assert_eq!(queue.len(), 0, "kept items are not slices");
         assert!(!queue.is_empty());
         assert_eq!(queue.reclaim(|stamp| Ok::<_, ()>(stamp < 3)), Ok(0));
-        assert!(!dropped.load(Ordering::SeqCst), "kept while the device may use it");
+        assert!(
+            !dropped.load(Ordering::SeqCst),
+            "kept while the device may use it"
+        );
         assert_eq!(queue.reclaim(|_| Ok::<_, ()>(true)), Ok(0));
         assert!(dropped.load(Ordering::SeqCst));
         assert!(queue.is_empty());

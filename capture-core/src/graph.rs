@@ -68,7 +68,11 @@ impl<D: GraphDriver> Graph<D> {
 
     /// The counts and bytes of a (new) recording.
     pub(crate) fn measure(&mut self) {
-        let launches = self.log.iter().filter(|e| matches!(e, Entry::Launch { .. })).count();
+        let launches = self
+            .log
+            .iter()
+            .filter(|e| matches!(e, Entry::Launch { .. }))
+            .count();
         self.info.launches = launches;
         self.info.copies = self.log.len() - launches;
     }

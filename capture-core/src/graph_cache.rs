@@ -71,7 +71,12 @@ pub struct GraphCache<K, D: GraphDriver> {
 impl<K: Eq + Hash + Clone, D: GraphDriver> GraphCache<K, D> {
     /// A cache of at most `capacity` graphs (at least one) on `stream`,
     /// evicting any unused for longer than `idle`.
-    pub fn new(client: &Client<D>, stream: StreamId, capacity: usize, idle: Option<Duration>) -> Self {
+    pub fn new(
+        client: &Client<D>,
+        stream: StreamId,
+        capacity: usize,
+        idle: Option<Duration>,
+    ) -> Self {
         Self {
             client: client.clone(),
             stream,

@@ -96,7 +96,12 @@ pub fn edges(log: &[Entry]) -> Vec<Edge> {
                 && let Some(&from) = last_writer.get(&buffer)
                 && from != to
             {
-                edges.push(Edge { from, to, buffer, hazard: Hazard::ReadAfterWrite });
+                edges.push(Edge {
+                    from,
+                    to,
+                    buffer,
+                    hazard: Hazard::ReadAfterWrite,
+                });
             }
         }
         for &(buffer, access) in &accesses {
@@ -105,14 +110,24 @@ pub fn edges(log: &[Entry]) -> Vec<Edge> {
             }
             for &from in readers.get(&buffer).map_or(&[][..], Vec::as_slice) {
                 if from != to {
-                    edges.push(Edge { from, to, buffer, hazard: Hazard::WriteAfterRead });
+                    edges.push(Edge {
+                        from,
+                        to,
+                        buffer,
+                        hazard: Hazard::WriteAfterRead,
+                    });
                 }
             }
             if let Some(&from) = last_writer.get(&buffer)
                 && from != to
                 && !access.reads()
             {
-                edges.push(Edge { from, to, buffer, hazard: Hazard::WriteAfterWrite });
+                edges.push(Edge {
+                    from,
+                    to,
+                    buffer,
+                    hazard: Hazard::WriteAfterWrite,
+                });
             }
         }
         for &(buffer, access) in &accesses {
@@ -237,7 +252,10 @@ mod tests {
     fn edges_follow_the_declared_accesses() {
         use Access::{Read, ReadWrite, Write};
         let log = vec![
-            Entry::Write { buffer: BufferId(1), bytes: 64 },
+            Entry::Write {
+                buffer: BufferId(1),
+                bytes: 64,
+            },
             launch("a", &[(1, Read), (2, Write)]),
             launch("b", &[(1, Read), (3, Write)]),
             launch("c", &[(2, Read), (3, Read), (4, Write)]),
@@ -269,7 +287,10 @@ mod tests {
     #[test]
     fn dot_names_every_node_and_edge() {
         let log = vec![
-            Entry::Write { buffer: BufferId(1), bytes: 8 },
+            Entry::Write {
+                buffer: BufferId(1),
+                bytes: 8,
+            },
             launch("k\"1", &[(1, Access::Read), (2, Access::Write)]),
         ];
         let text = dot("graph 1", &log);

@@ -297,9 +297,23 @@ mod tests {
         let stream = client.create_stream().expect("stream");
         let err = client.allocate(stream, u64::MAX - 10).expect_err("refused");
         assert!(matches!(err, Error::TooLarge { .. }), "{err}");
-        let buffer = client.create(stream, &[1; 6]).expect("a small one still works");
-        let err = client.read_f32(&buffer).expect_err("6 bytes are not whole f32s");
-        assert!(matches!(err, Error::NotWhole { bytes: 6, element: 4, .. }), "{err}");
+        let buffer = client
+            .create(stream, &[1; 6])
+            .expect("a small one still works");
+        let err = client
+            .read_f32(&buffer)
+            .expect_err("6 bytes are not whole f32s");
+        assert!(
+            matches!(
+                err,
+                Error::NotWhole {
+                    bytes: 6,
+                    element: 4,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 
     #[test]

@@ -282,24 +282,22 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         let started = Instant::now();
         let how = match D::update(&mut stream.raw, &mut graph.exec, closed.recording) {
             Ok(Updated::InPlace) => Update::InPlace,
-            Ok(Updated::Topology(recording)) => {
-                match D::instantiate(&mut stream.raw, recording) {
-                    Ok(exec) => {
-                        let old = std::mem::replace(&mut graph.exec, exec);
-                        stream.queue_keep(Box::new(old));
-                        Update::Reinstantiated
-                    }
-                    Err(err) => {
-                        for never_written in stream.info.capture_discard() {
-                            stream.queue_drop(never_written);
-                        }
-                        return Err(Refused {
-                            error: err.into(),
-                            written,
-                        });
-                    }
+            Ok(Updated::Topology(recording)) => match D::instantiate(&mut stream.raw, recording) {
+                Ok(exec) => {
+                    let old = std::mem::replace(&mut graph.exec, exec);
+                    stream.queue_keep(Box::new(old));
+                    Update::Reinstantiated
                 }
-            }
+                Err(err) => {
+                    for never_written in stream.info.capture_discard() {
+                        stream.queue_drop(never_written);
+                    }
+                    return Err(Refused {
+                        error: err.into(),
+                        written,
+                    });
+                }
+            },
             Err(err) => {
                 for never_written in stream.info.capture_discard() {
                     stream.queue_drop(never_written);

@@ -1,0 +1,253 @@
+//! Capture windows and the graphs they make: prepare, begin, adopt,
+//! instantiate or update, replay, destroy, and what a graph shows of itself.
+
+use std::sync::Arc;
+
+use super::{Ids, Lane, Server};
+use crate::driver::GraphDriver;
+use crate::error::Error;
+use crate::graph::Refused;
+use crate::graph_log::{self, GraphInfo};
+use crate::ids::{GraphId, StreamId, WindowId};
+use crate::window::{Update, Window};
+
+impl<D: GraphDriver> Server<D> {
+    /// Open a capture window on `stream`: arm its pools for the warmup run.
+    pub fn prepare(&self, stream: StreamId) -> Result<WindowId, Error> {
+        self.with(stream, |lane| {
+            lane.check_recorder()?;
+            // A capture call out of order changes nothing (rule 1), so it
+            // does not doom the window it was refused in.
+            let window = WindowId(Ids::next(&self.ids.window));
+            Window::on(&mut lane.state).prepare(window)?;
+            Ok(window)
+        })
+    }
+
+    /// Start recording `window` on `stream`, taking the calling thread's
+    /// work.
+    pub fn begin(&self, stream: StreamId, window: WindowId) -> Result<(), Error> {
+        self.with(stream, |lane| {
+            lane.check_recorder()?;
+            Window::on(&mut lane.state).begin(window)
+        })
+    }
+
+    /// Make the calling thread the one whose work `window`'s recording
+    /// takes.
+    pub fn adopt(&self, stream: StreamId, window: WindowId) -> Result<(), Error> {
+        self.with(stream, |lane| {
+            lane.state
+                .capture
+                .adopt(window, std::thread::current().id())
+                .map_err(|reason| Error::OutOfOrder {
+                    call: "adopt",
+                    stream,
+                    reason,
+                })
+        })
+    }
+
+    /// Close `window` on `stream` and make a graph of what it recorded.
+    ///
+    /// A refusal claims every buffer the recording would have written, so a
+    /// later read of one fails with the refusal instead of returning bytes
+    /// nobody wrote.
+    pub fn instantiate(&self, stream: StreamId, window: WindowId) -> Result<GraphId, Error> {
+        self.with(stream, |lane| {
+            let id = GraphId(Ids::next(&self.ids.graph));
+            let result = Window::on(&mut lane.state).instantiate(window, id);
+            let deferred = std::mem::take(&mut lane.state.deferred_destroys);
+            let result = match result {
+                Ok(graph) => {
+                    lane.graphs.insert(id, graph);
+                    self.graph_registry().insert(id, stream);
+                    Ok(id)
+                }
+                Err(Refused { error, written }) => {
+                    let cause = Arc::new(error.clone());
+                    for buffer in written {
+                        lane.state.failures.claim(buffer, &cause);
+                    }
+                    Err(error)
+                }
+            };
+            for graph in deferred {
+                self.destroy_in(lane, graph);
+            }
+            result
+        })
+    }
+
+    /// Close `window` on `stream` and make graph `id` (of the same stream)
+    /// run what it recorded: updated in place where the driver can,
+    /// instantiated anew behind the same id otherwise.
+    ///
+    /// A refusal leaves the graph as it was and claims nothing: the graph
+    /// still writes what it wrote, on its next replay.
+    pub fn update(&self, stream: StreamId, window: WindowId, id: GraphId) -> Result<Update, Error> {
+        self.with(stream, |lane| {
+            let Lane { state, graphs, .. } = lane;
+            let result = match graphs.get_mut(id) {
+                Some(graph) => Window::on(state)
+                    .update(window, graph, id)
+                    .map_err(|refused| refused.error),
+                None => {
+                    Window::on(state).discard(window);
+                    Err(Error::UnknownGraph(id))
+                }
+            };
+            let deferred = std::mem::take(&mut lane.state.deferred_destroys);
+            for graph in deferred {
+                self.destroy_in(lane, graph);
+            }
+            result
+        })
+    }
+
+    /// Close `window` on `stream`, keeping nothing it recorded.
+    pub(crate) fn discard(&self, stream: StreamId, window: WindowId) {
+        let closed = self.with(stream, |lane| {
+            Window::on(&mut lane.state).discard(window);
+            Ok(())
+        });
+        drop(closed);
+    }
+
+    /// Enqueue graph `id`'s recorded work on `stream`, the graph's own
+    /// (found from the id when not given).
+    ///
+    /// Allocation-free on the success path: a replay is what graphs exist to
+    /// make cheap, and the core must add nothing the driver does not.
+    pub fn replay(&self, id: GraphId, stream: Option<StreamId>) -> Result<(), Error> {
+        let stream = stream
+            .or_else(|| self.stream_of(id))
+            .ok_or(Error::UnknownGraph(id))?;
+        let found = self.with(stream, |lane| {
+            lane.check_recorder()?;
+            if lane.state.capture.is_recording() {
+                return lane.refused(Error::ReplayWhileRecording(stream));
+            }
+            let Lane { state, graphs, .. } = lane;
+            let graph = graphs.get_mut(id).ok_or(Error::UnknownGraph(id))?;
+            let failures = &mut state.failures;
+            // A claimed input: the replay would compute from bytes nobody
+            // wrote. The one exception is a claim this graph's own failed
+            // replay left on a buffer it reads and rewrites (`x += y`):
+            // retrying is how that claim is repaired, and the design's rule
+            // for a failed replay.
+            let poisoned = if failures.is_empty() {
+                None
+            } else {
+                graph.read.iter().find_map(|buffer| {
+                    let own_failed_replay = failures.check(*buffer).is_some_and(
+                        |cause| matches!(**cause, Error::ReplayFailed { graph, .. } if graph == id),
+                    );
+                    if own_failed_replay {
+                        None
+                    } else {
+                        failures.read_error(*buffer)
+                    }
+                })
+            };
+            let outcome = match poisoned {
+                Some(err) => Err(err),
+                None => {
+                    D::replay(&graph.exec, &mut state.raw).map_err(|cause| Error::ReplayFailed {
+                        graph: id,
+                        cause: Arc::new(cause.into()),
+                    })
+                }
+            };
+            match outcome {
+                Ok(()) => {
+                    state.issued();
+                    graph.info.replays += 1;
+                    let failures = &mut state.failures;
+                    if !failures.is_empty() {
+                        for buffer in &graph.written {
+                            failures.clear(*buffer);
+                        }
+                    }
+                    Ok(())
+                }
+                Err(err) => {
+                    let cause = Arc::new(err.clone());
+                    for buffer in &graph.written {
+                        failures.claim(*buffer, &cause);
+                    }
+                    Err(err)
+                }
+            }
+        });
+        // A graph handle names its stream; a stream destroyed since means
+        // the graph went with it.
+        match found {
+            Err(Error::UnknownStream(_)) => Err(Error::UnknownGraph(id)),
+            other => other,
+        }
+    }
+
+    /// Destroy graph `id`: sync its stream (a replay may still run), drop the
+    /// executable and its pins, and free the info-cache entries no other
+    /// graph pins. A no-op for an unknown id. Deferred to the window's close
+    /// if its stream is recording, since the sync would abort the recording.
+    pub fn destroy_graph(&self, id: GraphId) {
+        let Some(stream) = self.stream_of(id) else {
+            return;
+        };
+        let destroyed = self.with(stream, |lane| {
+            self.destroy_in(lane, id);
+            Ok(())
+        });
+        if let Err(err) = destroyed {
+            log::warn!("{id}: destroy on {stream} failed: {err}");
+        }
+    }
+
+    fn destroy_in(&self, lane: &mut Lane<D>, id: GraphId) {
+        if !lane.graphs.contains(id) {
+            return;
+        }
+        let state = &mut lane.state;
+        if state.capture.is_recording() {
+            if !state.deferred_destroys.contains(&id) {
+                state.deferred_destroys.push(id);
+            }
+            return;
+        }
+        let synced = state.sync();
+        let graph = lane.graphs.remove(id);
+        self.graph_registry().remove(&id);
+        if let Err(err) = synced {
+            log::warn!("{id}: sync before destroy failed, destroying anyway: {err}");
+            // A replay may still be running, so what the graph pinned waits
+            // in the drop queue for a fence that succeeds instead of going
+            // straight back to the pool.
+            if let Some(graph) = graph {
+                for slice in graph._retained {
+                    state.queue_drop(slice);
+                }
+            }
+        }
+        for slice in state.info.graph_release(id) {
+            state.queue_drop(slice);
+        }
+    }
+
+    /// Graph `id`'s log drawn as Graphviz DOT.
+    pub fn graph_dot(&self, id: GraphId, stream: StreamId) -> Result<String, Error> {
+        self.with(stream, |lane| {
+            let graph = lane.graphs.get(id).ok_or(Error::UnknownGraph(id))?;
+            Ok(graph_log::dot(&id.to_string(), graph.log()))
+        })
+    }
+
+    /// What graph `id` is and has done.
+    pub fn graph_info(&self, id: GraphId, stream: StreamId) -> Result<GraphInfo, Error> {
+        self.with(stream, |lane| {
+            let graph = lane.graphs.get(id).ok_or(Error::UnknownGraph(id))?;
+            Ok(graph.info())
+        })
+    }
+}

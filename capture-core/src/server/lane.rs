@@ -1,0 +1,75 @@
+//! One stream's state under its lock, and the ids a device hands out.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::driver::GraphDriver;
+use crate::error::Error;
+use crate::graph::Captures;
+use crate::graveyard::Graveyard;
+use crate::ids::{BufferId, WindowId};
+use crate::stream::StreamState;
+
+/// One stream and the graphs that replay on it, under the stream's lock.
+pub(super) struct Lane<D: GraphDriver> {
+    pub(super) state: StreamState<D>,
+    pub(super) graphs: Captures<D>,
+    /// Set once the stream is destroyed: a call that fetched the lane just
+    /// before finds it closed.
+    pub(super) closed: bool,
+}
+
+/// A stream's lock and the graveyard its buffers' drops fill.
+pub(super) struct Slot<D: GraphDriver> {
+    pub(super) lane: Mutex<Lane<D>>,
+    pub(super) graveyard: Arc<Graveyard>,
+}
+
+/// Ids handed out on a device; counters, so never reused.
+#[derive(Debug, Default)]
+pub(super) struct Ids {
+    pub(super) stream: AtomicU64,
+    pub(super) buffer: AtomicU64,
+    pub(super) graph: AtomicU64,
+    pub(super) window: AtomicU64,
+}
+
+impl Ids {
+    pub(super) fn next(counter: &AtomicU64) -> u64 {
+        counter.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    pub(super) fn buffer(&self) -> BufferId {
+        BufferId(Self::next(&self.buffer))
+    }
+}
+
+impl<D: GraphDriver> Lane<D> {
+    /// Refuse a call of a thread other than the recorder on a recording
+    /// stream. Nothing is recorded and the window is not doomed: its owner
+    /// did nothing wrong.
+    pub(super) fn check_recorder(&self) -> Result<(), Error> {
+        let capture = &self.state.capture;
+        // Asked only while recording: naming the thread costs a reference
+        // count, on the hot path otherwise.
+        if !capture.is_recording() || capture.records_for(std::thread::current().id()) {
+            return Ok(());
+        }
+        Err(Error::NotRecorder {
+            stream: self.state.id,
+            window: capture.recording_window().unwrap_or(WindowId(0)),
+        })
+    }
+
+    /// A call was refused with `err`: if the calling thread records a
+    /// window here, the window can no longer seal. Another thread's refused
+    /// call (a read it may not make while the stream records) leaves the
+    /// window alone.
+    pub(super) fn refused<T>(&mut self, err: Error) -> Result<T, Error> {
+        let capture = &mut self.state.capture;
+        if capture.is_recording() && capture.records_for(std::thread::current().id()) {
+            capture.record_failure(err.clone());
+        }
+        Err(err)
+    }
+}

@@ -1,0 +1,108 @@
+//! Buffers: allocation, the copies that fill and read them, syncs and trims.
+
+use std::sync::Arc;
+
+use super::{BufferRef, Server};
+use crate::driver::GraphDriver;
+use crate::error::Error;
+use crate::graph_log::Entry;
+use crate::ids::StreamId;
+use crate::pool::SliceHandle;
+
+impl<D: GraphDriver> Server<D> {
+    /// Allocate a buffer of `len` bytes on `stream`.
+    pub fn allocate(&self, stream: StreamId, len: u64) -> Result<SliceHandle, Error> {
+        self.with(stream, |lane| {
+            lane.check_recorder()?;
+            if len == 0 {
+                return lane.refused(Error::EmptyBuffer);
+            }
+            // A length the pool cannot align (a config that lifts the limit
+            // to near `u64::MAX`) is as much too large as one past the limit.
+            let alignable = u64::MAX - (crate::pool::SLICE_ALIGN - 1);
+            let limit = self.config.max_allocation_bytes.min(alignable);
+            if len > limit {
+                return lane.refused(Error::TooLarge {
+                    requested: len,
+                    limit,
+                });
+            }
+            let id = self.ids.buffer();
+            match lane.state.allocate_device(id, len) {
+                Ok(slice) => {
+                    lane.state.failures.track(id);
+                    Ok(slice)
+                }
+                Err(err) => lane.refused(err),
+            }
+        })
+    }
+
+    /// Enqueue a copy of `bytes` into `buffer`.
+    pub fn write(&self, buffer: BufferRef<'_>, bytes: &[u8]) -> Result<(), Error> {
+        self.with(buffer.stream, |lane| {
+            lane.check_recorder()?;
+            let slice = buffer.slice;
+            if bytes.len() as u64 != slice.len() {
+                return lane.refused(Error::SizeMismatch {
+                    buffer: slice.id(),
+                    expected: slice.len(),
+                    got: bytes.len() as u64,
+                });
+            }
+            let staging = self.ids.buffer();
+            let state = &mut lane.state;
+            let recording = state.capture.is_recording();
+            match state.stage_to_device(staging, bytes, slice) {
+                Ok(()) if recording => {
+                    state.capture.record_write(slice.id());
+                    state.capture.record_entry(Entry::Write {
+                        buffer: slice.id(),
+                        bytes: slice.len(),
+                    });
+                }
+                Ok(()) => state.failures.clear(slice.id()),
+                Err(err) => {
+                    let cause = Arc::new(err.clone());
+                    state.failures.claim(slice.id(), &cause);
+                    return lane.refused(err);
+                }
+            }
+            state.maybe_flush();
+            Ok(())
+        })
+    }
+
+    /// Copy `buffer` back to the host. A host sync: refused while its
+    /// stream records (and the window can no longer seal).
+    pub fn read(&self, buffer: BufferRef<'_>) -> Result<Vec<u8>, Error> {
+        self.with(buffer.stream, |lane| {
+            if lane.state.capture.is_recording() {
+                return lane.refused(Error::SyncWhileRecording(buffer.stream));
+            }
+            if let Some(err) = lane.state.failures.read_error(buffer.slice.id()) {
+                return Err(err);
+            }
+            let staging = self.ids.buffer();
+            lane.state.read_back(staging, buffer.slice)
+        })
+    }
+
+    /// Wait for everything enqueued on `stream`.
+    pub fn sync(&self, stream: StreamId) -> Result<(), Error> {
+        self.with(stream, |lane| {
+            if lane.state.capture.is_recording() {
+                return lane.refused(Error::SyncWhileRecording(stream));
+            }
+            lane.state.sync().map_err(Error::from)
+        })
+    }
+
+    /// Release every page of `stream` no slice is held in.
+    pub fn trim(&self, stream: StreamId) -> Result<usize, Error> {
+        self.with(stream, |lane| match lane.state.trim() {
+            Ok(released) => Ok(released),
+            Err(err) => lane.refused(err),
+        })
+    }
+}
