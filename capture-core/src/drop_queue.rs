@@ -195,10 +195,16 @@ mod tests {
     fn slices(pool: &mut Pool<()>, n: u64) -> Vec<SliceHandle> {
         (0..n)
             .map(|i| {
-                pool.reserve(BufferId(i + 1), 8, true, |_| Ok(()))
-                    .ok()
-                    .flatten()
-                    .expect("grows")
+                pool.reserve(
+                    BufferId(i + 1),
+                    8,
+                    true,
+                    crate::capture_state::Phase::None,
+                    |_| Ok(()),
+                )
+                .ok()
+                .flatten()
+                .expect("grows")
             })
             .collect()
     }

@@ -15,6 +15,7 @@
 
 use smallvec::SmallVec;
 
+use crate::capture_state::Phase;
 use crate::hashing::FastMap;
 use crate::ids::GraphId;
 use crate::pool::SliceHandle;
@@ -35,8 +36,6 @@ struct Entry {
 pub struct InfoCache {
     entries: FastMap<Box<[u8]>, Entry>,
     capacity: usize,
-    capturing: bool,
-    recording: bool,
 }
 
 impl InfoCache {
@@ -45,14 +44,12 @@ impl InfoCache {
         Self {
             entries: FastMap::default(),
             capacity: capacity.max(1),
-            capturing: false,
-            recording: false,
         }
     }
 
     /// The device slice holding `bytes`, if cached; pins it for an open window.
-    pub fn get(&mut self, bytes: &[u8]) -> Option<SliceHandle> {
-        let capturing = self.capturing;
+    pub fn get(&mut self, bytes: &[u8], phase: Phase) -> Option<SliceHandle> {
+        let capturing = phase != Phase::None;
         self.entries.get_mut(bytes).map(|entry| {
             entry.window |= capturing;
             entry.slice.clone()
@@ -61,9 +58,9 @@ impl InfoCache {
 
     /// Cache `slice` as holding `bytes`. Returns the slices evicted to make
     /// room; they go to the drop queue, since launches may still read them.
-    pub fn insert(&mut self, bytes: &[u8], slice: SliceHandle) -> Vec<SliceHandle> {
+    pub fn insert(&mut self, bytes: &[u8], slice: SliceHandle, phase: Phase) -> Vec<SliceHandle> {
         let mut evicted = Vec::new();
-        if !self.capturing && self.entries.len() >= self.capacity {
+        if phase == Phase::None && self.entries.len() >= self.capacity {
             self.entries.retain(|_, entry| {
                 let keep = !entry.graphs.is_empty() || entry.window;
                 if !keep {
@@ -77,22 +74,11 @@ impl InfoCache {
             Entry {
                 slice,
                 graphs: SmallVec::new(),
-                window: self.capturing,
-                recorded: self.recording,
+                window: phase != Phase::None,
+                recorded: matches!(phase, Phase::Recording(_)),
             },
         );
         evicted
-    }
-
-    /// A window is prepared: pin every entry used from here.
-    pub fn capture_start(&mut self) {
-        self.capturing = true;
-    }
-
-    /// The window records: entries made from here hold their bytes only
-    /// inside the recording.
-    pub fn capture_recording(&mut self) {
-        self.recording = true;
     }
 
     /// The window became graph `id`: its pins become that graph's. Returns
@@ -120,8 +106,6 @@ impl InfoCache {
     }
 
     fn close_window(&mut self) -> Vec<SliceHandle> {
-        self.capturing = false;
-        self.recording = false;
         let mut recorded = Vec::new();
         self.entries.retain(|_, entry| {
             if entry.recorded {
@@ -176,11 +160,15 @@ impl InfoCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::BufferId;
+    use crate::ids::{BufferId, WindowId};
     use crate::pool::Pool;
 
+    const OUT: Phase = Phase::None;
+    const WARMUP: Phase = Phase::Prepared(WindowId(1));
+    const RECORDING: Phase = Phase::Recording(WindowId(1));
+
     fn slice(pool: &mut Pool<()>, id: u64) -> SliceHandle {
-        pool.reserve(BufferId(id), 16, true, |_| Ok(()))
+        pool.reserve(BufferId(id), 16, true, OUT, |_| Ok(()))
             .ok()
             .flatten()
             .expect("grows")
@@ -191,20 +179,21 @@ mod tests {
         let mut pool = Pool::new(4096);
         let mut cache = InfoCache::new(8);
         let s = slice(&mut pool, 1);
-        assert!(cache.insert(b"abc", s.clone()).is_empty());
-        assert!(cache.get(b"abc").is_some_and(|got| got.same(&s)));
-        assert!(cache.get(b"abd").is_none());
+        assert!(cache.insert(b"abc", s.clone(), OUT).is_empty());
+        assert!(cache.get(b"abc", OUT).is_some_and(|got| got.same(&s)));
+        assert!(cache.get(b"abd", OUT).is_none());
+        assert_eq!(cache.pins(b"abc"), 0, "no window, no pin");
+        assert!(cache.capture_commit(GraphId(1)).is_empty());
+        assert_eq!(cache.pins(b"abc"), 0, "used outside the window");
     }
 
     #[test]
     fn shared_entries_live_until_the_last_graph_goes() {
         let mut pool = Pool::new(4096);
         let mut cache = InfoCache::new(8);
-        cache.capture_start();
-        cache.insert(b"n=4", slice(&mut pool, 1));
+        cache.insert(b"n=4", slice(&mut pool, 1), WARMUP);
         assert!(cache.capture_commit(GraphId(1)).is_empty());
-        cache.capture_start();
-        assert!(cache.get(b"n=4").is_some());
+        assert!(cache.get(b"n=4", WARMUP).is_some());
         assert!(cache.capture_commit(GraphId(2)).is_empty());
         assert_eq!(cache.pins(b"n=4"), 2);
 
@@ -212,9 +201,9 @@ mod tests {
             cache.graph_release(GraphId(1)).is_empty(),
             "graph 2 still pins it"
         );
-        assert!(cache.get(b"n=4").is_some());
+        assert!(cache.get(b"n=4", OUT).is_some());
         assert_eq!(cache.graph_release(GraphId(2)).len(), 1);
-        assert!(cache.get(b"n=4").is_none());
+        assert!(cache.get(b"n=4", OUT).is_none());
         assert!(
             cache.graph_release(GraphId(2)).is_empty(),
             "a double release is a no-op"
@@ -225,33 +214,31 @@ mod tests {
     fn a_discarded_window_leaves_ordinary_entries() {
         let mut pool = Pool::new(4096);
         let mut cache = InfoCache::new(8);
-        cache.capture_start();
-        cache.insert(b"x", slice(&mut pool, 1));
+        cache.insert(b"x", slice(&mut pool, 1), WARMUP);
         assert!(cache.capture_discard().is_empty());
         assert_eq!(cache.pins(b"x"), 0);
-        assert!(cache.get(b"x").is_some());
+        assert!(cache.get(b"x", OUT).is_some());
     }
 
     #[test]
     fn entries_made_while_recording_never_serve_eager_launches() {
         let mut pool = Pool::new(4096);
         let mut cache = InfoCache::new(8);
-        cache.capture_start();
-        cache.capture_recording();
-        cache.insert(b"recorded", slice(&mut pool, 1));
-        assert!(cache.get(b"recorded").is_some(), "the recording reuses it");
+        cache.insert(b"recorded", slice(&mut pool, 1), RECORDING);
+        assert!(
+            cache.get(b"recorded", RECORDING).is_some(),
+            "the recording reuses it"
+        );
         assert_eq!(cache.capture_commit(GraphId(1)).len(), 1);
         assert!(
-            cache.get(b"recorded").is_none(),
+            cache.get(b"recorded", OUT).is_none(),
             "eager launches make their own"
         );
 
-        cache.capture_start();
-        cache.capture_recording();
-        cache.insert(b"refused", slice(&mut pool, 2));
+        cache.insert(b"refused", slice(&mut pool, 2), RECORDING);
         assert_eq!(cache.capture_discard().len(), 1);
         assert!(
-            cache.get(b"refused").is_none(),
+            cache.get(b"refused", OUT).is_none(),
             "its bytes were never written"
         );
     }
@@ -260,13 +247,16 @@ mod tests {
     fn eviction_spares_pinned_entries() {
         let mut pool = Pool::new(4096);
         let mut cache = InfoCache::new(2);
-        cache.capture_start();
-        cache.insert(b"pinned", slice(&mut pool, 1));
+        cache.insert(b"pinned", slice(&mut pool, 1), WARMUP);
         assert!(cache.capture_commit(GraphId(7)).is_empty());
-        cache.insert(b"a", slice(&mut pool, 2));
-        let evicted = cache.insert(b"b", slice(&mut pool, 3));
+        cache.insert(b"a", slice(&mut pool, 2), OUT);
+        let evicted = cache.insert(b"b", slice(&mut pool, 3), OUT);
         assert_eq!(evicted.len(), 1);
-        assert!(cache.get(b"pinned").is_some());
-        assert!(cache.get(b"b").is_some());
+        assert!(cache.get(b"pinned", OUT).is_some());
+        assert!(cache.get(b"b", OUT).is_some());
+        // Inside a window nothing is evicted: the window may use it all.
+        let kept = cache.insert(b"c", slice(&mut pool, 4), WARMUP);
+        assert!(kept.is_empty());
+        assert_eq!(cache.len(), 3);
     }
 }

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use crate::capture_state::Phase;
 use crate::driver::DriverError;
 use crate::ids::BufferId;
 
@@ -88,19 +89,6 @@ pub struct PoolUsage {
     pub pages: usize,
 }
 
-/// Where a pool is in a capture window's life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    /// No window: slices are reused as soon as they are free.
-    Normal,
-    /// Between `prepare` and `begin`: warmup's slices are retained, so the
-    /// pool grows to hold everything the run allocates at once.
-    Priming,
-    /// Between `begin` and `instantiate`: slices are retained for the graph,
-    /// and a new page is a fault the window must answer for.
-    Recording,
-}
-
 struct Page<P> {
     page: P,
     size: u64,
@@ -112,7 +100,8 @@ struct Page<P> {
 pub struct Pool<P> {
     slots: Vec<Option<Page<P>>>,
     page_size: u64,
-    mode: Mode,
+    /// Slices handed out since the window was prepared (warmup's) or since
+    /// it began recording (the graph's); empty outside a window.
     retained: Vec<SliceHandle>,
     grew_while_recording: bool,
 }
@@ -124,7 +113,6 @@ impl<P> Pool<P> {
         Self {
             slots: Vec::new(),
             page_size: page_size.max(SLICE_ALIGN),
-            mode: Mode::Normal,
             retained: Vec::new(),
             grew_while_recording: false,
         }
@@ -140,7 +128,9 @@ impl<P> Pool<P> {
 
     /// A slice of `len` bytes for allocation `id`, from a free range of an
     /// existing page or, when none fits and `may_grow` allows it, from a new
-    /// page obtained through `allocate_page`.
+    /// page obtained through `allocate_page`. `phase` is the stream's:
+    /// inside a window the slice is retained, and a page obtained while
+    /// recording is noted for the window to answer for.
     ///
     /// Returns `Ok(None)` when no existing page fits and growing was not
     /// allowed, so the caller can free memory (flush its drop queue) and try
@@ -150,6 +140,7 @@ impl<P> Pool<P> {
         id: BufferId,
         len: u64,
         may_grow: bool,
+        phase: Phase,
         allocate_page: impl FnOnce(u64) -> Result<P, DriverError>,
     ) -> Result<Option<SliceHandle>, DriverError> {
         // Checked: a length within a few bytes of `u64::MAX` (a config that
@@ -177,7 +168,7 @@ impl<P> Pool<P> {
             None => {
                 let size = span.max(self.page_size);
                 let page = allocate_page(size)?;
-                if self.mode == Mode::Recording {
+                if matches!(phase, Phase::Recording(_)) {
                     self.grew_while_recording = true;
                 }
                 let fresh = Page {
@@ -208,7 +199,7 @@ impl<P> Pool<P> {
         if let Some(page) = self.slots[slot].as_mut() {
             page.slices.insert(index, handle.clone());
         }
-        if self.mode != Mode::Normal {
+        if phase != Phase::None {
             self.retained.push(handle.clone());
         }
         Ok(Some(handle))
@@ -257,7 +248,6 @@ impl<P> Pool<P> {
     /// retained, so warmup grows the pool to everything the run holds at
     /// once and the recorded run finds it all free again.
     pub fn capture_begin(&mut self) {
-        self.mode = Mode::Priming;
         self.retained.clear();
         self.grew_while_recording = false;
     }
@@ -266,14 +256,12 @@ impl<P> Pool<P> {
     /// those slices instead of allocating pages, which mid-recording is a
     /// fault. Mandatory, not an optimisation.
     pub fn capture_priming_end(&mut self) {
-        self.mode = Mode::Recording;
         self.retained.clear();
     }
 
     /// Close the window: disarm, and hand over every slice the recorded run
     /// was given, for the graph to pin for its lifetime.
     pub fn capture_end(&mut self) -> Vec<SliceHandle> {
-        self.mode = Mode::Normal;
         self.grew_while_recording = false;
         std::mem::take(&mut self.retained)
     }
@@ -281,11 +269,6 @@ impl<P> Pool<P> {
     /// Whether a page was obtained from the driver since recording began.
     pub fn grew_while_recording(&self) -> bool {
         self.grew_while_recording
-    }
-
-    /// Whether the pool is armed for a window.
-    pub fn is_armed(&self) -> bool {
-        self.mode != Mode::Normal
     }
 }
 
@@ -305,9 +288,20 @@ fn first_fit<P>(page: &Page<P>, span: u64) -> Option<(usize, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::WindowId;
 
     fn reserve(pool: &mut Pool<u32>, id: u64, len: u64, pages: &mut u32) -> SliceHandle {
-        pool.reserve(BufferId(id), len, true, |_| {
+        reserve_in(pool, id, len, Phase::None, pages)
+    }
+
+    fn reserve_in(
+        pool: &mut Pool<u32>,
+        id: u64,
+        len: u64,
+        phase: Phase,
+        pages: &mut u32,
+    ) -> SliceHandle {
+        pool.reserve(BufferId(id), len, true, phase, |_| {
             *pages += 1;
             Ok(*pages)
         })
@@ -348,7 +342,7 @@ mod tests {
     #[test]
     fn no_growth_asks_the_caller_first() {
         let mut pool: Pool<u32> = Pool::new(256);
-        let got = pool.reserve(BufferId(1), 8, false, |_| Ok(0));
+        let got = pool.reserve(BufferId(1), 8, false, Phase::None, |_| Ok(0));
         assert!(matches!(got, Ok(None)));
         assert_eq!(pool.usage().pages, 0);
     }
@@ -365,7 +359,7 @@ mod tests {
     #[test]
     fn driver_refusal_is_returned_and_changes_nothing() {
         let mut pool: Pool<u32> = Pool::new(1024);
-        let err = pool.reserve(BufferId(1), 8, true, |_| {
+        let err = pool.reserve(BufferId(1), 8, true, Phase::None, |_| {
             Err(DriverError::new("test", "allocate", "out of memory"))
         });
         assert!(err.is_err());
@@ -375,7 +369,7 @@ mod tests {
     #[test]
     fn a_length_whose_span_overflows_is_refused() {
         let mut pool: Pool<u32> = Pool::new(1024);
-        let got = pool.reserve(BufferId(1), u64::MAX - 10, true, |_| Ok(0));
+        let got = pool.reserve(BufferId(1), u64::MAX - 10, true, Phase::None, |_| Ok(0));
         assert!(got.is_err(), "no slice may claim to span wrapped bytes");
         assert_eq!(pool.usage(), PoolUsage::default());
     }
@@ -387,16 +381,18 @@ mod tests {
         pool.capture_begin();
         // Warmup: an intermediate freed at once is still retained, so the
         // second allocation does not reuse it.
-        let warm = reserve(&mut pool, 1, 512, &mut pages);
+        let warmup = Phase::Prepared(WindowId(1));
+        let warm = reserve_in(&mut pool, 1, 512, warmup, &mut pages);
         drop(warm);
-        let warm2 = reserve(&mut pool, 2, 512, &mut pages);
+        let warm2 = reserve_in(&mut pool, 2, 512, warmup, &mut pages);
         drop(warm2);
         assert_eq!(pool.usage().in_use_bytes, 1024);
         pool.capture_priming_end();
         // The recorded run finds both ranges free: no page is needed.
-        let rec = reserve(&mut pool, 3, 512, &mut pages);
+        let recording = Phase::Recording(WindowId(1));
+        let rec = reserve_in(&mut pool, 3, 512, recording, &mut pages);
         drop(rec);
-        let rec2 = reserve(&mut pool, 4, 512, &mut pages);
+        let rec2 = reserve_in(&mut pool, 4, 512, recording, &mut pages);
         drop(rec2);
         assert!(!pool.grew_while_recording());
         assert_eq!(pages, 1);
@@ -417,10 +413,21 @@ mod tests {
         let mut pages = 0;
         pool.capture_begin();
         pool.capture_priming_end();
-        let _slice = reserve(&mut pool, 1, 8, &mut pages);
+        let warmup = reserve_in(&mut pool, 1, 8, Phase::Prepared(WindowId(1)), &mut pages);
+        assert!(!pool.grew_while_recording(), "warmup may grow");
+        let _slice = reserve_in(&mut pool, 2, 512, Phase::Recording(WindowId(1)), &mut pages);
         assert!(pool.grew_while_recording());
-        assert_eq!(pool.capture_end().len(), 1);
+        assert_eq!(pool.capture_end().len(), 2);
         assert!(!pool.grew_while_recording());
-        assert!(!pool.is_armed());
+        drop(warmup);
+        let _outside = reserve(&mut pool, 3, 4096, &mut pages);
+        assert!(
+            !pool.grew_while_recording(),
+            "growth outside a window is no fault"
+        );
+        assert!(
+            pool.capture_end().is_empty(),
+            "nothing retained outside a window"
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! One stream and everything capture-core keeps for it.
 
-use crate::capture_state::StreamCapture;
+use crate::capture_state::{Phase, StreamCapture};
 use crate::driver::{DeviceSlice, Driver, DriverError, HostSlice};
 use crate::drop_queue::{DropQueue, Stamp};
 use crate::error::Error;
@@ -203,28 +203,20 @@ impl<D: Driver> StreamState<D> {
 
     /// A device slice of `len` bytes for allocation `id`.
     pub(crate) fn allocate_device(&mut self, id: BufferId, len: u64) -> Result<SliceHandle, Error> {
-        let recording = self.capture.is_recording();
+        let phase = self.capture.phase();
         let Self {
             raw, device, drops, ..
         } = self;
-        allocate::<D, _>(
-            device,
-            raw,
-            drops,
-            recording,
-            id,
-            len,
-            D::allocate_device_page,
-        )
+        allocate::<D, _>(device, raw, drops, phase, id, len, D::allocate_device_page)
     }
 
     /// A pinned host slice of `len` bytes for allocation `id`.
     pub(crate) fn allocate_host(&mut self, id: BufferId, len: u64) -> Result<SliceHandle, Error> {
-        let recording = self.capture.is_recording();
+        let phase = self.capture.phase();
         let Self {
             raw, host, drops, ..
         } = self;
-        allocate::<D, _>(host, raw, drops, recording, id, len, D::allocate_host_page)
+        allocate::<D, _>(host, raw, drops, phase, id, len, D::allocate_host_page)
     }
 
     /// Enqueue a copy of `bytes` into `dst` through a pinned staging slice.
@@ -310,12 +302,13 @@ impl<D: Driver> StreamState<D> {
         bytes: &[u8],
         ids: &mut impl FnMut() -> BufferId,
     ) -> Result<SliceHandle, Error> {
-        if let Some(slice) = self.info.get(bytes) {
+        let phase = self.capture.phase();
+        if let Some(slice) = self.info.get(bytes, phase) {
             return Ok(slice);
         }
         let slice = self.allocate_device(ids(), bytes.len() as u64)?;
         self.stage_to_device(ids(), bytes, &slice)?;
-        for evicted in self.info.insert(bytes, slice.clone()) {
+        for evicted in self.info.insert(bytes, slice.clone(), phase) {
             self.queue_drop(evicted);
         }
         Ok(slice)
@@ -367,12 +360,13 @@ fn allocate<D: Driver, P>(
     pool: &mut Pool<P>,
     raw: &mut D::Stream,
     drops: &mut DropQueue<D::Signal>,
-    recording: bool,
+    phase: Phase,
     id: BufferId,
     len: u64,
     allocate_page: fn(&mut D::Stream, u64) -> Result<P, DriverError>,
 ) -> Result<SliceHandle, Error> {
-    let reuse = |pool: &mut Pool<P>| pool.reserve(id, len, false, |_| unreachable_page());
+    let recording = matches!(phase, Phase::Recording(_));
+    let reuse = |pool: &mut Pool<P>| pool.reserve(id, len, false, phase, |_| unreachable_page());
     if let Some(slice) = reuse(pool)? {
         return Ok(slice);
     }
@@ -388,7 +382,7 @@ fn allocate<D: Driver, P>(
             }
         }
     }
-    pool.reserve(id, len, true, |size| allocate_page(raw, size))?
+    pool.reserve(id, len, true, phase, |size| allocate_page(raw, size))?
         .ok_or_else(missing_page)
 }
 

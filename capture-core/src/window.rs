@@ -97,7 +97,6 @@ impl<'a, D: GraphDriver> Window<'a, D> {
             .map_err(|reason| out_of_order("prepare", stream, reason))?;
         stream.device.capture_begin();
         stream.host.capture_begin();
-        stream.info.capture_start();
         Ok(())
     }
 
@@ -126,7 +125,6 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         // reuses those slices.
         stream.device.capture_priming_end();
         stream.host.capture_priming_end();
-        stream.info.capture_recording();
         if let Err(err) = D::begin(&mut stream.raw) {
             self.unwind();
             return Err(err.into());
