@@ -1,8 +1,10 @@
-//! The backends compiled into this build: the host always, the others by
-//! Cargo feature (`vulkan`, `cuda`, `hip`).
+//! The backends compiled into this build: conformance's list (the host
+//! always, the others by Cargo feature: `vulkan`, `cuda`, `hip`, each
+//! turning on conformance's feature of the same name).
 
 use capture_core::{Availability, DeviceInfo};
 use conformance::UserKernels;
+use conformance::registry::AfterTrial;
 
 /// A backend the benches can run on: its builtins and the workload's user
 /// kernels.
@@ -16,15 +18,19 @@ pub trait Visit {
     fn visit<D: Backend>(&mut self);
 }
 
-/// Call `visitor` for every backend compiled in, the host first.
+/// Hands conformance's visits on to a bench's visitor.
+struct Relay<'a, V>(&'a mut V);
+
+impl<V: Visit> conformance::registry::Visit for Relay<'_, V> {
+    fn visit<D: AfterTrial>(&mut self) {
+        self.0.visit::<D>();
+    }
+}
+
+/// Call `visitor` for every backend compiled in, the host first, in
+/// conformance's order.
 pub fn each_backend(visitor: &mut impl Visit) {
-    visitor.visit::<backend_host::Host>();
-    #[cfg(feature = "vulkan")]
-    visitor.visit::<backend_vulkan::Vulkan>();
-    #[cfg(feature = "cuda")]
-    visitor.visit::<backend_cuda::Cuda>();
-    #[cfg(feature = "hip")]
-    visitor.visit::<backend_hip::Hip>();
+    conformance::registry::each_backend(&mut Relay(visitor));
 }
 
 /// The device `D` runs on here, or why it cannot run.

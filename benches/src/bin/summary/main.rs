@@ -29,7 +29,14 @@ struct Summary {
     judged: usize,
     /// The decode step's row of each backend, printed after every table.
     decode: Vec<String>,
+    /// Instantiate against update in place, per backend and size.
+    updates: Vec<String>,
+    /// The threaded stress workload's row of each backend.
+    threads: Vec<String>,
 }
+
+/// Operations each stress thread runs.
+const STRESS_OPERATIONS: usize = 2000;
 
 /// Decode steps timed each way.
 const DECODE_STEPS: usize = 20;
@@ -56,6 +63,69 @@ impl Visit for Summary {
             }
         }
         self.decode.push(decode_row::<D>(&mut self.failed));
+        self.updates.extend(update_rows::<D>(&mut self.failed));
+        self.threads.push(thread_row::<D>(&mut self.failed));
+    }
+}
+
+/// Capture a decode-shaped step of `launches` launches, then capture it
+/// again into the same graph: the driver's instantiate against its update.
+fn update_rows<D: Backend>(failed: &mut bool) -> Vec<String> {
+    let measure = |launches: u32| -> Result<String, capture_core::Error> {
+        let client = capture_core::Client::<D>::open()?;
+        let stream = client.create_stream()?;
+        let shape = Shape {
+            hidden: 64,
+            ffn: 128,
+            layers: launches / 5,
+        };
+        let decoder = decode::Decoder::new(&client, stream, &decode::Model::new(shape))?;
+        let graph = decoder.capture()?;
+        let instantiate = client.graph_info(&graph)?.instantiate_time;
+        let (how, ()) = client.recapture(&graph, |_| decoder.step())?;
+        let update = client.graph_info(&graph)?.instantiate_time;
+        Ok(format!(
+            "| {} | {} | {:.1} | {:.1} | {:.2}x | {how:?} |",
+            D::NAME,
+            shape.launches(),
+            instantiate.as_secs_f64() * 1e6,
+            update.as_secs_f64() * 1e6,
+            instantiate.as_secs_f64() / update.as_secs_f64().max(1e-9),
+        ))
+    };
+    [100, 1000]
+        .into_iter()
+        .map(|n| {
+            measure(n).unwrap_or_else(|err| {
+                *failed = true;
+                format!("| {} | {n} | failed: {err} | | | |", D::NAME)
+            })
+        })
+        .collect()
+}
+
+/// The stress workload on one thread, then on four (a stream each): the
+/// operations per second each thread gets.
+fn thread_row<D: Backend>(failed: &mut bool) -> String {
+    let rates = |threads: usize| -> Result<Vec<f64>, String> {
+        let client = capture_core::Client::<D>::open().map_err(|e| e.to_string())?;
+        let runs = conformance::stress::run_threads(&client, threads, STRESS_OPERATIONS)?;
+        Ok(runs.iter().map(|run| run.rate()).collect())
+    };
+    match (rates(1), rates(4)) {
+        (Ok(one), Ok(four)) => {
+            let single = one.first().copied().unwrap_or(0.0);
+            let per_thread = four.iter().sum::<f64>() / four.len().max(1) as f64;
+            format!(
+                "| {} | {single:.0} | {per_thread:.0} | {:.2}x |",
+                D::NAME,
+                four.iter().sum::<f64>() / single.max(1e-9)
+            )
+        }
+        (Err(err), _) | (_, Err(err)) => {
+            *failed = true;
+            format!("| {} | failed: {err} | | |", D::NAME)
+        }
     }
 }
 
@@ -134,6 +204,28 @@ fn main() -> ExitCode {
     );
     println!("|---|---|---|---|---|---|");
     for row in &summary.decode {
+        println!("{row}");
+    }
+    println!();
+    println!(
+        "### update in place against instantiate\n\nA decode-shaped step (hidden 64, ffn \
+         128) captured, then captured again into the same graph: the time the driver takes \
+         to instantiate it, and to update the executable in place\n"
+    );
+    println!("| backend | launches | instantiate µs | update µs | instantiate/update | how |");
+    println!("|---|---|---|---|---|---|");
+    for row in &summary.updates {
+        println!("{row}");
+    }
+    println!();
+    println!(
+        "### threads\n\nThe stress workload ({STRESS_OPERATIONS} mixed operations per thread, \
+         every read checked against a CPU model) on one thread, then on four threads with a \
+         stream each of one client\n"
+    );
+    println!("| backend | 1 thread: ops/s | 4 threads: ops/s per thread | 4 threads / 1 thread, total |");
+    println!("|---|---|---|---|");
+    for row in &summary.threads {
         println!("{row}");
     }
     println!();
