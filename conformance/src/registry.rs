@@ -1,18 +1,81 @@
-//! The backends compiled into this build, and what each needs around a trial.
+//! The backends this build knows, which are compiled in, and what each
+//! needs around a trial.
+//!
+//! The one list of backends: [`each_backend`] calls a [`Visit`]or for every
+//! backend compiled in and [`backends`] names every backend that can be, so
+//! the runner, the benches and anything else iterate the same list.
 
 use crate::workload::UserKernels;
 use std::sync::Arc;
 
-use capture_core::Availability;
-
-/// A backend the runner knows how to run the suite on.
+/// A backend this build knows about, compiled in or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backend {
-    /// Its name (`host`, `vulkan`, ...), the trial names' first half.
+    /// Its name (`host`, `vulkan`, ...): the trial names' first half, and
+    /// its driver's [`capture_core::Driver::NAME`].
     pub name: &'static str,
-    /// Whether it has a device here, and why not.
-    pub probe: fn() -> Availability,
-    /// Build its trials, given what `probe` said.
-    pub trials: fn(&Availability, bool) -> Vec<libtest_mimic::Trial>,
+    /// The Cargo feature of this crate that compiles it in; `None` for the
+    /// host backend, always there.
+    pub feature: Option<&'static str>,
+    /// Whether this build has it.
+    pub compiled_in: bool,
+}
+
+impl Backend {
+    /// How to get it into a build: `--features vulkan`, or `(always)`.
+    pub fn how_to_build(&self) -> String {
+        match self.feature {
+            Some(feature) => format!("--features {feature}"),
+            None => "(always)".to_string(),
+        }
+    }
+}
+
+/// Something done once for each backend compiled in.
+pub trait Visit {
+    /// Do it for backend `D`.
+    fn visit<D: AfterTrial>(&mut self);
+}
+
+/// The list: the host first, then each optional backend with the feature
+/// that compiles it in (the feature is named after the backend).
+macro_rules! backend_list {
+    ($($feature:literal => $driver:ty),* $(,)?) => {
+        const BACKENDS: &[Backend] = &[
+            Backend { name: "host", feature: None, compiled_in: true },
+            $(Backend {
+                name: $feature,
+                feature: Some($feature),
+                compiled_in: cfg!(feature = $feature),
+            },)*
+        ];
+
+        /// Call `visitor` for every backend compiled in, in the order of
+        /// [`backends`]: the host first.
+        pub fn each_backend(visitor: &mut impl Visit) {
+            visitor.visit::<backend_host::Host>();
+            $(
+                #[cfg(feature = $feature)]
+                visitor.visit::<$driver>();
+            )*
+        }
+    };
+}
+
+backend_list! {
+    "vulkan" => backend_vulkan::Vulkan,
+    "cuda" => backend_cuda::Cuda,
+    "hip" => backend_hip::Hip,
+}
+
+/// Every backend this build knows, compiled in or not, the host first.
+pub fn backends() -> &'static [Backend] {
+    BACKENDS
+}
+
+/// The backend called `name`, if this build knows one.
+pub fn backend(name: &str) -> Option<&'static Backend> {
+    BACKENDS.iter().find(|backend| backend.name == name)
 }
 
 /// What a backend's validation layer saw during one trial.
@@ -69,34 +132,40 @@ impl AfterTrial for backend_cuda::Cuda {}
 #[cfg(feature = "hip")]
 impl AfterTrial for backend_hip::Hip {}
 
-fn backend<D: AfterTrial>() -> Backend {
-    Backend {
-        name: D::NAME,
-        probe: D::probe,
-        trials: crate::runner::trials::<D>,
+#[cfg(test)]
+mod tests {
+    use super::{AfterTrial, Visit, backend, backends, each_backend};
+
+    struct Names(Vec<&'static str>);
+
+    impl Visit for Names {
+        fn visit<D: AfterTrial>(&mut self) {
+            self.0.push(D::NAME);
+        }
+    }
+
+    #[test]
+    fn the_visited_backends_are_the_compiled_in_ones_in_order() {
+        let mut names = Names(Vec::new());
+        each_backend(&mut names);
+        let compiled: Vec<_> = backends()
+            .iter()
+            .filter(|b| b.compiled_in)
+            .map(|b| b.name)
+            .collect();
+        assert_eq!(names.0, compiled);
+        assert_eq!(names.0.first(), Some(&"host"));
+    }
+
+    #[test]
+    fn every_backend_is_found_by_name() {
+        for known in backends() {
+            assert_eq!(backend(known.name), Some(known));
+        }
+        assert_eq!(backend("metal"), None);
+        assert_eq!(
+            backend("vulkan").map(|b| b.how_to_build()).as_deref(),
+            Some("--features vulkan")
+        );
     }
 }
-
-/// Every backend compiled in, the host always first.
-pub fn backends() -> Vec<Backend> {
-    #[cfg_attr(
-        not(any(feature = "vulkan", feature = "cuda", feature = "hip")),
-        allow(unused_mut)
-    )]
-    let mut list = vec![backend::<backend_host::Host>()];
-    #[cfg(feature = "vulkan")]
-    list.push(backend::<backend_vulkan::Vulkan>());
-    #[cfg(feature = "cuda")]
-    list.push(backend::<backend_cuda::Cuda>());
-    #[cfg(feature = "hip")]
-    list.push(backend::<backend_hip::Hip>());
-    list
-}
-
-/// Backends that can be compiled in, with the feature that does it.
-pub const KNOWN: [(&str, &str); 4] = [
-    ("host", "(always)"),
-    ("vulkan", "--features vulkan"),
-    ("cuda", "--features cuda"),
-    ("hip", "--features hip"),
-];

@@ -1,38 +1,38 @@
 //! The runner shared by the binary and the `[[test]]` target: one trial per
-//! scenario per backend, named `backend::scenario`, then a table per backend.
+//! scenario per backend, named `backend::scenario`, a line per trial as it
+//! finishes (one line for a backend whose trials cannot run), libtest's
+//! closing line, then a table per backend.
+//!
+//! Its command line is libtest's (filters, `--exact`, `--skip`, `--list`,
+//! `--ignored`, `--test-threads`, ...) plus `--devices`, `--backend`,
+//! `--device` and `--json`; see [`cli::USAGE`].
 
-use std::collections::BTreeMap;
+pub mod cli;
+pub mod report;
+
+use std::io::Write as _;
+use std::num::NonZeroUsize;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::process::ExitCode;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::time::Instant;
 
-use capture_core::Availability;
-use libtest_mimic::{Arguments, Failed, Trial};
+use capture_core::{Driver, DriverError};
 
-use crate::registry::{AfterTrial, KNOWN, Validation, backends};
-use crate::scenarios::scenarios;
+use crate::registry::{self, AfterTrial, Validation, Visit, each_backend};
+use crate::scenarios::{Scenario, scenarios};
 use crate::session::Session;
+use cli::{Options, USAGE};
+use report::{Outcome, Record, Report, Row, State};
 
 /// Variable listing backends whose unavailability is a failure, not a skip.
 pub const REQUIRE_VAR: &str = "CONFORMANCE_REQUIRE";
 
-#[derive(Debug, Default, Clone, Copy)]
-struct Tally {
-    passed: usize,
-    failed: usize,
-    ignored: usize,
-    /// Validation over every trial run, when the backend has it.
-    validation: Option<Validation>,
-    validated_trials: usize,
-}
+/// The exit code of a run with a failed trial (libtest's).
+const FAILED_EXIT: u8 = 101;
 
-static TALLY: Mutex<BTreeMap<&'static str, Tally>> = Mutex::new(BTreeMap::new());
-
-fn count(backend: &'static str, f: impl FnOnce(&mut Tally)) {
-    if let Ok(mut tally) = TALLY.lock() {
-        f(tally.entry(backend).or_default());
-    }
-}
+/// The exit code of a command line the runner cannot follow.
+const USAGE_EXIT: u8 = 2;
 
 /// The backends named in `CONFORMANCE_REQUIRE`.
 pub fn required() -> Vec<String> {
@@ -42,6 +42,70 @@ pub fn required() -> Vec<String> {
         .map(|s| s.trim().to_ascii_lowercase())
         .filter(|s| !s.is_empty())
         .collect()
+}
+
+/// Which device a trial opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Open {
+    /// The backend's default: the one its `DEVICE_ENV` names, or its first.
+    #[default]
+    Default,
+    /// The device at this index of [`Driver::devices`].
+    Index(usize),
+}
+
+impl Open {
+    /// Open the device this names.
+    pub fn open<D: Driver>(self) -> Result<Arc<D::Device>, DriverError> {
+        match self {
+            Open::Default => D::open(),
+            Open::Index(index) => D::open_index(index),
+        }
+    }
+}
+
+/// What running one trial found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrialRun {
+    /// `Err` says why it failed.
+    pub result: Result<(), String>,
+    /// What the backend's validation saw, if it has any.
+    pub validation: Option<Validation>,
+}
+
+type Body = Box<dyn FnOnce() -> TrialRun + Send>;
+
+/// One scenario on one backend, ready to run.
+pub struct Trial {
+    name: String,
+    backend: &'static str,
+    body: Body,
+}
+
+impl Trial {
+    /// `backend::scenario`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The backend it runs on.
+    pub fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    /// Run it: a panic anywhere in it is a failure, never the caller's.
+    pub fn run(self) -> TrialRun {
+        catch_unwind(AssertUnwindSafe(self.body)).unwrap_or_else(|payload| TrialRun {
+            result: Err(format!("panicked: {}", panic_message(&*payload))),
+            validation: None,
+        })
+    }
+}
+
+impl std::fmt::Debug for Trial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trial").field("name", &self.name).finish()
+    }
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
@@ -54,178 +118,501 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 
 /// Run one scenario on a freshly opened device of `D`, then the backend's
 /// own checks on that device.
-fn run_trial<D: AfterTrial>(scenario: crate::Scenario<D>) -> Result<(), Failed> {
-    let device = D::open().map_err(|err| format!("opening the device: {err}"))?;
+fn run_trial<D: AfterTrial>(scenario: Scenario<D>, open: Open) -> TrialRun {
+    let device = match open.open::<D>() {
+        Ok(device) => device,
+        Err(err) => {
+            return TrialRun {
+                result: Err(format!("opening the device: {err}")),
+                validation: None,
+            };
+        }
+    };
     let session = Session::<D>::new(device.clone());
     let outcome = catch_unwind(AssertUnwindSafe(|| (scenario.run)(&session)))
         .unwrap_or_else(|payload| Err(format!("panicked: {}", panic_message(&*payload))));
     drop(session);
     let after = D::after_trial(&device);
-    if let Some(v) = D::validation(&device) {
-        count(D::NAME, |t| {
-            let sum = t.validation.get_or_insert(Validation {
-                enabled: true,
-                sync: true,
-                ..Validation::default()
-            });
-            sum.enabled &= v.enabled;
-            sum.sync &= v.sync;
-            sum.errors += v.errors;
-            sum.warnings += v.warnings;
-            t.validated_trials += 1;
-        });
+    TrialRun {
+        result: outcome.and(after),
+        validation: D::validation(&device),
     }
-    outcome?;
-    after?;
-    Ok(())
 }
 
-/// The trials of backend `D`: runnable when available; ignored with the
-/// reason as their kind when not, or failing with it when required.
-pub fn trials<D: AfterTrial>(availability: &Availability, required: bool) -> Vec<Trial> {
+/// Every scenario as a trial of backend `D`, each opening the device `open`
+/// names.
+pub fn trials<D: AfterTrial>(open: Open) -> Vec<Trial> {
     scenarios::<D>()
         .into_iter()
-        .map(|scenario| {
-            let name = format!("{}::{}", D::NAME, scenario.name);
-            match availability {
-                Availability::Available(_) => Trial::test(name, move || {
-                    let result = run_trial::<D>(scenario);
-                    count(D::NAME, |t| match result {
-                        Ok(()) => t.passed += 1,
-                        Err(_) => t.failed += 1,
-                    });
-                    result
-                }),
-                Availability::Unavailable(reason) if required => {
-                    let reason = format!(
-                        "{} is required ({REQUIRE_VAR}) but unavailable: {reason}",
-                        D::NAME
-                    );
-                    Trial::test(name, move || {
-                        count(D::NAME, |t| t.failed += 1);
-                        Err(reason.into())
-                    })
-                }
-                Availability::Unavailable(reason) => Trial::test(name, || Ok(()))
-                    .with_ignored_flag(true)
-                    .with_kind(format!("unavailable: {reason}")),
-            }
+        .map(|scenario| Trial {
+            name: format!("{}::{}", D::NAME, scenario.name),
+            backend: D::NAME,
+            body: Box::new(move || run_trial::<D>(scenario, open)),
         })
         .collect()
-}
-
-/// Whether libtest's filters select `name`, so the table counts what the
-/// run covered.
-fn selected(args: &Arguments, name: &str) -> bool {
-    let matches = |pattern: &str| {
-        if args.exact {
-            name == pattern
-        } else {
-            name.contains(pattern)
-        }
-    };
-    args.filter.as_deref().is_none_or(matches) && !args.skip.iter().any(|s| matches(s))
-}
-
-/// Parse libtest's arguments, run every trial, print the table; the exit
-/// code is the run's.
-pub fn main() -> ExitCode {
-    let args = Arguments::from_args();
-    let required = required();
-    let mut all = Vec::new();
-    let mut rows = Vec::new();
-    for backend in backends() {
-        let availability = (backend.probe)();
-        let is_required = required.iter().any(|r| r == backend.name);
-        let trials = (backend.trials)(&availability, is_required);
-        let ignored = trials
-            .iter()
-            .filter(|t| t.has_ignored_flag() && selected(&args, t.name()))
-            .count();
-        if !args.include_ignored && !args.ignored {
-            count(backend.name, |t| t.ignored += ignored);
-        }
-        rows.push((backend.name, availability));
-        all.extend(trials);
-    }
-    for name in &required {
-        if !rows.iter().any(|(backend, _)| backend == name) {
-            let hint = KNOWN
-                .iter()
-                .find(|(known, _)| known == name)
-                .map_or("no such backend".to_string(), |(_, feature)| {
-                    format!("build with {feature}")
-                });
-            let message = format!("{name} is required ({REQUIRE_VAR}) but not compiled in: {hint}");
-            all.push(Trial::test(format!("{name}::compiled_in"), move || {
-                Err(message.into())
-            }));
-        }
-    }
-    let list_only = args.list;
-    let conclusion = libtest_mimic::run(&args, all);
-    if !list_only {
-        print_table(&rows);
-    }
-    conclusion.exit_code()
-}
-
-fn print_table(rows: &[(&'static str, Availability)]) {
-    let tally = TALLY.lock().map(|t| t.clone()).unwrap_or_default();
-    println!();
-    println!("| backend | device | driver | passed | failed | ignored |");
-    println!("|---|---|---|---|---|---|");
-    for (name, availability) in rows {
-        let t = tally.get(name).copied().unwrap_or_default();
-        let (device, driver) = match availability {
-            Availability::Available(info) => (info.name.clone(), info.driver_version.clone()),
-            Availability::Unavailable(reason) => (format!("unavailable: {reason}"), "-".into()),
-        };
-        println!(
-            "| {name} | {device} | {driver} | {} | {} | {} |",
-            t.passed, t.failed, t.ignored
-        );
-    }
-    for (name, feature) in KNOWN {
-        if !rows.iter().any(|(row, _)| *row == name) {
-            println!("| {name} | not compiled in ({feature}) | - | 0 | 0 | 0 |");
-        }
-    }
-    for (name, t) in &tally {
-        if let Some(v) = t.validation {
-            let state = match (v.enabled, v.sync) {
-                (false, _) => "off (layer missing or disabled)",
-                (true, false) => "on",
-                (true, true) => "on, with synchronization validation",
-            };
-            println!(
-                "\n{name} validation: {state}; {} error(s), {} warning(s) over {} trial(s)",
-                v.errors, v.warnings, t.validated_trials
-            );
-        }
-    }
 }
 
 /// A scenario's name and what it found.
 pub type ScenarioResult = (&'static str, Result<(), String>);
 
-/// Run every scenario on `D`'s device and return each result, for a backend
-/// outside this workspace that wants the suite without the runner. `Err`
-/// when the backend has no device, with the reason.
+/// Run every scenario on `D`'s default device and return each result, for
+/// a backend outside this workspace that wants the suite without the
+/// runner. `Err` when the backend has no device, with the reason.
 pub fn run_all<D: AfterTrial>() -> Result<Vec<ScenarioResult>, String> {
-    if let Availability::Unavailable(reason) = D::probe() {
-        return Err(reason);
+    if let Err(err) = D::open() {
+        return Err(err.message);
     }
     Ok(scenarios::<D>()
         .into_iter()
         .map(|scenario| {
-            let name = scenario.name;
-            let result = run_trial::<D>(scenario).map_err(|failed| {
-                failed
-                    .message()
-                    .map_or_else(|| "failed".to_string(), str::to_string)
-            });
-            (name, result)
+            (
+                scenario.name,
+                run_trial::<D>(scenario, Open::Default).result,
+            )
         })
         .collect())
+}
+
+/// Parse the command line, run what it selects, print what was found; the
+/// exit code is the run's (101 when a trial failed, 2 for a command line it
+/// cannot follow).
+pub fn main() -> ExitCode {
+    let options = match cli::parse(std::env::args_os().skip(1)) {
+        Ok(options) => options,
+        Err(why) => {
+            eprintln!("error: {why}\n\n{USAGE}");
+            return ExitCode::from(USAGE_EXIT);
+        }
+    };
+    if options.help {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    if let Err(why) = check_backends(&options) {
+        eprintln!("error: {why}");
+        return ExitCode::from(USAGE_EXIT);
+    }
+    if options.devices {
+        let mut lister = Lister {
+            options: &options,
+            out: String::new(),
+        };
+        each_backend(&mut lister);
+        for known in registry::backends() {
+            if !known.compiled_in && options.selects_backend(known.name) {
+                lister.out.push_str(&format!(
+                    "{}: not compiled in ({})\n",
+                    known.name,
+                    known.how_to_build()
+                ));
+            }
+        }
+        print!("{}", lister.out);
+        return ExitCode::SUCCESS;
+    }
+    run(&options, &required())
+}
+
+/// Every `--backend` name is a backend this build has.
+fn check_backends(options: &Options) -> Result<(), String> {
+    for name in &options.backends {
+        match registry::backend(name) {
+            None => {
+                let known: Vec<_> = registry::backends().iter().map(|b| b.name).collect();
+                return Err(format!(
+                    "--backend {name}: no such backend (this build knows {})",
+                    known.join(", ")
+                ));
+            }
+            Some(known) if !known.compiled_in => {
+                return Err(format!(
+                    "--backend {name}: not compiled in; build with {}",
+                    known.how_to_build()
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// `--devices`: every selected backend's devices.
+struct Lister<'a> {
+    options: &'a Options,
+    out: String,
+}
+
+impl Visit for Lister<'_> {
+    fn visit<D: AfterTrial>(&mut self) {
+        if !self.options.selects_backend(D::NAME) {
+            return;
+        }
+        let devices = D::devices().map_err(|err| err.message);
+        let default = match &devices {
+            Ok(list) if !list.is_empty() => D::open()
+                .map(|device| D::device_info(&device).index)
+                .map_err(|err| err.message),
+            _ => Err(String::new()),
+        };
+        self.out
+            .push_str(&report::device_listing(D::NAME, &devices, &default));
+    }
+}
+
+/// One compiled-in backend's part of a run.
+struct Plan {
+    name: &'static str,
+    /// What it has to run on; `None` when not asked (`--list`).
+    state: Option<State>,
+    trials: Vec<Trial>,
+}
+
+/// Builds each selected backend's [`Plan`].
+struct Planner<'a> {
+    options: &'a Options,
+    probe: bool,
+    plans: Vec<Plan>,
+}
+
+impl Visit for Planner<'_> {
+    fn visit<D: AfterTrial>(&mut self) {
+        if !self.options.selects_backend(D::NAME) {
+            return;
+        }
+        let open = self.options.device.map_or(Open::Default, Open::Index);
+        let state = self.probe.then(|| match open.open::<D>() {
+            Ok(device) => State::Available(D::device_info(&device)),
+            Err(err) => State::Unavailable(err.message),
+        });
+        self.plans.push(Plan {
+            name: D::NAME,
+            state,
+            trials: trials::<D>(open),
+        });
+    }
+}
+
+/// Why a backend's unavailability fails the run, when it does.
+fn requirement(options: &Options, required: &[String], name: &str) -> Option<&'static str> {
+    if required.iter().any(|r| r == name) {
+        Some(REQUIRE_VAR)
+    } else if options.backends.iter().any(|b| b == name) {
+        Some("--backend")
+    } else {
+        None
+    }
+}
+
+fn run(options: &Options, required: &[String]) -> ExitCode {
+    let start = Instant::now();
+    let mut planner = Planner {
+        options,
+        probe: !options.list || options.ignored,
+        plans: Vec::new(),
+    };
+    each_backend(&mut planner);
+
+    let mut rows = Vec::new();
+    // Trials decided without running, and the lines announcing each
+    // backend's part.
+    let mut decided: Vec<Record> = Vec::new();
+    let mut headlines = Vec::new();
+    let mut runnable = Vec::new();
+    let mut listed = Vec::new();
+    let mut filtered_out = 0;
+    for plan in planner.plans {
+        let (selected, left_out): (Vec<_>, Vec<_>) = plan
+            .trials
+            .into_iter()
+            .partition(|trial| options.selects(trial.name()));
+        filtered_out += left_out.len();
+        let Some(state) = plan.state else {
+            listed.extend(selected.iter().map(|t| t.name().to_string()));
+            continue;
+        };
+        match &state {
+            State::Available(info) => {
+                if options.ignored {
+                    // None of these trials is ignored.
+                    filtered_out += selected.len();
+                } else {
+                    if !selected.is_empty() {
+                        headlines.push(report::device_line(plan.name, selected.len(), info));
+                    }
+                    runnable.extend(selected);
+                }
+            }
+            State::Unavailable(why) => {
+                let outcome = match requirement(options, required, plan.name) {
+                    Some(by) => Outcome::Failed(format!("required ({by}) but unavailable: {why}")),
+                    None => Outcome::Ignored(format!("unavailable: {why}")),
+                };
+                if options.ignored && matches!(outcome, Outcome::Failed(_)) {
+                    filtered_out += selected.len();
+                } else {
+                    if !selected.is_empty() {
+                        headlines.push(report::group_line(plan.name, selected.len(), &outcome));
+                    }
+                    listed.extend(selected.iter().map(|t| t.name().to_string()));
+                    decided.extend(selected.into_iter().map(|trial| Record {
+                        name: trial.name,
+                        backend: trial.backend,
+                        outcome: outcome.clone(),
+                        duration: None,
+                        validation: None,
+                    }));
+                }
+            }
+            State::NotCompiledIn(_) => {}
+        }
+        rows.push(Row {
+            name: plan.name,
+            state,
+        });
+    }
+
+    // A required backend this build lacks fails a trial of its own.
+    for name in required {
+        let known = registry::backend(name);
+        if known.is_some_and(|k| k.compiled_in) || !options.selects_backend(name) {
+            continue;
+        }
+        let trial = format!("{name}::compiled_in");
+        if !options.selects(&trial) || options.ignored {
+            filtered_out += 1;
+            continue;
+        }
+        let why = match known {
+            Some(known) => format!(
+                "{name} is required ({REQUIRE_VAR}) but not compiled in: build with {}",
+                known.how_to_build()
+            ),
+            None => format!("{name} is required ({REQUIRE_VAR}) but no backend has that name"),
+        };
+        if !options.list {
+            headlines.push(format!("{trial} FAILED, {why}"));
+        }
+        decided.push(Record {
+            name: trial,
+            // The report's rows are the registry's backends; an unknown
+            // name has none.
+            backend: known.map_or("", |k| k.name),
+            outcome: Outcome::Failed(why),
+            duration: None,
+            validation: None,
+        });
+    }
+
+    if options.list {
+        let mut out = std::io::stdout().lock();
+        let names = if options.ignored {
+            decided
+                .iter()
+                .filter(|r| matches!(r.outcome, Outcome::Ignored(_)))
+                .map(|r| r.name.clone())
+                .collect()
+        } else {
+            listed.extend(decided.iter().map(|r| r.name.clone()));
+            listed
+        };
+        for name in names {
+            let _ = writeln!(out, "{name}: test");
+        }
+        return ExitCode::SUCCESS;
+    }
+
+    if options.backends.is_empty() {
+        // Every backend this build knows has a row, in the registry's order.
+        let mut all = Vec::new();
+        for known in registry::backends() {
+            match rows.iter().position(|row: &Row| row.name == known.name) {
+                Some(at) => all.push(rows.swap_remove(at)),
+                None if !known.compiled_in => all.push(Row {
+                    name: known.name,
+                    state: State::NotCompiledIn(known.how_to_build()),
+                }),
+                None => {}
+            }
+        }
+        rows = all;
+    }
+
+    let total = decided.len() + runnable.len();
+    println!(
+        "\nrunning {total} test{}",
+        if total == 1 { "" } else { "s" }
+    );
+    for line in &headlines {
+        println!("{line}");
+    }
+    let width = report::name_width(runnable.iter().map(Trial::name));
+    let mut records = decided;
+    run_trials(runnable, threads(options), |record| {
+        if !options.quiet {
+            let duration = record.duration.unwrap_or_default();
+            println!(
+                "{}",
+                report::trial_line(&record.name, &record.outcome, duration, width)
+            );
+        }
+        records.push(record);
+    });
+
+    let report = Report {
+        rows,
+        records,
+        filtered_out,
+        wall: start.elapsed(),
+    };
+    print!("{}", report.failures());
+    println!("\n{}\n", report.result_line());
+    print!("{}", report.table());
+    let mut failed = report.failed();
+    if let Some(path) = &options.json {
+        let written = serde_json::to_string_pretty(&report.json())
+            .map_err(|err| err.to_string())
+            .and_then(|text| std::fs::write(path, text + "\n").map_err(|err| err.to_string()));
+        if let Err(why) = written {
+            eprintln!("error: writing {}: {why}", path.display());
+            failed = true;
+        }
+    }
+    if failed {
+        ExitCode::from(FAILED_EXIT)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn threads(options: &Options) -> usize {
+    options
+        .test_threads
+        .or_else(|| std::thread::available_parallelism().ok())
+        .map_or(1, NonZeroUsize::get)
+}
+
+/// Run `trials` on up to `threads` threads, handing each record to `done`
+/// on this thread as its trial finishes.
+fn run_trials(trials: Vec<Trial>, threads: usize, mut done: impl FnMut(Record)) {
+    let threads = threads.clamp(1, trials.len().max(1));
+    let queue = Mutex::new(trials.into_iter());
+    let (sender, receiver) = mpsc::channel();
+    std::thread::scope(|scope| {
+        let mut spawned = 0;
+        for index in 0..threads {
+            let sender = sender.clone();
+            let queue = &queue;
+            let worker = std::thread::Builder::new()
+                .name(format!("trial-{index}"))
+                .spawn_scoped(scope, move || work(queue, &sender));
+            if worker.is_ok() {
+                spawned += 1;
+            }
+        }
+        if spawned == 0 {
+            // No thread to spare: run them here, reporting at the end.
+            work(&queue, &sender);
+        }
+        drop(sender);
+        for record in receiver {
+            done(record);
+        }
+    });
+}
+
+/// Take trials off `queue` until it is empty, sending each one's record.
+fn work(queue: &Mutex<std::vec::IntoIter<Trial>>, sender: &mpsc::Sender<Record>) {
+    loop {
+        let next = queue.lock().unwrap_or_else(PoisonError::into_inner).next();
+        let Some(trial) = next else {
+            return;
+        };
+        let name = trial.name.clone();
+        let backend = trial.backend;
+        let started = Instant::now();
+        let run = trial.run();
+        let record = Record {
+            name,
+            backend,
+            outcome: match run.result {
+                Ok(()) => Outcome::Passed,
+                Err(why) => Outcome::Failed(why),
+            },
+            duration: Some(started.elapsed()),
+            validation: run.validation,
+        };
+        if sender.send(record).is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::report::Outcome;
+    use super::{Open, Trial, TrialRun, run_trials, trials};
+
+    fn trial(name: &str, body: impl FnOnce() -> TrialRun + Send + 'static) -> Trial {
+        Trial {
+            name: name.into(),
+            backend: "host",
+            body: Box::new(body),
+        }
+    }
+
+    #[test]
+    fn every_trial_reports_once_whatever_it_does() {
+        let list = vec![
+            trial("host::ok", || TrialRun {
+                result: Ok(()),
+                validation: None,
+            }),
+            trial("host::err", || TrialRun {
+                result: Err("wrong".into()),
+                validation: None,
+            }),
+            trial("host::panics", || panic!("boom")),
+        ];
+        for threads in [1, 2, 8] {
+            let mut seen = Vec::new();
+            run_trials(
+                list.iter()
+                    .map(|t| {
+                        let name = t.name.clone();
+                        trial(&t.name, move || TrialRun {
+                            result: if name.ends_with("ok") {
+                                Ok(())
+                            } else {
+                                Err(name)
+                            },
+                            validation: None,
+                        })
+                    })
+                    .collect(),
+                threads,
+                |record| seen.push(record),
+            );
+            seen.sort_by(|a, b| a.name.cmp(&b.name));
+            let names: Vec<_> = seen.iter().map(|r| r.name.as_str()).collect();
+            assert_eq!(names, ["host::err", "host::ok", "host::panics"]);
+            assert!(seen.iter().all(|r| r.duration.is_some()));
+        }
+        let mut seen = Vec::new();
+        run_trials(list, 2, |record| seen.push(record));
+        let panicked = seen.iter().find(|r| r.name == "host::panics").unwrap();
+        assert_eq!(panicked.outcome, Outcome::Failed("panicked: boom".into()));
+    }
+
+    #[test]
+    fn host_trials_are_named_after_the_backend_and_open_the_device_asked_for() {
+        let list = trials::<backend_host::Host>(Open::Index(7));
+        assert!(!list.is_empty());
+        assert!(list.iter().all(|t| t.name().starts_with("host::")));
+        let run = list.into_iter().next().unwrap().run();
+        let err = run.result.unwrap_err();
+        assert!(
+            err.contains("opening the device") && err.contains('7'),
+            "{err}"
+        );
+    }
 }

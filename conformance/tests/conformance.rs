@@ -1,5 +1,6 @@
 //! The suite under cargo's test conventions (filters, `--list`,
-//! `--include-ignored`): the same trials as the binary.
+//! `--exact`, `--test-threads`, ...): the same trials and options as the
+//! binary.
 
 fn main() -> std::process::ExitCode {
     conformance::runner::main()

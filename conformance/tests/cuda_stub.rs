@@ -1,6 +1,6 @@
 //! With a stub CUDA driver that has no device on the library path, every
-//! cuda trial is ignored with the driver's reason: not failed, not panicked;
-//! and required, they fail with that reason.
+//! cuda trial is ignored with the driver's reason, printed once: not failed,
+//! not panicked; and required, they fail with that reason.
 #![cfg(all(feature = "cuda", target_os = "linux"))]
 
 use std::process::Command;
@@ -37,6 +37,30 @@ fn cuda_trials_are_ignored_with_the_drivers_reason() {
         !text.contains(" 0 ignored;"),
         "cuda trials are ignored:\n{text}"
     );
+    let scenarios = conformance::scenarios::<backend_cuda::Cuda>().len();
+    let lines: Vec<_> = text.lines().filter(|l| l.starts_with("cuda")).collect();
+    assert_eq!(lines.len(), 1, "one line for every cuda trial:\n{text}");
+    assert!(
+        lines[0].starts_with(&format!("cuda: {scenarios} trials ignored, unavailable: ")),
+        "{text}"
+    );
+    assert!(lines[0].contains("CUDA_ERROR_NO_DEVICE"), "{text}");
+}
+
+#[test]
+fn devices_says_why_cuda_lists_none() {
+    let Some(stub) = backend_cuda::TEST_STUB_DIR else {
+        panic!("the CUDA stub library was not built (no C compiler at build time)");
+    };
+    let output = Command::new(env!("CARGO_BIN_EXE_conformance"))
+        .args(["--devices", "--backend", "cuda"])
+        .env("LD_LIBRARY_PATH", stub)
+        .output()
+        .expect("the conformance binary runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    assert!(text.starts_with("cuda: no devices"), "{text}");
+    assert_eq!(text.lines().count(), 1, "{text}");
 }
 
 #[test]
