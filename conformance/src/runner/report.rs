@@ -195,7 +195,7 @@ pub fn device_listing(
                 };
                 let _ = writeln!(
                     out,
-                    "  {mark}{:>2}  {} ({kind}, {}, driver {})",
+                    "  {mark}{:>2}  {}; {kind}, {}, driver {}",
                     info.index,
                     info.name,
                     memory(info.memory_bytes),
