@@ -6,6 +6,10 @@
 //! writes a range an earlier command read; independent launches run
 //! together. Since a barrier here is a global memory barrier, it orders
 //! everything before it, so the tracked ranges start over after one.
+//!
+//! The tracked ranges have a fixed room: a command whose ranges would not
+//! fit gets a barrier too (always correct, merely less overlap), so tracking
+//! never allocates and its checks stay short.
 
 use ash::vk;
 use capture_core::Access;
@@ -24,23 +28,43 @@ impl Range {
     }
 }
 
+/// Ranges read, and ranges written, tracked between two barriers.
+pub(crate) const TRACKED: usize = 128;
+
 /// What the commands since the last barrier read and wrote.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Hazards {
     reads: Vec<Range>,
     writes: Vec<Range>,
 }
 
+impl Default for Hazards {
+    fn default() -> Self {
+        Self {
+            reads: Vec::with_capacity(TRACKED),
+            writes: Vec::with_capacity(TRACKED),
+        }
+    }
+}
+
 impl Hazards {
-    /// Whether a command making `accesses` must wait for earlier ones.
+    /// Whether a command making `accesses` must wait for earlier ones: it
+    /// touches what they wrote or writes what they read, or its ranges do
+    /// not fit the room left.
     pub(crate) fn conflicts(&self, accesses: &[(Range, Access)]) -> bool {
+        let reads = accesses.iter().filter(|(_, a)| a.reads()).count();
+        let writes = accesses.iter().filter(|(_, a)| a.writes()).count();
+        if self.reads.len() + reads > TRACKED || self.writes.len() + writes > TRACKED {
+            return true;
+        }
         accesses.iter().any(|(range, access)| {
             self.writes.iter().any(|w| w.overlaps(range))
                 || (access.writes() && self.reads.iter().any(|r| r.overlaps(range)))
         })
     }
 
-    /// Notes a recorded command's `accesses`.
+    /// Notes a recorded command's `accesses`, which fit the room left (the
+    /// caller placed a barrier and cleared first otherwise).
     pub(crate) fn add(&mut self, accesses: &[(Range, Access)]) {
         for (range, access) in accesses {
             if access.reads() {
@@ -149,5 +173,20 @@ mod tests {
         assert!(h.conflicts(&[(range(1, 0, 1), Access::Write)]));
         h.clear();
         assert!(!h.conflicts(&[(range(1, 0, 512), Access::ReadWrite)]));
+    }
+
+    #[test]
+    fn ranges_past_the_room_need_a_barrier_and_never_grow_it() {
+        let mut h = Hazards::default();
+        let capacity = (h.reads.capacity(), h.writes.capacity());
+        for i in 0..TRACKED as u64 {
+            let access = [(range(i + 10, 0, 4), Access::Write)];
+            assert!(!h.conflicts(&access));
+            h.add(&access);
+        }
+        // Independent, but the written ranges are full.
+        assert!(h.conflicts(&[(range(1, 0, 4), Access::Write)]));
+        assert!(!h.conflicts(&[(range(1, 0, 4), Access::Read)]));
+        assert_eq!((h.reads.capacity(), h.writes.capacity()), capacity);
     }
 }

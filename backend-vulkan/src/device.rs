@@ -1,4 +1,9 @@
-//! Choosing a physical device and opening it with one compute queue.
+//! Listing the physical devices, choosing one and opening it with one
+//! compute queue.
+//!
+//! Every physical device is listed, including ones that cannot run the
+//! backend: their [`DeviceInfo::kind`] names what they lack
+//! (`CPU (no timeline semaphores)`), and opening one says the same.
 
 use std::ffi::CStr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -7,17 +12,21 @@ use ash::vk;
 use capture_core::{DeviceInfo, DriverError};
 
 use crate::error::{error, vk_error};
-use crate::instance::{self, API_VERSION, InstanceParts};
+use crate::instance::{self, API_VERSION, InstanceParts, Layers};
 use crate::validation::{Counters, ValidationCounts};
 
-/// Env var that picks a device by index (in the driver's enumeration order)
-/// or by a case-insensitive substring of its name.
+/// Env var that picks the device [`Driver::open`](capture_core::Driver::open)
+/// opens: an index into [`Driver::devices`](capture_core::Driver::devices)
+/// (the driver's enumeration order) or a case-insensitive substring of a
+/// device's name. Unset or empty, the most capable device is opened.
 pub const DEVICE_ENV: &str = "CAPTURE_VULKAN_DEVICE";
 
-/// An opened Vulkan device: its instance and its one compute queue.
+/// An opened Vulkan device: its own instance and its one compute queue.
 ///
 /// Every stream, page, kernel and executable holds an `Arc` of it, so it is
-/// destroyed only after the last object created from it.
+/// destroyed only after the last object created from it. Each opened device
+/// has its own instance, so two devices opened in one process (the same
+/// physical device twice, or two) share nothing.
 pub struct Device {
     pub(crate) device: ash::Device,
     /// One queue shared by every stream; `vkQueueSubmit` requires external
@@ -39,12 +48,26 @@ impl std::fmt::Debug for Device {
     }
 }
 
-/// A physical device that can run the backend, with what was learned about it.
-struct Candidate {
+/// One physical device, as the listing sees it.
+struct Assessed {
     physical: vk::PhysicalDevice,
-    name: String,
-    kind: vk::PhysicalDeviceType,
-    queue_family: u32,
+    info: DeviceInfo,
+    /// The compute queue family the backend would use, or what the device
+    /// lacks to run the backend.
+    queue_family: Result<u32, &'static str>,
+    /// Lower is preferred when no device is asked for.
+    rank: u8,
+}
+
+/// What the API calls a device type.
+fn kind_text(kind: vk::PhysicalDeviceType) -> &'static str {
+    match kind {
+        vk::PhysicalDeviceType::DISCRETE_GPU => "discrete GPU",
+        vk::PhysicalDeviceType::INTEGRATED_GPU => "integrated GPU",
+        vk::PhysicalDeviceType::VIRTUAL_GPU => "virtual GPU",
+        vk::PhysicalDeviceType::CPU => "CPU",
+        _ => "other",
+    }
 }
 
 /// The rank of a device type: lower is preferred.
@@ -58,127 +81,70 @@ fn rank(kind: vk::PhysicalDeviceType) -> u8 {
     }
 }
 
-/// Why `physical` cannot run the backend, or what it offers.
-fn assess(instance: &ash::Instance, physical: vk::PhysicalDevice) -> Result<Candidate, String> {
-    // SAFETY: `physical` was enumerated from `instance`.
-    let props = unsafe { instance.get_physical_device_properties(physical) };
-    let name = props
-        .device_name_as_c_str()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "unnamed device".to_owned());
-    if props.api_version < API_VERSION {
-        return Err(format!("{name}: Vulkan 1.2 needed for timeline semaphores"));
+/// The largest device-local heap of `memory`, in bytes; 0 when none is.
+fn device_local_bytes(memory: &vk::PhysicalDeviceMemoryProperties) -> u64 {
+    let count = usize::try_from(memory.memory_heap_count).unwrap_or(0);
+    memory
+        .memory_heaps
+        .get(..count)
+        .unwrap_or(&memory.memory_heaps)
+        .iter()
+        .filter(|heap| heap.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
+        .map(|heap| heap.size)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The compute queue family of `physical`, or what it lacks to run the
+/// backend.
+fn queue_family(
+    instance: &ash::Instance,
+    physical: vk::PhysicalDevice,
+    api_version: u32,
+) -> Result<u32, &'static str> {
+    if api_version < API_VERSION {
+        return Err("Vulkan 1.2 needed for timeline semaphores");
     }
     let mut v12 = vk::PhysicalDeviceVulkan12Features::default();
     let mut features = vk::PhysicalDeviceFeatures2::default().push_next(&mut v12);
-    // SAFETY: `physical` is valid and supports 1.2, so the 1.2 feature
-    // struct may be chained.
+    // SAFETY: `physical` was enumerated from `instance` and supports 1.2, so
+    // the 1.2 feature struct may be chained.
     unsafe { instance.get_physical_device_features2(physical, &mut features) };
     if v12.timeline_semaphore == vk::FALSE {
-        return Err(format!("{name}: no timeline semaphores"));
+        return Err("no timeline semaphores");
     }
     // SAFETY: `physical` was enumerated from `instance`.
     let families = unsafe { instance.get_physical_device_queue_family_properties(physical) };
-    let queue_family = families
+    families
         .iter()
         .position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE) && f.queue_count > 0)
         .and_then(|i| u32::try_from(i).ok())
-        .ok_or_else(|| format!("no compute queue on {name}"))?;
-    Ok(Candidate {
-        physical,
-        name,
-        kind: props.device_type,
-        queue_family,
-    })
-}
-
-/// The device the environment asks for, or the most capable one.
-fn choose(instance: &ash::Instance) -> Result<Candidate, DriverError> {
-    // SAFETY: a valid instance; enumeration has no preconditions.
-    let physicals =
-        unsafe { instance.enumerate_physical_devices() }.map_err(|e| vk_error("open", e))?;
-    if physicals.is_empty() {
-        return Err(error("open", "no Vulkan device"));
-    }
-    let assessed: Vec<Result<Candidate, String>> =
-        physicals.iter().map(|&p| assess(instance, p)).collect();
-
-    if let Ok(wanted) = std::env::var(DEVICE_ENV) {
-        let wanted = wanted.trim();
-        if !wanted.is_empty() {
-            return choose_named(instance, &physicals, assessed, wanted);
-        }
-    }
-
-    let mut reasons = Vec::new();
-    let mut best: Option<Candidate> = None;
-    for candidate in assessed {
-        match candidate {
-            Ok(c) => {
-                if best.as_ref().is_none_or(|b| rank(c.kind) < rank(b.kind)) {
-                    best = Some(c);
-                }
-            }
-            Err(reason) => reasons.push(reason),
-        }
-    }
-    best.ok_or_else(|| {
-        let reason = reasons.join("; ");
-        if reasons.iter().all(|r| r.starts_with("no compute queue")) {
-            error("open", reason)
-        } else {
-            error("open", format!("no usable Vulkan device: {reason}"))
-        }
-    })
-}
-
-/// The device [`DEVICE_ENV`] names, by index or by name.
-fn choose_named(
-    instance: &ash::Instance,
-    physicals: &[vk::PhysicalDevice],
-    assessed: Vec<Result<Candidate, String>>,
-    wanted: &str,
-) -> Result<Candidate, DriverError> {
-    let index = match wanted.parse::<usize>() {
-        Ok(i) if i < physicals.len() => i,
-        Ok(i) => {
-            return Err(error(
-                "open",
-                format!(
-                    "{DEVICE_ENV}={i}, but there are {} devices",
-                    physicals.len()
-                ),
-            ));
-        }
-        Err(_) => {
-            let needle = wanted.to_lowercase();
-            physicals
-                .iter()
-                .position(|&p| {
-                    // SAFETY: `p` was enumerated from `instance`.
-                    let props = unsafe { instance.get_physical_device_properties(p) };
-                    props
-                        .device_name_as_c_str()
-                        .is_ok_and(|n| n.to_string_lossy().to_lowercase().contains(&needle))
-                })
-                .ok_or_else(|| error("open", format!("{DEVICE_ENV}={wanted} matches no device")))?
-        }
-    };
-    assessed
-        .into_iter()
-        .nth(index)
-        .ok_or_else(|| error("open", "device index out of range"))?
-        .map_err(|reason| error("open", format!("{DEVICE_ENV}={wanted}: {reason}")))
+        .ok_or("no compute queue")
 }
 
 /// The driver's own name for itself, or its packed version number.
-fn driver_version(instance: &ash::Instance, physical: vk::PhysicalDevice) -> String {
+fn driver_version(
+    instance: &ash::Instance,
+    physical: vk::PhysicalDevice,
+    props: &vk::PhysicalDeviceProperties,
+) -> String {
+    let version = props.driver_version;
+    let packed = || {
+        format!(
+            "{}.{}.{}",
+            vk::api_version_major(version),
+            vk::api_version_minor(version),
+            vk::api_version_patch(version)
+        )
+    };
+    if props.api_version < API_VERSION {
+        return packed();
+    }
     let mut driver = vk::PhysicalDeviceDriverProperties::default();
-    let mut props = vk::PhysicalDeviceProperties2::default().push_next(&mut driver);
-    // SAFETY: the device supports 1.2 (checked in `assess`), where the driver
+    let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut driver);
+    // SAFETY: the device supports 1.2 (checked above), where the driver
     // properties struct is core.
-    unsafe { instance.get_physical_device_properties2(physical, &mut props) };
-    let version = props.properties.driver_version;
+    unsafe { instance.get_physical_device_properties2(physical, &mut props2) };
     let text = |r: Result<&CStr, _>| {
         r.map(|s: &CStr| s.to_string_lossy().into_owned())
             .unwrap_or_default()
@@ -189,23 +155,147 @@ fn driver_version(instance: &ash::Instance, physical: vk::PhysicalDevice) -> Str
         (false, false) => format!("{name} {info}"),
         (false, true) => name,
         (true, false) => info,
-        (true, true) => format!(
-            "{}.{}.{}",
-            vk::api_version_major(version),
-            vk::api_version_minor(version),
-            vk::api_version_patch(version)
-        ),
+        (true, true) => packed(),
     }
+}
+
+/// Every physical device of `instance`, in enumeration order.
+fn list(instance: &ash::Instance) -> Result<Vec<Assessed>, DriverError> {
+    // SAFETY: a valid instance; enumeration has no preconditions.
+    let physicals = unsafe { instance.enumerate_physical_devices() }
+        .map_err(|e| vk_error("list devices", e))?;
+    Ok(physicals
+        .into_iter()
+        .enumerate()
+        .map(|(index, physical)| {
+            // SAFETY: `physical` was enumerated from `instance`.
+            let props = unsafe { instance.get_physical_device_properties(physical) };
+            // SAFETY: as above.
+            let memory = unsafe { instance.get_physical_device_memory_properties(physical) };
+            let family = queue_family(instance, physical, props.api_version);
+            let kind = kind_text(props.device_type);
+            let info = DeviceInfo {
+                name: props
+                    .device_name_as_c_str()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|_| "unnamed device".to_owned()),
+                driver_version: driver_version(instance, physical, &props),
+                max_groups: props.limits.max_compute_work_group_count,
+                index,
+                memory_bytes: device_local_bytes(&memory),
+                kind: match family {
+                    Ok(_) => kind.to_owned(),
+                    Err(lack) => format!("{kind} ({lack})"),
+                },
+            };
+            Assessed {
+                physical,
+                info,
+                queue_family: family,
+                rank: rank(props.device_type),
+            }
+        })
+        .collect())
+}
+
+/// Every physical device this machine's Vulkan driver sees, in enumeration
+/// order, usable or not (see the module's documentation).
+pub(crate) fn devices() -> Result<Vec<DeviceInfo>, DriverError> {
+    let mut parts = instance::create(Layers::None)?;
+    let listed = list(&parts.instance);
+    parts.destroy();
+    Ok(listed?.into_iter().map(|a| a.info).collect())
+}
+
+/// Device `index` of `list`, if it can run the backend; `asked` says who
+/// asked for it, for the error.
+fn pick_index(list: &[Assessed], index: usize, asked: &str) -> Result<usize, DriverError> {
+    let Some(device) = list.get(index) else {
+        return Err(error(
+            "open",
+            format!(
+                "{asked}: there is no device {index}, the driver sees {}",
+                list.len()
+            ),
+        ));
+    };
+    match device.queue_family {
+        Ok(_) => Ok(index),
+        Err(lack) => Err(error(
+            "open",
+            format!(
+                "{asked}: {} cannot run the backend: {lack}",
+                device.info.name
+            ),
+        )),
+    }
+}
+
+/// The device [`DEVICE_ENV`] selects, or the most capable one.
+fn pick_default(list: &[Assessed]) -> Result<usize, DriverError> {
+    if list.is_empty() {
+        return Err(error("open", "no Vulkan device"));
+    }
+    if let Ok(wanted) = std::env::var(DEVICE_ENV) {
+        let wanted = wanted.trim();
+        if !wanted.is_empty() {
+            let asked = format!("{DEVICE_ENV}={wanted}");
+            if let Ok(index) = wanted.parse::<usize>() {
+                return pick_index(list, index, &asked);
+            }
+            let needle = wanted.to_lowercase();
+            let index = list
+                .iter()
+                .position(|a| a.info.name.to_lowercase().contains(&needle))
+                .ok_or_else(|| error("open", format!("{asked} matches no device")))?;
+            return pick_index(list, index, &asked);
+        }
+    }
+    list.iter()
+        .enumerate()
+        .filter(|(_, a)| a.queue_family.is_ok())
+        .min_by_key(|(index, a)| (a.rank, *index))
+        .map(|(index, _)| index)
+        .ok_or_else(|| {
+            let reasons: Vec<String> = list
+                .iter()
+                .map(|a| match a.queue_family {
+                    Ok(_) => a.info.name.clone(),
+                    Err(lack) => format!("{}: {lack}", a.info.name),
+                })
+                .collect();
+            error(
+                "open",
+                format!("no usable Vulkan device: {}", reasons.join("; ")),
+            )
+        })
 }
 
 impl Device {
     /// Opens the device [`DEVICE_ENV`] selects, or the most capable one.
     pub(crate) fn open() -> Result<Arc<Device>, DriverError> {
-        let mut parts = instance::create()?;
-        match Self::open_on(&parts) {
-            Ok((device, queue, candidate)) => {
-                Ok(Arc::new(Self::assemble(parts, device, queue, candidate)))
-            }
+        Self::open_with(pick_default)
+    }
+
+    /// Opens device `index` of [`devices`].
+    pub(crate) fn open_index(index: usize) -> Result<Arc<Device>, DriverError> {
+        Self::open_with(|list| pick_index(list, index, "open_index"))
+    }
+
+    /// Creates an instance, lists its devices and opens the one `pick`
+    /// chooses.
+    fn open_with(
+        pick: impl FnOnce(&[Assessed]) -> Result<usize, DriverError>,
+    ) -> Result<Arc<Device>, DriverError> {
+        let mut parts = instance::create(Layers::AsConfigured)?;
+        let chosen = list(&parts.instance).and_then(|mut list| {
+            let index = pick(&list)?;
+            Ok(list.swap_remove(index))
+        });
+        match chosen.and_then(|chosen| Self::create(&parts, chosen)) {
+            Ok((device, queue, family, chosen)) => Ok(Arc::new(Self::assemble(
+                parts, device, queue, family, chosen,
+            ))),
             Err(e) => {
                 parts.destroy();
                 Err(e)
@@ -213,55 +303,57 @@ impl Device {
         }
     }
 
-    fn open_on(parts: &InstanceParts) -> Result<(ash::Device, vk::Queue, Candidate), DriverError> {
-        let instance = &parts.instance;
-        let candidate = choose(instance)?;
+    /// Creates the logical device of `chosen`, with one compute queue.
+    fn create(
+        parts: &InstanceParts,
+        chosen: Assessed,
+    ) -> Result<(ash::Device, vk::Queue, u32, Assessed), DriverError> {
+        let family = chosen
+            .queue_family
+            .map_err(|lack| error("open", format!("{}: {lack}", chosen.info.name)))?;
         let priorities = [1.0f32];
         let queues = [vk::DeviceQueueCreateInfo::default()
-            .queue_family_index(candidate.queue_family)
+            .queue_family_index(family)
             .queue_priorities(&priorities)];
         let mut v12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
         let info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
             .push_next(&mut v12);
-        // SAFETY: the candidate supports timeline semaphores and the queue
-        // family exists; every pointer refers to locals alive for the call.
-        let device = unsafe { instance.create_device(candidate.physical, &info, None) }
+        // SAFETY: the device supports timeline semaphores and the queue
+        // family exists (both checked by the listing); every pointer refers
+        // to locals alive for the call.
+        let device = unsafe { parts.instance.create_device(chosen.physical, &info, None) }
             .map_err(|e| vk_error("open", e))?;
         // SAFETY: one queue of this family was requested above.
-        let queue = unsafe { device.get_device_queue(candidate.queue_family, 0) };
-        Ok((device, queue, candidate))
+        let queue = unsafe { device.get_device_queue(family, 0) };
+        Ok((device, queue, family, chosen))
     }
 
     fn assemble(
         parts: InstanceParts,
         device: ash::Device,
         queue: vk::Queue,
-        candidate: Candidate,
+        queue_family: u32,
+        chosen: Assessed,
     ) -> Device {
         let instance = &parts.instance;
         // SAFETY: the physical device was enumerated from this instance.
-        let memory = unsafe { instance.get_physical_device_memory_properties(candidate.physical) };
+        let memory = unsafe { instance.get_physical_device_memory_properties(chosen.physical) };
         // SAFETY: as above.
-        let props = unsafe { instance.get_physical_device_properties(candidate.physical) };
-        let info = DeviceInfo {
-            name: candidate.name.clone(),
-            driver_version: driver_version(instance, candidate.physical),
-            max_groups: props.limits.max_compute_work_group_count,
-        };
+        let props = unsafe { instance.get_physical_device_properties(chosen.physical) };
         log::debug!(
-            "vulkan: opened {} ({:?}), queue family {}",
-            candidate.name,
-            candidate.kind,
-            candidate.queue_family
+            "vulkan: opened device {} ({}, {}), queue family {queue_family}",
+            chosen.info.index,
+            chosen.info.name,
+            chosen.info.kind,
         );
         Device {
             device,
             queue: Mutex::new(queue),
-            queue_family: candidate.queue_family,
+            queue_family,
             memory,
             limits: props.limits,
-            info,
+            info: chosen.info,
             counters: Arc::clone(&parts.counters),
             parts,
         }
@@ -269,7 +361,7 @@ impl Device {
 
     /// The queue, locked for one submission. A poisoned lock only means
     /// another thread panicked between submissions; the queue is fine.
-    pub(crate) fn queue(&self) -> MutexGuard<'_, vk::Queue> {
+    fn queue(&self) -> MutexGuard<'_, vk::Queue> {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -278,26 +370,27 @@ impl Device {
         self.counters.snapshot()
     }
 
-    /// Submits `cmd` and signals `timeline` to `value` when it completes.
+    /// Submits `cmds`, in order, as one batch that signals `timeline` to
+    /// `value` when it completes.
     pub(crate) fn submit(
         &self,
-        cmd: vk::CommandBuffer,
+        cmds: &[vk::CommandBuffer],
         timeline: vk::Semaphore,
         value: u64,
     ) -> Result<(), vk::Result> {
-        let cmds = [cmd];
         let semaphores = [timeline];
         let values = [value];
         let mut timeline_info =
             vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&values);
         let submit = vk::SubmitInfo::default()
-            .command_buffers(&cmds)
+            .command_buffers(cmds)
             .signal_semaphores(&semaphores)
             .push_next(&mut timeline_info);
         let queue = self.queue();
-        // SAFETY: the queue is externally synchronized by the guard; `cmd` is
-        // executable, and `value` exceeds every value signaled on `timeline`
-        // (each stream counts its own values up under `&mut`).
+        // SAFETY: the queue is externally synchronized by the guard; every
+        // command buffer in `cmds` is executable, and `value` exceeds every
+        // value signaled on `timeline` (each stream counts its own values up
+        // under `&mut`).
         unsafe {
             self.device
                 .queue_submit(*queue, std::slice::from_ref(&submit), vk::Fence::null())
@@ -315,7 +408,7 @@ impl Device {
         unsafe { self.device.wait_semaphores(&info, u64::MAX) }
     }
 
-    /// The value `timeline` has reached.
+    /// The value `timeline` has reached (`vkGetSemaphoreCounterValue`).
     pub(crate) fn reached(&self, timeline: vk::Semaphore) -> Result<u64, vk::Result> {
         // SAFETY: `timeline` is a live timeline semaphore of this device.
         unsafe { self.device.get_semaphore_counter_value(timeline) }

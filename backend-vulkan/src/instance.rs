@@ -55,8 +55,18 @@ fn has_extension(props: &[vk::ExtensionProperties], name: &CStr) -> bool {
         .any(|p| p.extension_name_as_c_str().is_ok_and(|n| n == name))
 }
 
+/// Whether an instance may load the validation layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layers {
+    /// As [`VALIDATION_ENV`] and [`SYNC_VALIDATION_ENV`] say, where the
+    /// layer is installed: for an instance a device is opened on.
+    AsConfigured,
+    /// None: for an instance that only lists the devices.
+    None,
+}
+
 /// Loads the loader and creates an instance.
-pub(crate) fn create() -> Result<InstanceParts, DriverError> {
+pub(crate) fn create(layers: Layers) -> Result<InstanceParts, DriverError> {
     // SAFETY: loading libvulkan runs its initializers; the loader is a
     // well-behaved system library and nothing else is loaded concurrently
     // under the same name by this crate.
@@ -78,7 +88,8 @@ pub(crate) fn create() -> Result<InstanceParts, DriverError> {
         ));
     }
 
-    let wanted = std::env::var(VALIDATION_ENV).map_or(true, |v| v.trim() != "0");
+    let wanted = layers == Layers::AsConfigured
+        && std::env::var(VALIDATION_ENV).map_or(true, |v| v.trim() != "0");
     let sync_wanted = std::env::var(SYNC_VALIDATION_ENV).is_ok_and(|v| v.trim() == "1");
 
     // SAFETY: a valid entry; enumeration has no preconditions.

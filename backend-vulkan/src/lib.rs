@@ -11,9 +11,16 @@
 //! same path.
 //!
 //! libvulkan is loaded at run time, so the crate builds and runs anywhere
-//! and reports a machine without Vulkan as unavailable. [`DEVICE_ENV`] picks
-//! the device; [`VALIDATION_ENV`] and [`SYNC_VALIDATION_ENV`] control the
-//! validation layer, whose findings [`validation_counts`] reports.
+//! and reports a machine without Vulkan as unavailable.
+//! [`Driver::devices`] lists every physical device, including those that
+//! cannot run the backend (their [`DeviceInfo::kind`] says what they lack);
+//! [`DEVICE_ENV`] picks the one [`Driver::open`] opens. [`VALIDATION_ENV`]
+//! and [`SYNC_VALIDATION_ENV`] control the validation layer, whose findings
+//! [`validation_counts`] reports.
+//!
+//! An eager launch and a replay allocate nothing on the heap: each stream
+//! owns a fixed set of eager command buffers with fixed room, and a replay
+//! is one submission of a recorded primary.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod barriers;
@@ -31,8 +38,8 @@ mod validation;
 use std::sync::Arc;
 
 use capture_core::{
-    Availability, Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, Error,
-    GraphDriver, HostSlice, Launch, Signature,
+    Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice,
+    Launch, Signature, Updated,
 };
 
 pub use device::{DEVICE_ENV, Device};
@@ -40,12 +47,13 @@ pub use graph::Executable;
 pub use instance::{SYNC_VALIDATION_ENV, VALIDATION_ENV};
 pub use kernels::Kernel;
 pub use memory::{DevicePage, HostPage};
+pub use recording::Recording;
 pub use stream::{Signal, Stream};
 pub use validation::ValidationCounts;
 
 use crate::error::error;
 use crate::memory::Buffer;
-use crate::recording::Copy;
+use crate::recording::{Bound, Copy, Dispatch};
 
 /// The Vulkan driver: a marker type naming the backend in generic code.
 #[derive(Debug, Clone, Copy, Default)]
@@ -71,14 +79,20 @@ impl Driver for Vulkan {
 
     const NAME: &'static str = "vulkan";
 
-    fn probe() -> Availability {
-        match std::panic::catch_unwind(Device::open) {
-            Ok(Ok(device)) => Availability::Available(device.info.clone()),
-            Ok(Err(e)) => Availability::Unavailable(e.message),
-            Err(_) => Availability::Unavailable("the Vulkan driver panicked while opening".into()),
-        }
+    /// Every physical device, in the driver's enumeration order, including
+    /// those that cannot run the backend: their `kind` names what they lack
+    /// (`CPU (no timeline semaphores)`). Lists without the validation layer.
+    fn devices() -> Result<Vec<DeviceInfo>, DriverError> {
+        device::devices()
     }
 
+    fn open_index(index: usize) -> Result<Arc<Device>, DriverError> {
+        Device::open_index(index)
+    }
+
+    /// Opens the device [`DEVICE_ENV`] names (an index or a name
+    /// substring), else the most capable one: a discrete GPU before an
+    /// integrated, virtual or CPU device.
     fn open() -> Result<Arc<Device>, DriverError> {
         Device::open()
     }
@@ -96,10 +110,7 @@ impl Driver for Vulkan {
     }
 
     fn allocate_device_page(stream: &mut Stream, bytes: u64) -> Result<DevicePage, DriverError> {
-        if let Some(recording) = &mut stream.recording {
-            recording.allocated = true;
-        }
-        memory::device_page(&stream.device, bytes)
+        memory::device_page(stream.device(), bytes)
     }
 
     fn release_device_page(_stream: &mut Stream, page: DevicePage) {
@@ -107,10 +118,7 @@ impl Driver for Vulkan {
     }
 
     fn allocate_host_page(stream: &mut Stream, bytes: u64) -> Result<HostPage, DriverError> {
-        if let Some(recording) = &mut stream.recording {
-            recording.allocated = true;
-        }
-        memory::host_page(&stream.device, bytes)
+        memory::host_page(stream.device(), bytes)
     }
 
     fn release_host_page(_stream: &mut Stream, page: HostPage) {
@@ -154,9 +162,30 @@ impl Driver for Vulkan {
     }
 
     fn launch(stream: &mut Stream, launch: Launch<'_, Self>) -> Result<(), DriverError> {
-        stream.record(|device, recorder| recorder.launch(device, &launch))
+        let bindings = launch.bindings.iter().map(|b| Bound {
+            buffer: &b.slice.page.0,
+            offset: b.slice.offset,
+            len: b.slice.len,
+            access: b.access,
+        });
+        let info = launch.info.map(|slice| Bound {
+            buffer: &slice.page.0,
+            offset: slice.offset,
+            len: slice.len,
+            access: capture_core::Access::Read,
+        });
+        let dispatch = Dispatch {
+            kernel: &launch.kernel.objects,
+            groups: launch.groups,
+            bound: bindings.chain(info),
+            params: launch.params,
+        };
+        stream.record(|device, recorder| recorder.launch(device, dispatch))
     }
 
+    /// Names the value the pending eager batch will signal, submitting
+    /// nothing; [`Driver::fence`] and [`Driver::is_done`] submit it when
+    /// they need it.
     fn signal(stream: &mut Stream) -> Result<Signal, DriverError> {
         stream.signal()
     }
@@ -164,17 +193,44 @@ impl Driver for Vulkan {
     fn fence(stream: &mut Stream, signal: Signal) -> Result<(), DriverError> {
         stream.fence(signal)
     }
+
+    /// Reads the timeline with `vkGetSemaphoreCounterValue`, after
+    /// submitting the pending batch when `signal` names it.
+    fn is_done(stream: &mut Stream, signal: Signal) -> Result<bool, DriverError> {
+        stream.is_done(signal)
+    }
 }
 
 impl GraphDriver for Vulkan {
+    type Recording = Recording;
     type Executable = Executable;
 
     fn begin(stream: &mut Stream) -> Result<(), DriverError> {
-        graph::begin(stream)
+        stream.begin()
     }
 
-    fn instantiate(stream: &mut Stream, doomed: Option<Error>) -> Result<Executable, Error> {
-        graph::instantiate(stream, doomed)
+    fn end(stream: &mut Stream) -> Result<Recording, DriverError> {
+        stream.end()
+    }
+
+    fn instantiate(stream: &mut Stream, recording: Recording) -> Result<Executable, DriverError> {
+        if !Arc::ptr_eq(recording.device(), stream.device()) {
+            return Err(error(
+                "instantiate",
+                "the recording belongs to another device",
+            ));
+        }
+        Ok(Executable::new(recording))
+    }
+
+    /// Always in place: the executable takes the new recording, and the old
+    /// one waits on `stream` until the device is past its replays.
+    fn update(
+        stream: &mut Stream,
+        exec: &mut Executable,
+        recording: Recording,
+    ) -> Result<Updated<Recording>, DriverError> {
+        exec.update(stream, recording).map(|()| Updated::InPlace)
     }
 
     fn upload(exec: &Executable, stream: &mut Stream) -> Result<(), DriverError> {

@@ -1,30 +1,66 @@
 //! Recording launches and copies into a command buffer, with the barriers
 //! they need and the descriptor sets, buffers and kernels they use kept
-//! alongside.
+//! alongside; and [`Recording`], a capture window's secondary command buffer
+//! with all of that.
 //!
 //! The same recorder serves an eager batch (a primary command buffer
-//! submitted at the next signal) and a capture window (a secondary command
+//! submitted at the next fence) and a capture window (a secondary command
 //! buffer an executable replays), so both follow one set of barrier rules.
+//!
+//! An eager recorder has a fixed room, reserved when it is made: the commands,
+//! kept buffers, kernels and descriptor pools of one batch. The stream
+//! submits a batch once it has no room for another command, so recording
+//! eager work never allocates.
 
 use std::sync::Arc;
 
 use ash::vk;
 use capture_core::signature::{MAX_BINDINGS, MAX_PARAM_BYTES};
-use capture_core::{Access, DeviceSlice, DriverError, Launch};
+use capture_core::{Access, DriverError};
 
-use crate::Vulkan;
 use crate::barriers::{Hazards, Range, device_barrier, host_barrier};
 use crate::device::Device;
 use crate::error::{error, vk_error};
 use crate::kernels::KernelObjects;
 use crate::memory::Buffer;
 
+/// Commands after which an eager batch is submitted without waiting for a
+/// fence, so the GPU starts on long eager sequences early.
+pub(crate) const BATCH_LIMIT: usize = 256;
+
+/// Buffers one command references at most: a launch's bindings and its info.
+const KEEP_PER_COMMAND: usize = MAX_BINDINGS + 1;
+
+/// Buffers an eager batch keeps at most. Consecutive commands on the same
+/// pages keep them once, so a batch is nearly always full of commands first.
+const KEEP_PER_BATCH: usize = 1024;
+
 /// Descriptor sets each pool holds; a launch takes one set.
 const SETS_PER_POOL: u32 = 64;
 /// Storage-buffer descriptors each pool holds: enough for every set to
-/// bind the most a kernel may (its buffers and its info), so a fresh pool
-/// always fits one more set; a pool that runs short is followed by another.
-const DESCRIPTORS_PER_POOL: u32 = SETS_PER_POOL * (MAX_BINDINGS as u32 + 1);
+/// bind the most a kernel may (its buffers and its info), so a pool always
+/// holds its full count of sets; a pool that runs short is followed by
+/// another.
+const DESCRIPTORS_PER_POOL: u32 = SETS_PER_POOL * KEEP_PER_COMMAND as u32;
+
+/// Allocates one command buffer of `level` from `pool`, without the vector
+/// ash's wrapper returns.
+pub(crate) fn allocate_command_buffer(
+    device: &ash::Device,
+    pool: vk::CommandPool,
+    level: vk::CommandBufferLevel,
+) -> Result<vk::CommandBuffer, vk::Result> {
+    let info = vk::CommandBufferAllocateInfo::default()
+        .command_pool(pool)
+        .level(level)
+        .command_buffer_count(1);
+    let mut cmd = vk::CommandBuffer::null();
+    // SAFETY: `info` asks for one command buffer and `cmd` has room for one;
+    // the caller uses `pool` from one thread at a time.
+    unsafe { (device.fp_v1_0().allocate_command_buffers)(device.handle(), &info, &mut cmd) }
+        .result()?;
+    Ok(cmd)
+}
 
 /// Descriptor pools that grow on demand and reset as a whole once the
 /// commands that used their sets have completed.
@@ -35,6 +71,14 @@ pub(crate) struct DescriptorPools {
 }
 
 impl DescriptorPools {
+    /// Pools with room for `pools` handles reserved.
+    fn with_capacity(pools: usize) -> Self {
+        Self {
+            pools: Vec::with_capacity(pools),
+            current: 0,
+        }
+    }
+
     fn create_pool(device: &ash::Device) -> Result<vk::DescriptorPool, DriverError> {
         let sizes = [vk::DescriptorPoolSize::default()
             .ty(vk::DescriptorType::STORAGE_BUFFER)
@@ -67,21 +111,21 @@ impl DescriptorPools {
             let info = vk::DescriptorSetAllocateInfo::default()
                 .descriptor_pool(pool)
                 .set_layouts(&layouts);
+            let mut set = vk::DescriptorSet::null();
             // SAFETY: `pool` and `layout` are live objects of this device; a
-            // pool is only used by the recorder that owns it.
-            match unsafe { device.allocate_descriptor_sets(&info) } {
-                Ok(sets) => {
-                    return sets
-                        .into_iter()
-                        .next()
-                        .ok_or_else(|| error("allocate descriptor set", "no set returned"));
-                }
-                Err(vk::Result::ERROR_OUT_OF_POOL_MEMORY | vk::Result::ERROR_FRAGMENTED_POOL)
+            // pool is only used by the recorder that owns it; `info` asks for
+            // one set and `set` has room for one.
+            let result = unsafe {
+                (device.fp_v1_0().allocate_descriptor_sets)(device.handle(), &info, &mut set)
+            };
+            match result {
+                vk::Result::SUCCESS => return Ok(set),
+                vk::Result::ERROR_OUT_OF_POOL_MEMORY | vk::Result::ERROR_FRAGMENTED_POOL
                     if !fresh =>
                 {
                     self.current += 1;
                 }
-                Err(e) => return Err(vk_error("allocate descriptor set", e)),
+                e => return Err(vk_error("allocate descriptor set", e)),
             }
         }
     }
@@ -102,7 +146,7 @@ impl DescriptorPools {
     }
 
     /// Destroys every pool; the commands that used them have completed.
-    pub(crate) fn destroy(&mut self, device: &ash::Device) {
+    fn destroy(&mut self, device: &ash::Device) {
         for pool in self.pools.drain(..) {
             // SAFETY: as for `reset`; each pool is destroyed once.
             unsafe { device.destroy_descriptor_pool(pool, None) };
@@ -123,15 +167,36 @@ pub(crate) struct Copy<'a> {
     pub(crate) to_host: bool,
 }
 
+/// One buffer range bound to a launch, with how the kernel uses it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bound<'a> {
+    pub(crate) buffer: &'a Arc<Buffer>,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+    pub(crate) access: Access,
+}
+
+/// One kernel launch, as the recorder takes it.
+pub(crate) struct Dispatch<'a, I> {
+    /// The kernel's pipeline and layouts.
+    pub(crate) kernel: &'a Arc<KernelObjects>,
+    /// Workgroups in x, y and z.
+    pub(crate) groups: [u32; 3],
+    /// The buffers in binding order, then the info slice if any.
+    pub(crate) bound: I,
+    /// The by-value parameter bytes.
+    pub(crate) params: &'a [u8],
+}
+
 /// A command buffer being recorded and what its commands need kept.
 #[derive(Debug)]
 pub(crate) struct Recorder {
     pub(crate) cmd: vk::CommandBuffer,
     hazards: Hazards,
-    pub(crate) descriptors: DescriptorPools,
+    descriptors: DescriptorPools,
     /// Every buffer a command references, so none is destroyed while the
     /// command buffer may still run.
-    pub(crate) keep: Vec<Arc<Buffer>>,
+    keep: Vec<Arc<Buffer>>,
     /// Every kernel a command runs, for the same reason.
     kernels: Vec<Arc<KernelObjects>>,
     /// The pipeline bound last in this command buffer, null before any.
@@ -139,7 +204,7 @@ pub(crate) struct Recorder {
     /// A copy to host memory was recorded since the last host barrier.
     reads_back: bool,
     /// Commands recorded so far.
-    pub(crate) commands: usize,
+    commands: usize,
     /// The ranges the command being recorded touches; kept to reuse.
     scratch: Vec<(Range, Access)>,
     /// The descriptors of the launch being recorded; kept to reuse.
@@ -200,21 +265,47 @@ fn range_in(
 }
 
 impl Recorder {
-    /// A recorder for `cmd`, which the caller has begun.
-    pub(crate) fn new(cmd: vk::CommandBuffer) -> Self {
+    /// A recorder for `cmd`, which the caller has begun, with room for
+    /// `keep` buffers, `kernels` kernels and `pools` descriptor pools before
+    /// any of them grows.
+    fn with_room(cmd: vk::CommandBuffer, keep: usize, kernels: usize, pools: usize) -> Self {
         Self {
             cmd,
             hazards: Hazards::default(),
-            descriptors: DescriptorPools::default(),
-            keep: Vec::new(),
+            descriptors: DescriptorPools::with_capacity(pools),
+            keep: Vec::with_capacity(keep),
+            kernels: Vec::with_capacity(kernels),
+            bound: vk::Pipeline::null(),
             reads_back: false,
             commands: 0,
-            scratch: Vec::new(),
-            kernels: Vec::new(),
-            bound: vk::Pipeline::null(),
-            infos: Vec::new(),
+            scratch: Vec::with_capacity(KEEP_PER_COMMAND),
+            infos: Vec::with_capacity(KEEP_PER_COMMAND),
             padded: [0; PADDED_PARAMS],
         }
+    }
+
+    /// A recorder for an eager batch in `cmd`, with a full batch's room.
+    pub(crate) fn eager(cmd: vk::CommandBuffer) -> Self {
+        let pools = BATCH_LIMIT.div_ceil(SETS_PER_POOL as usize);
+        Self::with_room(cmd, KEEP_PER_BATCH, BATCH_LIMIT, pools)
+    }
+
+    /// A recorder for a capture window in `cmd`, which grows as it must.
+    fn window(cmd: vk::CommandBuffer) -> Self {
+        Self::with_room(cmd, 0, 0, 0)
+    }
+
+    /// Commands recorded so far.
+    pub(crate) fn commands(&self) -> usize {
+        self.commands
+    }
+
+    /// Whether an eager batch has room for one more command of any kind
+    /// without growing anything.
+    pub(crate) fn has_room(&self) -> bool {
+        self.commands < BATCH_LIMIT
+            && self.keep.len() + KEEP_PER_COMMAND <= self.keep.capacity()
+            && self.kernels.len() < self.kernels.capacity()
     }
 
     /// Records a barrier first if the scratch accesses conflict with
@@ -227,32 +318,48 @@ impl Recorder {
         self.hazards.add(&self.scratch);
     }
 
+    /// Keeps `buffer` alive with this command buffer, once: a buffer among
+    /// the last few kept is not kept again.
+    fn keep(&mut self, buffer: &Arc<Buffer>) {
+        let recent = self.keep.len().saturating_sub(KEEP_PER_COMMAND);
+        let kept = self
+            .keep
+            .get(recent..)
+            .is_some_and(|tail| tail.iter().any(|b| Arc::ptr_eq(b, buffer)));
+        if !kept {
+            self.keep.push(Arc::clone(buffer));
+        }
+    }
+
     /// Records `launch`, which matches its kernel's signature (the core's
-    /// guarantee): each binding's access is the signature's, `info` is
-    /// present exactly when the kernel reads info, `params` holds exactly
-    /// its parameter bytes and the grid is within the device's limits.
-    pub(crate) fn launch(
+    /// guarantee): each binding's access is the signature's, the info is
+    /// present exactly when the kernel reads info, the parameters are
+    /// exactly its parameter bytes and the grid is within the device's
+    /// limits.
+    pub(crate) fn launch<'a, I>(
         &mut self,
         device: &Arc<Device>,
-        launch: &Launch<'_, Vulkan>,
-    ) -> Result<(), DriverError> {
+        launch: Dispatch<'a, I>,
+    ) -> Result<(), DriverError>
+    where
+        I: Iterator<Item = Bound<'a>> + Clone,
+    {
         const OP: &str = "launch";
-        let objects = &launch.kernel.objects;
+        let objects = launch.kernel;
         if !Arc::ptr_eq(&objects.device, device) {
             return Err(error(OP, "the kernel was built for another device"));
         }
         let alignment = device.limits.min_storage_buffer_offset_alignment.max(1);
-        let info = launch.info.map(|slice| (slice, Access::Read));
-        let slices = launch
-            .bindings
-            .iter()
-            .map(|b| (b.slice, b.access))
-            .chain(info);
 
         self.scratch.clear();
         self.infos.clear();
-        for (slice, access) in slices {
-            let DeviceSlice { page, offset, len } = slice;
+        for Bound {
+            buffer,
+            offset,
+            len,
+            access,
+        } in launch.bound.clone()
+        {
             if offset % alignment != 0 {
                 return Err(error(
                     OP,
@@ -260,10 +367,10 @@ impl Recorder {
                 ));
             }
             self.scratch
-                .push((range_in(&page.0, offset, len, OP)?, access));
+                .push((range_in(buffer, offset, len, OP)?, access));
             self.infos.push(
                 vk::DescriptorBufferInfo::default()
-                    .buffer(page.0.buffer)
+                    .buffer(buffer.buffer)
                     .offset(offset)
                     .range(if len == 0 { vk::WHOLE_SIZE } else { len }),
             );
@@ -327,10 +434,8 @@ impl Recorder {
             }
             vk_device.cmd_dispatch(self.cmd, x, y, z);
         }
-        self.keep
-            .extend(launch.bindings.iter().map(|b| Arc::clone(&b.slice.page.0)));
-        if let Some(info) = launch.info {
-            self.keep.push(Arc::clone(&info.page.0));
+        for bound in launch.bound {
+            self.keep(bound.buffer);
         }
         if !self.kernels.last().is_some_and(|k| Arc::ptr_eq(k, objects)) {
             self.kernels.push(Arc::clone(objects));
@@ -379,8 +484,8 @@ impl Recorder {
             );
         }
         self.reads_back |= to_host;
-        self.keep.push(Arc::clone(src));
-        self.keep.push(Arc::clone(dst));
+        self.keep(src);
+        self.keep(dst);
         self.commands += 1;
         Ok(())
     }
@@ -398,7 +503,7 @@ impl Recorder {
     }
 
     /// Forgets everything recorded; the command buffer has completed or was
-    /// never submitted, so its sets and buffers may go.
+    /// never submitted, so its sets and buffers may go. Capacity is kept.
     pub(crate) fn recycle(&mut self, device: &ash::Device) {
         self.descriptors.reset(device);
         self.hazards.clear();
@@ -407,6 +512,139 @@ impl Recorder {
         self.bound = vk::Pipeline::null();
         self.reads_back = false;
         self.commands = 0;
+    }
+
+    /// Destroys the descriptor pools; the command buffer has completed or
+    /// was never submitted, and is freed with its command pool.
+    pub(crate) fn destroy(&mut self, device: &ash::Device) {
+        self.descriptors.destroy(device);
+    }
+}
+
+/// A capture window's work: a secondary command buffer, with its own
+/// command pool, its descriptor sets and every buffer and kernel its
+/// commands use; and, once it is replayed, the primary that executes it.
+///
+/// Open on its stream while the window records, closed by
+/// [`GraphDriver::end`](capture_core::GraphDriver::end), then instantiated
+/// or taken by an executable's update. Its own pool lets an executable
+/// free it on whatever thread drops it. Dropping it destroys all of it:
+/// whoever holds it drops it only once no submission that executed it is
+/// pending (an executable and a stream's retired list wait for that).
+pub struct Recording {
+    device: Arc<Device>,
+    pool: vk::CommandPool,
+    recorder: Recorder,
+    primary: Option<vk::CommandBuffer>,
+}
+
+impl std::fmt::Debug for Recording {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recording")
+            .field("commands", &self.recorder.commands)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Recording {
+    /// A new command pool with a begun secondary command buffer.
+    pub(crate) fn begin(device: &Arc<Device>) -> Result<Recording, DriverError> {
+        const OP: &str = "begin capture";
+        let vk_device = &device.device;
+        let pool_info =
+            vk::CommandPoolCreateInfo::default().queue_family_index(device.queue_family);
+        // SAFETY: the queue family exists on this device.
+        let pool = unsafe { vk_device.create_command_pool(&pool_info, None) }
+            .map_err(|e| vk_error(OP, e))?;
+        let destroy_pool = || {
+            // SAFETY: nothing of the pool was submitted; destroyed once.
+            unsafe { vk_device.destroy_command_pool(pool, None) };
+        };
+        let cmd = match allocate_command_buffer(vk_device, pool, vk::CommandBufferLevel::SECONDARY)
+        {
+            Ok(cmd) => cmd,
+            Err(e) => {
+                destroy_pool();
+                return Err(vk_error(OP, e));
+            }
+        };
+        let inheritance = vk::CommandBufferInheritanceInfo::default();
+        let begin = vk::CommandBufferBeginInfo::default()
+            .flags(vk::CommandBufferUsageFlags::SIMULTANEOUS_USE)
+            .inheritance_info(&inheritance);
+        // SAFETY: `cmd` is a fresh secondary command buffer; no render pass
+        // is inherited, so an empty inheritance info is valid.
+        if let Err(e) = unsafe { vk_device.begin_command_buffer(cmd, &begin) } {
+            destroy_pool();
+            return Err(vk_error(OP, e));
+        }
+        Ok(Recording {
+            device: Arc::clone(device),
+            pool,
+            recorder: Recorder::window(cmd),
+            primary: None,
+        })
+    }
+
+    /// The device the recording belongs to.
+    pub(crate) fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// The recorder the window's work goes to.
+    pub(crate) fn recorder(&mut self) -> &mut Recorder {
+        &mut self.recorder
+    }
+
+    /// Ends the secondary command buffer.
+    pub(crate) fn finish(&mut self) -> Result<(), DriverError> {
+        self.recorder.finish(&self.device.device)
+    }
+
+    /// The primary that executes the ended secondary, recorded on the first
+    /// call. Simultaneous-use, like the secondary, so a replay may be
+    /// submitted while an earlier one is pending.
+    pub(crate) fn primary(&mut self) -> Result<vk::CommandBuffer, DriverError> {
+        const OP: &str = "upload";
+        if let Some(primary) = self.primary {
+            return Ok(primary);
+        }
+        let vk_device = &self.device.device;
+        let cmd = allocate_command_buffer(vk_device, self.pool, vk::CommandBufferLevel::PRIMARY)
+            .map_err(|e| vk_error(OP, e))?;
+        let free = || {
+            // SAFETY: `cmd` was never submitted; freed once.
+            unsafe { vk_device.free_command_buffers(self.pool, &[cmd]) };
+        };
+        let begin = vk::CommandBufferBeginInfo::default()
+            .flags(vk::CommandBufferUsageFlags::SIMULTANEOUS_USE);
+        // SAFETY: a fresh primary command buffer.
+        if let Err(e) = unsafe { vk_device.begin_command_buffer(cmd, &begin) } {
+            free();
+            return Err(vk_error(OP, e));
+        }
+        device_barrier(vk_device, cmd);
+        // SAFETY: the secondary is ended, simultaneous-use and recorded
+        // without a render pass, as is this primary.
+        unsafe { vk_device.cmd_execute_commands(cmd, &[self.recorder.cmd]) };
+        // SAFETY: `cmd` is recording.
+        if let Err(e) = unsafe { vk_device.end_command_buffer(cmd) } {
+            free();
+            return Err(vk_error(OP, e));
+        }
+        self.primary = Some(cmd);
+        Ok(cmd)
+    }
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        let vk_device = &self.device.device;
+        self.recorder.destroy(vk_device);
+        // SAFETY: no submission that executed the recording is pending (its
+        // holders' promise, see the type's documentation); destroying the
+        // pool frees the secondary and the primary.
+        unsafe { vk_device.destroy_command_pool(self.pool, None) };
     }
 }
 

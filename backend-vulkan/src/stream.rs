@@ -1,11 +1,18 @@
-//! A stream: its command pool, its timeline semaphore and the eager batch
-//! it is filling.
+//! A stream: its command pool, its timeline semaphore, the eager batch it
+//! is filling, and the capture window it records; beginning and ending a
+//! window are the stream's own transitions.
 //!
 //! Submitting every launch on its own would make the host pay a queue
 //! submission per launch, so eager work collects in a primary command buffer
-//! that is submitted at a signal, a fence, a capture's begin or a replay, or
-//! when it holds [`BATCH_LIMIT`] commands. Each submission signals the next
-//! value of the stream's timeline, which is what a [`Signal`] names.
+//! that is submitted when a fence or a non-blocking check needs it, with a
+//! replay, at a window's begin, or once it is full. Each submission signals
+//! the next value of the stream's timeline, which is what a [`Signal`]
+//! names; taking a signal submits nothing: it names the value the pending
+//! batch will signal once submitted.
+//!
+//! A stream owns a fixed set of [`BATCHES`] eager command buffers, made with
+//! it; when all are in flight the next batch waits for the oldest. With each
+//! batch's room fixed too, eager work and replays never allocate.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -16,15 +23,14 @@ use capture_core::DriverError;
 use crate::barriers::device_barrier;
 use crate::device::Device;
 use crate::error::{error, vk_error};
-use crate::graph::Recording;
-use crate::recording::{Copy, Recorder};
+use crate::recording::{Copy, Recorder, Recording, allocate_command_buffer};
 
-/// Commands after which an eager batch is submitted without waiting for a
-/// signal, so the GPU starts on long eager sequences early.
-pub(crate) const BATCH_LIMIT: usize = 256;
+/// Eager command buffers each stream owns: one being filled while the
+/// others run.
+pub(crate) const BATCHES: usize = 4;
 
 /// A point on a stream's timeline: the value its semaphore reaches once the
-/// work submitted up to the signal has completed.
+/// work issued up to the signal has completed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Signal(pub(crate) u64);
 
@@ -32,7 +38,19 @@ pub struct Signal(pub(crate) u64);
 /// can wait for their last replay when they drop.
 pub(crate) struct Timeline {
     device: Arc<Device>,
-    pub(crate) semaphore: vk::Semaphore,
+    semaphore: vk::Semaphore,
+}
+
+impl Timeline {
+    /// The value the timeline has reached.
+    pub(crate) fn reached(&self) -> Result<u64, vk::Result> {
+        self.device.reached(self.semaphore)
+    }
+
+    /// Blocks until the timeline reaches `value`.
+    pub(crate) fn wait(&self, value: u64) -> Result<(), vk::Result> {
+        self.device.wait(self.semaphore, value)
+    }
 }
 
 impl Drop for Timeline {
@@ -43,15 +61,49 @@ impl Drop for Timeline {
     }
 }
 
+/// The last value each timeline an executable was replayed on signals for
+/// its latest replay there.
+pub(crate) type Uses = Vec<(Arc<Timeline>, u64)>;
+
+/// Whether the device is past every use in `uses`. A timeline that cannot
+/// be read counts as not past: what waits for it stays until a wait.
+fn past(uses: &Uses) -> bool {
+    uses.iter()
+        .all(|(timeline, value)| match timeline.reached() {
+            Ok(reached) => reached >= *value,
+            Err(e) => {
+                log::warn!("vulkan: reading a timeline failed: {e:?}");
+                false
+            }
+        })
+}
+
+/// Blocks until the device is past every use in `uses`.
+pub(crate) fn wait_past(uses: &Uses) {
+    for (timeline, value) in uses {
+        // A failure (device lost) means nothing will run any more either.
+        if let Err(e) = timeline.wait(*value) {
+            log::warn!("vulkan: waiting for a replay failed: {e:?}");
+        }
+    }
+}
+
+/// A recording an executable replaced, kept until its replays are done;
+/// dropping the entry releases it.
+struct Retired {
+    _recording: Recording,
+    uses: Uses,
+}
+
 /// One in-order queue of work on a device.
 pub struct Stream {
-    pub(crate) device: Arc<Device>,
+    device: Arc<Device>,
     pool: vk::CommandPool,
-    pub(crate) timeline: Arc<Timeline>,
+    timeline: Arc<Timeline>,
     /// The last value a successful submission will signal; a failed
     /// submission never advances it, so no fence waits for a value nothing
     /// will signal.
-    pub(crate) last: u64,
+    last: u64,
     /// The eager batch being filled, if any.
     batch: Option<Recorder>,
     /// Submitted batches, oldest first, with the value that completes each.
@@ -59,15 +111,19 @@ pub struct Stream {
     /// Batches whose work completed, ready to be filled again.
     idle: Vec<Recorder>,
     /// The capture window being recorded, if any.
-    pub(crate) recording: Option<Recording>,
-    /// A full batch that failed to submit: its launches had already been
-    /// accepted, so the failure is asynchronous and surfaces at the next
-    /// signal or fence, as the contract says such failures do.
+    recording: Option<Recording>,
+    /// Recordings executables updated on this stream replaced, released
+    /// once the device is past their replays.
+    retired: Vec<Retired>,
+    /// A batch that failed to submit: its work had already been accepted,
+    /// so the failure is asynchronous and surfaces at the next signal,
+    /// fence or check, as the contract says such failures do.
     lost: Option<DriverError>,
 }
 
 impl Stream {
-    /// Creates a stream with its own command pool and timeline.
+    /// Creates a stream with its own command pool, timeline and eager
+    /// command buffers.
     pub(crate) fn new(device: &Arc<Device>) -> Result<Stream, DriverError> {
         const OP: &str = "create stream";
         let vk_device = &device.device;
@@ -88,34 +144,42 @@ impl Stream {
         // SAFETY: the queue family exists on this device.
         let pool = unsafe { vk_device.create_command_pool(&pool_info, None) }
             .map_err(|e| vk_error(OP, e))?;
-        Ok(Stream {
+        let mut stream = Stream {
             device: Arc::clone(device),
             pool,
             timeline,
             last: 0,
             batch: None,
-            in_flight: VecDeque::new(),
-            idle: Vec::new(),
+            in_flight: VecDeque::with_capacity(BATCHES),
+            idle: Vec::with_capacity(BATCHES),
             recording: None,
+            retired: Vec::new(),
             lost: None,
-        })
+        };
+        for _ in 0..BATCHES {
+            // On an error the stream drops, destroying the pool and with it
+            // the buffers made so far.
+            let cmd = allocate_command_buffer(vk_device, pool, vk::CommandBufferLevel::PRIMARY)
+                .map_err(|e| vk_error(OP, e))?;
+            stream.idle.push(Recorder::eager(cmd));
+        }
+        Ok(stream)
     }
 
-    /// Moves completed batches to the idle list.
-    fn reclaim(&mut self) {
-        let Some(&(oldest, _)) = self.in_flight.front() else {
-            return;
-        };
-        let reached = match self.device.reached(self.timeline.semaphore) {
-            Ok(value) => value,
-            Err(e) => {
-                log::warn!("vulkan: reading a timeline failed: {e:?}");
-                return;
-            }
-        };
-        if oldest > reached {
-            return;
-        }
+    /// The device the stream runs on.
+    pub(crate) fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// The stream's timeline.
+    pub(crate) fn timeline(&self) -> &Arc<Timeline> {
+        &self.timeline
+    }
+
+    /// Releases what the device is done with, the timeline having reached
+    /// `reached`: completed batches become idle, retired recordings whose
+    /// replays are all past go.
+    fn reclaim_to(&mut self, reached: u64) {
         while let Some((value, _)) = self.in_flight.front() {
             if *value > reached {
                 break;
@@ -125,34 +189,42 @@ impl Stream {
                 self.idle.push(batch);
             }
         }
+        if !self.retired.is_empty() {
+            self.retired.retain(|retired| !past(&retired.uses));
+        }
+    }
+
+    /// As [`Stream::reclaim_to`], reading how far the timeline is.
+    fn reclaim(&mut self) {
+        if self.in_flight.is_empty() && self.retired.is_empty() {
+            return;
+        }
+        match self.timeline.reached() {
+            Ok(reached) => self.reclaim_to(reached),
+            Err(e) => log::warn!("vulkan: reading a timeline failed: {e:?}"),
+        }
     }
 
     /// A begun primary command buffer whose first command makes earlier
-    /// submissions' writes visible.
+    /// submissions' writes visible; waits for the oldest batch in flight
+    /// when every one is.
     fn start_batch(&mut self) -> Result<Recorder, DriverError> {
         const OP: &str = "begin command buffer";
         self.reclaim();
-        let vk_device = &self.device.device;
-        let batch = match self.idle.pop() {
-            Some(batch) => batch,
-            None => {
-                let info = vk::CommandBufferAllocateInfo::default()
-                    .command_pool(self.pool)
-                    .level(vk::CommandBufferLevel::PRIMARY)
-                    .command_buffer_count(1);
-                // SAFETY: the pool belongs to this stream, which `&mut self`
-                // makes the only user.
-                let cmds = unsafe { vk_device.allocate_command_buffers(&info) }
-                    .map_err(|e| vk_error(OP, e))?;
-                let cmd = cmds
-                    .into_iter()
-                    .next()
-                    .ok_or_else(|| error(OP, "no command buffer returned"))?;
-                Recorder::new(cmd)
-            }
+        if self.idle.is_empty()
+            && let Some(&(oldest, _)) = self.in_flight.front()
+        {
+            self.timeline
+                .wait(oldest)
+                .map_err(|e| vk_error("wait for a batch", e))?;
+            self.reclaim_to(oldest);
+        }
+        let Some(batch) = self.idle.pop() else {
+            return Err(error(OP, "no eager command buffer is free"));
         };
         let begin = vk::CommandBufferBeginInfo::default()
             .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        let vk_device = &self.device.device;
         // SAFETY: the command buffer is not pending (it is new, or its batch
         // completed); its pool allows an implicit reset on begin.
         if let Err(e) = unsafe { vk_device.begin_command_buffer(batch.cmd, &begin) } {
@@ -163,6 +235,15 @@ impl Stream {
         Ok(batch)
     }
 
+    /// Submits the eager batch; a failure is kept for the next signal,
+    /// fence or check.
+    fn submit_or_keep_failure(&mut self) {
+        if let Err(e) = self.submit() {
+            log::error!("vulkan: submitting an eager batch failed: {e}");
+            self.lost.get_or_insert(e);
+        }
+    }
+
     /// Runs `record` on the capture window's recorder, or on the eager batch
     /// (started on demand, submitted once full).
     pub(crate) fn record(
@@ -170,19 +251,21 @@ impl Stream {
         record: impl FnOnce(&Arc<Device>, &mut Recorder) -> Result<(), DriverError>,
     ) -> Result<(), DriverError> {
         if let Some(recording) = &mut self.recording {
-            return record(&self.device, &mut recording.recorder);
+            return record(&self.device, recording.recorder());
+        }
+        if self.batch.as_ref().is_some_and(|b| !b.has_room()) {
+            self.submit_or_keep_failure();
         }
         let mut batch = match self.batch.take() {
             Some(batch) => batch,
             None => self.start_batch()?,
         };
         let result = record(&self.device, &mut batch);
-        let full = batch.commands >= BATCH_LIMIT;
+        let full = !batch.has_room();
         self.batch = Some(batch);
         result?;
-        if full && let Err(e) = self.submit() {
-            log::error!("vulkan: submitting a full batch failed: {e}");
-            self.lost.get_or_insert(e);
+        if full {
+            self.submit_or_keep_failure();
         }
         Ok(())
     }
@@ -192,67 +275,155 @@ impl Stream {
         self.record(|device, recorder| recorder.copy(device, copy))
     }
 
-    /// Submits the eager batch, if there is one.
-    pub(crate) fn submit(&mut self) -> Result<(), DriverError> {
-        let Some(mut batch) = self.batch.take() else {
-            return Ok(());
-        };
+    /// Submits the eager batch, if it holds any command.
+    fn submit(&mut self) -> Result<(), DriverError> {
+        self.submit_with(None).map(|_| ())
+    }
+
+    /// Submits the eager batch, if it holds any command, then `extra` (a
+    /// replay's primary), as one submission; returns the value that
+    /// completes it (the last value, when there was nothing to submit).
+    ///
+    /// When `extra` fails to submit with eager work, the eager work's loss
+    /// is also kept for the next fence.
+    pub(crate) fn submit_with(
+        &mut self,
+        extra: Option<vk::CommandBuffer>,
+    ) -> Result<u64, DriverError> {
         let vk_device = &self.device.device;
-        if let Err(e) = batch.finish(vk_device) {
-            batch.recycle(vk_device);
-            self.idle.push(batch);
-            return Err(e);
+        let mut batch = match self.batch.take() {
+            Some(batch) if batch.commands() > 0 => Some(batch),
+            empty => {
+                // A begun batch without commands stays to be filled.
+                self.batch = empty;
+                None
+            }
+        };
+        let mut cmds = [vk::CommandBuffer::null(); 2];
+        let mut count = 0;
+        if let Some(mut ended) = batch.take() {
+            if let Err(e) = ended.finish(vk_device) {
+                ended.recycle(vk_device);
+                self.idle.push(ended);
+                if extra.is_some() {
+                    self.lost.get_or_insert(e.clone());
+                }
+                return Err(e);
+            }
+            cmds[0] = ended.cmd;
+            count = 1;
+            batch = Some(ended);
         }
+        if let Some(extra) = extra {
+            cmds[count] = extra;
+            count += 1;
+        }
+        let Some(cmds) = cmds.get(..count).filter(|cmds| !cmds.is_empty()) else {
+            return Ok(self.last);
+        };
         let value = self.last + 1;
-        match self
-            .device
-            .submit(batch.cmd, self.timeline.semaphore, value)
-        {
+        match self.device.submit(cmds, self.timeline.semaphore, value) {
             Ok(()) => {
                 self.last = value;
-                self.in_flight.push_back((value, batch));
-                Ok(())
+                if let Some(batch) = batch {
+                    self.in_flight.push_back((value, batch));
+                }
+                Ok(value)
             }
             Err(e) => {
-                batch.recycle(vk_device);
-                self.idle.push(batch);
+                if let Some(mut batch) = batch {
+                    batch.recycle(vk_device);
+                    self.idle.push(batch);
+                    if extra.is_some() {
+                        self.lost.get_or_insert(vk_error("submit eager work", e));
+                    }
+                }
                 Err(vk_error("submit", e))
             }
         }
     }
 
-    /// Marks the end of the work so far. While a window records nothing is
-    /// submitted (its work runs only when replayed), so the signal names the
-    /// eager work before `begin`.
-    pub(crate) fn signal(&mut self) -> Result<Signal, DriverError> {
-        if let Some(lost) = self.lost.take() {
-            return Err(lost);
-        }
-        if self.recording.is_none() {
-            self.submit()?;
-        }
-        Ok(Signal(self.last))
+    /// Fails with a batch's earlier submission failure, once.
+    fn take_lost(&mut self) -> Result<(), DriverError> {
+        self.lost.take().map_or(Ok(()), Err)
     }
 
-    /// Waits until the stream's timeline reaches `signal`.
-    pub(crate) fn fence(&mut self, signal: Signal) -> Result<(), DriverError> {
-        if let Some(lost) = self.lost.take() {
-            return Err(lost);
-        }
-        if self.recording.is_none() {
+    /// Marks the end of the work so far, submitting nothing: the value the
+    /// pending batch will signal, or the last one submitted when no eager
+    /// work is pending.
+    pub(crate) fn signal(&mut self) -> Result<Signal, DriverError> {
+        self.take_lost()?;
+        let pending = self.batch.as_ref().is_some_and(|b| b.commands() > 0);
+        Ok(Signal(self.last + u64::from(pending)))
+    }
+
+    /// Makes sure the work `signal` names was submitted, submitting the
+    /// pending batch when it is that work.
+    fn submitted(&mut self, op: &'static str, signal: Signal) -> Result<(), DriverError> {
+        if signal.0 == self.last + 1 {
             self.submit()?;
         }
         if signal.0 > self.last {
             return Err(error(
-                "fence",
+                op,
                 format!("{signal:?} was never submitted on this stream"),
             ));
         }
-        self.device
-            .wait(self.timeline.semaphore, signal.0)
-            .map_err(|e| vk_error("fence", e))?;
-        self.reclaim();
         Ok(())
+    }
+
+    /// Waits until the stream's timeline reaches `signal`.
+    pub(crate) fn fence(&mut self, signal: Signal) -> Result<(), DriverError> {
+        const OP: &str = "fence";
+        self.take_lost()?;
+        self.submitted(OP, signal)?;
+        self.timeline.wait(signal.0).map_err(|e| vk_error(OP, e))?;
+        self.reclaim_to(signal.0);
+        Ok(())
+    }
+
+    /// Whether the stream's timeline has reached `signal`, without waiting.
+    pub(crate) fn is_done(&mut self, signal: Signal) -> Result<bool, DriverError> {
+        const OP: &str = "check a signal";
+        self.take_lost()?;
+        self.submitted(OP, signal)?;
+        let reached = self.timeline.reached().map_err(|e| vk_error(OP, e))?;
+        self.reclaim_to(reached);
+        Ok(reached >= signal.0)
+    }
+
+    /// Starts recording a capture window: from here every copy and launch
+    /// goes to the window's secondary command buffer.
+    pub(crate) fn begin(&mut self) -> Result<(), DriverError> {
+        // Eager work issued before the window need not wait for its end. It
+        // was accepted already, so a failure to submit it is kept for the
+        // next fence, as any asynchronous failure is.
+        self.submit_or_keep_failure();
+        self.recording = Some(Recording::begin(&self.device)?);
+        Ok(())
+    }
+
+    /// Stops recording and hands the window's recording back, ended. The
+    /// stream stops recording on every path: a recording that fails to end
+    /// is dropped, never having been submitted.
+    pub(crate) fn end(&mut self) -> Result<Recording, DriverError> {
+        let mut recording = self
+            .recording
+            .take()
+            .ok_or_else(|| error("end capture", "the stream is not recording"))?;
+        recording.finish()?;
+        Ok(recording)
+    }
+
+    /// Keeps `recording`, which an executable replaced, until the device is
+    /// past `uses`, its replays.
+    pub(crate) fn retire(&mut self, recording: Recording, uses: Uses) {
+        if !past(&uses) {
+            self.retired.push(Retired {
+                _recording: recording,
+                uses,
+            });
+        }
     }
 }
 
@@ -260,12 +431,14 @@ impl Drop for Stream {
     fn drop(&mut self) {
         let vk_device = &self.device.device;
         // A failure (device lost) means nothing will run any more either.
-        if let Err(e) = self.device.wait(self.timeline.semaphore, self.last) {
+        if let Err(e) = self.timeline.wait(self.last) {
             log::warn!("vulkan: waiting for a dropped stream failed: {e:?}");
         }
-        if let Some(recording) = self.recording.take() {
-            recording.destroy(&self.device);
+        for retired in &self.retired {
+            wait_past(&retired.uses);
         }
+        self.retired.clear();
+        self.recording = None;
         let batches = self
             .batch
             .take()
@@ -273,7 +446,7 @@ impl Drop for Stream {
             .chain(self.in_flight.drain(..).map(|(_, b)| b))
             .chain(self.idle.drain(..));
         for mut batch in batches {
-            batch.descriptors.destroy(vk_device);
+            batch.destroy(vk_device);
         }
         // SAFETY: every command buffer of the pool has completed (waited for
         // above) or was never submitted; destroying the pool frees them.

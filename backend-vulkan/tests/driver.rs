@@ -7,11 +7,11 @@
 use std::sync::Arc;
 
 use backend_vulkan::{
-    Device, DevicePage, Executable, HostPage, Kernel, Stream, Vulkan, validation_counts,
+    Device, DevicePage, Executable, HostPage, Kernel, Recording, Stream, Vulkan, validation_counts,
 };
 use capture_core::{
     Access, Availability, Binding, Builtin, BuiltinInfo, Builtins, DeviceSlice, Driver, Error,
-    GraphDriver, HostSlice, Launch, Params, Signature, builtin::groups_for,
+    GraphDriver, HostSlice, Launch, Params, Signature, Updated, builtin::groups_for,
 };
 
 /// Bytes per slice slot; capture-core keeps binding offsets at multiples of 256.
@@ -77,6 +77,12 @@ fn enqueue_copy_out(
         },
     )
     .expect("copy to host");
+}
+
+/// Ends the window recording on `stream` and instantiates it.
+fn close(stream: &mut Stream) -> Executable {
+    let recording = Vulkan::end(stream).expect("end");
+    Vulkan::instantiate(stream, recording).expect("instantiate")
 }
 
 /// Signals `stream` and waits for the signal.
@@ -168,17 +174,23 @@ fn open(test: &str) -> Option<Fixture> {
             return None;
         }
     }
-    let device = Vulkan::open().expect("open after a successful probe");
+    Some(fixture(
+        Vulkan::open().expect("open after a successful probe"),
+    ))
+}
+
+/// A fixture on `device`.
+fn fixture(device: Arc<Device>) -> Fixture {
     let mut stream = Vulkan::create_stream(&device).expect("create stream");
     let host = Vulkan::allocate_host_page(&mut stream, 1 << 20).expect("host page");
     let info = Vulkan::allocate_device_page(&mut stream, 64 * SLOT).expect("info page");
-    Some(Fixture {
+    Fixture {
         device,
         stream,
         host,
         info,
         next_info: 0,
-    })
+    }
 }
 
 impl Fixture {
@@ -298,6 +310,27 @@ impl AddChain {
         }
     }
 
+    /// As [`AddChain::new`], for an `n` too large to stage through the host
+    /// page: x and the ones are filled on the device.
+    fn filled(f: &mut Fixture, n: usize) -> Self {
+        let slot = bytes_of(n).next_multiple_of(SLOT);
+        let page = f.page(2 * slot);
+        let fill = f.kernel(Builtin::Fill);
+        let zeros = f.info(n as u32, 0.0);
+        let ones = f.info(n as u32, 1.0);
+        f.fill(&fill, n, zeros, &page, 0);
+        f.fill(&fill, n, ones, &page, slot);
+        let add = f.kernel(Builtin::Add);
+        let info = f.info(n as u32, 0.0);
+        Self {
+            page,
+            slot,
+            n,
+            add,
+            info,
+        }
+    }
+
     /// Launches one add of the ones into x.
     fn add(&self, f: &mut Fixture) {
         let buffers = [(&self.page, 0), (&self.page, self.slot)];
@@ -312,7 +345,7 @@ impl AddChain {
             self.add(f);
         }
         f.enqueue_download(&self.page, 0, self.n, 0);
-        Vulkan::instantiate(&mut f.stream, None).expect("instantiate")
+        close(&mut f.stream)
     }
 
     /// Downloads x, syncing.
@@ -360,6 +393,8 @@ fn probe_reports_the_device() {
             assert!(info.max_groups.iter().all(|&g| g >= 65_535), "{info:?}");
             let device = Vulkan::open().expect("open");
             assert_eq!(Vulkan::device_info(&device), info);
+            let listed = Vulkan::devices().expect("devices");
+            assert_eq!(listed.get(info.index), Some(&info), "{listed:?}");
             eprintln!("vulkan device: {info:?}");
             check_validation(&device);
         }
@@ -367,6 +402,60 @@ fn probe_reports_the_device() {
             eprintln!("skipping probe_reports_the_device: {reason}");
         }
     }
+}
+
+#[test]
+fn devices_are_listed_in_index_order_and_index_0_is_what_open_index_0_opens() {
+    let listed = match Vulkan::devices() {
+        Ok(listed) if !listed.is_empty() => listed,
+        other => {
+            eprintln!("skipping: no Vulkan device listed: {other:?}");
+            return;
+        }
+    };
+    eprintln!("vulkan devices: {listed:#?}");
+    for (index, info) in listed.iter().enumerate() {
+        assert_eq!(info.index, index);
+        assert!(!info.name.is_empty() && !info.kind.is_empty(), "{info:?}");
+    }
+    match Vulkan::open_index(0) {
+        Ok(device) => {
+            assert_eq!(Vulkan::device_info(&device), listed[0]);
+            assert!(listed[0].memory_bytes > 0, "{:?}", listed[0]);
+            check_validation(&device);
+        }
+        // A device that cannot run the backend says why, as its kind does.
+        Err(e) => assert!(listed[0].kind.contains('('), "{e} / {:?}", listed[0]),
+    }
+    let past = Vulkan::open_index(listed.len()).expect_err("no such device");
+    assert!(past.message.contains(&listed.len().to_string()), "{past}");
+}
+
+#[test]
+fn two_devices_opened_in_one_process_work_independently() {
+    let Some(mut a) = open("two_devices_opened_in_one_process_work_independently") else {
+        return;
+    };
+    let index = Vulkan::device_info(&a.device).index;
+    let b_device = Vulkan::open_index(index).expect("open the same device again");
+    assert!(!Arc::ptr_eq(&a.device, &b_device));
+    let mut b = fixture(Arc::clone(&b_device));
+    let fill_a = a.kernel(Builtin::Fill);
+    let fill_b = b.kernel(Builtin::Fill);
+    let page_a = a.page(SLOT);
+    let page_b = b.page(SLOT);
+    let info_a = a.info(64, 1.0);
+    let info_b = b.info(64, 2.0);
+    a.fill(&fill_a, 64, info_a, &page_a, 0);
+    b.fill(&fill_b, 64, info_b, &page_b, 0);
+    assert!(a.download(&page_a, 0, 64).iter().all(|&v| v == 1.0));
+    // One device going leaves the other working.
+    drop((fill_a, page_a));
+    a.finish();
+    b.fill(&fill_b, 64, info_b, &page_b, 0);
+    assert!(b.download(&page_b, 0, 64).iter().all(|&v| v == 2.0));
+    drop((fill_b, page_b));
+    b.finish();
 }
 
 #[test]
@@ -412,8 +501,8 @@ fn long_eager_chains_cross_batch_boundaries() {
     run("long_eager_chains_cross_batch_boundaries", |f| {
         let chain = AddChain::new(f, 130);
         // Every add reads and writes x, so each needs a barrier, across more
-        // than two batches.
-        let adds = 700;
+        // batches than a stream owns: later ones wait for earlier ones.
+        let adds = 1500;
         for _ in 0..adds {
             chain.add(f);
         }
@@ -496,22 +585,20 @@ fn replay_without_upload_and_drop_while_pending() {
 }
 
 #[test]
-fn doomed_window_is_closed_and_refused() {
-    run("doomed_window_is_closed_and_refused", |f| {
+fn a_dropped_recording_leaves_the_stream_eager() {
+    run("a_dropped_recording_leaves_the_stream_eager", |f| {
         let chain = AddChain::new(f, 100);
 
         Vulkan::begin(&mut f.stream).expect("begin");
         chain.add(f);
-        let doomed = Error::EmptyBuffer;
-        let refused = Vulkan::instantiate(&mut f.stream, Some(doomed.clone()));
-        assert_eq!(refused.err(), Some(doomed));
+        // As the core does with a doomed window: ended, then dropped.
+        let recording: Recording = Vulkan::end(&mut f.stream).expect("end");
+        drop(recording);
 
         // The stream left recording mode: eager work runs.
         chain.add(f);
         assert!(chain.x(f).iter().all(|&v| v == 1.0));
 
-        // A second instantiate has no window to close.
-        assert!(Vulkan::instantiate(&mut f.stream, None).is_err());
         // And a new window can be recorded.
         let exec = chain.record(f, 1);
         Vulkan::replay(&exec, &mut f.stream).expect("replay");
@@ -520,27 +607,24 @@ fn doomed_window_is_closed_and_refused() {
 }
 
 #[test]
-fn allocation_while_recording_is_refused() {
-    run("allocation_while_recording_is_refused", |f| {
-        Vulkan::begin(&mut f.stream).expect("begin");
-        let page = f.page(SLOT);
+fn a_page_allocated_while_recording_is_usable() {
+    run("a_page_allocated_while_recording_is_usable", |f| {
         let fill = f.kernel(Builtin::Fill);
-        f.fill(&fill, 64, 0, &page, 0);
-        match Vulkan::instantiate(&mut f.stream, None) {
-            Err(Error::Driver(e)) => assert!(e.message.contains("allocated"), "{e}"),
-            other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
-        }
-        // Not recording any more.
         let info = f.info(64, 3.0);
+        Vulkan::begin(&mut f.stream).expect("begin");
+        // Refusing such a window is the core's business, not the backend's.
+        let page = f.page(SLOT);
         f.fill(&fill, 64, info, &page, 0);
+        let exec = close(&mut f.stream);
+        Vulkan::replay(&exec, &mut f.stream).expect("replay");
         assert!(f.download(&page, 0, 64).iter().all(|&v| v == 3.0));
     });
 }
 
 #[test]
-fn signal_and_fence_while_recording_do_not_run_the_window() {
+fn begin_submits_the_eager_work_and_the_window_runs_only_when_replayed() {
     run(
-        "signal_and_fence_while_recording_do_not_run_the_window",
+        "begin_submits_the_eager_work_and_the_window_runs_only_when_replayed",
         |f| {
             let page = f.page(SLOT);
             let fill = f.kernel(Builtin::Fill);
@@ -549,9 +633,9 @@ fn signal_and_fence_while_recording_do_not_run_the_window() {
             let info2 = f.info(64, 7.0);
             Vulkan::begin(&mut f.stream).expect("begin");
             f.fill(&fill, 64, info2, &page, 0);
-            // begin submitted the eager work; the window's launch is not run.
-            f.sync();
-            let exec = Vulkan::instantiate(&mut f.stream, None).expect("instantiate");
+            let recording = Vulkan::end(&mut f.stream).expect("end");
+            assert!(f.download(&page, 0, 64).iter().all(|&v| v == 1.0));
+            let exec = Vulkan::instantiate(&mut f.stream, recording).expect("instantiate");
             assert!(f.download(&page, 0, 64).iter().all(|&v| v == 1.0));
             Vulkan::replay(&exec, &mut f.stream).expect("replay");
             assert!(f.download(&page, 0, 64).iter().all(|&v| v == 7.0));
@@ -571,8 +655,9 @@ fn streams_are_independent() {
         // Work on the other stream is not recorded.
         launch_on(&mut other, &fill, 64, (&f.info, info), &[(&page, SLOT)]);
         sync_stream(&mut other);
-        let exec = Vulkan::instantiate(&mut f.stream, None).expect("instantiate");
+        let exec = close(&mut f.stream);
         assert!(f.download(&page, SLOT, 64).iter().all(|&v| v == 4.0));
+        drop(other);
         drop(exec);
     });
 }
@@ -779,7 +864,7 @@ fn a_recorded_launch_replays_the_parameters_it_was_recorded_with() {
                 f.launch_user(&scale, n, &[(&page, 0)], &params);
                 // The bytes were recorded by value: the caller's copy may go.
                 drop(params);
-                Vulkan::instantiate(&mut f.stream, None).expect("instantiate")
+                close(&mut f.stream)
             };
             let double = record(f, 2.0, 0.0);
             let plus_five = record(f, 1.0, 5.0);
@@ -803,7 +888,7 @@ fn a_kernel_dropped_while_its_work_may_run_lives_until_it_completes() {
             let scale = f.scale();
             Vulkan::begin(&mut f.stream).expect("begin");
             f.launch_user(&scale, n, &[(&page, 0)], &scale_params(n, 3.0, 0.0));
-            let exec = Vulkan::instantiate(&mut f.stream, None).expect("instantiate");
+            let exec = close(&mut f.stream);
             // Eager work not yet submitted, then the only handle goes.
             f.launch_user(&scale, n, &[(&page, 0)], &scale_params(n, 2.0, 0.0));
             drop(scale);
@@ -974,4 +1059,138 @@ fn a_workgroup_size_mismatch_is_refused() {
         );
         assert!(log.contains("2048x1x1"), "{log}");
     });
+}
+
+/// Elements of the slow chains: 16 MiB per buffer, so a few dozen adds
+/// keep any device busy for far longer than a host call takes.
+const SLOW: usize = 1 << 22;
+
+#[test]
+fn signal_submits_nothing_and_is_done_turns_true_only_once_slow_work_completes() {
+    run(
+        "signal_submits_nothing_and_is_done_turns_true_only_once_slow_work_completes",
+        |f| {
+            f.sync();
+            let idle = Vulkan::signal(&mut f.stream).expect("signal");
+            assert_eq!(Vulkan::signal(&mut f.stream).expect("signal"), idle);
+            assert!(Vulkan::is_done(&mut f.stream, idle).expect("is_done"));
+
+            let chain = AddChain::filled(f, SLOW);
+            f.sync();
+            for _ in 0..48 {
+                chain.add(f);
+            }
+            let slow = Vulkan::signal(&mut f.stream).expect("signal");
+            assert!(slow > idle, "{slow:?} after {idle:?}");
+            // Taking it again submits nothing and names the same point.
+            assert_eq!(Vulkan::signal(&mut f.stream).expect("signal"), slow);
+            // The check submits the batch, and the device cannot be done yet.
+            assert!(!Vulkan::is_done(&mut f.stream, slow).expect("is_done"));
+            Vulkan::fence(&mut f.stream, slow).expect("fence");
+            assert!(Vulkan::is_done(&mut f.stream, slow).expect("is_done"));
+            assert!(Vulkan::is_done(&mut f.stream, idle).expect("is_done"));
+            let x = f.download(&chain.page, 0, 16);
+            assert!(x.iter().all(|&v| v == 48.0), "{x:?}");
+            // A signal of another stream's timeline that this one never
+            // reached is an error, not a hang or a false answer.
+            let mut other = Vulkan::create_stream(&f.device).expect("second stream");
+            assert!(Vulkan::is_done(&mut other, slow).is_err());
+        },
+    );
+}
+
+#[test]
+fn an_update_in_place_runs_the_new_work_while_an_old_replay_finishes_the_old() {
+    run(
+        "an_update_in_place_runs_the_new_work_while_an_old_replay_finishes_the_old",
+        |f| {
+            let chain = AddChain::filled(f, SLOW);
+            let shown = 256usize;
+            let (old_out, new_out) = (0u64, 256 * 1024u64);
+            f.sync();
+
+            // The old window: many adds over x, then its head to host bytes 0.
+            Vulkan::begin(&mut f.stream).expect("begin");
+            for _ in 0..48 {
+                chain.add(f);
+            }
+            f.enqueue_download(&chain.page, 0, shown, old_out);
+            let mut exec = close(&mut f.stream);
+            Vulkan::replay(&exec, &mut f.stream).expect("replay");
+            let old_replay = Vulkan::signal(&mut f.stream).expect("signal");
+
+            // The new window: one add, then x's head elsewhere.
+            Vulkan::begin(&mut f.stream).expect("begin");
+            chain.add(f);
+            f.enqueue_download(&chain.page, 0, shown, new_out);
+            let recording = Vulkan::end(&mut f.stream).expect("end");
+            match Vulkan::update(&mut f.stream, &mut exec, recording) {
+                Ok(Updated::InPlace) => {}
+                other => panic!("expected an update in place, got {other:?}"),
+            }
+            // The old replay was still running while its recording was
+            // replaced, so it must have been kept alive.
+            assert!(!Vulkan::is_done(&mut f.stream, old_replay).expect("is_done"));
+
+            Vulkan::replay(&exec, &mut f.stream).expect("replay");
+            f.sync();
+            assert!(f.read(old_out, shown).iter().all(|&v| v == 48.0));
+            assert!(f.read(new_out, shown).iter().all(|&v| v == 49.0));
+
+            // Only the new work replays from here: the old output stays.
+            Vulkan::write_host(&f.host, old_out, &to_bytes(&vec![-1.0; shown]));
+            Vulkan::replay(&exec, &mut f.stream).expect("replay");
+            f.sync();
+            assert!(f.read(old_out, shown).iter().all(|&v| v == -1.0));
+            assert!(f.read(new_out, shown).iter().all(|&v| v == 50.0));
+
+            // Updated again while its replays may run, then dropped.
+            Vulkan::replay(&exec, &mut f.stream).expect("replay");
+            Vulkan::begin(&mut f.stream).expect("begin");
+            chain.add(f);
+            let recording = Vulkan::end(&mut f.stream).expect("end");
+            assert!(matches!(
+                Vulkan::update(&mut f.stream, &mut exec, recording),
+                Ok(Updated::InPlace)
+            ));
+            Vulkan::replay(&exec, &mut f.stream).expect("replay");
+            drop(exec);
+            assert!(f.download(&chain.page, 0, shown).iter().all(|&v| v == 52.0));
+        },
+    );
+}
+
+#[test]
+fn an_executable_replayed_on_two_streams_and_updated_keeps_both_replays_whole() {
+    run(
+        "an_executable_replayed_on_two_streams_and_updated_keeps_both_replays_whole",
+        |f| {
+            let chain = AddChain::filled(f, SLOW);
+            f.sync();
+            Vulkan::begin(&mut f.stream).expect("begin");
+            for _ in 0..16 {
+                chain.add(f);
+            }
+            let mut exec = close(&mut f.stream);
+            let mut other = Vulkan::create_stream(&f.device).expect("second stream");
+            Vulkan::replay(&exec, &mut other).expect("replay on the other stream");
+            let on_other = Vulkan::signal(&mut other).expect("signal");
+            Vulkan::begin(&mut f.stream).expect("begin");
+            chain.add(f);
+            let recording = Vulkan::end(&mut f.stream).expect("end");
+            assert!(matches!(
+                Vulkan::update(&mut f.stream, &mut exec, recording),
+                Ok(Updated::InPlace)
+            ));
+            // Reclaiming on this stream must not release what the other
+            // stream's replay still runs.
+            for _ in 0..4 {
+                f.sync();
+            }
+            Vulkan::fence(&mut other, on_other).expect("fence");
+            Vulkan::replay(&exec, &mut f.stream).expect("replay");
+            assert!(f.download(&chain.page, 0, 16).iter().all(|&v| v == 17.0));
+            drop(other);
+        },
+    );
 }
