@@ -1,29 +1,48 @@
 //! Opening a HIP device: every reason it can be missing, said once, in the
-//! order a person would fix them (runtime, device, compiler).
+//! order a person would fix them (runtime, device, compiler); listing the
+//! devices; making one current for a call and putting the caller's back; and
+//! the frees a recording on the device holds back.
 
 use std::env;
-use std::ffi::{CStr, OsString, c_int};
-use std::sync::{Mutex, OnceLock, Weak};
+use std::ffi::{CStr, OsString, c_int, c_void};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
 use capture_core::{DeviceInfo, DriverError};
 
 use crate::error::{self, BACKEND, describe};
 use crate::ffi;
-use crate::kernels::Module;
 use crate::loader::{self, Api};
 
-/// Environment variable holding the index of the device to open (default 0),
-/// as the runtime numbers them (after `HIP_VISIBLE_DEVICES` and
-/// `ROCR_VISIBLE_DEVICES` have filtered them).
-pub const DEVICE_VAR: &str = "CAPTURE_HIP_DEVICE";
+/// Environment variable holding the index of the device [`Hip::open`]
+/// opens (default 0), as the runtime numbers them (after
+/// `HIP_VISIBLE_DEVICES` and `ROCR_VISIBLE_DEVICES` have filtered them).
+///
+/// [`Hip::open`]: capture_core::Driver::open
+pub const DEVICE_ENV: &str = "CAPTURE_HIP_DEVICE";
+
+/// The first runtime whose `hipModuleLaunchKernel` is recorded by a stream
+/// capture: ROCm 5.3 (`HIP_VERSION` 50300000). Before it a launch issued on
+/// a capturing stream runs at once and the graph holds no node for it.
+const FIRST_CAPTURING_RUNTIME: c_int = 50_300_000;
 
 /// An opened HIP device, shared by its streams.
 ///
 /// The runtime keeps one primary context per device per process, so nothing
-/// here is created or destroyed: the device is only made current on every
-/// entry, since the runtime's notion of "current" is per thread and the
-/// calls may come from any thread.
-pub struct HipDevice {
+/// here is created or destroyed: the device is made current for the length
+/// of every call and the caller's current device put back after it, since
+/// the runtime's notion of "current" is per thread and the calls may come
+/// from any thread.
+///
+/// # Frees while a stream records
+///
+/// `hipFree` and `hipHostFree` may synchronize the whole device, which a
+/// stream capture forbids: on some releases the capture is invalidated, on
+/// others the free waits for work that cannot finish. So the device counts
+/// its streams that are recording, and while any is, a page released on any
+/// stream of the device is queued here instead of freed; the stream whose
+/// recording ends last frees the queue. A page is only released once no
+/// enqueued work uses it, so holding it longer is always safe.
+pub struct Device {
     pub(crate) api: &'static Api,
     pub(crate) ordinal: c_int,
     info: DeviceInfo,
@@ -33,19 +52,82 @@ pub struct HipDevice {
     pub(crate) max_threads: u32,
     /// `gcnArchName`, when the runtime could say.
     arch: Option<String>,
-    /// Modules compiled from HIP C++ here, by their source, while a kernel
-    /// holds them: every kernel of one source (the four builtins, a user's
-    /// five) shares one compile, which takes hiprtc a second or more.
-    pub(crate) compiled: Mutex<Vec<(String, Weak<Module>)>>,
+    /// Why a capture cannot record on this runtime, when it cannot.
+    pub(crate) capture_refusal: Option<String>,
+    recorders: Mutex<Recorders>,
 }
 
-impl HipDevice {
-    /// Make this device current on the calling thread.
-    pub(crate) fn make_current(&self, op: &'static str) -> Result<(), DriverError> {
-        // SAFETY: hipSetDevice takes a plain ordinal, validated when the
-        // device was opened.
-        let code = unsafe { (self.api.set_device)(self.ordinal) };
-        error::check(self.api, op, code)
+/// Which allocator a page came from, and so which free it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Memory {
+    /// `hipMalloc`, freed by `hipFree`.
+    Device,
+    /// `hipHostMalloc`, freed by `hipHostFree`.
+    Host,
+}
+
+/// A page whose free waits for the device's recordings to end.
+struct Deferred {
+    ptr: *mut c_void,
+    bytes: u64,
+    memory: Memory,
+}
+
+// SAFETY: a device or pinned host address with no thread affinity; it is
+// freed once, by whichever thread drains the queue.
+unsafe impl Send for Deferred {}
+
+/// The device's recording streams and the frees they hold back.
+#[derive(Default)]
+struct Recorders {
+    streams: usize,
+    deferred: Vec<Deferred>,
+}
+
+/// The device made current on the calling thread for the length of one
+/// call; dropping it makes the caller's device current again, so that a
+/// program using HIP directly keeps its own current device.
+pub(crate) struct Current {
+    api: &'static Api,
+    /// The caller's device, when it was another one.
+    restore: Option<c_int>,
+}
+
+impl Current {
+    fn enter(api: &'static Api, ordinal: c_int, op: &'static str) -> Result<Self, DriverError> {
+        let mut previous: c_int = -1;
+        // SAFETY: the out-pointer is a live local int.
+        let known = unsafe { (api.get_device)(&mut previous) } == ffi::SUCCESS;
+        if known && previous == ordinal {
+            return Ok(Self { api, restore: None });
+        }
+        // SAFETY: a plain ordinal, within the count the runtime reported.
+        let code = unsafe { (api.set_device)(ordinal) };
+        error::check(api, op, code)?;
+        Ok(Self {
+            api,
+            restore: known.then_some(previous),
+        })
+    }
+}
+
+impl Drop for Current {
+    fn drop(&mut self) {
+        let Some(previous) = self.restore else {
+            return;
+        };
+        // SAFETY: the ordinal is the one the runtime reported current.
+        let code = unsafe { (self.api.set_device)(previous) };
+        if let Err(error) = error::check(self.api, "restore the current device", code) {
+            log::warn!("{error}");
+        }
+    }
+}
+
+impl Device {
+    /// Make this device current on the calling thread until the guard drops.
+    pub(crate) fn enter(&self, op: &'static str) -> Result<Current, DriverError> {
+        Current::enter(self.api, self.ordinal, op)
     }
 
     /// What `Driver::device_info` reports.
@@ -67,6 +149,74 @@ impl HipDevice {
     /// Most threads per workgroup in x, y and z, and in all.
     pub fn max_workgroup(&self) -> ([u32; 3], u32) {
         (self.max_block, self.max_threads)
+    }
+
+    fn recorders(&self) -> MutexGuard<'_, Recorders> {
+        // A poisoned lock still holds a consistent count and queue: every
+        // change to them is a single push, pop or increment.
+        self.recorders
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Free a page now, or once the device's recordings have ended (see
+    /// [`Device`]). The lock is held across the free, so no recording can
+    /// begin while one runs.
+    pub(crate) fn free(&self, memory: Memory, ptr: *mut c_void, bytes: u64) {
+        let mut recorders = self.recorders();
+        if recorders.streams > 0 {
+            recorders.deferred.push(Deferred { ptr, bytes, memory });
+            return;
+        }
+        self.free_now(&Deferred { ptr, bytes, memory });
+    }
+
+    /// A stream of this device is about to record.
+    pub(crate) fn recording_starts(&self) {
+        self.recorders().streams += 1;
+    }
+
+    /// A stream of this device stopped recording: the last one to stop frees
+    /// what the recordings held back.
+    pub(crate) fn recording_ends(&self) {
+        let mut recorders = self.recorders();
+        recorders.streams = recorders.streams.saturating_sub(1);
+        if recorders.streams == 0 {
+            for page in std::mem::take(&mut recorders.deferred) {
+                self.free_now(&page);
+            }
+        }
+    }
+
+    fn free_now(&self, page: &Deferred) {
+        let (op, free) = match page.memory {
+            Memory::Device => ("release device page", self.api.free),
+            Memory::Host => ("release host page", self.api.host_free),
+        };
+        let result = self.enter(op).and_then(|_current| {
+            // SAFETY: the pointer came from hipMalloc (or hipHostMalloc) on
+            // this device and reaches here once, from its page's Drop: no
+            // enqueued work touches it any more (capture-core's promise for a
+            // released page; a page dropped without that promise is still
+            // safe to free, since the free synchronizes the device, as ROCm
+            // documents).
+            let code = unsafe { free(page.ptr) };
+            error::check(self.api, op, code)
+        });
+        if let Err(error) = result {
+            log::warn!("{error}; {} bytes may leak", page.bytes);
+        }
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // Every stream and page holds the device, so nothing can still be
+        // recording here; free whatever a recording left queued all the same.
+        let deferred = std::mem::take(&mut self.recorders().deferred);
+        for page in &deferred {
+            self.free_now(page);
+        }
     }
 }
 
@@ -92,6 +242,25 @@ fn version_text(version: c_int) -> String {
     }
 }
 
+/// Why captures cannot record on a runtime of `version`, or `None` when
+/// they can.
+fn capture_refusal(version: Option<c_int>) -> Option<String> {
+    match version {
+        Some(version) if version >= FIRST_CAPTURING_RUNTIME => None,
+        Some(version) => Some(format!(
+            "HIP runtime {} is older than ROCm 5.3, whose hipModuleLaunchKernel has no \
+             stream-capture path: a launch issued while recording would run at once and be \
+             missing from the graph; graphs need ROCm 5.3 or later (eager work runs as it is)",
+            version_text(version)
+        )),
+        None => Some(
+            "the HIP runtime did not say its version, so whether a capture records kernel \
+             launches (ROCm 5.3 and later) cannot be told"
+                .to_owned(),
+        ),
+    }
+}
+
 /// The device index `CAPTURE_HIP_DEVICE` (its value `raw`) selects among
 /// `count` devices.
 fn selected(raw: Option<OsString>, count: c_int) -> Result<c_int, String> {
@@ -102,29 +271,39 @@ fn selected(raw: Option<OsString>, count: c_int) -> Result<c_int, String> {
     match text.trim().parse::<c_int>() {
         Ok(index) if (0..count).contains(&index) => Ok(index),
         Ok(index) => Err(format!(
-            "{DEVICE_VAR}={index} selects no device: the HIP runtime sees {count} device(s), \
+            "{DEVICE_ENV}={index} selects no device: the HIP runtime sees {count} device(s), \
              numbered from 0"
         )),
         Err(_) => Err(format!(
-            "{DEVICE_VAR}={text:?} is not a device index (expected 0 to {})",
+            "{DEVICE_ENV}={text:?} is not a device index (expected 0 to {})",
             count - 1
         )),
     }
 }
 
-/// Open the selected device, or say why there is none.
-pub(crate) fn open() -> Result<HipDevice, String> {
+/// The loaded runtime, its version and the devices it sees.
+struct Runtime {
+    api: &'static Api,
+    version: Option<c_int>,
+    /// `driver <version>, HIP runtime <version>`, for reports.
+    versions: String,
+    count: c_int,
+    /// Why there is no device, when `count` is 0.
+    no_device: String,
+}
+
+/// Load and initialise the runtime and count its devices, or say why that
+/// cannot be done. No device is not an error here: `count` is 0.
+fn runtime() -> Result<Runtime, String> {
     let api = loader::api().map_err(|reason| format!("no HIP runtime: {reason}"))?;
     let init_code = init(api);
-    let runtime = {
-        let mut version: c_int = 0;
-        // SAFETY: the pointer is to a live local int.
-        let code = unsafe { (api.runtime_get_version)(&mut version) };
-        if code == ffi::SUCCESS {
-            version_text(version)
-        } else {
-            format!("unknown ({})", describe(Some(api), code))
-        }
+    let mut raw_version: c_int = 0;
+    // SAFETY: the pointer is to a live local int.
+    let code = unsafe { (api.runtime_get_version)(&mut raw_version) };
+    let (version, runtime) = if code == ffi::SUCCESS {
+        (Some(raw_version), version_text(raw_version))
+    } else {
+        (None, format!("unknown ({})", describe(Some(api), code)))
     };
 
     let mut count: c_int = 0;
@@ -135,21 +314,21 @@ pub(crate) fn open() -> Result<HipDevice, String> {
     } else {
         format!("; hipInit answered {}", describe(Some(api), init_code))
     };
+    let mut no_device = String::new();
     if count_code == ffi::ERROR_NO_DEVICE || (count_code == ffi::SUCCESS && count <= 0) {
-        return Err(format!(
+        no_device = format!(
             "no HIP device: hipGetDeviceCount answered {} (runtime {runtime} from {}{init_note})",
             describe(Some(api), ffi::ERROR_NO_DEVICE),
             api.path
-        ));
-    }
-    if count_code != ffi::SUCCESS {
+        );
+        count = 0;
+    } else if count_code != ffi::SUCCESS {
         return Err(format!(
             "HIP runtime {runtime} from {} cannot count devices: {}{init_note}",
             api.path,
             describe(Some(api), count_code)
         ));
-    }
-    if init_code != ffi::SUCCESS {
+    } else if init_code != ffi::SUCCESS {
         return Err(format!(
             "HIP runtime {runtime} from {} failed to initialise: hipInit answered {}",
             api.path,
@@ -157,22 +336,41 @@ pub(crate) fn open() -> Result<HipDevice, String> {
         ));
     }
 
-    let ordinal = selected(env::var_os(DEVICE_VAR), count)?;
-    // SAFETY: the ordinal is within the count the runtime reported.
-    let code = unsafe { (api.set_device)(ordinal) };
-    if code != ffi::SUCCESS {
-        return Err(format!(
+    let mut driver: c_int = 0;
+    // SAFETY: the pointer is to a live local int.
+    let driver_code = unsafe { (api.driver_get_version)(&mut driver) };
+    let driver = if driver_code == ffi::SUCCESS {
+        version_text(driver)
+    } else {
+        format!("unknown ({})", describe(Some(api), driver_code))
+    };
+    Ok(Runtime {
+        api,
+        version,
+        versions: format!("driver {driver}, HIP runtime {runtime}"),
+        count,
+        no_device,
+    })
+}
+
+/// What one device says of itself.
+struct Properties {
+    info: DeviceInfo,
+    max_block: [u32; 3],
+    max_threads: u32,
+    arch: Option<String>,
+}
+
+/// Ask device `ordinal` what it is, with it current.
+fn properties(runtime: &Runtime, ordinal: c_int) -> Result<Properties, String> {
+    let api = runtime.api;
+    let _current = Current::enter(api, ordinal, "open device").map_err(|error| {
+        format!(
             "HIP device {ordinal} cannot be made current: {}",
-            describe(Some(api), code)
-        ));
-    }
-    let name = device_name(api, ordinal);
-
-    let rtc = api.rtc.as_ref().map_err(|reason| {
-        format!("HIP runtime found, but hiprtc is missing, so the builtin kernels cannot be built: {reason}")
+            error.message
+        )
     })?;
-    log::debug!("hip: runtime {}, hiprtc {}", api.path, rtc.path);
-
+    let name = device_name(api, ordinal);
     let attribute = |attribute, what| device_attribute(api, ordinal, attribute, what);
     let max_block = [
         attribute(ffi::DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, "block size in x")?,
@@ -189,36 +387,90 @@ pub(crate) fn open() -> Result<HipDevice, String> {
         "threads per block",
     )?;
     let arch = arch_name(api, ordinal);
-    if arch.is_none() {
+    let name = match &arch {
+        Some(arch) => format!("{name} ({arch})"),
+        None => name,
+    };
+    let mut info = DeviceInfo::new(name, runtime.versions.clone());
+    info.max_groups = max_groups(max_grid, max_block);
+    info.index = usize::try_from(ordinal).unwrap_or_default();
+    info.memory_bytes = total_memory(api, ordinal);
+    info.kind = "GPU".to_owned();
+    Ok(Properties {
+        info,
+        max_block,
+        max_threads,
+        arch,
+    })
+}
+
+/// Every device the runtime sees, in its order; empty when it sees none.
+pub(crate) fn devices() -> Result<Vec<DeviceInfo>, DriverError> {
+    let runtime = runtime().map_err(|reason| open_error("list devices", reason))?;
+    (0..runtime.count)
+        .map(|ordinal| {
+            properties(&runtime, ordinal)
+                .map(|properties| properties.info)
+                .map_err(|reason| open_error("list devices", reason))
+        })
+        .collect()
+}
+
+/// Open device `index`, or say why it cannot be used.
+pub(crate) fn open_index(index: usize) -> Result<Device, DriverError> {
+    let runtime = runtime().map_err(|reason| open_error("open device", reason))?;
+    if runtime.count == 0 {
+        return Err(open_error("open device", runtime.no_device));
+    }
+    let ordinal = c_int::try_from(index)
+        .ok()
+        .filter(|ordinal| *ordinal < runtime.count)
+        .ok_or_else(|| {
+            open_error(
+                "open device",
+                format!(
+                    "HIP device {index} does not exist: the runtime sees {} device(s), \
+                     numbered from 0",
+                    runtime.count
+                ),
+            )
+        })?;
+    open_ordinal(&runtime, ordinal).map_err(|reason| open_error("open device", reason))
+}
+
+/// Open the device `CAPTURE_HIP_DEVICE` selects (device 0 by default).
+pub(crate) fn open() -> Result<Device, DriverError> {
+    let runtime = runtime().map_err(|reason| open_error("open device", reason))?;
+    if runtime.count == 0 {
+        return Err(open_error("open device", runtime.no_device));
+    }
+    selected(env::var_os(DEVICE_ENV), runtime.count)
+        .and_then(|ordinal| open_ordinal(&runtime, ordinal))
+        .map_err(|reason| open_error("open device", reason))
+}
+
+fn open_ordinal(runtime: &Runtime, ordinal: c_int) -> Result<Device, String> {
+    let api = runtime.api;
+    let properties = properties(runtime, ordinal)?;
+    let rtc = api.rtc.as_ref().map_err(|reason| {
+        format!("HIP runtime found, but hiprtc is missing, so the builtin kernels cannot be built: {reason}")
+    })?;
+    log::debug!("hip: runtime {}, hiprtc {}", api.path, rtc.path);
+    if properties.arch.is_none() {
         log::warn!(
             "hip: device {ordinal} did not report its architecture; hiprtc targets the current \
              device itself"
         );
     }
-
-    let mut driver: c_int = 0;
-    // SAFETY: the pointer is to a live local int.
-    let driver_code = unsafe { (api.driver_get_version)(&mut driver) };
-    let driver = if driver_code == ffi::SUCCESS {
-        version_text(driver)
-    } else {
-        format!("unknown ({})", describe(Some(api), driver_code))
-    };
-
-    let name = match &arch {
-        Some(arch) => format!("{name} ({arch})"),
-        None => name,
-    };
-    let mut info = DeviceInfo::new(name, format!("driver {driver}, HIP runtime {runtime}"));
-    info.max_groups = max_groups(max_grid, max_block);
-    Ok(HipDevice {
+    Ok(Device {
         api,
         ordinal,
-        info,
-        max_block,
-        max_threads,
-        arch,
-        compiled: Mutex::new(Vec::new()),
+        info: properties.info,
+        max_block: properties.max_block,
+        max_threads: properties.max_threads,
+        arch: properties.arch,
+        capture_refusal: capture_refusal(runtime.version),
+        recorders: Mutex::new(Recorders::default()),
     })
 }
 
@@ -326,9 +578,27 @@ fn device_name(api: &Api, ordinal: c_int) -> String {
     }
 }
 
-/// `open`'s failure as the driver error `Driver::open` returns.
-pub(crate) fn open_error(reason: String) -> DriverError {
-    DriverError::new(BACKEND, "open device", reason)
+/// A failure to list or open devices, in the driver contract's shape.
+fn open_error(op: &'static str, reason: String) -> DriverError {
+    DriverError::new(BACKEND, op, reason)
+}
+
+/// The device's global memory in bytes, or 0 when the runtime cannot say.
+fn total_memory(api: &Api, ordinal: c_int) -> u64 {
+    let mut device: ffi::Device = 0;
+    // SAFETY: the pointer is to a live local; the ordinal was validated.
+    if unsafe { (api.device_get)(&mut device, ordinal) } != ffi::SUCCESS {
+        return 0;
+    }
+    let mut bytes = 0usize;
+    // SAFETY: the out-pointer is a live local; the handle came from
+    // hipDeviceGet.
+    let code = unsafe { (api.device_total_mem)(&mut bytes, device) };
+    if code == ffi::SUCCESS {
+        u64::try_from(bytes).unwrap_or(u64::MAX)
+    } else {
+        0
+    }
 }
 
 #[cfg(test)]
@@ -340,6 +610,18 @@ mod tests {
         assert_eq!(version_text(50_221_153), "5.2.21153");
         assert_eq!(version_text(60_443_483), "6.4.43483");
         assert_eq!(version_text(42), "42");
+    }
+
+    #[test]
+    fn captures_need_rocm_5_3() {
+        assert_eq!(capture_refusal(Some(50_300_000)), None);
+        assert_eq!(capture_refusal(Some(60_443_483)), None);
+        let old = capture_refusal(Some(50_221_153)).unwrap_or_default();
+        assert!(
+            old.contains("5.2.21153") && old.contains("ROCm 5.3"),
+            "{old}"
+        );
+        assert!(capture_refusal(None).is_some());
     }
 
     #[test]

@@ -94,6 +94,9 @@ pub const ERROR_STREAM_CAPTURE_INVALIDATED: HipError = 901;
 /// `hipErrorStreamCaptureWrongThread`: what global and thread-local capture
 /// modes answer when the capture ends on another thread.
 pub const ERROR_STREAM_CAPTURE_WRONG_THREAD: HipError = 908;
+/// `hipErrorGraphExecUpdateFailure`: `hipGraphExecUpdate` refused the update;
+/// its `hipGraphExecUpdateResult` says why.
+pub const ERROR_GRAPH_EXEC_UPDATE_FAILURE: HipError = 910;
 /// `hipErrorUnknown`.
 pub const ERROR_UNKNOWN: HipError = 999;
 
@@ -203,6 +206,11 @@ const ERRORS: &[(HipError, &str, &str)] = &[
         "hipErrorStreamCaptureWrongThread",
         "the capture was begun on another thread in a mode that forbids it",
     ),
+    (
+        ERROR_GRAPH_EXEC_UPDATE_FAILURE,
+        "hipErrorGraphExecUpdateFailure",
+        "the executable graph cannot be updated with this graph",
+    ),
     (ERROR_UNKNOWN, "hipErrorUnknown", "unknown error"),
 ];
 
@@ -275,19 +283,55 @@ pub const CAPTURE_MODE_THREAD_LOCAL: CaptureMode = 1;
 /// another thread than the one that began it.
 pub const CAPTURE_MODE_RELAXED: CaptureMode = 2;
 
-/// `hipGraphNodeType`, as its underlying `int`.
-///
-/// Its numbering changed twice: ROCm 5.2 counted from 1 (kernel = 1), 5.3 and
-/// 5.4 counted from 0 with the symbol copies at 10 and 11, and later releases
-/// inserted the memory nodes at 10 and 11, moving the symbol copies to 12 and
-/// 13. Slots 10 and 11 are therefore a memory allocation or free node, or a
-/// symbol copy this backend never issues, on every release; that is the only
-/// reading of a node type the backend relies on.
-pub type GraphNodeType = c_int;
-/// `hipGraphNodeTypeMemAlloc` (ROCm ≥ 5.5; a symbol copy before).
-pub const GRAPH_NODE_TYPE_MEM_ALLOC: GraphNodeType = 10;
-/// `hipGraphNodeTypeMemFree` (ROCm ≥ 5.5; a symbol copy before).
-pub const GRAPH_NODE_TYPE_MEM_FREE: GraphNodeType = 11;
+/// `hipStreamCaptureStatus`, as its underlying `int`.
+pub type CaptureStatus = c_int;
+/// `hipStreamCaptureStatusNone`: the stream is not capturing.
+pub const CAPTURE_STATUS_NONE: CaptureStatus = 0;
+/// `hipStreamCaptureStatusActive`.
+pub const CAPTURE_STATUS_ACTIVE: CaptureStatus = 1;
+/// `hipStreamCaptureStatusInvalidated`: the capture broke but was not ended,
+/// so the stream still swallows the work issued on it.
+pub const CAPTURE_STATUS_INVALIDATED: CaptureStatus = 2;
+
+/// `hipGraphExecUpdateResult`, as its underlying `int`.
+pub type GraphExecUpdateResult = c_int;
+/// `hipGraphExecUpdateSuccess`.
+pub const GRAPH_EXEC_UPDATE_SUCCESS: GraphExecUpdateResult = 0;
+/// `hipGraphExecUpdateError`: the update failed for the reason the returned
+/// code gives.
+pub const GRAPH_EXEC_UPDATE_ERROR: GraphExecUpdateResult = 1;
+/// `hipGraphExecUpdateErrorTopologyChanged`: other nodes or other edges.
+pub const GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED: GraphExecUpdateResult = 2;
+/// `hipGraphExecUpdateErrorNodeTypeChanged`: a node of another kind.
+pub const GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED: GraphExecUpdateResult = 3;
+/// `hipGraphExecUpdateErrorFunctionChanged`: a kernel node runs another
+/// function.
+pub const GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED: GraphExecUpdateResult = 4;
+/// `hipGraphExecUpdateErrorParametersChanged`: a node's parameters changed
+/// in a way the update cannot carry.
+pub const GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED: GraphExecUpdateResult = 5;
+/// `hipGraphExecUpdateErrorNotSupported`.
+pub const GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED: GraphExecUpdateResult = 6;
+/// `hipGraphExecUpdateErrorUnsupportedFunctionChange`: a kernel node's
+/// function changed in a way the update cannot carry.
+pub const GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE: GraphExecUpdateResult = 7;
+
+/// The C name of a `hipGraphExecUpdateResult`, when it is one ROCm declares.
+pub fn graph_exec_update_result_name(result: GraphExecUpdateResult) -> Option<&'static str> {
+    Some(match result {
+        GRAPH_EXEC_UPDATE_SUCCESS => "hipGraphExecUpdateSuccess",
+        GRAPH_EXEC_UPDATE_ERROR => "hipGraphExecUpdateError",
+        GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED => "hipGraphExecUpdateErrorTopologyChanged",
+        GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED => "hipGraphExecUpdateErrorNodeTypeChanged",
+        GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED => "hipGraphExecUpdateErrorFunctionChanged",
+        GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED => "hipGraphExecUpdateErrorParametersChanged",
+        GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED => "hipGraphExecUpdateErrorNotSupported",
+        GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE => {
+            "hipGraphExecUpdateErrorUnsupportedFunctionChange"
+        }
+        _ => return None,
+    })
+}
 
 /// `hipDeviceAttribute_t`, as its underlying `int`. The values below have
 /// been the same since ROCm 5.0 renumbered the enum (checked against ROCm's
@@ -347,6 +391,10 @@ pub type HipInit = unsafe extern "C" fn(flags: c_uint) -> HipError;
 pub type HipGetDeviceCount = unsafe extern "C" fn(count: *mut c_int) -> HipError;
 /// `hipSetDevice(int ordinal)`.
 pub type HipSetDevice = unsafe extern "C" fn(ordinal: c_int) -> HipError;
+/// `hipGetDevice(int* ordinal)`: the calling thread's current device.
+pub type HipGetDevice = unsafe extern "C" fn(ordinal: *mut c_int) -> HipError;
+/// `hipDeviceTotalMem(size_t* bytes, hipDevice_t device)`.
+pub type HipDeviceTotalMem = unsafe extern "C" fn(bytes: *mut usize, device: Device) -> HipError;
 /// `hipDeviceGet(hipDevice_t* device, int ordinal)`.
 pub type HipDeviceGet = unsafe extern "C" fn(device: *mut Device, ordinal: c_int) -> HipError;
 /// `hipDeviceGetName(char* name, int len, hipDevice_t device)`.
@@ -371,6 +419,12 @@ pub type HipStreamCreateWithFlags =
     unsafe extern "C" fn(stream: *mut Stream, flags: c_uint) -> HipError;
 /// `hipStreamDestroy(hipStream_t)` and `hipStreamSynchronize(hipStream_t)`.
 pub type HipStreamOp = unsafe extern "C" fn(stream: Stream) -> HipError;
+/// `hipStreamWaitEvent(hipStream_t, hipEvent_t, unsigned flags)`.
+pub type HipStreamWaitEvent =
+    unsafe extern "C" fn(stream: Stream, event: Event, flags: c_uint) -> HipError;
+/// `hipStreamIsCapturing(hipStream_t, hipStreamCaptureStatus*)`.
+pub type HipStreamIsCapturing =
+    unsafe extern "C" fn(stream: Stream, status: *mut CaptureStatus) -> HipError;
 
 /// `hipMalloc(void** ptr, size_t size)`.
 pub type HipMalloc = unsafe extern "C" fn(ptr: *mut *mut c_void, size: usize) -> HipError;
@@ -435,9 +489,6 @@ pub type HipStreamEndCapture = unsafe extern "C" fn(stream: Stream, graph: *mut 
 /// `hipGraphGetNodes(hipGraph_t, hipGraphNode_t* nodes, size_t* count)`.
 pub type HipGraphGetNodes =
     unsafe extern "C" fn(graph: Graph, nodes: *mut GraphNode, count: *mut usize) -> HipError;
-/// `hipGraphNodeGetType(hipGraphNode_t, hipGraphNodeType*)`.
-pub type HipGraphNodeGetType =
-    unsafe extern "C" fn(node: GraphNode, kind: *mut GraphNodeType) -> HipError;
 /// `hipGraphInstantiate(hipGraphExec_t*, hipGraph_t, hipGraphNode_t* error
 /// node, char* log, size_t log size)`.
 pub type HipGraphInstantiate = unsafe extern "C" fn(
@@ -446,6 +497,14 @@ pub type HipGraphInstantiate = unsafe extern "C" fn(
     error_node: *mut GraphNode,
     log: *mut c_char,
     log_size: usize,
+) -> HipError;
+/// `hipGraphExecUpdate(hipGraphExec_t, hipGraph_t, hipGraphNode_t* error
+/// node, hipGraphExecUpdateResult* result)`.
+pub type HipGraphExecUpdate = unsafe extern "C" fn(
+    exec: GraphExec,
+    graph: Graph,
+    error_node: *mut GraphNode,
+    result: *mut GraphExecUpdateResult,
 ) -> HipError;
 /// `hipGraphDestroy(hipGraph_t)`.
 pub type HipGraphDestroy = unsafe extern "C" fn(graph: Graph) -> HipError;
@@ -497,6 +556,16 @@ mod tests {
         }
         assert_eq!(error_name(ERROR_NO_DEVICE), Some("hipErrorNoDevice"));
         assert_eq!(error_name(123_456), None);
+    }
+
+    #[test]
+    fn update_results_are_named() {
+        assert_eq!(
+            graph_exec_update_result_name(GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED),
+            Some("hipGraphExecUpdateErrorTopologyChanged")
+        );
+        assert_eq!(graph_exec_update_result_name(8), None);
+        assert_eq!(graph_exec_update_result_name(-1), None);
     }
 
     #[test]

@@ -1,134 +1,84 @@
-//! Recording a stream into a HIP graph, and replaying it.
-//!
-//! Captures run in `hipStreamCaptureModeRelaxed`. capture-core drives the
-//! backend under a lock from whichever thread calls, so `begin` and
-//! `instantiate` may arrive on different threads; the global and thread-local
-//! modes refuse that (`hipErrorStreamCaptureWrongThread`). What those modes
-//! guard against, a device allocation or a host sync while a capture records,
-//! capture-core refuses itself: a page allocated while recording fails the
-//! window at `instantiate`, and host syncs are refused or deferred until the
-//! window closes. Relaxed mode therefore gives up no protection here.
+//! Instantiating a recording as an executable HIP graph, updating one in
+//! place, and replaying it.
 
 use std::ffi::CStr;
 use std::ptr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use capture_core::{DriverError, Error};
+use capture_core::{DriverError, Updated};
 
-use crate::device::HipDevice;
 use crate::error::{self, describe, other};
 use crate::ffi;
-use crate::loader::Api;
-use crate::stream::HipStream;
+use crate::stream::{Recording, Stream};
 
 /// An instantiated HIP graph, destroyed when dropped.
-pub struct HipGraph {
+///
+/// It keeps the recording it runs: the graph it was instantiated from (what
+/// a failed update puts back) and the modules its kernel nodes run, which
+/// stay loaded while it lives.
+pub struct Executable {
     exec: ffi::GraphExec,
-    device: Arc<HipDevice>,
+    /// Executables a failed update could not put back in order, replaced by
+    /// a fresh one; destroyed with this one, when no replay of any of them
+    /// can still run.
+    retired: Vec<ffi::GraphExec>,
+    recording: Recording,
 }
 
 // SAFETY: a graph executable is a runtime object usable from any thread (the
 // device is made current on every entry); it is destroyed only by Drop.
-unsafe impl Send for HipGraph {}
+unsafe impl Send for Executable {}
 
-impl Drop for HipGraph {
+impl Drop for Executable {
     fn drop(&mut self) {
-        let api = self.device.api;
-        if let Err(error) = self.device.make_current("destroy graph") {
+        const OP: &str = "destroy graph";
+        let device = &self.recording.device;
+        let api = device.api;
+        let current = device.enter(OP);
+        if let Err(error) = &current {
             log::warn!("{error}; destroying the graph on whichever device is current");
         }
-        // SAFETY: the executable came from hipGraphInstantiate and is
-        // destroyed exactly once, here; capture-core drops it only once no
-        // replay of it can still run.
-        let code = unsafe { (api.graph_exec_destroy)(self.exec) };
-        if let Err(error) = error::check(api, "destroy graph", code) {
-            log::warn!("{error}");
+        for exec in std::iter::once(self.exec).chain(self.retired.drain(..)) {
+            // SAFETY: each executable came from hipGraphInstantiate and is
+            // destroyed exactly once, here; capture-core drops an executable
+            // only once no replay of it can still run.
+            let code = unsafe { (api.graph_exec_destroy)(exec) };
+            if let Err(error) = error::check(api, OP, code) {
+                log::warn!("{error}");
+            }
         }
+        // The recording drops after this: its graph, then its modules.
     }
 }
 
-/// A captured graph (not yet instantiated), destroyed on every path out of
-/// `instantiate`: once the executable exists the graph is no longer needed,
-/// and on any refusal it must not leak.
-struct CapturedGraph {
-    api: &'static Api,
-    raw: ffi::Graph,
+/// Refuse a recording whose graph does not hold exactly one node per launch
+/// and copy recorded: a graph that lost work would replay without it.
+fn check_nodes(recording: &Recording, op: &'static str) -> Result<(), DriverError> {
+    let api = recording.device.api;
+    let mut count = 0usize;
+    // SAFETY: the graph is live; a null node array asks for the count only.
+    let code = unsafe { (api.graph_get_nodes)(recording.graph, ptr::null_mut(), &mut count) };
+    error::check(api, "list graph nodes", code)?;
+    let recorded = recording.work.len();
+    if count == recorded {
+        return Ok(());
+    }
+    Err(other(
+        op,
+        format!(
+            "the captured graph holds {count} node(s) where {recorded} launch(es) and copies \
+             were recorded: the runtime {} work, so the graph would not replay what was issued",
+            if count < recorded { "lost" } else { "added" }
+        ),
+    ))
 }
 
-impl Drop for CapturedGraph {
-    fn drop(&mut self) {
-        if self.raw.is_null() {
-            return;
-        }
-        // SAFETY: the graph came from hipStreamEndCapture and is destroyed
-        // exactly once, here.
-        let code = unsafe { (self.api.graph_destroy)(self.raw) };
-        if let Err(error) = error::check(self.api, "destroy captured graph", code) {
-            log::warn!("{error}");
-        }
-    }
-}
-
-/// End the stream's capture, whatever state it is in, and hand back the
-/// graph (owned, so it is destroyed however the caller leaves) and the code.
-fn end_capture(stream: &mut HipStream) -> (CapturedGraph, ffi::HipError) {
-    let api = stream.device.api;
-    stream.capturing = false;
-    let mut raw = ptr::null_mut();
-    // SAFETY: the stream is live; the out-pointer is a live local.
-    let code = unsafe { (api.stream_end_capture)(stream.raw(), &mut raw) };
-    (CapturedGraph { api, raw }, code)
-}
-
-/// Close a capture no one will instantiate (the stream is being dropped).
-pub(crate) fn abandon_capture(stream: &mut HipStream) {
-    let (_graph, code) = end_capture(stream);
-    if let Err(error) = error::check(stream.device.api, "end capture", code) {
-        log::warn!("{error}");
-    }
-}
-
-pub(crate) fn begin(stream: &mut HipStream) -> Result<(), DriverError> {
-    const OP: &str = "begin capture";
-    if stream.capturing {
-        return Err(other(OP, "the stream is already capturing"));
-    }
-    let api = stream.device.api;
-    stream.device.make_current(OP)?;
-    // Marks the end of the work issued before the capture, which is the
-    // point a signal asked for while recording stands for (see
-    // `HipStream::signal`); the last signal handed out may lie before
-    // launches issued since, which a fence on it would not wait for.
-    stream.signal()?;
-    // SAFETY: the stream is live and not capturing; the mode is a documented one.
-    let code = unsafe { (api.stream_begin_capture)(stream.raw(), ffi::CAPTURE_MODE_RELAXED) };
-    error::check(api, OP, code)?;
-    stream.capturing = true;
-    Ok(())
-}
-
-pub(crate) fn instantiate(
-    stream: &mut HipStream,
-    doomed: Option<Error>,
-) -> Result<HipGraph, Error> {
-    const OP: &str = "instantiate";
-    let api = stream.device.api;
-    // The capture is ended before anything can fail: a stream left capturing
-    // would swallow every later launch. The device is made current first, but
-    // its failure is reported only after the capture is closed.
-    let current = stream.device.make_current(OP);
-    let (graph, code) = end_capture(stream);
-    if let Some(doomed) = doomed {
-        return Err(doomed);
-    }
-    current?;
-    error::check(api, "end capture", code)?;
-    if graph.raw.is_null() {
-        return Err(other(OP, "hipStreamEndCapture succeeded but returned no graph").into());
-    }
-    refuse_memory_nodes(api, &graph)?;
-
+/// `hipGraphInstantiate` of `recording`'s graph.
+fn instantiate_graph(
+    recording: &Recording,
+    op: &'static str,
+) -> Result<ffi::GraphExec, DriverError> {
+    let api = recording.device.api;
     let mut exec = ptr::null_mut();
     let mut error_node: ffi::GraphNode = ptr::null_mut();
     let mut log = [0u8; 2048];
@@ -137,7 +87,7 @@ pub(crate) fn instantiate(
     let code = unsafe {
         (api.graph_instantiate)(
             &mut exec,
-            graph.raw,
+            recording.graph,
             &mut error_node,
             log.as_mut_ptr().cast(),
             log.len(),
@@ -151,65 +101,129 @@ pub(crate) fn instantiate(
         if !log.is_empty() {
             message = format!("{message}; runtime log: {log}");
         }
-        return Err(DriverError::new(error::BACKEND, OP, message).into());
+        return Err(DriverError::new(error::BACKEND, op, message));
     }
     if exec.is_null() {
         return Err(other(
-            OP,
+            op,
             "hipGraphInstantiate succeeded but returned no executable",
-        )
-        .into());
+        ));
     }
-    Ok(HipGraph {
+    Ok(exec)
+}
+
+pub(crate) fn instantiate(
+    stream: &mut Stream,
+    recording: Recording,
+) -> Result<Executable, DriverError> {
+    const OP: &str = "instantiate";
+    let _current = stream.device.enter(OP)?;
+    check_nodes(&recording, OP)?;
+    let exec = instantiate_graph(&recording, OP)?;
+    Ok(Executable {
         exec,
-        device: Arc::clone(&stream.device),
+        retired: Vec::new(),
+        recording,
     })
 }
 
-/// Refuse a recording holding memory allocation or free nodes: such a graph
-/// allocates on launch and never frees, so its second replay fails while the
-/// first succeeds. Slots 10 and 11 of `hipGraphNodeType` hold those nodes on
-/// every release that has them, and symbol copies (which this backend never
-/// issues) on the releases before, so refusing them is right on all.
-fn refuse_memory_nodes(api: &Api, graph: &CapturedGraph) -> Result<(), DriverError> {
-    const OP: &str = "instantiate";
-    let mut count = 0usize;
-    // SAFETY: the graph is live; a null node array asks for the count only.
-    let code = unsafe { (api.graph_get_nodes)(graph.raw, ptr::null_mut(), &mut count) };
-    error::check(api, "list graph nodes", code)?;
-    if count == 0 {
-        return Ok(());
-    }
-    let mut nodes: Vec<ffi::GraphNode> = vec![ptr::null_mut(); count];
-    let mut filled = count;
-    // SAFETY: the array holds `filled` entries and lives across the call; the
-    // runtime writes at most that many and updates `filled`.
-    let code = unsafe { (api.graph_get_nodes)(graph.raw, nodes.as_mut_ptr(), &mut filled) };
-    error::check(api, "list graph nodes", code)?;
-    for &node in nodes.iter().take(filled.min(count)) {
-        let mut kind: ffi::GraphNodeType = -1;
-        // SAFETY: the node belongs to the live graph; the out-pointer is a
-        // live local.
-        let code = unsafe { (api.graph_node_get_type)(node, &mut kind) };
-        error::check(api, "inspect graph node", code)?;
-        if matches!(
-            kind,
-            ffi::GRAPH_NODE_TYPE_MEM_ALLOC | ffi::GRAPH_NODE_TYPE_MEM_FREE
-        ) {
-            return Err(other(
-                OP,
-                format!(
-                    "the recording holds a memory allocation or free node (hipGraphNodeType \
-                     {kind}); a graph that allocates fails on its second replay, so allocate \
-                     before the capture begins"
-                ),
-            ));
-        }
-    }
-    Ok(())
+/// Results of `hipGraphExecUpdate` that mean the graphs differ in shape, so
+/// that the recording is to be instantiated instead.
+fn shape_changed(result: ffi::GraphExecUpdateResult) -> bool {
+    matches!(
+        result,
+        ffi::GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED
+            | ffi::GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED
+            | ffi::GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED
+            | ffi::GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE
+    )
 }
 
-pub(crate) fn upload(exec: &HipGraph, stream: &mut HipStream) -> Result<(), DriverError> {
+/// `hipGraphExecUpdate(exec, graph)`: the code and the update result.
+fn exec_update(
+    update: ffi::HipGraphExecUpdate,
+    exec: ffi::GraphExec,
+    graph: ffi::Graph,
+) -> (ffi::HipError, ffi::GraphExecUpdateResult) {
+    let mut error_node: ffi::GraphNode = ptr::null_mut();
+    let mut result = ffi::GRAPH_EXEC_UPDATE_ERROR;
+    // SAFETY: the executable and the graph are live and on the current
+    // device; both out-pointers are live locals.
+    let code = unsafe { update(exec, graph, &mut error_node, &mut result) };
+    (code, result)
+}
+
+/// Make `exec` run `recording`'s work, in place where the runtime can.
+///
+/// The shapes are compared here first (the same kernels and copies in the
+/// same order), since ROCm's `hipGraphExecUpdate` updates node by node and
+/// may stop at a mismatch with the nodes before it already changed. When it
+/// fails anyway, the executable is updated back from the graph it was
+/// instantiated from; should that fail too, that graph is instantiated anew
+/// in its place and the half-updated one is kept until the executable drops
+/// (a replay of it may still run). Either way the executable is left running
+/// its old work.
+///
+/// The runtime writes updated kernel arguments to fresh argument space, so
+/// replays enqueued before the update finish with their old work.
+pub(crate) fn update(
+    stream: &mut Stream,
+    exec: &mut Executable,
+    recording: Recording,
+) -> Result<Updated<Recording>, DriverError> {
+    const OP: &str = "update graph";
+    let api = stream.device.api;
+    let _current = stream.device.enter(OP)?;
+    check_nodes(&recording, OP)?;
+    let Some(graph_exec_update) = api.graph_exec_update else {
+        return Ok(Updated::Topology(recording));
+    };
+    if recording.work != exec.recording.work {
+        return Ok(Updated::Topology(recording));
+    }
+    let (code, result) = exec_update(graph_exec_update, exec.exec, recording.graph);
+    if code == ffi::SUCCESS && result == ffi::GRAPH_EXEC_UPDATE_SUCCESS {
+        // The same functions, so the same modules: the old recording's
+        // modules stay loaded through the new one for earlier replays.
+        exec.recording = recording;
+        return Ok(Updated::InPlace);
+    }
+    restore(graph_exec_update, exec);
+    if shape_changed(result) {
+        return Ok(Updated::Topology(recording));
+    }
+    let result = match ffi::graph_exec_update_result_name(result) {
+        Some(name) => name.to_owned(),
+        None => format!("hipGraphExecUpdateResult({result})"),
+    };
+    let message = if code == ffi::SUCCESS {
+        format!("hipGraphExecUpdate succeeded but answered {result}")
+    } else {
+        format!("{} ({result})", describe(Some(api), code))
+    };
+    Err(DriverError::new(error::BACKEND, OP, message))
+}
+
+/// Put `exec` back to running its own recording after a failed update (see
+/// [`update`]).
+fn restore(graph_exec_update: ffi::HipGraphExecUpdate, exec: &mut Executable) {
+    const OP: &str = "restore graph after a failed update";
+    let (code, result) = exec_update(graph_exec_update, exec.exec, exec.recording.graph);
+    if code == ffi::SUCCESS && result == ffi::GRAPH_EXEC_UPDATE_SUCCESS {
+        return;
+    }
+    match instantiate_graph(&exec.recording, OP) {
+        Ok(fresh) => {
+            let broken = std::mem::replace(&mut exec.exec, fresh);
+            exec.retired.push(broken);
+        }
+        Err(error) => log::error!(
+            "{error}; the graph may run part of the refused recording's work on its next replay"
+        ),
+    }
+}
+
+pub(crate) fn upload(exec: &Executable, stream: &mut Stream) -> Result<(), DriverError> {
     const OP: &str = "upload graph";
     same_device(exec, stream, OP)?;
     let api = stream.device.api;
@@ -223,32 +237,33 @@ pub(crate) fn upload(exec: &HipGraph, stream: &mut HipStream) -> Result<(), Driv
         }
         return Ok(());
     };
-    stream.device.make_current(OP)?;
+    let _current = stream.device.enter(OP)?;
     // SAFETY: the executable and the stream are live and on the same device.
     let code = unsafe { graph_upload(exec.exec, stream.raw()) };
     error::check(api, OP, code)
 }
 
-pub(crate) fn replay(exec: &HipGraph, stream: &mut HipStream) -> Result<(), DriverError> {
+pub(crate) fn replay(exec: &Executable, stream: &mut Stream) -> Result<(), DriverError> {
     const OP: &str = "replay graph";
     same_device(exec, stream, OP)?;
     let api = stream.device.api;
-    stream.device.make_current(OP)?;
+    let _current = stream.device.enter(OP)?;
     // SAFETY: the executable and the stream are live and on the same device.
     let code = unsafe { (api.graph_launch)(exec.exec, stream.raw()) };
     error::check(api, OP, code)
 }
 
 /// A graph replays only on a stream of the device it was made on.
-fn same_device(exec: &HipGraph, stream: &HipStream, op: &'static str) -> Result<(), DriverError> {
-    if exec.device.ordinal == stream.device.ordinal {
+fn same_device(exec: &Executable, stream: &Stream, op: &'static str) -> Result<(), DriverError> {
+    let ours = exec.recording.device.ordinal;
+    if ours == stream.device.ordinal {
         Ok(())
     } else {
         Err(other(
             op,
             format!(
-                "the graph belongs to HIP device {} and the stream to device {}",
-                exec.device.ordinal, stream.device.ordinal
+                "the graph belongs to HIP device {ours} and the stream to device {}",
+                stream.device.ordinal
             ),
         ))
     }

@@ -1,38 +1,40 @@
-//! Kernels: built from a code object or from HIP C++ (through hiprtc),
-//! checked against their signature, and launched on a stream.
+//! Kernels: built from a code object or from HIP C++ (through hiprtc) and
+//! checked against their signature. A kernel owns the module it lives in;
+//! a stream launches it (and a recording holds its module for as long as a
+//! graph may run it).
 //!
 //! The builtins are ordinary kernels here: [`builtin`] builds them from the
 //! embedded `kernels.hip` through [`Kernel::from_hip`], like any user's.
 
-use std::ffi::{CString, c_void};
+use std::ffi::{CString, c_int};
 use std::mem::size_of;
 use std::ptr;
-use std::sync::{Arc, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use capture_core::signature::{MAX_BINDINGS, MAX_PARAM_BYTES};
-use capture_core::{Builtin, DriverError, Error, Launch, Signature};
+use capture_core::{Builtin, DriverError, Error, Signature};
 
-use crate::Hip;
-use crate::device::HipDevice;
-use crate::error::{self, describe, into_driver, other};
+use crate::device::Device;
+use crate::error::{self, describe, into_driver};
 use crate::ffi;
-use crate::loader::Api;
 use crate::metadata::{self, KernelInterface};
 use crate::rtc;
-use crate::stream::HipStream;
 
 /// The builtin kernels' source, embedded so that nothing is read from disk at
 /// run time.
 const BUILTIN_SOURCE: &str = include_str!("kernels.hip");
 
-/// Most kernel arguments one launch passes: a pointer per binding, one for
-/// the info block, and one per by-value parameter (at least a byte each).
-const MAX_ARGS: usize = MAX_BINDINGS + 1 + MAX_PARAM_BYTES as usize;
+/// Most pointers one launch passes: one per binding and one for the info
+/// block.
+pub(crate) const MAX_POINTERS: usize = MAX_BINDINGS + 1;
 
-/// A loaded code object, unloaded (on its device) when its last kernel drops.
+/// Most by-value parameters one launch passes (at least a byte each).
+pub(crate) const MAX_VALUES: usize = MAX_PARAM_BYTES as usize;
+
+/// A loaded code object, unloaded (on its device) when the last kernel or
+/// recording holding it drops.
 pub(crate) struct Module {
-    api: &'static Api,
-    ordinal: i32,
+    device: Arc<Device>,
     raw: ffi::Module,
     /// What the image's metadata says of its kernels; `None` when it holds
     /// none this crate reads, and its kernels go unchecked.
@@ -47,19 +49,33 @@ unsafe impl Sync for Module {}
 
 impl Drop for Module {
     fn drop(&mut self) {
-        // SAFETY: a plain ordinal, validated when the device was opened.
-        let code = unsafe { (self.api.set_device)(self.ordinal) };
-        if let Err(error) = error::check(self.api, "unload kernels", code) {
-            log::warn!("{error}");
+        const OP: &str = "unload kernels";
+        let api = self.device.api;
+        let current = self.device.enter(OP);
+        if let Err(error) = &current {
+            log::warn!("{error}; unloading on whichever device is current");
         }
         // SAFETY: the module came from hipModuleLoadData and is unloaded once,
-        // here; every kernel holds an Arc to it, so none outlives it.
-        let code = unsafe { (self.api.module_unload)(self.raw) };
-        if let Err(error) = error::check(self.api, "unload kernels", code) {
+        // here; every kernel and every recording of one holds an Arc to it,
+        // so no launch or graph outlives it.
+        let code = unsafe { (api.module_unload)(self.raw) };
+        if let Err(error) = error::check(api, OP, code) {
             log::warn!("{error}");
         }
     }
 }
+
+impl Module {
+    /// The device the module is loaded on.
+    pub(crate) fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+}
+
+/// Modules compiled from HIP C++, by device and source, while a kernel holds
+/// them: every kernel of one source (the four builtins, a user's five)
+/// shares one compile, which takes hiprtc a second or more.
+static COMPILED: Mutex<Vec<(c_int, String, Weak<Module>)>> = Mutex::new(Vec::new());
 
 /// A HIP kernel: a function in a loaded code object, and the [`Signature`]
 /// every launch of it is checked against.
@@ -77,7 +93,8 @@ impl Drop for Module {
 /// scale(float* x, unsigned n, float a) { /* ... */ }
 /// ```
 ///
-/// The code object stays loaded while any kernel from it lives.
+/// The code object stays loaded while any kernel from it lives, and while
+/// any recording or graph that launches one does.
 pub struct Kernel {
     signature: Signature,
     function: ffi::Function,
@@ -98,7 +115,7 @@ impl std::fmt::Debug for Kernel {
 
 impl Kernel {
     /// Load kernel `entry` from `image`, a code object for this device's
-    /// architecture ([`HipDevice::arch`]) as `hipcc --genco`, clang
+    /// architecture ([`Device::arch`]) as `hipcc --genco`, clang
     /// (`-x hip --offload-arch=... --cuda-device-only`) or
     /// [`hiprtc_compile`](crate::hiprtc_compile) write it, raw or in an
     /// offload bundle.
@@ -146,7 +163,7 @@ impl Kernel {
     /// metadata disagrees with the signature; [`Error::Driver`] when the
     /// device cannot be made current.
     pub unsafe fn from_code_object(
-        device: &Arc<HipDevice>,
+        device: &Arc<Device>,
         image: &[u8],
         entry: &str,
         signature: Signature,
@@ -210,7 +227,7 @@ impl Kernel {
     /// [`Error::Driver`] saying `hiprtc unavailable: ...` (with the paths
     /// tried) when hiprtc cannot be loaded.
     pub unsafe fn from_hip(
-        device: &Arc<HipDevice>,
+        device: &Arc<Device>,
         source: &str,
         entry: &str,
         signature: Signature,
@@ -223,6 +240,37 @@ impl Kernel {
     /// What the kernel takes.
     pub fn signature(&self) -> &Signature {
         &self.signature
+    }
+
+    /// The runtime's handle, for a launch.
+    pub(crate) fn function(&self) -> ffi::Function {
+        self.function
+    }
+
+    /// The module the kernel lives in, which a recording of it keeps loaded.
+    pub(crate) fn module(&self) -> &Arc<Module> {
+        &self.module
+    }
+
+    /// The by-value parameters packed in `params`, each in its own 8-byte
+    /// slot of `values` (aligned for any size; the runtime reads as many
+    /// bytes as the kernel's parameter holds, which on a little-endian host
+    /// is the value); how many slots were filled.
+    pub(crate) fn pack_params(&self, params: &[u8], values: &mut [u64; MAX_VALUES]) -> usize {
+        // capture-core guarantees `params` holds exactly the declared sizes;
+        // the copy below reads within it whatever it holds.
+        let mut rest = params;
+        let mut count = 0;
+        for (slot, &size) in values.iter_mut().zip(self.signature.param_sizes()) {
+            let (value, tail) = rest.split_at(rest.len().min(size as usize));
+            let mut bytes = [0u8; size_of::<u64>()];
+            let len = value.len().min(bytes.len());
+            bytes[..len].copy_from_slice(&value[..len]);
+            *slot = u64::from_ne_bytes(bytes);
+            rest = tail;
+            count += 1;
+        }
+        count
     }
 }
 
@@ -263,7 +311,7 @@ pub fn check_code_object(image: &[u8], entry: &str, signature: &Signature) -> Re
 }
 
 /// The signature's own validity and the device's block limits.
-fn check_limits(device: &HipDevice, entry: &str, signature: &Signature) -> Result<(), Error> {
+fn check_limits(device: &Device, entry: &str, signature: &Signature) -> Result<(), Error> {
     let refuse = |log: String| {
         Err(Error::Compile {
             kernel: entry.to_owned(),
@@ -286,10 +334,10 @@ fn check_limits(device: &HipDevice, entry: &str, signature: &Signature) -> Resul
 }
 
 /// Load `image` on the device.
-fn load(device: &HipDevice, image: &[u8], entry: &str) -> Result<Arc<Module>, Error> {
+fn load(device: &Arc<Device>, image: &[u8], entry: &str) -> Result<Arc<Module>, Error> {
     const OP: &str = "load kernels";
     let api = device.api;
-    device.make_current(OP)?;
+    let _current = device.enter(OP)?;
     let mut raw = ptr::null_mut();
     // SAFETY: the image is the caller's bytes, live across the call (the
     // runtime copies what it keeps); hipModuleLoadData validates it and
@@ -302,8 +350,7 @@ fn load(device: &HipDevice, image: &[u8], entry: &str) -> Result<Arc<Module>, Er
         });
     }
     Ok(Arc::new(Module {
-        api,
-        ordinal: device.ordinal,
+        device: Arc::clone(device),
         raw,
         interfaces: metadata::read(image),
     }))
@@ -311,24 +358,21 @@ fn load(device: &HipDevice, image: &[u8], entry: &str) -> Result<Arc<Module>, Er
 
 /// The module compiled from `source` on this device: the one a live kernel
 /// of the same source holds, else a fresh compile.
-fn compiled(device: &HipDevice, source: &str, entry: &str) -> Result<Arc<Module>, Error> {
+fn compiled(device: &Arc<Device>, source: &str, entry: &str) -> Result<Arc<Module>, Error> {
     // Held across the compile, so that two streams building kernels of one
     // source compile it once; a poisoned lock still holds a consistent list.
-    let mut cache = device
-        .compiled
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    cache.retain(|(_, module)| module.strong_count() > 0);
+    let mut cache = COMPILED.lock().unwrap_or_else(PoisonError::into_inner);
+    cache.retain(|(_, _, module)| module.strong_count() > 0);
     if let Some(module) = cache
         .iter()
-        .find(|(cached, _)| cached == source)
-        .and_then(|(_, module)| module.upgrade())
+        .find(|(ordinal, cached, _)| *ordinal == device.ordinal && cached == source)
+        .and_then(|(_, _, module)| module.upgrade())
     {
         return Ok(module);
     }
     let rtc = rtc::rtc()?;
     // hiprtc targets the current device when no architecture is named.
-    device.make_current("compile kernel")?;
+    let current = device.enter("compile kernel")?;
     // The program is named for the kernel asked for; the error names the
     // kernel itself.
     let image =
@@ -341,14 +385,15 @@ fn compiled(device: &HipDevice, source: &str, entry: &str) -> Result<Arc<Module>
                 other => other,
             }
         })?;
+    drop(current);
     let module = load(device, &image, entry)?;
-    cache.push((source.to_owned(), Arc::downgrade(&module)));
+    cache.push((device.ordinal, source.to_owned(), Arc::downgrade(&module)));
     Ok(module)
 }
 
 /// Kernel `entry` of `module`, checked against its metadata.
 fn find(
-    device: &HipDevice,
+    device: &Device,
     module: Arc<Module>,
     entry: &str,
     signature: Signature,
@@ -363,7 +408,7 @@ fn find(
     }
     let name = CString::new(entry).map_err(|_| failed("the entry name holds a NUL byte".into()))?;
     let api = device.api;
-    device.make_current(OP)?;
+    let _current = device.enter(OP)?;
     let mut function = ptr::null_mut();
     // SAFETY: the module is live (held by the Arc); the name is a live,
     // NUL-terminated string; the out-pointer is a live local.
@@ -382,97 +427,13 @@ fn find(
 }
 
 /// Builtin `which`, built from the embedded source like any user kernel.
-pub(crate) fn builtin(device: &Arc<HipDevice>, which: Builtin) -> Result<Kernel, DriverError> {
+pub(crate) fn builtin(device: &Arc<Device>, which: Builtin) -> Result<Kernel, DriverError> {
     // SAFETY: each builtin touches element i of its buffers only for
     // i < info.n, which fits every bound buffer only when the launch says so;
     // capture-core launches builtins only through `Client::run_builtin`,
     // which checks n against each buffer's length before the launch.
     unsafe { Kernel::from_hip(device, BUILTIN_SOURCE, which.name(), which.signature()) }
         .map_err(|error| into_driver("build builtin kernel", error))
-}
-
-pub(crate) fn launch(stream: &mut HipStream, launch: Launch<'_, Hip>) -> Result<(), DriverError> {
-    const OP: &str = "launch";
-    let kernel = launch.kernel;
-    if kernel.module.ordinal != stream.device.ordinal {
-        return Err(other(
-            OP,
-            format!(
-                "the kernel was loaded on HIP device {} and the stream is on device {}",
-                kernel.module.ordinal, stream.device.ordinal
-            ),
-        ));
-    }
-    // The kernel's parameters, in the convention `Kernel` documents: each
-    // binding's device address, the info block's, then each by-value
-    // parameter in its own 8-byte slot (aligned for any size; the runtime
-    // reads as many bytes as the kernel's parameter holds, which on a
-    // little-endian host is the value). hipModuleLaunchKernel takes an array
-    // of pointers to them and copies the values at the call (and into the
-    // node when capturing). All on the stack: capture-core's limits bound
-    // the counts.
-    let mut pointers = [ptr::null_mut::<c_void>(); MAX_BINDINGS + 1];
-    let mut values = [0u64; MAX_PARAM_BYTES as usize];
-    let mut pointer_count = 0;
-    let slices = launch
-        .bindings
-        .iter()
-        .map(|binding| binding.slice)
-        .chain(launch.info);
-    for (slot, slice) in pointers.iter_mut().zip(slices) {
-        *slot = slice.page.address(OP, slice.offset, slice.len)?;
-        pointer_count += 1;
-    }
-    // capture-core guarantees `params` holds exactly the declared sizes;
-    // the copy below reads within it whatever it holds.
-    let mut rest = launch.params;
-    let mut value_count = 0;
-    for (slot, &size) in values.iter_mut().zip(kernel.signature.param_sizes()) {
-        let (value, tail) = rest.split_at(rest.len().min(size as usize));
-        let mut bytes = [0u8; size_of::<u64>()];
-        bytes[..value.len()].copy_from_slice(value);
-        *slot = u64::from_ne_bytes(bytes);
-        rest = tail;
-        value_count += 1;
-    }
-    let mut args = [ptr::null_mut::<c_void>(); MAX_ARGS];
-    let targets = pointers[..pointer_count]
-        .iter_mut()
-        .map(|p| ptr::from_mut(p).cast::<c_void>())
-        .chain(
-            values[..value_count]
-                .iter_mut()
-                .map(|v| ptr::from_mut(v).cast::<c_void>()),
-        );
-    for (arg, target) in args.iter_mut().zip(targets) {
-        *arg = target;
-    }
-    let api = stream.device.api;
-    stream.device.make_current(OP)?;
-    let [gx, gy, gz] = launch.groups;
-    let [bx, by, bz] = kernel.signature.workgroup_size();
-    // SAFETY: the function is live (its module is held by the kernel); the
-    // first `pointer_count + value_count` entries of `args` point at live
-    // locals holding the kernel's parameters in order, as its signature
-    // declares them (checked against the code object's metadata where it
-    // could be read, else the constructor's caller's promise); `extra` is
-    // unused.
-    let code = unsafe {
-        (api.module_launch_kernel)(
-            kernel.function,
-            gx,
-            gy,
-            gz,
-            bx,
-            by,
-            bz,
-            0,
-            stream.raw(),
-            args.as_mut_ptr(),
-            ptr::null_mut(),
-        )
-    };
-    error::check(api, OP, code)
 }
 
 #[cfg(test)]
@@ -485,7 +446,7 @@ mod tests {
     /// Skipped where no hiprtc is installed.
     #[test]
     fn builtin_source_compiles_and_matches_the_signatures() {
-        let image = match crate::hiprtc_compile(BUILTIN_SOURCE, "builtins.hip", "gfx90a") {
+        let image = match rtc::hiprtc_compile(BUILTIN_SOURCE, "builtins.hip", "gfx90a") {
             Ok(image) => image,
             Err(Error::Driver(error)) if error.message.starts_with("hiprtc unavailable") => {
                 eprintln!("skipped: {error}");

@@ -3,7 +3,8 @@
 //!
 //! The runtime (`libamdhip64.so`) and hiprtc are loaded at run time, so this crate builds and links
 //! on any machine; a machine without ROCm, or without an AMD GPU, gets an
-//! [`Availability::Unavailable`] reason from [`Hip::probe`], never a panic.
+//! [`Availability::Unavailable`](capture_core::Availability) reason from
+//! `Hip::probe`, never a panic.
 //! Declarations are hand-written in [`ffi`], with every code the runtime
 //! returns kept as an integer, so that a newer runtime's unknown code is a
 //! value to report rather than undefined behaviour.
@@ -22,8 +23,10 @@
 //!
 //! # Environment
 //!
-//! - `CAPTURE_HIP_DEVICE`: index of the device to open (default 0).
-//! - `CAPTURE_HIP_LIBRARY`: the one runtime library to load, instead of the
+//! - `CAPTURE_HIP_DEVICE` ([`DEVICE_ENV`]): index of the device `Hip::open`
+//!   opens (default 0); `Hip::devices` lists them all and `Hip::open_index`
+//!   opens any.
+//! - `CAPTURE_HIP_LIBRARY` ([`LIBRARY_ENV`]): the one runtime library to load, instead of the
 //!   search through `$ROCM_PATH/lib` and `$HIP_PATH/lib` (or `/opt/rocm/lib`
 //!   when neither is set), then the system paths (`libamdhip64.so`, `.so.7`,
 //!   `.so.6`, `.so.5` in each). hiprtc is looked for as `libhiprtc.so` (and
@@ -31,11 +34,27 @@
 //!
 //! # Threads and capture
 //!
-//! Every entry makes the device current on the calling thread, and captures
-//! run in relaxed mode so that `begin` and `instantiate` may come from
-//! different threads. That gives up no protection: what the stricter modes
-//! guard against, an allocation or a host sync while recording, capture-core
-//! refuses itself.
+//! Every entry makes the device current on the calling thread for the
+//! length of the call and then makes the caller's device current again, so a
+//! program that also uses HIP directly keeps its own current device. Captures
+//! run in relaxed mode so that `begin` and `end` may come from different
+//! threads. That gives up no protection: what the stricter modes guard
+//! against, an allocation or a host sync while recording, capture-core
+//! refuses itself, and a page freed while any stream of the device records
+//! is freed once the last recording ends (see [`Device`]).
+//!
+//! Graphs need ROCm 5.3 or later: before it a kernel launched on a capturing
+//! stream runs at once and is missing from the graph, so `begin` refuses on
+//! older runtimes (eager work runs on them as usual). A recording whose
+//! graph holds other than one node per launch and copy is refused at
+//! `instantiate` and `update`.
+//!
+//! # Allocations
+//!
+//! An eager launch, a copy and a replay allocate nothing on the heap: the
+//! kernel's arguments are packed in stack arrays bounded by capture-core's
+//! limits. A launch or copy recorded into a graph notes one entry in the
+//! recording.
 //!
 //! # The `abi-check` feature
 //!
@@ -47,11 +66,13 @@
 //! `HIP_PATH=/usr`); it is never on by default.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+use std::ffi::c_void;
+use std::ptr;
 use std::sync::Arc;
 
 use capture_core::{
-    Availability, Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, Error,
-    GraphDriver, HostSlice, Launch, Signature,
+    Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice,
+    Launch, Signature, Updated,
 };
 
 mod device;
@@ -65,41 +86,64 @@ mod metadata;
 mod rtc;
 mod stream;
 
-pub use device::{DEVICE_VAR, HipDevice};
-pub use graph::HipGraph;
+pub use device::{DEVICE_ENV, Device};
+pub use graph::Executable;
 pub use kernels::{Kernel, check_code_object};
-pub use loader::LIBRARY_VAR;
-pub use memory::{HipDevicePage, HipHostPage};
+pub use loader::LIBRARY_ENV;
+pub use memory::{DevicePage, HostPage};
 pub use rtc::hiprtc_compile;
-pub use stream::{HipSignal, HipStream};
+pub use stream::{Recording, Signal, Stream};
 
 /// The HIP backend, as a marker type: all its state lives in the device,
 /// stream and page types capture-core holds.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Hip;
 
+/// The host and device addresses of a copy, checked against their pages.
+fn copy_ranges(
+    op: &'static str,
+    host: HostSlice<'_, Hip>,
+    device: DeviceSlice<'_, Hip>,
+) -> Result<(*mut u8, *mut c_void, usize), DriverError> {
+    if host.len != device.len {
+        return Err(error::other(
+            op,
+            format!(
+                "the host range has {} bytes, the device range {}",
+                host.len, device.len
+            ),
+        ));
+    }
+    let len = usize::try_from(host.len)
+        .map_err(|_| error::other(op, "the copy does not fit in an address"))?;
+    let host_ptr = host.page.address(op, host.offset, host.len)?;
+    let device_ptr = device.page.address(op, device.offset, device.len)?;
+    Ok((host_ptr, device_ptr, len))
+}
+
 impl Driver for Hip {
-    type Device = HipDevice;
-    type Stream = HipStream;
-    type DevicePage = HipDevicePage;
-    type HostPage = HipHostPage;
-    type Signal = HipSignal;
+    type Device = Device;
+    type Stream = Stream;
+    type DevicePage = DevicePage;
+    type HostPage = HostPage;
+    type Signal = Signal;
     type Kernel = Kernel;
 
     const NAME: &'static str = "hip";
 
-    fn probe() -> Availability {
-        match device::open() {
-            Ok(device) => Availability::Available(device.info()),
-            Err(reason) => Availability::Unavailable(reason),
-        }
+    fn devices() -> Result<Vec<DeviceInfo>, DriverError> {
+        device::devices()
     }
 
-    fn open() -> Result<Arc<HipDevice>, DriverError> {
-        device::open().map(Arc::new).map_err(device::open_error)
+    fn open_index(index: usize) -> Result<Arc<Device>, DriverError> {
+        device::open_index(index).map(Arc::new)
     }
 
-    fn device_info(device: &HipDevice) -> DeviceInfo {
+    fn open() -> Result<Arc<Device>, DriverError> {
+        device::open().map(Arc::new)
+    }
+
+    fn device_info(device: &Device) -> DeviceInfo {
         device.info()
     }
 
@@ -107,88 +151,123 @@ impl Driver for Hip {
         kernel.signature()
     }
 
-    fn create_stream(device: &Arc<HipDevice>) -> Result<HipStream, DriverError> {
-        HipStream::create(device)
+    fn create_stream(device: &Arc<Device>) -> Result<Stream, DriverError> {
+        Stream::create(device)
     }
 
-    fn allocate_device_page(
-        stream: &mut HipStream,
-        bytes: u64,
-    ) -> Result<HipDevicePage, DriverError> {
-        memory::allocate_device_page(stream, bytes)
+    fn allocate_device_page(stream: &mut Stream, bytes: u64) -> Result<DevicePage, DriverError> {
+        DevicePage::allocate(&stream.device, bytes)
     }
 
-    fn release_device_page(stream: &mut HipStream, page: HipDevicePage) {
-        memory::release_device_page(stream, page);
+    /// Dropping the page frees it (see [`DevicePage`]).
+    fn release_device_page(_stream: &mut Stream, page: DevicePage) {
+        drop(page);
     }
 
-    fn allocate_host_page(stream: &mut HipStream, bytes: u64) -> Result<HipHostPage, DriverError> {
-        memory::allocate_host_page(stream, bytes)
+    fn allocate_host_page(stream: &mut Stream, bytes: u64) -> Result<HostPage, DriverError> {
+        HostPage::allocate(&stream.device, bytes)
     }
 
-    fn release_host_page(stream: &mut HipStream, page: HipHostPage) {
-        memory::release_host_page(stream, page);
+    /// Dropping the page frees it (see [`HostPage`]).
+    fn release_host_page(_stream: &mut Stream, page: HostPage) {
+        drop(page);
     }
 
-    fn write_host(page: &HipHostPage, offset: u64, bytes: &[u8]) {
-        memory::write_host(page, offset, bytes);
+    fn write_host(page: &HostPage, offset: u64, bytes: &[u8]) {
+        page.write(offset, bytes);
     }
 
-    fn read_host(page: &HipHostPage, offset: u64, out: &mut [u8]) {
-        memory::read_host(page, offset, out);
+    fn read_host(page: &HostPage, offset: u64, out: &mut [u8]) {
+        page.read(offset, out);
     }
 
     fn copy_to_device(
-        stream: &mut HipStream,
+        stream: &mut Stream,
         src: HostSlice<'_, Self>,
         dst: DeviceSlice<'_, Self>,
     ) -> Result<(), DriverError> {
-        memory::copy_to_device(stream, src, dst)
+        let (host, device, len) = copy_ranges("copy to device", src, dst)?;
+        stream.copy_to_device(host, device, len)
     }
 
     fn copy_to_host(
-        stream: &mut HipStream,
+        stream: &mut Stream,
         src: DeviceSlice<'_, Self>,
         dst: HostSlice<'_, Self>,
     ) -> Result<(), DriverError> {
-        memory::copy_to_host(stream, src, dst)
+        let (host, device, len) = copy_ranges("copy to host", dst, src)?;
+        stream.copy_to_host(device, host, len)
     }
 
-    fn launch(stream: &mut HipStream, launch: Launch<'_, Self>) -> Result<(), DriverError> {
-        kernels::launch(stream, launch)
+    fn launch(stream: &mut Stream, launch: Launch<'_, Self>) -> Result<(), DriverError> {
+        const OP: &str = "launch";
+        let mut pointers = [ptr::null_mut::<c_void>(); kernels::MAX_POINTERS];
+        let mut count = 0;
+        let slices = launch
+            .bindings
+            .iter()
+            .map(|binding| binding.slice)
+            .chain(launch.info);
+        for (slot, slice) in pointers.iter_mut().zip(slices) {
+            *slot = slice.page.address(OP, slice.offset, slice.len)?;
+            count += 1;
+        }
+        stream.launch(
+            launch.kernel,
+            launch.groups,
+            &pointers[..count],
+            launch.params,
+        )
     }
 
-    fn signal(stream: &mut HipStream) -> Result<HipSignal, DriverError> {
+    fn signal(stream: &mut Stream) -> Result<Signal, DriverError> {
         stream.signal()
     }
 
-    fn fence(stream: &mut HipStream, signal: HipSignal) -> Result<(), DriverError> {
+    fn fence(stream: &mut Stream, signal: Signal) -> Result<(), DriverError> {
         stream.fence(signal)
+    }
+
+    fn is_done(stream: &mut Stream, signal: Signal) -> Result<bool, DriverError> {
+        stream.is_done(signal)
     }
 }
 
 impl GraphDriver for Hip {
-    type Executable = HipGraph;
+    type Recording = Recording;
+    type Executable = Executable;
 
-    fn begin(stream: &mut HipStream) -> Result<(), DriverError> {
-        graph::begin(stream)
+    fn begin(stream: &mut Stream) -> Result<(), DriverError> {
+        stream.begin()
     }
 
-    fn instantiate(stream: &mut HipStream, doomed: Option<Error>) -> Result<HipGraph, Error> {
-        graph::instantiate(stream, doomed)
+    fn end(stream: &mut Stream) -> Result<Recording, DriverError> {
+        stream.end()
     }
 
-    fn upload(exec: &HipGraph, stream: &mut HipStream) -> Result<(), DriverError> {
+    fn instantiate(stream: &mut Stream, recording: Recording) -> Result<Executable, DriverError> {
+        graph::instantiate(stream, recording)
+    }
+
+    fn update(
+        stream: &mut Stream,
+        exec: &mut Executable,
+        recording: Recording,
+    ) -> Result<Updated<Recording>, DriverError> {
+        graph::update(stream, exec, recording)
+    }
+
+    fn upload(exec: &Executable, stream: &mut Stream) -> Result<(), DriverError> {
         graph::upload(exec, stream)
     }
 
-    fn replay(exec: &HipGraph, stream: &mut HipStream) -> Result<(), DriverError> {
+    fn replay(exec: &Executable, stream: &mut Stream) -> Result<(), DriverError> {
         graph::replay(exec, stream)
     }
 }
 
 impl Builtins for Hip {
-    fn builtin(device: &Arc<HipDevice>, which: Builtin) -> Result<Kernel, DriverError> {
+    fn builtin(device: &Arc<Device>, which: Builtin) -> Result<Kernel, DriverError> {
         kernels::builtin(device, which)
     }
 }

@@ -30,7 +30,7 @@ use libloading::Library;
 use crate::ffi;
 
 /// Environment variable naming the one HIP runtime library to load.
-pub const LIBRARY_VAR: &str = "CAPTURE_HIP_LIBRARY";
+pub const LIBRARY_ENV: &str = "CAPTURE_HIP_LIBRARY";
 
 const HIP_NAMES: [&str; 4] = [
     "libamdhip64.so",
@@ -53,6 +53,8 @@ pub(crate) struct Api {
     pub init: ffi::HipInit,
     pub get_device_count: ffi::HipGetDeviceCount,
     pub set_device: ffi::HipSetDevice,
+    pub get_device: ffi::HipGetDevice,
+    pub device_total_mem: ffi::HipDeviceTotalMem,
     pub device_get: ffi::HipDeviceGet,
     pub device_get_name: ffi::HipDeviceGetName,
     pub device_get_attribute: ffi::HipDeviceGetAttribute,
@@ -66,6 +68,10 @@ pub(crate) struct Api {
     pub stream_create_with_flags: ffi::HipStreamCreateWithFlags,
     pub stream_destroy: ffi::HipStreamOp,
     pub stream_synchronize: ffi::HipStreamOp,
+    pub stream_wait_event: ffi::HipStreamWaitEvent,
+    /// Absent before ROCm 4.3; a failed end of capture then replaces the
+    /// stream whatever state it is in.
+    pub stream_is_capturing: Option<ffi::HipStreamIsCapturing>,
     pub malloc: ffi::HipMalloc,
     pub free: ffi::HipFree,
     pub host_malloc: ffi::HipHostMalloc,
@@ -84,10 +90,11 @@ pub(crate) struct Api {
     pub stream_begin_capture: ffi::HipStreamBeginCapture,
     pub stream_end_capture: ffi::HipStreamEndCapture,
     pub graph_get_nodes: ffi::HipGraphGetNodes,
-    pub graph_node_get_type: ffi::HipGraphNodeGetType,
     pub graph_instantiate: ffi::HipGraphInstantiate,
     pub graph_destroy: ffi::HipGraphDestroy,
     pub graph_exec_destroy: ffi::HipGraphExecDestroy,
+    /// Absent before ROCm 4.5; every update is then an instantiation.
+    pub graph_exec_update: Option<ffi::HipGraphExecUpdate>,
     pub graph_launch: ffi::HipGraphOnStream,
     /// Absent before ROCm 5.3; an upload is then skipped (a launch stages the
     /// graph itself).
@@ -193,7 +200,7 @@ unsafe fn symbol<T: Copy>(library: &Library, name: &str) -> Result<T, String> {
 }
 
 fn load() -> Result<Api, String> {
-    let explicit = env::var_os(LIBRARY_VAR)
+    let explicit = env::var_os(LIBRARY_ENV)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from);
     let hip_candidates = match &explicit {
@@ -223,8 +230,15 @@ fn load() -> Result<Api, String> {
         };
     }
 
-    // SAFETY: as for `hip_fn!`: the type is hipGraphUpload's declaration.
+    // SAFETY: as for `hip_fn!`: each type is the declaration of the function
+    // of that name; these are the functions older runtimes lack.
     let graph_upload = unsafe { symbol::<ffi::HipGraphOnStream>(&hip, "hipGraphUpload") }.ok();
+    // SAFETY: as above.
+    let stream_is_capturing =
+        unsafe { symbol::<ffi::HipStreamIsCapturing>(&hip, "hipStreamIsCapturing") }.ok();
+    // SAFETY: as above.
+    let graph_exec_update =
+        unsafe { symbol::<ffi::HipGraphExecUpdate>(&hip, "hipGraphExecUpdate") }.ok();
     // The R0600 layout first: a ROCm 6 or later runtime also exports the
     // unversioned name, with ROCm 5's layout, for old binaries.
     let get_device_properties =
@@ -254,6 +268,8 @@ fn load() -> Result<Api, String> {
         init: hip_fn!("hipInit"),
         get_device_count: hip_fn!("hipGetDeviceCount"),
         set_device: hip_fn!("hipSetDevice"),
+        get_device: hip_fn!("hipGetDevice"),
+        device_total_mem: hip_fn!("hipDeviceTotalMem"),
         device_get: hip_fn!("hipDeviceGet"),
         device_get_name: hip_fn!("hipDeviceGetName"),
         device_get_attribute: hip_fn!("hipDeviceGetAttribute"),
@@ -265,6 +281,8 @@ fn load() -> Result<Api, String> {
         stream_create_with_flags: hip_fn!("hipStreamCreateWithFlags"),
         stream_destroy: hip_fn!("hipStreamDestroy"),
         stream_synchronize: hip_fn!("hipStreamSynchronize"),
+        stream_wait_event: hip_fn!("hipStreamWaitEvent"),
+        stream_is_capturing,
         malloc: hip_fn!("hipMalloc"),
         free: hip_fn!("hipFree"),
         host_malloc: hip_fn!("hipHostMalloc"),
@@ -283,10 +301,10 @@ fn load() -> Result<Api, String> {
         stream_begin_capture: hip_fn!("hipStreamBeginCapture"),
         stream_end_capture: hip_fn!("hipStreamEndCapture"),
         graph_get_nodes: hip_fn!("hipGraphGetNodes"),
-        graph_node_get_type: hip_fn!("hipGraphNodeGetType"),
         graph_instantiate: hip_fn!("hipGraphInstantiate"),
         graph_destroy: hip_fn!("hipGraphDestroy"),
         graph_exec_destroy: hip_fn!("hipGraphExecDestroy"),
+        graph_exec_update,
         graph_launch: hip_fn!("hipGraphLaunch"),
         graph_upload,
         rtc,

@@ -1,15 +1,29 @@
-//! Streams, and the events that serve as their signals and fences.
+//! Streams: the work enqueued on them, the events that serve as their
+//! signals and fences, and their recording into a HIP graph (opening and
+//! closing a capture are stream transitions).
+//!
+//! Captures run in `hipStreamCaptureModeRelaxed`. capture-core drives the
+//! backend under a lock from whichever thread calls, so `begin` and `end`
+//! may arrive on different threads; the global and thread-local modes refuse
+//! that (`hipErrorStreamCaptureWrongThread`). What those modes guard
+//! against, a device allocation or a host sync while a capture records,
+//! capture-core refuses itself, and a page freed on the device while any of
+//! its streams records waits for the recording to end (see
+//! [`Device`](crate::Device)). Relaxed mode therefore gives up no protection
+//! here.
 
 use std::collections::VecDeque;
+use std::ffi::c_void;
 use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use capture_core::DriverError;
 
-use crate::device::HipDevice;
-use crate::error::{self, other};
+use crate::device::Device;
+use crate::error::{self, describe, other};
 use crate::ffi;
+use crate::kernels::{Kernel, MAX_POINTERS, MAX_VALUES, Module};
 
 /// Most idle events a stream keeps for reuse; beyond that they are destroyed,
 /// so a burst of signals does not pin events for the stream's whole life.
@@ -21,14 +35,74 @@ const SPARE_EVENTS: usize = 16;
 /// and may outlive the event that marked it: an event is recycled once its
 /// point has passed, and a signal whose event is gone is known complete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HipSignal {
+pub struct Signal {
     stream: u64,
     seq: u64,
 }
 
+/// One operation a capture recorded, in issue order: one node of the graph.
+///
+/// A stream's capture is a chain, so this order is the graph's topological
+/// order, the one `hipGraphExecUpdate` pairs nodes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Work {
+    /// A kernel node running this function.
+    Kernel(usize),
+    /// A host-to-device copy node.
+    ToDevice,
+    /// A device-to-host copy node.
+    ToHost,
+}
+
+/// What a capture in progress has recorded so far.
+#[derive(Default)]
+struct Capture {
+    work: Vec<Work>,
+    modules: Vec<Arc<Module>>,
+}
+
+impl Capture {
+    fn kernel(&mut self, kernel: &Kernel) {
+        self.work.push(Work::Kernel(kernel.function() as usize));
+        let module = kernel.module();
+        if !self.modules.iter().any(|held| Arc::ptr_eq(held, module)) {
+            self.modules.push(Arc::clone(module));
+        }
+    }
+}
+
+/// A closed recording: the captured `hipGraph_t` (destroyed when this
+/// drops), what was recorded into it, and the modules its kernel nodes run,
+/// kept loaded for as long as the recording or an executable made from it
+/// lives.
+pub struct Recording {
+    pub(crate) graph: ffi::Graph,
+    pub(crate) work: Vec<Work>,
+    _modules: Vec<Arc<Module>>,
+    pub(crate) device: Arc<Device>,
+}
+
+// SAFETY: a graph is a runtime object usable from any thread (the device is
+// made current on every entry); it is destroyed only by Drop, once.
+unsafe impl Send for Recording {}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        const OP: &str = "destroy captured graph";
+        let api = self.device.api;
+        let _current = self.device.enter(OP);
+        // SAFETY: the graph came from hipStreamEndCapture and is destroyed
+        // exactly once, here (an executable made from it holds its own copy).
+        let code = unsafe { (api.graph_destroy)(self.graph) };
+        if let Err(error) = error::check(api, OP, code) {
+            log::warn!("{error}");
+        }
+    }
+}
+
 /// A non-blocking HIP stream on one device.
-pub struct HipStream {
-    pub(crate) device: Arc<HipDevice>,
+pub struct Stream {
+    pub(crate) device: Arc<Device>,
     raw: ffi::Stream,
     id: u64,
     /// The last sequence number handed out; 0 means none, which every fence
@@ -37,30 +111,36 @@ pub struct HipStream {
     /// Recorded events not yet known complete, oldest first.
     pending: VecDeque<(u64, ffi::Event)>,
     spare: Vec<ffi::Event>,
-    /// Whether a capture begun by `begin` is still open.
-    pub(crate) capturing: bool,
+    /// The capture `begin` opened, until `end` closes it.
+    capture: Option<Capture>,
 }
 
 // SAFETY: the stream and event handles are runtime objects usable from any
 // thread (the device is made current on every entry); the struct is only
 // reached through `&mut`, so no two threads use it at once.
-unsafe impl Send for HipStream {}
+unsafe impl Send for Stream {}
 
-impl HipStream {
+/// Create a non-blocking stream on the current device.
+fn create_raw(device: &Device, op: &'static str) -> Result<ffi::Stream, DriverError> {
+    let api = device.api;
+    let mut raw = ptr::null_mut();
+    // SAFETY: the out-pointer is a live local; the flag is a documented one.
+    let code = unsafe { (api.stream_create_with_flags)(&mut raw, ffi::STREAM_NON_BLOCKING) };
+    error::check(api, op, code)?;
+    Ok(raw)
+}
+
+impl Stream {
     /// The runtime's handle, for enqueuing work.
     pub(crate) fn raw(&self) -> ffi::Stream {
         self.raw
     }
 
-    pub(crate) fn create(device: &Arc<HipDevice>) -> Result<Self, DriverError> {
+    pub(crate) fn create(device: &Arc<Device>) -> Result<Self, DriverError> {
         const OP: &str = "create stream";
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        let api = device.api;
-        device.make_current(OP)?;
-        let mut raw = ptr::null_mut();
-        // SAFETY: the out-pointer is a live local; the flag is a documented one.
-        let code = unsafe { (api.stream_create_with_flags)(&mut raw, ffi::STREAM_NON_BLOCKING) };
-        error::check(api, OP, code)?;
+        let _current = device.enter(OP)?;
+        let raw = create_raw(device, OP)?;
         Ok(Self {
             device: Arc::clone(device),
             raw,
@@ -68,7 +148,7 @@ impl HipStream {
             last_seq: 0,
             pending: VecDeque::new(),
             spare: Vec::new(),
-            capturing: false,
+            capture: None,
         })
     }
 
@@ -93,24 +173,24 @@ impl HipStream {
         if self.spare.len() < SPARE_EVENTS {
             self.spare.push(event);
         } else {
-            destroy_event(self.device.api, event);
+            destroy_event(&self.device, event);
         }
     }
 
-    pub(crate) fn signal(&mut self) -> Result<HipSignal, DriverError> {
-        const OP: &str = "signal";
-        if self.capturing {
-            // Recorded work only runs at replay, so the stream's real work
-            // ends where the capture began: `begin` recorded the last signal
-            // just before opening it. Recording an event here would put an
-            // event node into the graph instead.
-            return Ok(HipSignal {
-                stream: self.id,
-                seq: self.last_seq,
-            });
+    /// Every event up to `index` of `pending` has been reached.
+    fn passed(&mut self, index: usize) {
+        for _ in 0..=index {
+            if let Some((_, event)) = self.pending.pop_front() {
+                self.recycle(event);
+            }
         }
+    }
+
+    /// Record an event: one `hipEventRecord` on a recycled event, no wait.
+    pub(crate) fn signal(&mut self) -> Result<Signal, DriverError> {
+        const OP: &str = "signal";
         let api = self.device.api;
-        self.device.make_current(OP)?;
+        let _current = self.device.enter(OP)?;
         self.reap();
         let event = match self.spare.pop() {
             Some(event) => event,
@@ -132,43 +212,292 @@ impl HipStream {
         }
         self.last_seq += 1;
         self.pending.push_back((self.last_seq, event));
-        Ok(HipSignal {
+        Ok(Signal {
             stream: self.id,
             seq: self.last_seq,
         })
     }
 
-    pub(crate) fn fence(&mut self, signal: HipSignal) -> Result<(), DriverError> {
-        const OP: &str = "fence";
+    /// Where `signal` sits in `pending`, or `None` when it has been reached.
+    fn find(&self, op: &'static str, signal: Signal) -> Result<Option<usize>, DriverError> {
         if signal.stream != self.id {
-            return Err(other(OP, "the signal was made by another stream"));
+            return Err(other(op, "the signal was made by another stream"));
         }
         if signal.seq > self.last_seq {
-            return Err(other(OP, "the signal was never handed out by this stream"));
+            return Err(other(op, "the signal was never handed out by this stream"));
         }
         // Events leave `pending` only once complete, so a signal whose event
         // is gone has been reached.
-        let Some(index) = self.pending.iter().position(|&(seq, _)| seq == signal.seq) else {
+        Ok(self.pending.iter().position(|&(seq, _)| seq == signal.seq))
+    }
+
+    pub(crate) fn fence(&mut self, signal: Signal) -> Result<(), DriverError> {
+        const OP: &str = "fence";
+        let Some(index) = self.find(OP, signal)? else {
             return Ok(());
         };
         let api = self.device.api;
-        self.device.make_current(OP)?;
+        let _current = self.device.enter(OP)?;
         let event = self.pending[index].1;
         // SAFETY: the event is live and was recorded on this stream.
         let code = unsafe { (api.event_synchronize)(event) };
         error::check(api, OP, code)?;
         // The stream is in order: everything recorded before this event is
         // done too.
-        for _ in 0..=index {
-            if let Some((_, event)) = self.pending.pop_front() {
-                self.recycle(event);
+        self.passed(index);
+        Ok(())
+    }
+
+    pub(crate) fn is_done(&mut self, signal: Signal) -> Result<bool, DriverError> {
+        const OP: &str = "query signal";
+        let Some(index) = self.find(OP, signal)? else {
+            return Ok(true);
+        };
+        let api = self.device.api;
+        let _current = self.device.enter(OP)?;
+        let event = self.pending[index].1;
+        // SAFETY: the event is live and was recorded on this stream.
+        match unsafe { (api.event_query)(event) } {
+            ffi::SUCCESS => {
+                self.passed(index);
+                Ok(true)
             }
+            ffi::ERROR_NOT_READY => Ok(false),
+            code => error::check(api, OP, code).map(|()| false),
+        }
+    }
+
+    /// Enqueue a copy of `len` bytes from pinned `host` to device `device`.
+    /// Both ranges lie inside live pages, which capture-core keeps alive
+    /// until a fence passes the copy.
+    pub(crate) fn copy_to_device(
+        &mut self,
+        host: *mut u8,
+        device: *mut c_void,
+        len: usize,
+    ) -> Result<(), DriverError> {
+        const OP: &str = "copy to device";
+        let api = self.device.api;
+        let _current = self.device.enter(OP)?;
+        // SAFETY: both ranges lie inside live allocations (pinned host and
+        // device, checked by the caller), the stream is live, and the copy is
+        // asynchronous: capture-core keeps both pages alive until a fence
+        // passes it.
+        let code = unsafe { (api.memcpy_htod_async)(device, host.cast(), len, self.raw) };
+        error::check(api, OP, code)?;
+        if let Some(capture) = &mut self.capture {
+            capture.work.push(Work::ToDevice);
+        }
+        Ok(())
+    }
+
+    /// Enqueue a copy of `len` bytes from device `device` to pinned `host`,
+    /// under the same promise as [`Stream::copy_to_device`].
+    pub(crate) fn copy_to_host(
+        &mut self,
+        device: *mut c_void,
+        host: *mut u8,
+        len: usize,
+    ) -> Result<(), DriverError> {
+        const OP: &str = "copy to host";
+        let api = self.device.api;
+        let _current = self.device.enter(OP)?;
+        // SAFETY: as for copy_to_device, in the other direction.
+        let code = unsafe { (api.memcpy_dtoh_async)(host.cast(), device, len, self.raw) };
+        error::check(api, OP, code)?;
+        if let Some(capture) = &mut self.capture {
+            capture.work.push(Work::ToHost);
+        }
+        Ok(())
+    }
+
+    /// Enqueue `kernel` on a grid of `groups` blocks, passing `pointers` (the
+    /// device addresses of its bindings, then of its info block) and then
+    /// each by-value parameter packed in `params`, in the convention
+    /// [`Kernel`] documents. Everything is on the stack: capture-core's
+    /// limits bound the counts.
+    pub(crate) fn launch(
+        &mut self,
+        kernel: &Kernel,
+        groups: [u32; 3],
+        pointers: &[*mut c_void],
+        params: &[u8],
+    ) -> Result<(), DriverError> {
+        const OP: &str = "launch";
+        let ordinal = kernel.module().device().ordinal;
+        if ordinal != self.device.ordinal {
+            return Err(other(
+                OP,
+                format!(
+                    "the kernel was loaded on HIP device {ordinal} and the stream is on device {}",
+                    self.device.ordinal
+                ),
+            ));
+        }
+        let mut values = [0u64; MAX_VALUES];
+        let value_count = kernel.pack_params(params, &mut values);
+        // hipModuleLaunchKernel takes an array of pointers to the parameters
+        // and copies the values at the call (and into the node when
+        // capturing); it only reads through them.
+        let mut args = [ptr::null_mut::<c_void>(); MAX_POINTERS + MAX_VALUES];
+        let targets = pointers
+            .iter()
+            .take(MAX_POINTERS)
+            .map(|p| ptr::from_ref(p).cast_mut().cast::<c_void>())
+            .chain(
+                values[..value_count]
+                    .iter_mut()
+                    .map(|v| ptr::from_mut(v).cast::<c_void>()),
+            );
+        for (arg, target) in args.iter_mut().zip(targets) {
+            *arg = target;
+        }
+        let api = self.device.api;
+        let _current = self.device.enter(OP)?;
+        let [gx, gy, gz] = groups;
+        let [bx, by, bz] = kernel.signature().workgroup_size();
+        // SAFETY: the function is live (its module is held by the kernel);
+        // the first `pointers.len() + value_count` entries of `args` point at
+        // `pointers` and `values`, both live across the call and holding the
+        // kernel's parameters in order, as its signature declares them
+        // (checked against the code object's metadata where it could be
+        // read, else the constructor's caller's promise); `extra` is unused.
+        let code = unsafe {
+            (api.module_launch_kernel)(
+                kernel.function(),
+                gx,
+                gy,
+                gz,
+                bx,
+                by,
+                bz,
+                0,
+                self.raw,
+                args.as_mut_ptr(),
+                ptr::null_mut(),
+            )
+        };
+        error::check(api, OP, code)?;
+        if let Some(capture) = &mut self.capture {
+            capture.kernel(kernel);
+        }
+        Ok(())
+    }
+
+    /// Open a capture: from here every launch and copy is recorded.
+    ///
+    /// Refused on a runtime older than ROCm 5.3, whose launches would run
+    /// at once instead of being recorded.
+    pub(crate) fn begin(&mut self) -> Result<(), DriverError> {
+        const OP: &str = "begin capture";
+        if let Some(reason) = &self.device.capture_refusal {
+            return Err(other(OP, reason.clone()));
+        }
+        let api = self.device.api;
+        let _current = self.device.enter(OP)?;
+        // Counted before the capture opens, so that no free on the device
+        // can run once it is open.
+        self.device.recording_starts();
+        // SAFETY: the stream is live; the mode is a documented one.
+        let code = unsafe { (api.stream_begin_capture)(self.raw, ffi::CAPTURE_MODE_RELAXED) };
+        if let Err(error) = error::check(api, OP, code) {
+            self.device.recording_ends();
+            return Err(error);
+        }
+        self.capture = Some(Capture::default());
+        Ok(())
+    }
+
+    /// Close the capture and hand back what it recorded. The stream leaves
+    /// recording mode on every path: when the runtime's end fails and leaves
+    /// the stream capturing (some releases answer
+    /// `hipErrorStreamCaptureInvalidated` without ending it), the stream is
+    /// replaced by a fresh one.
+    pub(crate) fn end(&mut self) -> Result<Recording, DriverError> {
+        const OP: &str = "end capture";
+        let api = self.device.api;
+        let capture = self.capture.take().unwrap_or_default();
+        // The device matters to nothing below but the runtime's bookkeeping;
+        // the capture is closed whether or not it could be made current.
+        let current = self.device.enter(OP);
+        if let Err(error) = &current {
+            log::warn!("{error}; ending the capture on whichever device is current");
+        }
+        let mut graph = ptr::null_mut();
+        // SAFETY: the stream is live; the out-pointer is a live local.
+        let code = unsafe { (api.stream_end_capture)(self.raw, &mut graph) };
+        // Owned from here, so the graph is destroyed on every path below.
+        let recording = (!graph.is_null()).then(|| Recording {
+            graph,
+            work: capture.work,
+            _modules: capture.modules,
+            device: Arc::clone(&self.device),
+        });
+        let result = if code != ffi::SUCCESS {
+            let mut message = describe(Some(api), code);
+            if !self.is_idle() {
+                message.push_str(match self.replace() {
+                    Ok(()) => "; the stream was left capturing, so it was replaced by a fresh one",
+                    Err(_) => {
+                        "; the stream was left capturing and no fresh one could be created \
+                         to replace it"
+                    }
+                });
+            }
+            Err(DriverError::new(error::BACKEND, OP, message))
+        } else {
+            recording
+                .ok_or_else(|| other(OP, "hipStreamEndCapture succeeded but returned no graph"))
+        };
+        drop(current);
+        self.device.recording_ends();
+        result
+    }
+
+    /// Whether the runtime says the stream is not capturing. A stream it
+    /// cannot answer for is taken as capturing, since replacing an idle
+    /// stream costs little and keeping a capturing one loses all later work.
+    fn is_idle(&self) -> bool {
+        let Some(is_capturing) = self.device.api.stream_is_capturing else {
+            return false;
+        };
+        let mut status = ffi::CAPTURE_STATUS_ACTIVE;
+        // SAFETY: the stream is live; the out-pointer is a live local.
+        let code = unsafe { is_capturing(self.raw, &mut status) };
+        code == ffi::SUCCESS && status == ffi::CAPTURE_STATUS_NONE
+    }
+
+    /// Put a fresh stream in place of this one, which a broken capture left
+    /// capturing. The new stream first waits for the newest event of the old
+    /// one; destroying the old stream ends its capture and (on ROCm's
+    /// runtime) waits for the work issued on it before the capture opened.
+    /// Events recorded on the old stream stay valid, so earlier signals
+    /// still fence.
+    fn replace(&mut self) -> Result<(), DriverError> {
+        const OP: &str = "replace a stream left capturing";
+        let api = self.device.api;
+        let fresh = create_raw(&self.device, OP).inspect_err(|error| log::error!("{error}"))?;
+        if let Some(&(_, event)) = self.pending.back() {
+            // SAFETY: the fresh stream and the event are live; the flags are
+            // the default, 0.
+            let code = unsafe { (api.stream_wait_event)(fresh, event, 0) };
+            if let Err(error) = error::check(api, OP, code) {
+                log::warn!("{error}");
+            }
+        }
+        let old = std::mem::replace(&mut self.raw, fresh);
+        // SAFETY: the old stream is live and no longer reachable: it is
+        // destroyed exactly once, here.
+        let code = unsafe { (api.stream_destroy)(old) };
+        if let Err(error) = error::check(api, OP, code) {
+            log::warn!("{error}");
         }
         Ok(())
     }
 }
 
-fn destroy_event(api: &crate::loader::Api, event: ffi::Event) {
+fn destroy_event(device: &Device, event: ffi::Event) {
+    let api = device.api;
     // SAFETY: the event is live and leaves every list before this call, so it
     // is destroyed once.
     let code = unsafe { (api.event_destroy)(event) };
@@ -177,30 +506,37 @@ fn destroy_event(api: &crate::loader::Api, event: ffi::Event) {
     }
 }
 
-impl Drop for HipStream {
+impl Drop for Stream {
     fn drop(&mut self) {
+        const OP: &str = "destroy stream";
         let api = self.device.api;
-        if let Err(error) = self.device.make_current("destroy stream") {
-            log::warn!("{error}; the stream is destroyed on whichever device is current");
+        // A stream dropped mid-recording (its owner went away) closes the
+        // capture first, or the synchronize below would fail.
+        if self.capture.is_some() {
+            match self.end() {
+                Ok(recording) => drop(recording),
+                Err(error) => log::warn!("{error}"),
+            }
         }
-        if self.capturing {
-            crate::graph::abandon_capture(self);
+        let current = self.device.enter(OP);
+        if let Err(error) = &current {
+            log::warn!("{error}; the stream is destroyed on whichever device is current");
         }
         // SAFETY: the stream is live; waiting lets its events and the pages
         // capture-core frees after it be released with no work in flight.
         let code = unsafe { (api.stream_synchronize)(self.raw) };
-        if let Err(error) = error::check(api, "destroy stream", code) {
+        if let Err(error) = error::check(api, OP, code) {
             log::warn!("{error}");
         }
         for (_, event) in std::mem::take(&mut self.pending) {
-            destroy_event(api, event);
+            destroy_event(&self.device, event);
         }
         for event in std::mem::take(&mut self.spare) {
-            destroy_event(api, event);
+            destroy_event(&self.device, event);
         }
         // SAFETY: the stream is live and destroyed exactly once, here.
         let code = unsafe { (api.stream_destroy)(self.raw) };
-        if let Err(error) = error::check(api, "destroy stream", code) {
+        if let Err(error) = error::check(api, OP, code) {
             log::warn!("{error}");
         }
     }

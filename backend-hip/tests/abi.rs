@@ -2,9 +2,13 @@
 //! hip-sys generated from ROCm's headers, and hiprtc's codes against
 //! `hiprtc.h` itself (hip-sys has no hiprtc bindings).
 //!
-//! Only constants and types are compared. Referencing a hip-sys function
-//! would make the test binary link it, and hip-sys declares functions the
-//! supported runtimes lack (`hipGraphUpload` before ROCm 5.3).
+//! Constants and types are compared, and the prototypes of the functions
+//! added to the loader since it was first checked, argument by argument at
+//! the ABI level (an `int` enum and an `i32` pass alike; so do two opaque
+//! handle pointers). A prototype is read from a closure that is never called;
+//! only functions every supported runtime exports are named that way, since
+//! hip-sys declares some the older ones lack (`hipGraphUpload` before ROCm
+//! 5.3).
 //!
 //! Run with `HIP_PATH=/usr cargo test -p backend-hip --features abi-check`
 //! where ROCm's development files are installed.
@@ -18,7 +22,8 @@ use std::path::PathBuf;
 
 use backend_hip::ffi;
 use hip_sys::hiprt::{
-    self as sys, hipDeviceAttribute_t, hipError_t, hipGraphNodeType, hipStreamCaptureMode,
+    self as sys, hipDeviceAttribute_t, hipError_t, hipGraphExecUpdateResult, hipStreamCaptureMode,
+    hipStreamCaptureStatus,
 };
 
 /// Compiles only when both arguments name the same type.
@@ -79,6 +84,10 @@ fn error_codes_match() {
             ffi::ERROR_STREAM_CAPTURE_WRONG_THREAD,
             hipError_t::hipErrorStreamCaptureWrongThread,
         ),
+        (
+            ffi::ERROR_GRAPH_EXEC_UPDATE_FAILURE,
+            hipError_t::hipErrorGraphExecUpdateFailure,
+        ),
         (ffi::ERROR_UNKNOWN, hipError_t::hipErrorUnknown),
     ];
     for &(ours, theirs) in pairs {
@@ -100,8 +109,12 @@ fn enums_travel_as_c_int() {
         size_of::<ffi::CaptureMode>()
     );
     assert_eq!(
-        size_of::<hipGraphNodeType>(),
-        size_of::<ffi::GraphNodeType>()
+        size_of::<hipStreamCaptureStatus>(),
+        size_of::<ffi::CaptureStatus>()
+    );
+    assert_eq!(
+        size_of::<hipGraphExecUpdateResult>(),
+        size_of::<ffi::GraphExecUpdateResult>()
     );
     assert_eq!(size_of::<ffi::HipError>(), size_of::<c_int>());
     same_type(PhantomData::<sys::hipDevice_t>, PhantomData::<ffi::Device>);
@@ -145,23 +158,161 @@ fn capture_modes_match() {
     );
 }
 
-/// hip-sys's bindings come from ROCm 5.4 headers, which count node types
-/// from 0 and have no memory nodes: slots 10 and 11, which `ffi` reads as
-/// memory allocation and free (ROCm 5.5 on), hold the symbol copies there,
-/// exactly as `ffi::GraphNodeType` documents. If a hip-sys update moves
-/// them, this fails and the reading must be looked at again.
 #[test]
-fn node_type_slots_match() {
-    use hipGraphNodeType::*;
-    assert_eq!(hipGraphNodeTypeKernel as c_int, 0);
-    assert_eq!(hipGraphNodeTypeMemcpy as c_int, 1);
+fn capture_statuses_match() {
+    use hipStreamCaptureStatus::*;
     assert_eq!(
-        ffi::GRAPH_NODE_TYPE_MEM_ALLOC,
-        hipGraphNodeTypeMemcpyFromSymbol as c_int
+        ffi::CAPTURE_STATUS_NONE,
+        hipStreamCaptureStatusNone as c_int
     );
     assert_eq!(
-        ffi::GRAPH_NODE_TYPE_MEM_FREE,
-        hipGraphNodeTypeMemcpyToSymbol as c_int
+        ffi::CAPTURE_STATUS_ACTIVE,
+        hipStreamCaptureStatusActive as c_int
+    );
+    assert_eq!(
+        ffi::CAPTURE_STATUS_INVALIDATED,
+        hipStreamCaptureStatusInvalidated as c_int
+    );
+}
+
+#[test]
+fn graph_update_results_match() {
+    use hipGraphExecUpdateResult::*;
+    let pairs = [
+        (ffi::GRAPH_EXEC_UPDATE_SUCCESS, hipGraphExecUpdateSuccess),
+        (ffi::GRAPH_EXEC_UPDATE_ERROR, hipGraphExecUpdateError),
+        (
+            ffi::GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED,
+            hipGraphExecUpdateErrorTopologyChanged,
+        ),
+        (
+            ffi::GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED,
+            hipGraphExecUpdateErrorNodeTypeChanged,
+        ),
+        (
+            ffi::GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED,
+            hipGraphExecUpdateErrorFunctionChanged,
+        ),
+        (
+            ffi::GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED,
+            hipGraphExecUpdateErrorParametersChanged,
+        ),
+        (
+            ffi::GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED,
+            hipGraphExecUpdateErrorNotSupported,
+        ),
+        (
+            ffi::GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE,
+            hipGraphExecUpdateErrorUnsupportedFunctionChange,
+        ),
+    ];
+    for (ours, theirs) in pairs {
+        let name = format!("{theirs:?}");
+        assert_eq!(ours, theirs as c_int, "{name}");
+        assert_eq!(
+            ffi::graph_exec_update_result_name(ours),
+            Some(name.as_str())
+        );
+    }
+}
+
+/// What a type is at the C ABI: a 32-bit integer (a C enum, `int` or
+/// `unsigned`), a `size_t`, an opaque object behind a pointer, or a pointer
+/// or function pointer made of those.
+trait Abi {
+    type Repr;
+}
+
+/// A 32-bit integer argument, whatever its C type.
+struct Int32;
+/// An object only ever seen through a pointer.
+struct Opaque;
+
+macro_rules! abi_as {
+    ($repr:ty: $($ty:ty),* $(,)?) => {
+        $(impl Abi for $ty {
+            type Repr = $repr;
+        })*
+    };
+}
+
+abi_as!(Int32: i32, u32, hipError_t, hipStreamCaptureStatus, hipGraphExecUpdateResult);
+abi_as!(usize: usize);
+abi_as!(
+    Opaque: std::ffi::c_void,
+    sys::ihipStream_t,
+    sys::ihipEvent_t,
+    sys::ihipGraph,
+    sys::hipGraphNode,
+    sys::hipGraphExec,
+);
+
+impl<T: Abi> Abi for *mut T {
+    type Repr = *mut T::Repr;
+}
+
+impl<T: Abi> Abi for *const T {
+    type Repr = *const T::Repr;
+}
+
+macro_rules! abi_fn {
+    ($($arg:ident),*) => {
+        impl<R: Abi, $($arg: Abi),*> Abi for unsafe extern "C" fn($($arg),*) -> R {
+            type Repr = unsafe extern "C" fn($($arg::Repr),*) -> R::Repr;
+        }
+    };
+}
+
+abi_fn!();
+abi_fn!(A);
+abi_fn!(A, B);
+abi_fn!(A, B, C);
+abi_fn!(A, B, C, D);
+
+/// The ABI of the function pointer `f` would return, without calling it.
+fn abi_of<F: Abi>(_: impl FnOnce() -> F) -> PhantomData<F::Repr> {
+    PhantomData
+}
+
+fn abi<F: Abi>() -> PhantomData<F::Repr> {
+    PhantomData
+}
+
+/// Each declaration takes what the header's prototype takes: a mismatch is
+/// a compile error here.
+#[test]
+fn new_prototypes_match() {
+    same_type(
+        abi::<ffi::HipGetDevice>(),
+        abi_of(|| sys::hipGetDevice as unsafe extern "C" fn(_) -> _),
+    );
+    same_type(
+        abi::<ffi::HipDeviceTotalMem>(),
+        abi_of(|| sys::hipDeviceTotalMem as unsafe extern "C" fn(_, _) -> _),
+    );
+    same_type(
+        abi::<ffi::HipStreamWaitEvent>(),
+        abi_of(|| sys::hipStreamWaitEvent as unsafe extern "C" fn(_, _, _) -> _),
+    );
+    same_type(
+        abi::<ffi::HipStreamIsCapturing>(),
+        abi_of(|| sys::hipStreamIsCapturing as unsafe extern "C" fn(_, _) -> _),
+    );
+    same_type(
+        abi::<ffi::HipGraphExecUpdate>(),
+        abi_of(|| sys::hipGraphExecUpdate as unsafe extern "C" fn(_, _, _, _) -> _),
+    );
+    same_type(
+        abi::<ffi::HipGraphGetNodes>(),
+        abi_of(|| sys::hipGraphGetNodes as unsafe extern "C" fn(_, _, _) -> _),
+    );
+    same_type(
+        abi::<ffi::HipEventOp>(),
+        abi_of(|| sys::hipEventQuery as unsafe extern "C" fn(_) -> _),
+    );
+    same_type(
+        abi::<ffi::HipStreamEndCapture>(),
+        abi_of(|| sys::hipStreamEndCapture as unsafe extern "C" fn(_, _) -> _),
     );
 }
 

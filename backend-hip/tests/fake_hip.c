@@ -1,10 +1,15 @@
 /*
  * A stand-in for libamdhip64.so with hiprtc inside it (as ROCm 5 ships it),
- * with ROCm 6's versioned properties getter and without hipGraphUpload (as
- * ROCm 5.2 lacks it), so the backend's calls can be watched on a machine with
- * no GPU. Device memory is host memory, copies run at once, kernels only log
- * their arguments, and every call that matters is appended as one line to the
- * file named by FAKE_HIP_LOG.
+ * with ROCm 6's versioned properties getter and without hipGraphUpload, so
+ * the backend's calls can be watched on a machine with no GPU. It has two
+ * devices and a current one per process; device memory is host memory,
+ * copies run at once, kernels only log their arguments, a capture counts the
+ * launches and copies issued on its stream as the graph's nodes, and every
+ * call that matters is appended as one line to the file named by
+ * FAKE_HIP_LOG. The `fake_*` functions let a test change what the runtime
+ * answers: its version, whether events are reached, how the next end of a
+ * capture and the next graph updates go, and how many nodes a graph gains
+ * or loses.
  *
  * A kernel's parameter layout comes from its name: the builtins' is known,
  * and any other name ends in `__` and one letter per parameter, `p` for a
@@ -32,21 +37,68 @@ static void say(const char* format, ...) {
 static uintptr_t next_handle = 0x1000;
 static void* handle(void) { return (void*)(next_handle += 0x10); }
 
-static int node_types[16] = {0, 1};
-static size_t node_count = 2;
+#define MAX_HANDLES 256
 
-void fake_set_node_types(const int* types, size_t count) {
-    node_count = count < 16 ? count : 16;
-    memcpy(node_types, types, node_count * sizeof(int));
+/* Streams with their capture state, and graphs with their node counts. */
+static struct { void* handle; int capturing; long nodes; } streams[MAX_HANDLES];
+static struct { void* handle; long nodes; } graphs[MAX_HANDLES];
+static int stream_count = 0, graph_count = 0;
+
+static int find_stream(void* handle) {
+    for (int i = 0; i < stream_count; i++)
+        if (streams[i].handle == handle) return i;
+    return -1;
+}
+
+/* A launch or copy on a capturing stream is a node of its graph. */
+static int captured(void* stream) {
+    int i = find_stream(stream);
+    if (i < 0 || !streams[i].capturing) return 0;
+    streams[i].nodes++;
+    return 1;
+}
+
+static int runtime_version = 60443483;
+static int current_device = 0;
+static int events_ready = 1;
+static long node_skew = 0;
+static int end_code = 0, end_leaves_capturing = 0;
+static int update_codes[8], update_results[8], update_count = 0;
+
+void fake_set_runtime_version(int version) { runtime_version = version; }
+void fake_set_events_ready(int ready) { events_ready = ready; }
+void fake_set_node_skew(long skew) { node_skew = skew; }
+/* The next hipStreamEndCapture answers `code`, leaving the stream capturing
+ * when `leave_capturing` is set. */
+void fake_fail_next_end(int code, int leave_capturing) {
+    end_code = code;
+    end_leaves_capturing = leave_capturing;
+}
+/* The next hipGraphExecUpdate calls answer these, in order, then succeed. */
+void fake_push_update(int code, int result) {
+    if (update_count < 8) {
+        update_codes[update_count] = code;
+        update_results[update_count] = result;
+        update_count++;
+    }
 }
 
 int hipInit(unsigned flags) { return flags == 0 ? 0 : 1; }
-int hipGetDeviceCount(int* count) { *count = 1; return 0; }
-int hipSetDevice(int ordinal) { return ordinal == 0 ? 0 : 101; }
+int hipGetDeviceCount(int* count) { *count = 2; return 0; }
+int hipGetDevice(int* ordinal) { *ordinal = current_device; return 0; }
+int hipSetDevice(int ordinal) {
+    if (ordinal < 0 || ordinal > 1) return 101;
+    current_device = ordinal;
+    say("hipSetDevice %d", ordinal);
+    return 0;
+}
 int hipDeviceGet(int* device, int ordinal) { *device = ordinal; return 0; }
 int hipDeviceGetName(char* name, int len, int device) {
-    (void)device;
-    snprintf(name, (size_t)len, "Fake HIP device");
+    snprintf(name, (size_t)len, "Fake HIP device %d", device);
+    return 0;
+}
+int hipDeviceTotalMem(size_t* bytes, int device) {
+    *bytes = (size_t)(device + 1) << 34;
     return 0;
 }
 /* ROCm's limits: 1024 threads per block, a 2^31 - 1 x 65535 x 65535 grid;
@@ -64,23 +116,43 @@ int hipDeviceGetAttribute(int* value, int attribute, int device) {
 }
 /* hipDeviceProp_tR0600: 1472 bytes, gcnArchName at 1160. */
 int hipGetDevicePropertiesR0600(void* props, int device) {
-    (void)device;
     memset(props, 0, 1472);
-    snprintf((char*)props, 256, "Fake HIP device");
-    snprintf((char*)props + 1160, 256, "gfx90a:sramecc+:xnack-");
+    snprintf((char*)props, 256, "Fake HIP device %d", device);
+    snprintf((char*)props + 1160, 256, device == 0 ? "gfx90a:sramecc+:xnack-" : "gfx1030");
     return 0;
 }
-int hipRuntimeGetVersion(int* version) { *version = 60443483; return 0; }
+int hipRuntimeGetVersion(int* version) { *version = runtime_version; return 0; }
 int hipDriverGetVersion(int* version) { *version = 60443483; return 0; }
 const char* hipGetErrorName(int code) { (void)code; return "hipErrorFake"; }
 const char* hipGetErrorString(int code) { (void)code; return "a fake error"; }
 
 int hipStreamCreateWithFlags(void** stream, unsigned flags) {
+    if (stream_count == MAX_HANDLES) return 2;
     *stream = handle();
+    streams[stream_count].handle = *stream;
+    streams[stream_count].capturing = 0;
+    stream_count++;
     say("hipStreamCreateWithFlags flags=%u", flags);
     return 0;
 }
-int hipStreamDestroy(void* stream) { (void)stream; say("hipStreamDestroy"); return 0; }
+int hipStreamDestroy(void* stream) {
+    int i = find_stream(stream);
+    if (i >= 0) streams[i].capturing = 0;
+    say("hipStreamDestroy");
+    return 0;
+}
+int hipStreamWaitEvent(void* stream, void* event, unsigned flags) {
+    (void)stream;
+    (void)event;
+    say("hipStreamWaitEvent flags=%u", flags);
+    return 0;
+}
+int hipStreamIsCapturing(void* stream, int* status) {
+    int i = find_stream(stream);
+    *status = i >= 0 && streams[i].capturing ? 2 : 0;
+    say("hipStreamIsCapturing -> %d", *status);
+    return 0;
+}
 int hipStreamSynchronize(void* stream) { (void)stream; say("hipStreamSynchronize"); return 0; }
 
 int hipMalloc(void** ptr, size_t size) {
@@ -96,14 +168,12 @@ int hipHostMalloc(void** ptr, size_t size, unsigned flags) {
 }
 int hipHostFree(void* ptr) { say("hipHostFree"); free(ptr); return 0; }
 int hipMemcpyHtoDAsync(void* dst, void* src, size_t bytes, void* stream) {
-    (void)stream;
-    memcpy(dst, src, bytes);
+    if (!captured(stream)) memcpy(dst, src, bytes);
     say("hipMemcpyHtoDAsync %p %zu", dst, bytes);
     return 0;
 }
 int hipMemcpyDtoHAsync(void* dst, void* src, size_t bytes, void* stream) {
-    (void)stream;
-    memcpy(dst, src, bytes);
+    if (!captured(stream)) memcpy(dst, src, bytes);
     say("hipMemcpyDtoHAsync %p %zu", src, bytes);
     return 0;
 }
@@ -132,7 +202,7 @@ static const char* layout(const char* name) {
 int hipModuleLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                           unsigned by, unsigned bz, unsigned shared, void* stream,
                           void** params, void** extra) {
-    (void)stream;
+    captured(stream);
     const char* name = (const char*)function;
     const char* kinds = layout(name);
     char args[512] = "";
@@ -161,34 +231,64 @@ int hipEventCreateWithFlags(void** event, unsigned flags) {
 }
 int hipEventRecord(void* event, void* stream) { (void)event; (void)stream; say("hipEventRecord"); return 0; }
 int hipEventSynchronize(void* event) { (void)event; say("hipEventSynchronize"); return 0; }
-int hipEventQuery(void* event) { (void)event; return 0; }
+int hipEventQuery(void* event) { (void)event; return events_ready ? 0 : 600; }
 int hipEventDestroy(void* event) { (void)event; say("hipEventDestroy"); return 0; }
 
 int hipStreamBeginCapture(void* stream, int mode) {
-    (void)stream;
+    int i = find_stream(stream);
+    if (i < 0) return 400;
+    streams[i].capturing = 1;
+    streams[i].nodes = 0;
     say("hipStreamBeginCapture mode=%d", mode);
     return 0;
 }
 int hipStreamEndCapture(void* stream, void** graph) {
-    (void)stream;
-    *graph = handle();
+    int i = find_stream(stream);
     say("hipStreamEndCapture");
+    if (i < 0) return 400;
+    if (end_code != 0) {
+        int code = end_code;
+        end_code = 0;
+        if (!end_leaves_capturing) streams[i].capturing = 0;
+        return code;
+    }
+    if (graph_count == MAX_HANDLES) return 2;
+    streams[i].capturing = 0;
+    *graph = handle();
+    graphs[graph_count].handle = *graph;
+    graphs[graph_count].nodes = streams[i].nodes + node_skew;
+    graph_count++;
     return 0;
 }
 int hipGraphGetNodes(void* graph, void** nodes, size_t* count) {
-    (void)graph;
+    long n = -1;
+    for (int i = 0; i < graph_count; i++)
+        if (graphs[i].handle == graph) n = graphs[i].nodes;
+    if (n < 0) return 1;
     if (!nodes) {
-        *count = node_count;
+        *count = (size_t)n;
         return 0;
     }
-    size_t n = *count < node_count ? *count : node_count;
-    for (size_t i = 0; i < n; i++) nodes[i] = (void*)(i + 1);
-    *count = n;
+    size_t filled = *count < (size_t)n ? *count : (size_t)n;
+    for (size_t k = 0; k < filled; k++) nodes[k] = (void*)(k + 1);
+    *count = filled;
     return 0;
 }
-int hipGraphNodeGetType(void* node, int* type) {
-    *type = node_types[(uintptr_t)node - 1];
-    return 0;
+int hipGraphExecUpdate(void* exec, void* graph, void** error_node, int* result) {
+    (void)exec;
+    (void)graph;
+    *error_node = 0;
+    int code = 0;
+    *result = 0;
+    if (update_count > 0) {
+        code = update_codes[0];
+        *result = update_results[0];
+        update_count--;
+        memmove(update_codes, update_codes + 1, (size_t)update_count * sizeof(int));
+        memmove(update_results, update_results + 1, (size_t)update_count * sizeof(int));
+    }
+    say("hipGraphExecUpdate -> %d, %d", code, *result);
+    return code;
 }
 int hipGraphInstantiate(void** exec, void* graph, void** error_node, char* log, size_t size) {
     (void)graph;

@@ -6,6 +6,8 @@
 //! The scenario runs in a child process (this test binary, re-run), since the
 //! runtime is loaded once per process.
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::env;
 use std::ffi::c_int;
 use std::fs;
@@ -13,11 +15,54 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use backend_hip::{Hip, HipDevice, Kernel, LIBRARY_VAR};
+use backend_hip::{Device, Hip, Kernel, LIBRARY_ENV};
 use capture_core::{
-    Access, Availability, Binding, Builtin, Builtins, DeviceSlice, Driver, DriverError, Error,
-    GraphDriver, HostSlice, Launch, Params, Signature,
+    Access, Availability, Binding, Builtin, Builtins, DeviceSlice, Driver, Error, GraphDriver,
+    HostSlice, Launch, Params, Signature, Updated,
 };
+
+/// Counts the heap allocations each thread of this test binary makes, to
+/// show that an eager launch, a copy and a replay make none.
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+fn count_one() {
+    // A thread being torn down has no counter any more; nothing to count.
+    let _ = ALLOCATIONS.try_with(|count| count.set(count.get() + 1));
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the
+// count is a const-initialised thread-local with no destructor, which
+// allocates nothing itself.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count_one();
+        // SAFETY: the caller's promises are passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count_one();
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// The calling thread's allocations so far.
+fn allocations() -> usize {
+    ALLOCATIONS.with(Cell::get)
+}
 
 const CHILD_VAR: &str = "BACKEND_HIP_FAKE_CHILD";
 const LOG_VAR: &str = "FAKE_HIP_LOG";
@@ -54,17 +99,98 @@ fn names(calls: &[String]) -> Vec<&str> {
         .collect()
 }
 
-fn set_node_types(library: &Path, types: &[c_int]) {
-    // SAFETY: the fake runtime is already loaded by the backend; opening it
-    // again returns the same instance and runs no initialisers.
-    let lib = unsafe { libloading::Library::new(library) }
-        .unwrap_or_else(|e| panic!("cannot reopen the fake runtime: {e}"));
-    // SAFETY: the fake declares `void fake_set_node_types(const int*, size_t)`.
-    let set =
-        unsafe { lib.get::<unsafe extern "C" fn(*const c_int, usize)>(b"fake_set_node_types\0") }
-            .unwrap_or_else(|e| panic!("no fake_set_node_types: {e}"));
-    // SAFETY: the pointer and length describe a live slice.
-    unsafe { set(types.as_ptr(), types.len()) };
+/// The fake runtime's own entry points, to change what it answers and to
+/// act as a program using HIP directly.
+struct Fake {
+    library: libloading::Library,
+}
+
+impl Fake {
+    fn open(path: &Path) -> Self {
+        // SAFETY: the fake runtime is already loaded by the backend; opening
+        // it again returns the same instance and runs no initialisers.
+        let library = unsafe { libloading::Library::new(path) }
+            .unwrap_or_else(|e| panic!("cannot reopen the fake runtime: {e}"));
+        Self { library }
+    }
+
+    /// The fake's function `name`, of type `T`.
+    ///
+    /// # Safety
+    ///
+    /// `T` must be the function's type in `fake_hip.c`.
+    unsafe fn get<T: Copy>(&self, name: &str) -> T {
+        let symbol = format!("{name}\0");
+        // SAFETY: the caller promises the type.
+        *unsafe { self.library.get::<T>(symbol.as_bytes()) }
+            .unwrap_or_else(|e| panic!("no {name} in the fake runtime: {e}"))
+    }
+
+    fn set_int(&self, name: &str, value: c_int) {
+        // SAFETY: every fake setter used this way takes one int.
+        let set = unsafe { self.get::<unsafe extern "C" fn(c_int)>(name) };
+        // SAFETY: a plain value.
+        unsafe { set(value) };
+    }
+
+    fn runtime_version(&self, version: c_int) {
+        self.set_int("fake_set_runtime_version", version);
+    }
+
+    fn events_ready(&self, ready: bool) {
+        self.set_int("fake_set_events_ready", c_int::from(ready));
+    }
+
+    fn node_skew(&self, skew: i64) {
+        // SAFETY: `void fake_set_node_skew(long)`.
+        let set =
+            unsafe { self.get::<unsafe extern "C" fn(std::ffi::c_long)>("fake_set_node_skew") };
+        // SAFETY: a plain value.
+        unsafe { set(skew as std::ffi::c_long) };
+    }
+
+    fn fail_next_end(&self, code: c_int, leave_capturing: bool) {
+        // SAFETY: `void fake_fail_next_end(int, int)`.
+        let fail = unsafe { self.get::<unsafe extern "C" fn(c_int, c_int)>("fake_fail_next_end") };
+        // SAFETY: plain values.
+        unsafe { fail(code, c_int::from(leave_capturing)) };
+    }
+
+    fn push_update(&self, code: c_int, result: c_int) {
+        // SAFETY: `void fake_push_update(int, int)`.
+        let push = unsafe { self.get::<unsafe extern "C" fn(c_int, c_int)>("fake_push_update") };
+        // SAFETY: plain values.
+        unsafe { push(code, result) };
+    }
+
+    /// What a program calling HIP itself would: make `ordinal` current.
+    fn set_device(&self, ordinal: c_int) {
+        // SAFETY: `int hipSetDevice(int)`.
+        let set = unsafe { self.get::<unsafe extern "C" fn(c_int) -> c_int>("hipSetDevice") };
+        // SAFETY: a plain value.
+        assert_eq!(unsafe { set(ordinal) }, 0);
+    }
+
+    fn current_device(&self) -> c_int {
+        // SAFETY: `int hipGetDevice(int*)`.
+        let get = unsafe { self.get::<unsafe extern "C" fn(*mut c_int) -> c_int>("hipGetDevice") };
+        let mut ordinal = -1;
+        // SAFETY: the out-pointer is a live local.
+        assert_eq!(unsafe { get(&mut ordinal) }, 0);
+        ordinal
+    }
+}
+
+fn ok<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
+    result.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The message of the error `result` holds.
+fn refusal<T>(result: Result<T, capture_core::DriverError>) -> String {
+    match result {
+        Ok(_) => panic!("expected a refusal"),
+        Err(error) => error.to_string(),
+    }
 }
 
 /// The compile error `result` holds, as (kernel, log).
@@ -78,7 +204,7 @@ fn compile_error(result: Result<Kernel, Error>) -> (String, String) {
 
 /// A user kernel through the fake hiprtc.
 fn hip(
-    device: &Arc<HipDevice>,
+    device: &Arc<Device>,
     source: &str,
     entry: &str,
     signature: Signature,
@@ -89,25 +215,48 @@ fn hip(
 }
 
 fn run_scenario(library: &Path, log: &Path) {
+    let fake = Fake::open(library);
     let mut calls = Calls {
         path: log.to_owned(),
         seen: 0,
     };
 
+    // Every device, each asked with itself current and the caller's device
+    // put back after.
+    let devices = ok(Hip::devices());
+    assert_eq!(calls.take(), ["hipSetDevice 1", "hipSetDevice 0"]);
+    assert_eq!(devices.len(), 2);
+    for (index, info) in devices.iter().enumerate() {
+        assert_eq!(info.index, index);
+        assert_eq!(info.kind, "GPU");
+        assert_eq!(info.memory_bytes, (index as u64 + 1) << 34);
+        assert_eq!(
+            info.driver_version,
+            "driver 6.4.43483, HIP runtime 6.4.43483"
+        );
+        // ROCm's 2^31 - 1 blocks in x, held to what 1024-thread blocks can
+        // count in 32 bits.
+        assert_eq!(info.max_groups, [4_194_303, 65_535, 65_535]);
+    }
+    assert_eq!(
+        devices[0].name,
+        "Fake HIP device 0 (gfx90a:sramecc+:xnack-)"
+    );
+    assert_eq!(devices[1].name, "Fake HIP device 1 (gfx1030)");
+
     let info = match Hip::probe() {
         Availability::Available(info) => info,
         Availability::Unavailable(reason) => panic!("the fake runtime is unavailable: {reason}"),
     };
-    assert_eq!(info.name, "Fake HIP device (gfx90a:sramecc+:xnack-)");
-    assert_eq!(
-        info.driver_version,
-        "driver 6.4.43483, HIP runtime 6.4.43483"
-    );
-    // ROCm's 2^31 - 1 blocks in x, held to what 1024-thread blocks can count
-    // in 32 bits.
-    assert_eq!(info.max_groups, [4_194_303, 65_535, 65_535]);
+    assert_eq!(info, devices[0], "probe opens device 0 by default");
+    let other = ok(Hip::open_index(1));
+    assert_eq!(other.arch(), Some("gfx1030"));
+    assert_eq!(Hip::device_info(&other), devices[1]);
+    let missing = refusal(Hip::open_index(2));
+    assert!(missing.contains("HIP device 2 does not exist"), "{missing}");
+    calls.take();
 
-    let device = Hip::open().unwrap_or_else(|e| panic!("{e}"));
+    let device = ok(Hip::open());
     assert_eq!(device.arch(), Some("gfx90a:sramecc+:xnack-"));
     assert_eq!(device.max_workgroup(), ([1024, 1024, 64], 1024));
     let mut stream = Hip::create_stream(&device).unwrap_or_else(|e| panic!("{e}"));
@@ -153,6 +302,21 @@ fn run_scenario(library: &Path, log: &Path) {
             "hipEventSynchronize".to_owned(),
         ]
     );
+    // A signal the device has not reached yet is not done, and is once it
+    // has; neither question waits or logs a call.
+    fake.events_ready(false);
+    let later = ok(Hip::signal(&mut stream));
+    assert_eq!(Hip::is_done(&mut stream, later), Ok(false));
+    assert_eq!(
+        Hip::is_done(&mut stream, signal),
+        Ok(true),
+        "an older, fenced signal"
+    );
+    fake.events_ready(true);
+    assert_eq!(Hip::is_done(&mut stream, later), Ok(true));
+    assert_eq!(Hip::is_done(&mut stream, later), Ok(true), "asked again");
+    assert_eq!(calls.take(), ["hipEventRecord"]);
+
     // A slice outside its page is an error, not a stray copy.
     let outside = Hip::copy_to_device(&mut stream, pinned(0, 8), slice(252, 8));
     assert!(outside.is_err());
@@ -363,91 +527,386 @@ fn run_scenario(library: &Path, log: &Path) {
     );
     assert!(calls.take().is_empty());
 
-    // A capture in relaxed mode, opened behind an event that marks the work
-    // issued before it (the launches above came after the last signal);
-    // signals inside it record nothing and stand for that event; the graph
-    // is instantiated after the capture closed and destroyed right after.
-    Hip::begin(&mut stream).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        Hip::begin(&mut stream).is_err(),
-        "a second begin must be refused"
-    );
+    // A program that uses HIP itself keeps its current device: the backend
+    // makes its own current for the call and puts the caller's back.
+    fake.set_device(1);
     Hip::launch(&mut stream, launch(&add)).unwrap_or_else(|e| panic!("{e}"));
-    let inside = Hip::signal(&mut stream).unwrap_or_else(|e| panic!("{e}"));
-    assert_ne!(
-        inside, signal,
-        "a signal inside a capture covers the work issued since the last one"
-    );
-    assert_eq!(
-        Hip::signal(&mut stream).unwrap_or_else(|e| panic!("{e}")),
-        inside,
-        "every signal inside a capture marks where it began"
-    );
-    Hip::fence(&mut stream, inside).unwrap_or_else(|e| panic!("{e}"));
-    let exec = Hip::instantiate(&mut stream, None).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(fake.current_device(), 1);
     assert_eq!(
         names(&calls.take()),
         [
-            "hipEventRecord",
+            "hipSetDevice",
+            "hipSetDevice",
+            "hipModuleLaunchKernel",
+            "hipSetDevice"
+        ]
+    );
+    fake.set_device(0);
+    calls.take();
+
+    // A kernel of one device is not launched on another's stream.
+    let mut elsewhere = ok(Hip::create_stream(&other));
+    calls.take();
+    let foreign = refusal(Hip::launch(&mut elsewhere, launch(&add)));
+    assert!(foreign.contains("loaded on HIP device 0"), "{foreign}");
+    drop(elsewhere);
+    calls.take();
+
+    // A capture in relaxed mode, opened with nothing recorded before it; the
+    // recording is instantiated, staged (no hipGraphUpload in this runtime:
+    // nothing to do) and replayed.
+    ok(Hip::begin(&mut stream));
+    ok(Hip::launch(&mut stream, launch(&add)));
+    ok(Hip::copy_to_device(
+        &mut stream,
+        pinned(16, 4),
+        slice(32, 4),
+    ));
+    let recording = ok(Hip::end(&mut stream));
+    let mut exec = ok(Hip::instantiate(&mut stream, recording));
+    ok(Hip::upload(&exec, &mut stream));
+    ok(Hip::replay(&exec, &mut stream));
+    assert_eq!(
+        names(&calls.take()),
+        [
             "hipStreamBeginCapture",
             "hipModuleLaunchKernel",
-            "hipEventSynchronize",
+            "hipMemcpyHtoDAsync",
             "hipStreamEndCapture",
             "hipGraphInstantiate",
+            "hipGraphLaunch"
+        ]
+    );
+    assert_eq!(
+        Hip::signal(&mut stream).map(|_| ()),
+        Ok(()),
+        "the stream works after a capture"
+    );
+    calls.take();
+
+    // An eager launch (bindings, info and by-value parameters), copies both
+    // ways and a replay allocate nothing on the heap.
+    let mixed_bindings = [
+        Binding {
+            slice: slice(0, 16),
+            access: Access::Read,
+        },
+        Binding {
+            slice: slice(16, 16),
+            access: Access::Write,
+        },
+    ];
+    let before = allocations();
+    for _ in 0..3 {
+        let eager = Launch {
+            kernel: &mixed,
+            groups: [5, 1, 1],
+            bindings: &mixed_bindings,
+            info: Some(slice(48, 16)),
+            params: &packed,
+        };
+        if let Err(error) = Hip::launch(&mut stream, eager) {
+            panic!("{error}");
+        }
+        if let Err(error) = Hip::launch(&mut stream, launch(&add)) {
+            panic!("{error}");
+        }
+        if let Err(error) = Hip::copy_to_device(&mut stream, pinned(16, 4), slice(32, 4)) {
+            panic!("{error}");
+        }
+        if let Err(error) = Hip::copy_to_host(&mut stream, slice(32, 4), pinned(100, 4)) {
+            panic!("{error}");
+        }
+        if let Err(error) = Hip::replay(&exec, &mut stream) {
+            panic!("{error}");
+        }
+    }
+    assert_eq!(allocations(), before, "a launch, copy or replay allocated");
+    assert_eq!(calls.take().len(), 15);
+
+    // The same kernels and copies in the same order, other arguments: the
+    // executable is updated in place and the old recording let go.
+    ok(Hip::begin(&mut stream));
+    ok(Hip::launch(&mut stream, launch(&add)));
+    ok(Hip::copy_to_device(
+        &mut stream,
+        pinned(20, 4),
+        slice(36, 4),
+    ));
+    let same_shape = ok(Hip::end(&mut stream));
+    assert!(matches!(
+        Hip::update(&mut stream, &mut exec, same_shape),
+        Ok(Updated::InPlace)
+    ));
+    assert_eq!(
+        names(&calls.take()),
+        [
+            "hipStreamBeginCapture",
+            "hipModuleLaunchKernel",
+            "hipMemcpyHtoDAsync",
+            "hipStreamEndCapture",
+            "hipGraphExecUpdate",
             "hipGraphDestroy"
         ]
     );
-    // No hipGraphUpload in this runtime: upload succeeds and does nothing.
-    Hip::upload(&exec, &mut stream).unwrap_or_else(|e| panic!("{e}"));
-    Hip::replay(&exec, &mut stream).unwrap_or_else(|e| panic!("{e}"));
-    drop(exec);
-    assert_eq!(calls.take(), ["hipGraphLaunch", "hipGraphExecDestroy"]);
 
-    // A doomed recording is closed, its graph destroyed, and the doom returned.
-    let doomed = Error::Driver(DriverError::new(
-        "hip",
-        "launch",
-        "failed inside the window",
+    // Another kernel: handed back for instantiation without asking the
+    // runtime, which may update node by node before it finds the mismatch.
+    ok(Hip::begin(&mut stream));
+    ok(Hip::launch(
+        &mut stream,
+        fill_on(&fill, &one, slice(240, 16)),
     ));
-    Hip::begin(&mut stream).unwrap_or_else(|e| panic!("{e}"));
-    let refused = Hip::instantiate(&mut stream, Some(doomed.clone())).err();
-    assert_eq!(refused, Some(doomed));
+    let other_shape = ok(Hip::end(&mut stream));
+    match Hip::update(&mut stream, &mut exec, other_shape) {
+        Ok(Updated::Topology(recording)) => drop(recording),
+        other => panic!("expected the recording back, got {:?}", other.map(|_| ())),
+    }
     assert_eq!(
-        calls.take(),
+        names(&calls.take()),
         [
-            "hipEventRecord",
-            "hipStreamBeginCapture mode=2",
+            "hipStreamBeginCapture",
+            "hipModuleLaunchKernel",
             "hipStreamEndCapture",
             "hipGraphDestroy"
         ]
     );
 
-    // A recording holding memory nodes is refused after closing, on every
-    // numbering of the node types (10 and 11).
-    for memory_node in [10, 11] {
-        set_node_types(library, &[0, memory_node, 1]);
-        Hip::begin(&mut stream).unwrap_or_else(|e| panic!("{e}"));
-        let refused = Hip::instantiate(&mut stream, None).err();
-        let message = refused.map(|e| e.to_string()).unwrap_or_default();
+    // The runtime refuses an update of the same shape: an error, and the
+    // executable updated back from its own graph, still replayable.
+    fake.push_update(910, 5);
+    ok(Hip::begin(&mut stream));
+    ok(Hip::launch(&mut stream, launch(&add)));
+    ok(Hip::copy_to_device(
+        &mut stream,
+        pinned(16, 4),
+        slice(32, 4),
+    ));
+    let refused = ok(Hip::end(&mut stream));
+    let message = refusal(Hip::update(&mut stream, &mut exec, refused));
+    assert!(
+        message.contains("hipErrorGraphExecUpdateFailure")
+            && message.contains("hipGraphExecUpdateErrorParametersChanged"),
+        "{message}"
+    );
+    ok(Hip::replay(&exec, &mut stream));
+    assert_eq!(
+        calls.take()[3..],
+        [
+            "hipStreamEndCapture",
+            "hipGraphExecUpdate -> 910, 5",
+            "hipGraphExecUpdate -> 0, 0",
+            "hipGraphDestroy",
+            "hipGraphLaunch"
+        ]
+    );
+
+    // The runtime finds the topology changed and cannot be updated back
+    // either: the executable is instantiated anew from its own graph (the
+    // half-updated one kept until the executable drops) and the recording
+    // handed back.
+    fake.push_update(910, 2);
+    fake.push_update(910, 1);
+    ok(Hip::begin(&mut stream));
+    ok(Hip::launch(&mut stream, launch(&add)));
+    ok(Hip::copy_to_device(
+        &mut stream,
+        pinned(16, 4),
+        slice(32, 4),
+    ));
+    let changed = ok(Hip::end(&mut stream));
+    match Hip::update(&mut stream, &mut exec, changed) {
+        Ok(Updated::Topology(recording)) => drop(recording),
+        other => panic!("expected the recording back, got {:?}", other.map(|_| ())),
+    }
+    ok(Hip::replay(&exec, &mut stream));
+    drop(exec);
+    assert_eq!(
+        names(&calls.take()[3..]),
+        [
+            "hipStreamEndCapture",
+            "hipGraphExecUpdate",
+            "hipGraphExecUpdate",
+            "hipGraphInstantiate",
+            "hipGraphDestroy",
+            "hipGraphLaunch",
+            "hipGraphExecDestroy",
+            "hipGraphExecDestroy",
+            "hipGraphDestroy"
+        ]
+    );
+
+    // A graph holding other than one node per launch and copy lost (or
+    // gained) work: refused at instantiate and at update.
+    for skew in [-1, 1] {
+        fake.node_skew(skew);
+        ok(Hip::begin(&mut stream));
+        ok(Hip::launch(&mut stream, launch(&add)));
+        let recording = ok(Hip::end(&mut stream));
+        let message = refusal(Hip::instantiate(&mut stream, recording));
+        let word = if skew < 0 { "lost" } else { "added" };
         assert!(
-            message.contains("memory allocation or free node"),
+            message.contains(&format!("{} node(s) where 1 launch", 1 + skew))
+                && message.contains(word),
             "{message}"
         );
         assert_eq!(
             names(&calls.take()),
             [
-                "hipEventRecord",
                 "hipStreamBeginCapture",
+                "hipModuleLaunchKernel",
                 "hipStreamEndCapture",
                 "hipGraphDestroy"
             ]
         );
     }
-    set_node_types(library, &[0, 1]);
+    fake.node_skew(0);
+    ok(Hip::begin(&mut stream));
+    let recording = ok(Hip::end(&mut stream));
+    let mut empty = ok(Hip::instantiate(&mut stream, recording));
+    fake.node_skew(-1);
+    ok(Hip::begin(&mut stream));
+    ok(Hip::launch(&mut stream, launch(&add)));
+    let recording = ok(Hip::end(&mut stream));
+    let message = refusal(Hip::update(&mut stream, &mut empty, recording));
+    assert!(message.contains("lost"), "{message}");
+    fake.node_skew(0);
+    drop(empty);
+    calls.take();
+
+    // A failed end that leaves the stream capturing: the stream is replaced
+    // by a fresh one, which first waits for the old one's newest event, and
+    // the next capture runs on it.
+    fake.events_ready(false);
+    ok(Hip::signal(&mut stream));
+    ok(Hip::begin(&mut stream));
+    ok(Hip::launch(&mut stream, launch(&add)));
+    fake.fail_next_end(901, true);
+    let message = refusal(Hip::end(&mut stream));
+    assert!(
+        message.contains("hipErrorStreamCaptureInvalidated")
+            && message.contains("replaced by a fresh one"),
+        "{message}"
+    );
+    let ended = calls.take();
+    assert_eq!(
+        ended[ended.len() - 5..],
+        [
+            "hipStreamEndCapture",
+            "hipStreamIsCapturing -> 2",
+            "hipStreamCreateWithFlags flags=1",
+            "hipStreamWaitEvent flags=0",
+            "hipStreamDestroy"
+        ]
+    );
+    fake.events_ready(true);
+    ok(Hip::begin(&mut stream));
+    ok(Hip::launch(&mut stream, launch(&add)));
+    let recording = ok(Hip::end(&mut stream));
+    drop(ok(Hip::instantiate(&mut stream, recording)));
+    assert_eq!(
+        names(&calls.take()),
+        [
+            "hipStreamBeginCapture",
+            "hipModuleLaunchKernel",
+            "hipStreamEndCapture",
+            "hipGraphInstantiate",
+            "hipGraphExecDestroy",
+            "hipGraphDestroy"
+        ]
+    );
+    // A failed end that did end the capture keeps the stream.
+    ok(Hip::begin(&mut stream));
+    fake.fail_next_end(901, false);
+    let message = refusal(Hip::end(&mut stream));
+    assert!(!message.contains("replaced"), "{message}");
+    assert_eq!(
+        calls.take(),
+        [
+            "hipStreamBeginCapture mode=2",
+            "hipStreamEndCapture",
+            "hipStreamIsCapturing -> 0"
+        ]
+    );
+
+    // Frees while another stream of the device records wait for the last
+    // recording to end: hipFree may synchronize the device.
+    let mut recorder = ok(Hip::create_stream(&device));
+    ok(Hip::begin(&mut recorder));
+    let held = ok(Hip::allocate_device_page(&mut stream, 64));
+    let held_host = ok(Hip::allocate_host_page(&mut stream, 64));
+    calls.take();
+    Hip::release_device_page(&mut stream, held);
+    drop(held_host);
+    ok(Hip::begin(&mut stream));
+    let own = ok(Hip::end(&mut stream));
+    assert!(
+        names(&calls.take())
+            .iter()
+            .all(|name| !name.contains("Free")),
+        "freed while a stream records"
+    );
+    drop(own);
+    let recorded = ok(Hip::end(&mut recorder));
+    assert_eq!(
+        names(&calls.take()),
+        [
+            "hipGraphDestroy",
+            "hipStreamEndCapture",
+            "hipFree",
+            "hipHostFree"
+        ]
+    );
+    drop(recorded);
+    drop(recorder);
+    calls.take();
+
+    // A recording keeps the modules its launches run loaded, for as long as
+    // an executable made from it lives.
+    // SAFETY: as for `hip`.
+    let loaded = unsafe {
+        Kernel::from_code_object(&device, b"FAKE-IMAGE", "fill", Builtin::Fill.signature())
+    }
+    .unwrap_or_else(|e| panic!("{e}"));
+    ok(Hip::begin(&mut stream));
+    ok(Hip::launch(
+        &mut stream,
+        fill_on(&loaded, &one, slice(240, 16)),
+    ));
+    let recording = ok(Hip::end(&mut stream));
+    let exec = ok(Hip::instantiate(&mut stream, recording));
+    drop(loaded);
+    assert!(
+        !names(&calls.take()).contains(&"hipModuleUnload"),
+        "the module was unloaded under a graph"
+    );
+    drop(exec);
+    assert_eq!(
+        names(&calls.take()),
+        ["hipGraphExecDestroy", "hipGraphDestroy", "hipModuleUnload"]
+    );
+
+    // A runtime older than ROCm 5.3 runs eager work but refuses to record:
+    // its launches would run at once and be missing from the graph.
+    fake.runtime_version(50_221_153);
+    let old = ok(Hip::open_index(0));
+    let mut old_stream = ok(Hip::create_stream(&old));
+    calls.take();
+    let message = refusal(Hip::begin(&mut old_stream));
+    assert!(
+        message.contains("5.2.21153") && message.contains("ROCm 5.3"),
+        "{message}"
+    );
+    ok(Hip::launch(&mut old_stream, launch(&add)));
+    assert_eq!(names(&calls.take()), ["hipModuleLaunchKernel"]);
+    drop(old_stream);
+    drop(old);
+    fake.runtime_version(60_443_483);
+    calls.take();
 
     // A page dropped without being released is freed all the same, once.
-    let stray = Hip::allocate_device_page(&mut stream, 64).unwrap_or_else(|e| panic!("{e}"));
-    let stray_host = Hip::allocate_host_page(&mut stream, 64).unwrap_or_else(|e| panic!("{e}"));
+    let stray = ok(Hip::allocate_device_page(&mut stream, 64));
+    let stray_host = ok(Hip::allocate_host_page(&mut stream, 64));
     drop(stray);
     drop(stray_host);
     assert_eq!(
@@ -455,23 +914,26 @@ fn run_scenario(library: &Path, log: &Path) {
         ["hipMalloc", "hipHostMalloc", "hipFree", "hipHostFree"]
     );
 
-    // A stream dropped while capturing closes the capture first.
-    Hip::begin(&mut stream).unwrap_or_else(|e| panic!("{e}"));
+    // A stream dropped while recording closes the capture first, and frees
+    // what waited for it.
+    ok(Hip::begin(&mut stream));
     Hip::release_device_page(&mut stream, page);
     Hip::release_host_page(&mut stream, host);
     drop(stream);
     let dropped = calls.take();
+    let dropped_names: Vec<&str> = names(&dropped)
+        .into_iter()
+        .filter(|name| *name != "hipEventDestroy")
+        .collect();
     assert_eq!(
-        names(&dropped),
+        dropped_names,
         [
-            "hipEventRecord",
             "hipStreamBeginCapture",
+            "hipStreamEndCapture",
             "hipFree",
             "hipHostFree",
-            "hipStreamEndCapture",
             "hipGraphDestroy",
             "hipStreamSynchronize",
-            "hipEventDestroy",
             "hipStreamDestroy"
         ]
     );
@@ -480,6 +942,7 @@ fn run_scenario(library: &Path, log: &Path) {
     // A module outlives the device handle while a kernel holds it, and is
     // unloaded with its last kernel.
     drop(device);
+    drop(other);
     drop(add);
     drop(mixed);
     assert_eq!(calls.take(), ["hipModuleUnload"]);
@@ -487,10 +950,25 @@ fn run_scenario(library: &Path, log: &Path) {
     assert_eq!(calls.take(), ["hipModuleUnload"]);
 }
 
+/// A launch of a kernel shaped like `fill`.
+fn fill_on<'a>(
+    kernel: &'a Kernel,
+    bindings: &'a [Binding<'a, Hip>],
+    info: DeviceSlice<'a, Hip>,
+) -> Launch<'a, Hip> {
+    Launch {
+        kernel,
+        groups: [1, 1, 1],
+        bindings,
+        info: Some(info),
+        params: &[],
+    }
+}
+
 #[test]
 fn driver_contract_on_fake_runtime() {
     if env::var_os(CHILD_VAR).is_some() {
-        let library = env::var_os(LIBRARY_VAR)
+        let library = env::var_os(LIBRARY_ENV)
             .map(PathBuf::from)
             .unwrap_or_default();
         let log = env::var_os(LOG_VAR).map(PathBuf::from).unwrap_or_default();
@@ -531,7 +1009,7 @@ fn driver_contract_on_fake_runtime() {
             "--test-threads=1",
         ])
         .env(CHILD_VAR, "1")
-        .env(LIBRARY_VAR, &library)
+        .env(LIBRARY_ENV, &library)
         .env(LOG_VAR, &log)
         .output()
         .unwrap_or_else(|e| panic!("cannot re-run this test binary: {e}"));

@@ -8,7 +8,7 @@ use std::env;
 use std::path::Path;
 use std::process::Command;
 
-use backend_hip::{Hip, LIBRARY_VAR};
+use backend_hip::{Hip, LIBRARY_ENV};
 use capture_core::{Availability, Driver};
 
 /// Set in the child process, which then runs the check instead of spawning.
@@ -41,6 +41,22 @@ fn probe_without_a_device_gives_a_reason_and_open_agrees() {
     };
     assert_eq!(error.backend, "hip");
     assert_eq!(error.message, reason, "open and probe disagree");
+    let by_index = Hip::open_index(0).err().map(|error| error.message);
+    assert_eq!(
+        by_index.as_deref(),
+        Some(reason.as_str()),
+        "open_index(0) and open disagree"
+    );
+
+    // The list is empty where a runtime sees no device, and an error saying
+    // why where there is no runtime to ask.
+    match Hip::devices() {
+        Ok(devices) => assert!(
+            devices.is_empty(),
+            "devices listed where none can be opened: {devices:?}"
+        ),
+        Err(error) => assert_eq!(error.message, reason),
+    }
 
     if reason.starts_with("no HIP runtime:") {
         eprintln!("note: no HIP runtime installed here, so the no-device answer is not checked");
@@ -65,6 +81,10 @@ fn probe_without_the_library_says_it_is_missing() {
             Ok(_) => panic!("open succeeded with no library"),
             Err(error) => println!("OPEN={error}"),
         }
+        match Hip::devices() {
+            Ok(devices) => panic!("devices listed with no library: {devices:?}"),
+            Err(error) => println!("DEVICES={error}"),
+        }
         match backend_hip::hiprtc_compile("extern \"C\" __global__ void k() {}", "k.hip", "gfx90a")
         {
             Ok(_) => panic!("hiprtc compiled with no library"),
@@ -83,7 +103,7 @@ fn probe_without_the_library_says_it_is_missing() {
             "--test-threads=1",
         ])
         .env(CHILD_VAR, "1")
-        .env(LIBRARY_VAR, missing)
+        .env(LIBRARY_ENV, missing)
         .output()
         .unwrap_or_else(|e| panic!("cannot re-run this test binary: {e}"));
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -107,6 +127,14 @@ fn probe_without_the_library_says_it_is_missing() {
     assert!(
         open.starts_with("hip: open device failed: no HIP runtime: "),
         "{open}"
+    );
+    let devices = stdout
+        .lines()
+        .find_map(|line| line.split_once("DEVICES=").map(|(_, rest)| rest))
+        .unwrap_or_else(|| panic!("the child printed no listing error:\n{stdout}"));
+    assert!(
+        devices.starts_with("hip: list devices failed: no HIP runtime: "),
+        "{devices}"
     );
     // A compile with no hiprtc is an error naming what was tried, not a panic.
     let compile = stdout
@@ -140,7 +168,7 @@ fn a_bad_device_index_is_a_reason_not_a_panic() {
             "--test-threads=1",
         ])
         .env(CHILD_VAR, "1")
-        .env(backend_hip::DEVICE_VAR, "not-a-number")
+        .env(backend_hip::DEVICE_ENV, "not-a-number")
         .output()
         .unwrap_or_else(|e| panic!("cannot re-run this test binary: {e}"));
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -6,13 +6,13 @@
 
 use std::sync::Arc;
 
-use backend_hip::{Hip, HipDevice, Kernel};
+use backend_hip::{Device, Hip, Kernel};
 use capture_core::{Access, Error, Signature};
 
 use super::{CUDA_SOURCE, UserKernel, UserKernels};
 
 impl UserKernels for Hip {
-    unsafe fn user_kernel(device: &Arc<HipDevice>, which: UserKernel) -> Result<Kernel, Error> {
+    unsafe fn user_kernel(device: &Arc<Device>, which: UserKernel) -> Result<Kernel, Error> {
         // SAFETY: every workload kernel touches element i of a buffer only
         // below the count it is given (`n`, or `rows` and `cols` for matvec,
         // whose matrix is rows x cols) and writes only the bindings its
@@ -23,7 +23,7 @@ impl UserKernels for Hip {
 
     /// A source using a name it never declares: hiprtc refuses it, and its
     /// log says where and why.
-    fn broken_kernel(device: &Arc<HipDevice>) -> Result<Kernel, Error> {
+    fn broken_kernel(device: &Arc<Device>) -> Result<Kernel, Error> {
         const BROKEN: &str =
             "extern \"C\" __global__ void broken(float* x) { x[threadIdx.x] = undeclared_value; }";
         let signature = Signature::new("broken").binding(Access::Write);
@@ -35,7 +35,7 @@ impl UserKernels for Hip {
     /// `residual` declared with one binding where its code takes two: the
     /// code object's metadata lists each kernel's arguments, and the build
     /// refuses the signature it contradicts.
-    fn disagreeing_kernel(device: &Arc<HipDevice>) -> Option<Result<Kernel, Error>> {
+    fn disagreeing_kernel(device: &Arc<Device>) -> Option<Result<Kernel, Error>> {
         let signature = Signature::new("residual")
             .binding(Access::ReadWrite)
             .param(4)
