@@ -195,19 +195,18 @@ pub fn main() -> ExitCode {
     if options.devices {
         let mut lister = Lister {
             options: &options,
-            out: String::new(),
+            listings: Vec::new(),
         };
         each_backend(&mut lister);
         for known in registry::backends() {
-            if !known.compiled_in && options.selects_backend(known.name) {
-                lister.out.push_str(&format!(
-                    "{}: not compiled in ({})\n",
-                    known.name,
-                    known.how_to_build()
-                ));
+            if !options.selects_backend(known.name) {
+                continue;
+            }
+            match lister.listings.iter().find(|(name, _)| *name == known.name) {
+                Some((_, listing)) => print!("{listing}"),
+                None => println!("{}: not compiled in ({})", known.name, known.how_to_build()),
             }
         }
-        print!("{}", lister.out);
         return ExitCode::SUCCESS;
     }
     run(&options, &required())
@@ -239,7 +238,8 @@ fn check_backends(options: &Options) -> Result<(), String> {
 /// `--devices`: every selected backend's devices.
 struct Lister<'a> {
     options: &'a Options,
-    out: String,
+    /// Each compiled-in backend's lines.
+    listings: Vec<(&'static str, String)>,
 }
 
 impl Visit for Lister<'_> {
@@ -254,8 +254,8 @@ impl Visit for Lister<'_> {
                 .map_err(|err| err.message),
             _ => Err(String::new()),
         };
-        self.out
-            .push_str(&report::device_listing(D::NAME, &devices, &default));
+        self.listings
+            .push((D::NAME, report::device_listing(D::NAME, &devices, &default)));
     }
 }
 
