@@ -1,10 +1,11 @@
-//! Builds the stub `libcuda.so.1` the no-device test loads in place of the
-//! NVIDIA driver. Only the tests use it, so a machine without a C compiler
-//! still builds the crate: it gets a warning, and that test says why it
-//! cannot run.
+//! Builds the stub `libcuda.so.1` libraries the no-device tests load in
+//! place of the NVIDIA driver, and says which C compiler the ABI test may
+//! use. Only the tests need either, so a machine without a C compiler still
+//! builds the crate: it gets a warning, and those tests say why they cannot
+//! run.
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 const SOURCE: &str = "tests/stub/cuda_stub.c";
 
@@ -12,28 +13,41 @@ fn main() {
     println!("cargo:rerun-if-changed={SOURCE}");
     println!("cargo:rerun-if-changed=build.rs");
     // The stub stands in for a Linux shared object; elsewhere the driver has
-    // another name and the test is not compiled.
+    // another name and the tests are not compiled.
     if env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
         return;
     }
-    if let Err(why) = build_stub() {
-        println!("cargo:warning=the CUDA stub library for the no-device test was not built: {why}");
+    if let Err(why) = build_stubs() {
+        println!(
+            "cargo:warning=the CUDA stub libraries for the no-device tests were not built: {why}"
+        );
     }
 }
 
-fn build_stub() -> Result<(), String> {
-    let out = env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?;
-    let dir = PathBuf::from(out).join("cuda-stub");
-    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let library = dir.join("libcuda.so.1");
+fn build_stubs() -> Result<(), String> {
+    let out = PathBuf::from(env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?);
     let compiler = cc::Build::new()
         .cargo_metadata(false)
         .try_get_compiler()
         .map_err(|e| format!("no C compiler: {e}"))?;
+    println!("cargo:rustc-env=CUDA_TEST_CC={}", compiler.path().display());
+    let minimal = out.join("cuda-stub");
+    build_stub(&compiler, &minimal, &[])?;
+    println!("cargo:rustc-env=CUDA_STUB_DIR={}", minimal.display());
+    let full = out.join("cuda-stub-full");
+    build_stub(&compiler, &full, &["-DCUDA_STUB_FULL"])?;
+    println!("cargo:rustc-env=CUDA_FULL_STUB_DIR={}", full.display());
+    Ok(())
+}
+
+fn build_stub(compiler: &cc::Tool, dir: &Path, defines: &[&str]) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let library = dir.join("libcuda.so.1");
     let status = compiler
         .to_command()
         .args(["-shared", "-fPIC", "-o"])
         .arg(&library)
+        .args(defines)
         .arg(SOURCE)
         .status()
         .map_err(|e| format!("running {}: {e}", compiler.path().display()))?;
@@ -43,12 +57,11 @@ fn build_stub() -> Result<(), String> {
             compiler.path().display()
         ));
     }
-    // Also under the unversioned name, which the loader tries first: the
-    // stub directory comes first on the search path, so a real driver's
-    // `libcuda.so` elsewhere on the machine cannot be picked instead.
+    // Also under the unversioned name: the stub directory comes first on
+    // the search path, so a real driver's `libcuda.so` elsewhere on the
+    // machine cannot be picked instead.
     let unversioned = dir.join("libcuda.so");
     std::fs::copy(&library, &unversioned)
         .map_err(|e| format!("copying to {}: {e}", unversioned.display()))?;
-    println!("cargo:rustc-env=CUDA_STUB_DIR={}", dir.display());
     Ok(())
 }

@@ -1,36 +1,40 @@
-//! The opened GPU: its primary context, shared by every stream, page and
-//! graph made on it.
+//! The opened GPU: its primary context, made current around every call, and
+//! the device-wide count of streams recording, behind which frees wait.
 
-use std::ffi::{CStr, c_char, c_int};
-use std::sync::Arc;
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use capture_core::{DeviceInfo, DriverError};
-use cudarc::driver::sys::{self, CUcontext, CUdevice, CUdevice_attribute};
 
-use crate::error::{check, refuse};
-use crate::loader;
+use crate::error::refuse;
+use crate::loader::{self, LOAD_OP};
+use crate::sys::{self, Api, CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUmodule};
 
-/// The variable that picks a device by index when a machine has several.
+/// The variable that picks a device by index when a machine has several
+/// (default 0).
 pub const DEVICE_ENV: &str = "CAPTURE_CUDA_DEVICE";
 
-/// The operation name of every failure to find or initialise the driver,
-/// so that `probe` can hand its reason on unchanged.
-pub(crate) const LOAD_OP: &str = "load the driver";
-
-/// One GPU with its primary context retained.
+/// One GPU, with its primary context.
 ///
-/// The primary context is the one the CUDA runtime and other libraries in the
-/// same process use too, so memory and graphs made here stay usable by them
-/// and no second context competes for the device. Everything made on the
-/// device holds an `Arc` of it, so the context outlives all of it.
-pub struct CudaDevice {
+/// The primary context is the one the CUDA runtime and other libraries in
+/// the same process use too, so memory and graphs made here stay usable by
+/// them and no second context competes for the device. It is retained on
+/// the first open of the device in the process and kept until the process
+/// ends, as the runtime keeps it: opening the device again (which every
+/// probe does) costs a lookup, not a context.
+///
+/// Every call on the device, its streams, pages, kernels and graphs pushes
+/// the context on the calling thread and pops it on return, so the caller's
+/// own current context is as it was.
+pub struct Device {
+    api: &'static Api,
     ordinal: c_int,
-    raw: CUdevice,
     context: CUcontext,
     /// Compute capability, which picks the PTX target.
     compute: (c_int, c_int),
     limits: BlockLimits,
     info: DeviceInfo,
+    recording: Mutex<Recording>,
 }
 
 /// The largest block the device runs, which every kernel's signature is
@@ -43,17 +47,58 @@ pub(crate) struct BlockLimits {
     pub(crate) max_threads_per_block: u32,
 }
 
-// SAFETY: a CUcontext is a process-wide handle that any thread may make
-// current; every use of it here goes through `bind`, and the driver itself
-// synchronises access to context state. Nothing else in the struct changes
-// after `open`.
-unsafe impl Send for CudaDevice {}
-// SAFETY: as for Send; no method mutates the struct.
-unsafe impl Sync for CudaDevice {}
+/// Streams of the device recording now, and the releases waiting for the
+/// last of them to end.
+#[derive(Default)]
+struct Recording {
+    streams: usize,
+    deferred: Vec<Release>,
+}
 
-impl std::fmt::Debug for CudaDevice {
+/// Memory or code given back to the driver, which may wait for the device
+/// to have no recording stream (see [`Device::release`]).
+pub(crate) enum Release {
+    /// A `cuMemAlloc` block.
+    DevicePage(CUdeviceptr),
+    /// A `cuMemHostAlloc` block.
+    HostPage(*mut c_void),
+    /// A loaded module.
+    Module(CUmodule),
+}
+
+// SAFETY: each pointer is a driver allocation or handle owned by the release
+// alone (its page or kernel is gone), usable from any thread once the
+// context is current.
+unsafe impl Send for Release {}
+
+/// The device's context made current on this thread; popped when dropped.
+pub(crate) struct Current {
+    api: &'static Api,
+}
+
+impl Drop for Current {
+    fn drop(&mut self) {
+        let mut popped: CUcontext = std::ptr::null_mut();
+        // SAFETY: `enter` pushed the device's context on this thread, so
+        // popping gives the thread back the context it had before.
+        let code = unsafe { (self.api.ctx_pop_current)(&mut popped) };
+        if let Err(e) = self.api.check("restore the caller's context", code) {
+            log::warn!("{e}");
+        }
+    }
+}
+
+// SAFETY: a CUcontext is a process-wide handle that any thread may push;
+// every use of it here goes through `enter`, and the driver synchronises
+// access to context state. The recording count is behind a mutex; nothing
+// else changes after `open`.
+unsafe impl Send for Device {}
+// SAFETY: as for Send.
+unsafe impl Sync for Device {}
+
+impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CudaDevice")
+        f.debug_struct("Device")
             .field("ordinal", &self.ordinal)
             .field("name", &self.info.name)
             .field("driver_version", &self.info.driver_version)
@@ -61,66 +106,115 @@ impl std::fmt::Debug for CudaDevice {
     }
 }
 
-impl CudaDevice {
+/// A failure while opening, with what was being done said in the message,
+/// since the probe hands on the message alone.
+fn opening(e: DriverError) -> DriverError {
+    if e.op == LOAD_OP {
+        e
+    } else {
+        DriverError {
+            message: format!("{}: {}", e.op, e.message),
+            ..e
+        }
+    }
+}
+
+impl Device {
+    /// Every device the driver sees, in ordinal order.
+    pub(crate) fn list() -> Result<Vec<DeviceInfo>, DriverError> {
+        let loaded = loader::load()?;
+        let count = count(&loaded.api).map_err(opening)?;
+        (0..count)
+            .map(|ordinal| {
+                describe(&loaded.api, &loaded.version.to_string(), ordinal)
+                    .map(|(info, _, _, _)| info)
+                    .map_err(opening)
+            })
+            .collect()
+    }
+
     /// Open the device [`DEVICE_ENV`] names (the first one when unset).
     pub(crate) fn open() -> Result<Arc<Self>, DriverError> {
-        let version = loader::load().map_err(|reason| refuse(LOAD_OP, reason))?;
-        let ordinal = select()?;
-        let mut raw: CUdevice = 0;
-        // SAFETY: `raw` is a valid place for the handle; the ordinal was
-        // checked against the device count.
-        check("get device", unsafe { sys::cuDeviceGet(&mut raw, ordinal) })?;
-        let name = device_name(raw)?;
-        use CUdevice_attribute::*;
-        let compute = (
-            attribute(raw, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-            attribute(raw, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-        );
-        let max_groups = [
-            limit(raw, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
-            limit(raw, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
-            limit(raw, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
-        ];
-        let limits = BlockLimits {
-            max_block: [
-                limit(raw, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?,
-                limit(raw, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y)?,
-                limit(raw, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)?,
-            ],
-            max_threads_per_block: limit(raw, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+        let index = match std::env::var(DEVICE_ENV) {
+            Err(_) => 0,
+            Ok(text) => text.trim().parse::<usize>().map_err(|_| {
+                refuse(
+                    "select device",
+                    format!("{DEVICE_ENV}={text:?} is not a device index"),
+                )
+            })?,
         };
-        let mut context: CUcontext = std::ptr::null_mut();
-        // SAFETY: `raw` came from cuDeviceGet; `context` is a valid place
-        // for the handle. Released in Drop, the only other owner path.
-        check("retain primary context", unsafe {
-            sys::cuDevicePrimaryCtxRetain(&mut context, raw)
-        })?;
-        let device = Arc::new(Self {
+        Self::open_index(index).map_err(|e| {
+            if std::env::var_os(DEVICE_ENV).is_some() && e.op == "select device" {
+                DriverError {
+                    message: format!("{DEVICE_ENV}={index}: {}", e.message),
+                    ..e
+                }
+            } else {
+                e
+            }
+        })
+    }
+
+    /// Open the device at `index` of [`Device::list`].
+    pub(crate) fn open_index(index: usize) -> Result<Arc<Self>, DriverError> {
+        let loaded = loader::load()?;
+        let api = &loaded.api;
+        let count = count(api).map_err(opening)?;
+        if count <= 0 {
+            return Err(refuse(
+                "count devices",
+                "no CUDA device: the driver is installed but reports no device",
+            ));
+        }
+        let ordinal = c_int::try_from(index)
+            .ok()
+            .filter(|&ordinal| ordinal < count)
+            .ok_or_else(|| {
+                refuse(
+                    "select device",
+                    format!(
+                        "device {index} was asked for, and the driver reports {count} device(s)"
+                    ),
+                )
+            })?;
+        let (info, raw, compute, limits) =
+            describe(api, &loaded.version.to_string(), ordinal).map_err(opening)?;
+        let context = primary_context(api, raw).map_err(opening)?;
+        Ok(Arc::new(Self {
+            api,
             ordinal,
-            raw,
             context,
             compute,
             limits,
-            info: DeviceInfo {
-                name: format!("{name} (sm_{}{})", compute.0, compute.1),
-                driver_version: version.to_string(),
-                max_groups,
-            },
-        });
-        device.bind()?;
-        Ok(device)
+            info,
+            recording: Mutex::new(Recording::default()),
+        }))
     }
 
-    /// Make this device's context current on the calling thread.
+    /// The driver's functions.
+    pub(crate) fn api(&self) -> &'static Api {
+        self.api
+    }
+
+    /// Make this device's context current on the calling thread until the
+    /// guard drops.
     ///
     /// Called on every entry point: capture-core may drive a device from any
-    /// thread, and a context is current per thread, so no call may assume the
-    /// previous one ran on the same thread.
-    pub(crate) fn bind(&self) -> Result<(), DriverError> {
-        // SAFETY: the context is retained for as long as `self` lives.
-        check("make context current", unsafe {
-            sys::cuCtxSetCurrent(self.context)
-        })
+    /// thread, and a context is current per thread, so no call may assume
+    /// the previous one ran on the same thread, nor leave its context
+    /// behind for the caller.
+    pub(crate) fn enter(&self) -> Result<Current, DriverError> {
+        // SAFETY: the context is retained for the life of the process.
+        let code = unsafe { (self.api.ctx_push_current)(self.context) };
+        self.api.check("make the device's context current", code)?;
+        Ok(Current { api: self.api })
+    }
+
+    /// Whether `other` shares this device's context, so that its memory and
+    /// code are usable here.
+    pub(crate) fn same_context(&self, other: &Device) -> bool {
+        self.context == other.context
     }
 
     /// The device's compute capability, major and minor.
@@ -133,7 +227,7 @@ impl CudaDevice {
     /// (`cuFuncGetParamInfo`); older ones leave it to the constructor's
     /// promise.
     pub fn checks_kernel_parameters(&self) -> bool {
-        loader::param_info().is_some()
+        self.api.func_get_param_info.is_some()
     }
 
     /// The largest block the device runs.
@@ -145,80 +239,225 @@ impl CudaDevice {
     pub(crate) fn info(&self) -> &DeviceInfo {
         &self.info
     }
-}
 
-impl Drop for CudaDevice {
-    fn drop(&mut self) {
-        // Everything made on the device (pages, streams, modules) held an
-        // Arc of it and has released what it owned, so nothing else still
-        // uses the context. Errors cannot be handed to anyone here.
-        // SAFETY: this retained the primary context once, in `open`, and
-        // releases it exactly once.
-        let released = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.raw) };
-        if let Err(e) = check("release primary context", released) {
+    fn recording(&self) -> MutexGuard<'_, Recording> {
+        self.recording
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Put a stream into recording mode with `begin`, counting it as
+    /// recording when it succeeds. Under the count's lock, so no release
+    /// can slip between the check and the capture.
+    pub(crate) fn begin_recording(
+        &self,
+        begin: impl FnOnce() -> Result<(), DriverError>,
+    ) -> Result<(), DriverError> {
+        let mut recording = self.recording();
+        begin()?;
+        recording.streams += 1;
+        Ok(())
+    }
+
+    /// Take a stream out of recording mode with `end`, whatever it answers,
+    /// and perform the releases that waited once no stream records any
+    /// more. The caller has made the context current.
+    pub(crate) fn end_recording<T>(&self, end: impl FnOnce() -> T) -> T {
+        let mut recording = self.recording();
+        let ended = end();
+        recording.streams = recording.streams.saturating_sub(1);
+        if recording.streams == 0 {
+            for release in std::mem::take(&mut recording.deferred) {
+                self.perform(release);
+            }
+        }
+        ended
+    }
+
+    /// Give memory or code back to the driver: now, or once the last stream
+    /// recording on the device has ended.
+    ///
+    /// `cuMemFree`, `cuMemFreeHost` and `cuModuleUnload` may synchronize the
+    /// device implicitly, which invalidates any capture in progress on it;
+    /// capture-core releases nothing on the recording stream itself, but
+    /// another stream of the same device may be freeing meanwhile.
+    pub(crate) fn release(&self, release: Release) {
+        let mut recording = self.recording();
+        if recording.streams > 0 {
+            recording.deferred.push(release);
+            return;
+        }
+        let current = match self.enter() {
+            Ok(current) => current,
+            Err(e) => {
+                log::warn!("leaking memory or a module: {e}");
+                return;
+            }
+        };
+        self.perform(release);
+        drop(current);
+        drop(recording);
+    }
+
+    /// Perform one release; the caller has made the context current and
+    /// holds the recording lock.
+    fn perform(&self, release: Release) {
+        let api = self.api;
+        let (op, code) = match release {
+            Release::DevicePage(pointer) => {
+                // SAFETY: the address came from cuMemAlloc, and its page is
+                // gone, so it is freed exactly once; capture-core releases a
+                // page only once no enqueued work uses it.
+                let code = unsafe { (api.mem_free)(pointer) };
+                ("free device page", code)
+            }
+            Release::HostPage(pointer) => {
+                // SAFETY: as for device pages, from cuMemHostAlloc.
+                let code = unsafe { (api.mem_free_host)(pointer) };
+                ("free host page", code)
+            }
+            Release::Module(module) => {
+                // SAFETY: the module's kernel is gone, so nothing can launch
+                // it any more; it is unloaded exactly once.
+                let code = unsafe { (api.module_unload)(module) };
+                ("unload module", code)
+            }
+        };
+        if let Err(e) = api.check(op, code) {
             log::warn!("{e}");
         }
     }
 }
 
-/// The ordinal [`DEVICE_ENV`] selects, checked against what the driver sees.
-fn select() -> Result<c_int, DriverError> {
-    let mut count: c_int = 0;
-    // SAFETY: `count` is a valid place for the driver to write an int.
-    check("count devices", unsafe {
-        sys::cuDeviceGetCount(&mut count)
-    })?;
-    if count <= 0 {
-        return Err(refuse(
-            "count devices",
-            "no CUDA device: the driver is installed but reports no device",
-        ));
+impl Drop for Device {
+    fn drop(&mut self) {
+        // Every stream held an Arc of the device, so none records now and
+        // nothing is deferred; this is for a release made while the last
+        // stream was still recording and never ended.
+        let deferred = std::mem::take(
+            &mut self
+                .recording
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .deferred,
+        );
+        if deferred.is_empty() {
+            return;
+        }
+        match self.enter() {
+            Ok(current) => {
+                for release in deferred {
+                    self.perform(release);
+                }
+                drop(current);
+            }
+            Err(e) => log::warn!("leaking {} released block(s): {e}", deferred.len()),
+        }
     }
-    let ordinal = match std::env::var(DEVICE_ENV) {
-        Err(_) => 0,
-        Ok(text) => text.trim().parse::<c_int>().map_err(|_| {
-            refuse(
-                "select device",
-                format!("{DEVICE_ENV}={text:?} is not a device index"),
-            )
-        })?,
-    };
-    if ordinal < 0 || ordinal >= count {
-        return Err(refuse(
-            "select device",
-            format!("{DEVICE_ENV}={ordinal}, but the driver reports {count} device(s)"),
-        ));
-    }
-    Ok(ordinal)
 }
 
-fn attribute(raw: CUdevice, which: CUdevice_attribute) -> Result<c_int, DriverError> {
+/// The primary context of `raw`, retained once per process.
+fn primary_context(api: &Api, raw: CUdevice) -> Result<CUcontext, DriverError> {
+    /// A retained context, shared by every `Device` opened on its ordinal.
+    struct Retained(CUdevice, CUcontext);
+    // SAFETY: a CUcontext is a process-wide handle; this list only stores it.
+    unsafe impl Send for Retained {}
+    static RETAINED: Mutex<Vec<Retained>> = Mutex::new(Vec::new());
+
+    let mut retained = RETAINED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(found) = retained.iter().find(|r| r.0 == raw) {
+        return Ok(found.1);
+    }
+    let mut context: CUcontext = std::ptr::null_mut();
+    // SAFETY: `raw` came from cuDeviceGet; `context` is a valid place for
+    // the handle. It is never released: the process keeps it.
+    let code = unsafe { (api.primary_ctx_retain)(&mut context, raw) };
+    api.check("retain the device's primary context", code)?;
+    retained.push(Retained(raw, context));
+    Ok(context)
+}
+
+fn count(api: &Api) -> Result<c_int, DriverError> {
+    let mut count: c_int = 0;
+    // SAFETY: `count` is a valid place for the driver to write an int.
+    let code = unsafe { (api.device_get_count)(&mut count) };
+    api.check("count devices", code)?;
+    Ok(count)
+}
+
+/// What device `ordinal` is: its description, handle, compute capability
+/// and block limits.
+fn describe(
+    api: &Api,
+    driver_version: &str,
+    ordinal: c_int,
+) -> Result<(DeviceInfo, CUdevice, (c_int, c_int), BlockLimits), DriverError> {
+    let mut raw: CUdevice = 0;
+    // SAFETY: `raw` is a valid place for the handle; the ordinal is below
+    // the device count.
+    let code = unsafe { (api.device_get)(&mut raw, ordinal) };
+    api.check("get device", code)?;
+    let name = device_name(api, raw)?;
+    let compute = (
+        attribute(api, raw, sys::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+        attribute(api, raw, sys::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+    );
+    let max_groups = [
+        limit(api, raw, sys::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
+        limit(api, raw, sys::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
+        limit(api, raw, sys::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
+    ];
+    let limits = BlockLimits {
+        max_block: [
+            limit(api, raw, sys::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?,
+            limit(api, raw, sys::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y)?,
+            limit(api, raw, sys::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)?,
+        ],
+        max_threads_per_block: limit(api, raw, sys::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+    };
+    let mut memory: usize = 0;
+    // SAFETY: `memory` is a valid place for the size; `raw` came from
+    // cuDeviceGet.
+    let code = unsafe { (api.device_total_mem)(&mut memory, raw) };
+    api.check("get device memory", code)?;
+    let info = DeviceInfo {
+        name: format!("{name} (sm_{}{})", compute.0, compute.1),
+        driver_version: driver_version.to_owned(),
+        max_groups,
+        index: usize::try_from(ordinal).unwrap_or(0),
+        memory_bytes: u64::try_from(memory).unwrap_or(u64::MAX),
+        kind: "GPU".to_owned(),
+    };
+    Ok((info, raw, compute, limits))
+}
+
+fn attribute(api: &Api, raw: CUdevice, which: CUdevice_attribute) -> Result<c_int, DriverError> {
     let mut value: c_int = 0;
     // SAFETY: `value` is a valid place for the answer; `raw` came from
     // cuDeviceGet.
-    check("get device attribute", unsafe {
-        sys::cuDeviceGetAttribute(&mut value, which, raw)
-    })?;
+    let code = unsafe { (api.device_get_attribute)(&mut value, which, raw) };
+    api.check("get device attribute", code)?;
     Ok(value)
 }
 
 /// A limit attribute, which the driver reports as a positive int.
-fn limit(raw: CUdevice, which: CUdevice_attribute) -> Result<u32, DriverError> {
-    let value = attribute(raw, which)?;
-    u32::try_from(value)
-        .ok()
-        .filter(|&v| v > 0)
-        .ok_or_else(|| refuse("get device attribute", format!("{which:?} is {value}")))
+fn limit(api: &Api, raw: CUdevice, which: CUdevice_attribute) -> Result<u32, DriverError> {
+    let value = attribute(api, raw, which)?;
+    u32::try_from(value).ok().filter(|&v| v > 0).ok_or_else(|| {
+        refuse(
+            "get device attribute",
+            format!("device attribute {which} is {value}"),
+        )
+    })
 }
 
-fn device_name(raw: CUdevice) -> Result<String, DriverError> {
+fn device_name(api: &Api, raw: CUdevice) -> Result<String, DriverError> {
     let mut buffer = [0u8; 256];
     let len = c_int::try_from(buffer.len()).unwrap_or(c_int::MAX);
     // SAFETY: the driver writes at most `len` bytes, NUL included, into a
     // buffer of exactly that size.
-    check("get device name", unsafe {
-        sys::cuDeviceGetName(buffer.as_mut_ptr().cast::<c_char>(), len, raw)
-    })?;
+    let code = unsafe { (api.device_get_name)(buffer.as_mut_ptr().cast::<c_char>(), len, raw) };
+    api.check("get device name", code)?;
     // A driver that filled the buffer without a NUL still yields a name.
     let name = match CStr::from_bytes_until_nul(&buffer) {
         Ok(name) => name.to_string_lossy().into_owned(),

@@ -12,15 +12,16 @@
 use std::collections::VecDeque;
 
 use capture_core::DriverError;
-use cudarc::driver::sys::{self, CUevent, CUresult, CUstream};
 
-use crate::error::{check, refuse};
+use crate::error::refuse;
+use crate::sys::{self, Api, CUevent, CUstream};
 
 /// Outstanding signals tolerated before the oldest are polled.
 const REAP_ABOVE: usize = 32;
 
 /// Recorded events by signal number, plus spare events.
 pub(crate) struct EventRing {
+    api: &'static Api,
     pending: VecDeque<(u64, CUevent)>,
     free: Vec<CUevent>,
     /// The number the next signal gets; numbers start at 1.
@@ -30,8 +31,9 @@ pub(crate) struct EventRing {
 }
 
 impl EventRing {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(api: &'static Api) -> Self {
         Self {
+            api,
             pending: VecDeque::new(),
             free: Vec::new(),
             next: 1,
@@ -43,6 +45,7 @@ impl EventRing {
     /// The caller has made the stream's context current.
     pub(crate) fn record(&mut self, stream: CUstream) -> Result<u64, DriverError> {
         const OP: &str = "signal";
+        let api = self.api;
         if self.pending.len() > REAP_ABOVE {
             self.reap();
         }
@@ -53,18 +56,15 @@ impl EventRing {
                 // SAFETY: `event` is a valid place for the handle. Timing is
                 // disabled: these events only order, and timing makes
                 // recording and waiting on them slower.
-                check(OP, unsafe {
-                    sys::cuEventCreate(
-                        &mut event,
-                        sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32,
-                    )
+                api.check(OP, unsafe {
+                    (api.event_create)(&mut event, sys::CU_EVENT_DISABLE_TIMING)
                 })?;
                 event
             }
         };
         // SAFETY: both handles are live: the event is owned by this ring and
         // the stream by its caller.
-        if let Err(e) = check(OP, unsafe { sys::cuEventRecord(event, stream) }) {
+        if let Err(e) = api.check(OP, unsafe { (api.event_record)(event, stream) }) {
             self.free.push(event);
             return Err(e);
         }
@@ -78,29 +78,63 @@ impl EventRing {
     /// stream's context current.
     pub(crate) fn wait(&mut self, number: u64) -> Result<(), DriverError> {
         const OP: &str = "fence";
-        if number <= self.done_through {
+        let Some(event) = self.pending_event(OP, number)? else {
             return Ok(());
-        }
-        let Some(&(_, event)) = self.pending.iter().find(|(n, _)| *n == number) else {
-            return Err(refuse(
-                OP,
-                format!("signal {number} was never given by this stream"),
-            ));
         };
+        let api = self.api;
         // SAFETY: the event is owned by this ring and was recorded.
-        check(OP, unsafe { sys::cuEventSynchronize(event) })?;
+        api.check(OP, unsafe { (api.event_synchronize)(event) })?;
         self.retire_through(number);
         Ok(())
+    }
+
+    /// Whether signal `number` has completed, without waiting. The caller
+    /// has made the stream's context current.
+    pub(crate) fn query(&mut self, number: u64) -> Result<bool, DriverError> {
+        const OP: &str = "ask whether a signal is done";
+        let Some(event) = self.pending_event(OP, number)? else {
+            return Ok(true);
+        };
+        let api = self.api;
+        // SAFETY: the event is owned by this ring and was recorded.
+        match unsafe { (api.event_query)(event) } {
+            sys::CUDA_SUCCESS => {
+                self.retire_through(number);
+                Ok(true)
+            }
+            sys::CUDA_ERROR_NOT_READY => Ok(false),
+            code => api.check(OP, code).map(|()| false),
+        }
+    }
+
+    /// The event of signal `number`, or `None` when it is known done.
+    fn pending_event(&self, op: &'static str, number: u64) -> Result<Option<CUevent>, DriverError> {
+        if number <= self.done_through {
+            return Ok(None);
+        }
+        match self.pending.iter().find(|(n, _)| *n == number) {
+            Some(&(_, event)) => Ok(Some(event)),
+            None => Err(refuse(
+                op,
+                format!("signal {number} was never given by this stream"),
+            )),
+        }
+    }
+
+    /// The event of the latest signal still pending, for a stream that
+    /// must wait for everything signalled so far.
+    pub(crate) fn latest(&self) -> Option<CUevent> {
+        self.pending.back().map(|&(_, event)| event)
     }
 
     /// Recycle the oldest events the device has passed, without blocking.
     fn reap(&mut self) {
         while let Some(&(number, event)) = self.pending.front() {
             // SAFETY: the event is owned by this ring and was recorded.
-            let state = unsafe { sys::cuEventQuery(event) };
+            let state = unsafe { (self.api.event_query)(event) };
             // NOT_READY stops the scan; an error is left for a fence to
             // report, since it belongs to the work, not to this signal.
-            if state != CUresult::CUDA_SUCCESS {
+            if state != sys::CUDA_SUCCESS {
                 break;
             }
             self.retire_through(number);
@@ -126,11 +160,12 @@ impl EventRing {
             .drain(..)
             .map(|(_, e)| e)
             .chain(self.free.drain(..));
+        let api = self.api;
         for event in events {
             // SAFETY: each event is owned by this ring and destroyed once;
             // the driver defers the release of one still pending.
-            let destroyed = unsafe { sys::cuEventDestroy_v2(event) };
-            if let Err(e) = check("destroy event", destroyed) {
+            let destroyed = unsafe { (api.event_destroy)(event) };
+            if let Err(e) = api.check("destroy event", destroyed) {
                 log::warn!("{e}");
             }
         }

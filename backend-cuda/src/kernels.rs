@@ -4,18 +4,21 @@
 //! A kernel is built from PTX text ([`Kernel::from_ptx`]), from a cubin or
 //! fatbin ([`Kernel::from_image`]) or from CUDA C++ compiled by NVRTC at run
 //! time ([`Kernel::from_cuda`]). The builtins are PTX shipped in the crate,
-//! built through the same path with [`Builtin::signature`].
+//! compiled by the driver's JIT once per process for each GPU target and
+//! loaded from that cubin, through the same path, with
+//! [`Builtin::signature`].
 
 use std::ffi::{CString, c_int, c_uint, c_void};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use capture_core::{Builtin, DriverError, Error, Signature};
-use cudarc::driver::sys::{self, CUfunction, CUfunction_attribute, CUmodule, CUresult};
 
-use crate::device::CudaDevice;
-use crate::error::{check, describe, refuse};
-use crate::image;
-use crate::{loader, nvrtc};
+use crate::device::{Device, Release};
+use crate::error::refuse;
+use crate::sys::{
+    self, Api, CUfunction, CUfunction_attribute, CUjit_option, CUlinkState, CUmodule,
+};
+use crate::{image, nvrtc};
 
 /// The builtins' body; the header naming the PTX version and target is
 /// chosen per device by [`ptx_for`].
@@ -59,10 +62,10 @@ pub(crate) fn entry_name(which: Builtin) -> String {
     format!("builtin_{}", which.name())
 }
 
-/// `which`, built for `device` from the shipped PTX.
-pub(crate) fn builtin(device: &Arc<CudaDevice>, which: Builtin) -> Result<Kernel, DriverError> {
-    let (major, minor) = device.compute_capability();
-    let ptx = ptx_for(major, minor);
+/// `which`, built for `device` from the builtins' cubin for its target.
+pub(crate) fn builtin(device: &Arc<Device>, which: Builtin) -> Result<Kernel, DriverError> {
+    const OP: &str = "build builtin kernel";
+    let cubin = builtin_cubin(device)?;
     // SAFETY: each builtin reads and writes the `n` elements its info names
     // in each of its buffers (fewer where the grid is smaller), and writes
     // only the bindings `Builtin::accesses` declares written; its entry
@@ -70,53 +73,173 @@ pub(crate) fn builtin(device: &Arc<CudaDevice>, which: Builtin) -> Result<Kernel
     // says. capture-core launches builtins only through
     // `Client::run_builtin`, which checks `n` against every buffer's length,
     // so every launch a builtin is given stays inside its buffers.
-    let built = unsafe { Kernel::from_ptx(device, &ptx, &entry_name(which), which.signature()) };
+    let built =
+        unsafe { Kernel::from_image(device, &cubin, &entry_name(which), which.signature()) };
     built.map_err(|e| match e {
         Error::Driver(e) => e,
-        other => refuse("build builtin kernel", other.to_string()),
+        other => refuse(OP, other.to_string()),
     })
 }
 
-/// Bytes kept of each JIT log, enough for any message about one module.
-const LOG_BYTES: usize = 16 * 1024;
-
-/// Most parameters read back from the driver when counting an entry's:
-/// far past what a kernel's 32 KiB of parameters can hold in pointers.
-const MAX_COUNTED_PARAMS: usize = 4096;
-
-/// A loaded module, unloaded (with its device's context current) when the
-/// last kernel of it drops.
-pub(crate) struct Module {
-    raw: CUmodule,
-    pub(crate) device: Arc<CudaDevice>,
+/// The builtins compiled for `device`'s compute capability: by the driver's
+/// JIT on the first call for that target in the process, from the cache
+/// after that.
+fn builtin_cubin(device: &Device) -> Result<Arc<[u8]>, DriverError> {
+    type Cache = Vec<((c_int, c_int), Arc<[u8]>)>;
+    static CUBINS: Mutex<Cache> = Mutex::new(Vec::new());
+    let target = device.compute_capability();
+    // Held while compiling, so that threads building the builtins at once
+    // compile them once between them.
+    let mut cache = CUBINS.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, cubin)) = cache.iter().find(|(t, _)| *t == target) {
+        return Ok(Arc::clone(cubin));
+    }
+    let cubin: Arc<[u8]> = jit_link(device, &ptx_for(target.0, target.1))?.into();
+    cache.push((target, Arc::clone(&cubin)));
+    Ok(cubin)
 }
 
-// SAFETY: a CUmodule is a process-wide handle; it is only unloaded, once, in
-// Drop, with its context made current first.
-unsafe impl Send for Module {}
-// SAFETY: as for Send; nothing mutates the handle.
-unsafe impl Sync for Module {}
+/// A JIT link in progress, destroyed on every path out of [`jit_link`].
+struct Link<'a> {
+    api: &'a Api,
+    state: CUlinkState,
+}
 
-impl Drop for Module {
+impl Drop for Link<'_> {
     fn drop(&mut self) {
-        if let Err(e) = self.device.bind() {
-            log::warn!("leaking a module: {e}");
-            return;
-        }
-        // SAFETY: the module is owned here and unloaded once; every kernel
-        // of it held this module through an Arc, so none is left.
-        let unloaded = unsafe { sys::cuModuleUnload(self.raw) };
-        if let Err(e) = check("unload module", unloaded) {
+        // SAFETY: the state came from cuLinkCreate and is destroyed once;
+        // the cubin it produced was copied out first.
+        let destroyed = unsafe { (self.api.link_destroy)(self.state) };
+        if let Err(e) = self.api.check("finish JIT link", destroyed) {
             log::warn!("{e}");
         }
     }
 }
 
-/// A kernel compiled for one device: a function of a loaded module, and its
-/// signature.
+/// Compile `ptx` with the driver's JIT for `device`'s GPU into a cubin.
+fn jit_link(device: &Device, ptx: &str) -> Result<Vec<u8>, DriverError> {
+    const OP: &str = "compile the builtins";
+    let api = device.api();
+    let mut text = Vec::with_capacity(ptx.len() + 1);
+    text.extend_from_slice(ptx.as_bytes());
+    text.push(0);
+    let mut logs = JitLogs::new();
+    let (mut options, mut values) = logs.options();
+    let _current = device.enter()?;
+    let mut state: CUlinkState = std::ptr::null_mut();
+    // SAFETY: `options` and `values` hold the same number of entries, which
+    // is passed; each log buffer holds the size its option announces and
+    // outlives the link state (`logs` is declared before `link`, so it is
+    // dropped after it).
+    let created = unsafe {
+        (api.link_create)(
+            options.len() as c_uint,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+            &mut state,
+        )
+    };
+    api.check(OP, created)?;
+    let link = Link { api, state };
+    // SAFETY: the PTX is NUL-terminated and its length (NUL included) is
+    // passed; the name is a NUL-terminated literal; no per-input options.
+    let added = unsafe {
+        (api.link_add_data)(
+            link.state,
+            sys::CU_JIT_INPUT_PTX,
+            text.as_mut_ptr().cast::<c_void>(),
+            text.len(),
+            c"builtins.ptx".as_ptr(),
+            0,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    };
+    if added != sys::CUDA_SUCCESS {
+        return Err(refuse(OP, logs.failure(api, added)));
+    }
+    let mut cubin: *mut c_void = std::ptr::null_mut();
+    let mut size: usize = 0;
+    // SAFETY: the link state is live; both out-pointers are valid places.
+    let completed = unsafe { (api.link_complete)(link.state, &mut cubin, &mut size) };
+    if completed != sys::CUDA_SUCCESS || cubin.is_null() {
+        return Err(refuse(OP, logs.failure(api, completed)));
+    }
+    // SAFETY: on success the driver points `cubin` at `size` bytes owned by
+    // the link state, which lives until `link` drops, after this copy.
+    let bytes = unsafe { std::slice::from_raw_parts(cubin.cast::<u8>(), size) }.to_vec();
+    drop(link);
+    Ok(bytes)
+}
+
+/// Bytes kept of each JIT log, enough for any message about one module.
+const LOG_BYTES: usize = 16 * 1024;
+
+/// The JIT's error and information logs, for a failure's words.
+struct JitLogs {
+    error: Vec<u8>,
+    info: Vec<u8>,
+}
+
+impl JitLogs {
+    fn new() -> Self {
+        Self {
+            error: vec![0; LOG_BYTES],
+            info: vec![0; LOG_BYTES],
+        }
+    }
+
+    /// The JIT options that have the driver fill the logs, and their values.
+    ///
+    /// The JIT takes each option's value in a pointer-sized slot; a size is
+    /// passed as the integer itself, not as a pointer to it.
+    fn options(&mut self) -> ([CUjit_option; 4], [*mut c_void; 4]) {
+        (
+            [
+                sys::CU_JIT_ERROR_LOG_BUFFER,
+                sys::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+                sys::CU_JIT_INFO_LOG_BUFFER,
+                sys::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+            ],
+            [
+                self.error.as_mut_ptr().cast::<c_void>(),
+                std::ptr::without_provenance_mut(LOG_BYTES),
+                self.info.as_mut_ptr().cast::<c_void>(),
+                std::ptr::without_provenance_mut(LOG_BYTES),
+            ],
+        )
+    }
+
+    /// The driver's code for a failed JIT step, then what the logs say.
+    fn failure(&self, api: &Api, code: i32) -> String {
+        let text = |log: &[u8]| {
+            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+            String::from_utf8_lossy(&log[..end]).trim().to_owned()
+        };
+        let mut message = format!("the driver refused the module: {}", api.describe(code));
+        for (what, log) in [
+            ("error log", text(&self.error)),
+            ("info log", text(&self.info)),
+        ] {
+            if !log.is_empty() {
+                message.push_str(&format!("; JIT {what}:\n{log}"));
+            }
+        }
+        message
+    }
+}
+
+/// Most parameters read back from the driver when counting an entry's:
+/// far past what a kernel's 32 KiB of parameters can hold in pointers.
+const MAX_COUNTED_PARAMS: usize = 4096;
+
+/// A kernel compiled for one device: a function of a module loaded for it
+/// alone, and its signature.
 ///
-/// Holds the module it lives in, which holds its device, so the function
-/// cannot outlive its code nor the code its context.
+/// The kernel owns its module and holds its device, so the function cannot
+/// outlive its code nor the code its context. The module is unloaded when
+/// the kernel drops, once no stream of the device records
+/// (`cuModuleUnload` may synchronize, as a free may).
 ///
 /// # Kernel ABI
 ///
@@ -134,20 +257,27 @@ impl Drop for Module {
 /// the launch's groups.
 pub struct Kernel {
     signature: Signature,
-    pub(crate) function: CUfunction,
-    pub(crate) module: Arc<Module>,
+    function: CUfunction,
+    module: CUmodule,
+    device: Arc<Device>,
 }
 
-// SAFETY: a CUfunction is an immutable, process-wide handle any thread may
-// launch once its context is current, which every launch ensures; the module
-// it belongs to is Send and Sync.
+// SAFETY: a CUfunction and its CUmodule are process-wide handles any thread
+// may launch once the context is current, which every launch ensures; the
+// module is only unloaded, once, when the kernel drops.
 unsafe impl Send for Kernel {}
-// SAFETY: as for Send; nothing mutates the handle.
+// SAFETY: as for Send; nothing mutates the handles.
 unsafe impl Sync for Kernel {}
 
 impl std::fmt::Debug for Kernel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Kernel({})", self.signature)
+    }
+}
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        self.device.release(Release::Module(self.module));
     }
 }
 
@@ -216,7 +346,7 @@ impl Kernel {
     /// signature or the device's limits; [`Error::Driver`] when the device
     /// cannot be used.
     pub unsafe fn from_ptx(
-        device: &Arc<CudaDevice>,
+        device: &Arc<Device>,
         ptx: &str,
         entry: &str,
         signature: Signature,
@@ -271,7 +401,7 @@ impl Kernel {
     /// signature or the device's limits; [`Error::Driver`] when the device
     /// cannot be used.
     pub unsafe fn from_image(
-        device: &Arc<CudaDevice>,
+        device: &Arc<Device>,
         image: &[u8],
         entry: &str,
         signature: Signature,
@@ -328,7 +458,7 @@ impl Kernel {
     /// [`Error::Driver`] saying `NVRTC unavailable` when NVRTC cannot be
     /// loaded.
     pub unsafe fn from_cuda(
-        device: &Arc<CudaDevice>,
+        device: &Arc<Device>,
         source: &str,
         entry: &str,
         signature: Signature,
@@ -354,11 +484,21 @@ impl Kernel {
     pub fn signature(&self) -> &Signature {
         &self.signature
     }
+
+    /// The entry point, to launch.
+    pub(crate) fn function(&self) -> CUfunction {
+        self.function
+    }
+
+    /// The device the kernel was built for.
+    pub(crate) fn device(&self) -> &Device {
+        &self.device
+    }
 }
 
 /// Whether `device` can run blocks of the signature's workgroup size, and
 /// the signature holds within every backend's limits.
-fn check_signature(device: &CudaDevice, signature: &Signature) -> Result<(), Error> {
+fn check_signature(device: &Device, signature: &Signature) -> Result<(), Error> {
     let fail = |log: String| Error::Compile {
         kernel: signature.name().to_owned(),
         log,
@@ -385,7 +525,7 @@ fn check_signature(device: &CudaDevice, signature: &Signature) -> Result<(), Err
 /// Load `image` (whole, as checked by the caller) into a module on
 /// `device` and build the kernel `entry` of it.
 fn load(
-    device: &Arc<CudaDevice>,
+    device: &Arc<Device>,
     image: &[u8],
     entry: &str,
     signature: Signature,
@@ -399,58 +539,47 @@ fn load(
     };
     let entry_c =
         CString::new(entry).map_err(|_| fail("the entry name holds a NUL byte".into()))?;
-    device.bind()?;
+    let api = device.api();
+    let mut logs = JitLogs::new();
+    let (mut options, mut values) = logs.options();
+    let _current = device.enter()?;
 
-    let mut error_log = vec![0u8; LOG_BYTES];
-    let mut info_log = vec![0u8; LOG_BYTES];
-    let mut options = [
-        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
-        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-        sys::CUjit_option::CU_JIT_INFO_LOG_BUFFER,
-        sys::CUjit_option::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
-    ];
-    // The JIT takes each option's value in a pointer-sized slot; a size is
-    // passed as the integer itself, not as a pointer to it.
-    let mut values: [*mut c_void; 4] = [
-        error_log.as_mut_ptr().cast::<c_void>(),
-        std::ptr::without_provenance_mut(LOG_BYTES),
-        info_log.as_mut_ptr().cast::<c_void>(),
-        std::ptr::without_provenance_mut(LOG_BYTES),
-    ];
-    let mut raw: CUmodule = std::ptr::null_mut();
+    let mut module: CUmodule = std::ptr::null_mut();
     // SAFETY: every byte the driver reads of the image lies in `image` (PTX
     // ends in its NUL; a cubin's or fatbin's headers were checked against
     // the slice), which outlives the call; `options` and `values` hold the
     // same number of entries, which is passed; each log buffer holds the
-    // LOG_BYTES its size option announces.
+    // LOG_BYTES its size option announces and outlives the call.
     let loaded = unsafe {
-        sys::cuModuleLoadDataEx(
-            &mut raw,
+        (api.module_load_data_ex)(
+            &mut module,
             image.as_ptr().cast::<c_void>(),
             options.len() as c_uint,
             options.as_mut_ptr(),
             values.as_mut_ptr(),
         )
     };
-    if loaded != CUresult::CUDA_SUCCESS {
-        return Err(fail(load_failure(
-            device, loaded, &error_log, &info_log, origin,
-        )));
+    if loaded != sys::CUDA_SUCCESS {
+        return Err(fail(load_failure(device, &logs, loaded, origin)));
     }
-    let module = Arc::new(Module {
-        raw,
+    // Owned from here on: every path below that fails drops the kernel,
+    // which unloads the module.
+    let mut kernel = Kernel {
+        signature,
+        function: std::ptr::null_mut(),
+        module,
         device: Arc::clone(device),
-    });
+    };
 
-    let mut function: CUfunction = std::ptr::null_mut();
-    // SAFETY: the module is live, the name NUL-terminated, and `function` a
-    // valid place for the handle.
-    let found = unsafe { sys::cuModuleGetFunction(&mut function, module.raw, entry_c.as_ptr()) };
-    if found != CUresult::CUDA_SUCCESS {
+    // SAFETY: the module is live, the name NUL-terminated, and the
+    // kernel's function a valid place for the handle.
+    let found =
+        unsafe { (api.module_get_function)(&mut kernel.function, module, entry_c.as_ptr()) };
+    if found != sys::CUDA_SUCCESS {
         return Err(fail(format!(
             "the module has no entry point {entry}: {}{}",
-            describe(found),
-            if found == CUresult::CUDA_ERROR_NOT_FOUND {
+            api.describe(found),
+            if found == sys::CUDA_ERROR_NOT_FOUND {
                 " (a CUDA C++ kernel needs extern \"C\" to keep its name)"
             } else {
                 ""
@@ -459,44 +588,26 @@ fn load(
     }
 
     let max_threads = function_attribute(
-        function,
-        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+        api,
+        kernel.function,
+        sys::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
     )?;
-    if u64::try_from(max_threads).unwrap_or(0) < signature.threads() {
+    if u64::try_from(max_threads).unwrap_or(0) < kernel.signature.threads() {
         return Err(fail(format!(
             "{entry} runs at most {max_threads} threads per block (its launch bounds or its \
              register use), and its signature declares a block of {:?}",
-            signature.workgroup_size()
+            kernel.signature.workgroup_size()
         )));
     }
-    check_parameters(function, entry, &signature).map_err(fail)?;
-    Ok(Kernel {
-        signature,
-        function,
-        module,
-    })
+    check_parameters(api, kernel.function, entry, &kernel.signature).map_err(fail)?;
+    Ok(kernel)
 }
 
 /// The words of a failed module load: the driver's code, the JIT's logs,
 /// and what to do about a PTX version the driver does not know.
-fn load_failure(
-    device: &CudaDevice,
-    code: CUresult,
-    error_log: &[u8],
-    info_log: &[u8],
-    origin: Origin,
-) -> String {
-    let text = |log: &[u8]| {
-        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-        String::from_utf8_lossy(&log[..end]).trim().to_owned()
-    };
-    let mut message = format!("the driver refused the module: {}", describe(code));
-    for (what, log) in [("error log", text(error_log)), ("info log", text(info_log))] {
-        if !log.is_empty() {
-            message.push_str(&format!("; JIT {what}:\n{log}"));
-        }
-    }
-    if code == CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+fn load_failure(device: &Device, logs: &JitLogs, code: i32, origin: Origin) -> String {
+    let mut message = logs.failure(device.api(), code);
+    if code == sys::CUDA_ERROR_UNSUPPORTED_PTX_VERSION
         && let Origin::Nvrtc {
             version: (major, minor),
         } = origin
@@ -512,14 +623,15 @@ fn load_failure(
 }
 
 fn function_attribute(
+    api: &Api,
     function: CUfunction,
     which: CUfunction_attribute,
 ) -> Result<c_int, DriverError> {
     let mut value: c_int = 0;
     // SAFETY: the function belongs to a live module; `value` is a valid
     // place for the answer.
-    check("get function attribute", unsafe {
-        sys::cuFuncGetAttribute(&mut value, which, function)
+    api.check("get function attribute", unsafe {
+        (api.func_get_attribute)(&mut value, which, function)
     })?;
     Ok(value)
 }
@@ -527,11 +639,12 @@ fn function_attribute(
 /// Compare the entry's parameters, where the driver can list them, with
 /// what the signature makes a launch pass: their number, then each size.
 fn check_parameters(
+    api: &Api,
     function: CUfunction,
     entry: &str,
     signature: &Signature,
 ) -> Result<(), String> {
-    let Some(param_info) = loader::param_info() else {
+    let Some(param_info) = api.func_get_param_info else {
         return Ok(());
     };
     let bindings = signature.accesses().len();
@@ -546,9 +659,9 @@ fn check_parameters(
         // current, and both out-pointers are valid places for a size.
         let answer = unsafe { param_info(function, index, &mut offset, &mut size) };
         match answer {
-            loader::CUDA_SUCCESS => found.push(size),
+            sys::CUDA_SUCCESS => found.push(size),
             // The index past the last parameter.
-            loader::CUDA_ERROR_INVALID_VALUE => break,
+            sys::CUDA_ERROR_INVALID_VALUE => break,
             other => {
                 log::debug!(
                     "cuFuncGetParamInfo answered {other}; {entry}'s parameters go unchecked"

@@ -2,31 +2,34 @@
 //! time, with CUDA graphs made by stream capture as the native graph.
 //!
 //! Nothing is linked at build time and no CUDA toolkit is needed to build or
-//! run: `libcuda.so` is opened when first probed, and the builtin kernels are
-//! PTX text the driver compiles for the GPU it finds. A machine without the
-//! driver or a device gets [`Availability::Unavailable`] with the reason,
-//! never a panic.
+//! run: `libcuda.so.1` is opened on first use, every driver function called
+//! is declared here with an integer result (so a code newer than the
+//! declarations is a number, not undefined behaviour) and looked up before
+//! any is called, and the builtin kernels are PTX text the driver compiles
+//! for the GPU it finds. A machine without the driver, with only the
+//! toolkit's stub library, or without a device gets
+//! [`Availability::Unavailable`](capture_core::Availability) with the
+//! reason, never a panic.
 //!
 //! User kernels are built with [`Kernel::from_ptx`], [`Kernel::from_image`]
 //! (cubin or fatbin) or [`Kernel::from_cuda`] (CUDA C++ compiled by NVRTC,
 //! which is loaded at run time like the driver: see [`NVRTC_ENV`]), each
-//! with the [`Signature`] every launch is checked
-//! against; the [kernel ABI](Kernel#kernel-abi) says what the entry point
-//! takes.
+//! with the [`Signature`] every launch is checked against; the
+//! [kernel ABI](Kernel#kernel-abi) says what the entry point takes.
 //!
-//! Only cudarc's raw `sys` layer is used. capture-core owns memory lifetimes
-//! and ordering; the event tracking of cudarc's safe layer would add driver
-//! work to every launch, and to every recording.
+//! Every entry point pushes the device's primary context on the calling
+//! thread and pops it on return, so a caller's own current context is left
+//! as it was. Captures run in `CU_STREAM_CAPTURE_MODE_RELAXED`: capture-core
+//! drives a device from whichever thread calls, so a capture may begin on
+//! one thread and end on another, which the global and thread-local modes
+//! refuse. What those modes guard against, an implicitly synchronizing call
+//! while a capture is open, is kept out otherwise: capture-core runs no host
+//! sync and releases no page on a recording stream, and a page or module
+//! another stream of the device drops meanwhile is freed only once the last
+//! recording on the device has ended.
 //!
-//! Every entry point makes the device's primary context current, and
-//! captures run in `CU_STREAM_CAPTURE_MODE_RELAXED`: capture-core drives a
-//! device from whichever thread calls, so a capture may begin on one thread
-//! and end on another, which the global and thread-local modes refuse. That
-//! gives up no protection, since what those modes guard against (an
-//! allocation or a host sync while recording) capture-core refuses itself.
-//!
-//! [`CAPTURE_CUDA_DEVICE`](DEVICE_ENV) selects the device by index (default
-//! 0).
+//! [`CAPTURE_CUDA_DEVICE`](DEVICE_ENV) selects the device [`Cuda::open`]
+//! opens, by index (default 0).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod device;
@@ -39,59 +42,57 @@ mod loader;
 mod memory;
 mod nvrtc;
 mod stream;
+mod sys;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use capture_core::{
-    Availability, Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, Error,
-    GraphDriver, HostSlice, Launch, Signature,
+    Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice,
+    Launch, Signature, Updated,
 };
 
-pub use device::{CudaDevice, DEVICE_ENV};
-pub use graph::CudaExecutable;
+pub use device::{DEVICE_ENV, Device};
+pub use graph::{Executable, Recording};
 pub use kernels::{Kernel, builtin_ptx_variants};
-pub use memory::{CudaDevicePage, CudaHostPage};
+pub use memory::{DevicePage, HostPage};
 pub use nvrtc::{NVRTC_ENV, NvrtcInfo, nvrtc_compile_ptx, nvrtc_info};
-pub use stream::{CudaSignal, CudaStream};
+pub use stream::{Signal, Stream};
 
 /// The CUDA backend, named in generic code as `D = Cuda`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Cuda;
 
 impl Driver for Cuda {
-    type Device = CudaDevice;
-    type Stream = CudaStream;
-    type DevicePage = CudaDevicePage;
-    type HostPage = CudaHostPage;
-    type Signal = CudaSignal;
+    type Device = Device;
+    type Stream = Stream;
+    type DevicePage = DevicePage;
+    type HostPage = HostPage;
+    type Signal = Signal;
     type Kernel = Kernel;
 
     const NAME: &'static str = "cuda";
 
-    /// Opens the device for real (retaining its primary context and
-    /// releasing it again), because a device the driver lists may still
-    /// refuse a context: one in prohibited compute mode, or one taken by
-    /// another process in exclusive mode.
-    ///
-    /// The answer is kept for the life of the process: a harness may probe
-    /// before every trial, and creating a primary context costs a GPU far
-    /// more than a lookup.
-    fn probe() -> Availability {
-        static PROBED: OnceLock<Availability> = OnceLock::new();
-        PROBED
-            .get_or_init(|| match CudaDevice::open() {
-                Ok(device) => Availability::Available(device.info().clone()),
-                Err(e) if e.op == device::LOAD_OP => Availability::Unavailable(e.message),
-                Err(e) => Availability::Unavailable(format!("{}: {}", e.op, e.message)),
-            })
-            .clone()
+    /// Every CUDA device, by ordinal, whether or not it can be opened: its
+    /// name and compute capability, the driver's version, its grid limit
+    /// and its memory. Lists without creating any context.
+    fn devices() -> Result<Vec<DeviceInfo>, DriverError> {
+        Device::list()
     }
 
-    fn open() -> Result<Arc<CudaDevice>, DriverError> {
-        CudaDevice::open()
+    /// Opens device `index`, retaining its primary context (once per
+    /// process, see [`Device`]): a device the driver lists may still refuse
+    /// a context, in prohibited compute mode or taken by another process in
+    /// exclusive mode.
+    fn open_index(index: usize) -> Result<Arc<Device>, DriverError> {
+        Device::open_index(index)
     }
 
-    fn device_info(device: &CudaDevice) -> DeviceInfo {
+    /// Opens the device [`DEVICE_ENV`] names, the first one when unset.
+    fn open() -> Result<Arc<Device>, DriverError> {
+        Device::open()
+    }
+
+    fn device_info(device: &Device) -> DeviceInfo {
         device.info().clone()
     }
 
@@ -99,44 +100,38 @@ impl Driver for Cuda {
         kernel.signature()
     }
 
-    fn create_stream(device: &Arc<CudaDevice>) -> Result<CudaStream, DriverError> {
-        CudaStream::create(device)
+    fn create_stream(device: &Arc<Device>) -> Result<Stream, DriverError> {
+        Stream::create(device)
     }
 
-    fn allocate_device_page(
-        stream: &mut CudaStream,
-        bytes: u64,
-    ) -> Result<CudaDevicePage, DriverError> {
-        CudaDevicePage::allocate(&stream.device, bytes)
+    fn allocate_device_page(stream: &mut Stream, bytes: u64) -> Result<DevicePage, DriverError> {
+        DevicePage::allocate(stream.device(), bytes)
     }
 
-    /// Dropping the page frees it (see [`CudaDevicePage`]).
-    fn release_device_page(_stream: &mut CudaStream, page: CudaDevicePage) {
+    /// Dropping the page frees it (see [`DevicePage`]).
+    fn release_device_page(_stream: &mut Stream, page: DevicePage) {
         drop(page);
     }
 
-    fn allocate_host_page(
-        stream: &mut CudaStream,
-        bytes: u64,
-    ) -> Result<CudaHostPage, DriverError> {
-        CudaHostPage::allocate(&stream.device, bytes)
+    fn allocate_host_page(stream: &mut Stream, bytes: u64) -> Result<HostPage, DriverError> {
+        HostPage::allocate(stream.device(), bytes)
     }
 
-    /// Dropping the page frees it (see [`CudaHostPage`]).
-    fn release_host_page(_stream: &mut CudaStream, page: CudaHostPage) {
+    /// Dropping the page frees it (see [`HostPage`]).
+    fn release_host_page(_stream: &mut Stream, page: HostPage) {
         drop(page);
     }
 
-    fn write_host(page: &CudaHostPage, offset: u64, bytes: &[u8]) {
+    fn write_host(page: &HostPage, offset: u64, bytes: &[u8]) {
         page.write(offset, bytes);
     }
 
-    fn read_host(page: &CudaHostPage, offset: u64, out: &mut [u8]) {
+    fn read_host(page: &HostPage, offset: u64, out: &mut [u8]) {
         page.read(offset, out);
     }
 
     fn copy_to_device(
-        stream: &mut CudaStream,
+        stream: &mut Stream,
         src: HostSlice<'_, Self>,
         dst: DeviceSlice<'_, Self>,
     ) -> Result<(), DriverError> {
@@ -144,54 +139,75 @@ impl Driver for Cuda {
     }
 
     fn copy_to_host(
-        stream: &mut CudaStream,
+        stream: &mut Stream,
         src: DeviceSlice<'_, Self>,
         dst: HostSlice<'_, Self>,
     ) -> Result<(), DriverError> {
         stream.copy_to_host(src, dst)
     }
 
-    fn launch(stream: &mut CudaStream, launch: Launch<'_, Self>) -> Result<(), DriverError> {
+    fn launch(stream: &mut Stream, launch: Launch<'_, Self>) -> Result<(), DriverError> {
         stream.launch(launch)
     }
 
-    fn signal(stream: &mut CudaStream) -> Result<CudaSignal, DriverError> {
+    /// An event recorded at the stream's end, recycled from the stream's
+    /// own; no event at all when nothing was enqueued since the last signal.
+    fn signal(stream: &mut Stream) -> Result<Signal, DriverError> {
         stream.signal()
     }
 
-    fn fence(stream: &mut CudaStream, signal: CudaSignal) -> Result<(), DriverError> {
+    fn fence(stream: &mut Stream, signal: Signal) -> Result<(), DriverError> {
         stream.fence(signal)
+    }
+
+    /// `cuEventQuery` on the signal's event.
+    fn is_done(stream: &mut Stream, signal: Signal) -> Result<bool, DriverError> {
+        stream.is_done(signal)
     }
 }
 
 impl GraphDriver for Cuda {
-    type Executable = CudaExecutable;
+    type Recording = Recording;
+    type Executable = Executable;
 
-    fn begin(stream: &mut CudaStream) -> Result<(), DriverError> {
-        graph::begin(stream)
+    fn begin(stream: &mut Stream) -> Result<(), DriverError> {
+        stream.begin()
     }
 
-    fn instantiate(
-        stream: &mut CudaStream,
-        doomed: Option<Error>,
-    ) -> Result<CudaExecutable, Error> {
-        graph::instantiate(stream, doomed)
+    fn end(stream: &mut Stream) -> Result<Recording, DriverError> {
+        stream.end()
     }
 
-    fn upload(exec: &CudaExecutable, stream: &mut CudaStream) -> Result<(), DriverError> {
-        graph::upload(exec, stream)
+    /// `cuGraphInstantiate`, refusing a graph whose nodes are not exactly
+    /// the launches and copies the stream recorded.
+    fn instantiate(_stream: &mut Stream, recording: Recording) -> Result<Executable, DriverError> {
+        recording.instantiate()
     }
 
-    fn replay(exec: &CudaExecutable, stream: &mut CudaStream) -> Result<(), DriverError> {
-        graph::replay(exec, stream)
+    /// `cuGraphExecUpdate`: in place where the shapes match; handed back
+    /// for instantiation where the driver says they differ, and always on a
+    /// driver older than 12.0.
+    fn update(
+        _stream: &mut Stream,
+        exec: &mut Executable,
+        recording: Recording,
+    ) -> Result<Updated<Recording>, DriverError> {
+        exec.update(recording)
+    }
+
+    fn upload(exec: &Executable, stream: &mut Stream) -> Result<(), DriverError> {
+        stream.upload(exec)
+    }
+
+    fn replay(exec: &Executable, stream: &mut Stream) -> Result<(), DriverError> {
+        stream.replay(exec)
     }
 }
 
 impl Builtins for Cuda {
-    /// Builds `which` from the shipped PTX through [`Kernel::from_ptx`];
-    /// the driver's JIT caches the compiled code, so a second client's
-    /// build costs little.
-    fn builtin(device: &Arc<CudaDevice>, which: Builtin) -> Result<Kernel, DriverError> {
+    /// Builds `which` from the builtins' cubin for the device's target,
+    /// which the driver's JIT compiles from the shipped PTX once per process.
+    fn builtin(device: &Arc<Device>, which: Builtin) -> Result<Kernel, DriverError> {
         kernels::builtin(device, which)
     }
 }
@@ -204,8 +220,20 @@ pub fn check_module_image(image: &[u8]) -> Result<&'static str, String> {
     image::classify(image).map(image::ImageKind::name)
 }
 
+/// The declarations the ABI test compares with `cuda.h`.
+#[doc(hidden)]
+pub mod abi {
+    pub use crate::error::result_names;
+    pub use crate::sys::{AbiFact, PROTOTYPES, Prototype, abi_facts};
+}
+
 /// Directory holding the stub `libcuda.so.1` (its `cuInit` answers
-/// `CUDA_ERROR_NO_DEVICE`) built for tests of the no-device path, when a C
-/// compiler was found at build time.
+/// `CUDA_ERROR_NO_DEVICE`, or what `CUDA_STUB_INIT_RESULT` says) built for
+/// tests of the no-device path, when a C compiler was found at build time.
 #[doc(hidden)]
 pub const TEST_STUB_DIR: Option<&str> = option_env!("CUDA_STUB_DIR");
+
+/// Directory holding the stub built with every symbol the backend resolves,
+/// whose devices can be listed but not opened.
+#[doc(hidden)]
+pub const TEST_FULL_STUB_DIR: Option<&str> = option_env!("CUDA_FULL_STUB_DIR");

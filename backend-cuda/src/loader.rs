@@ -1,107 +1,36 @@
-//! Finding and initialising the CUDA driver library at run time.
+//! Finding and initialising the CUDA driver library at run time, once per
+//! process.
 //!
-//! cudarc resolves each driver symbol lazily, on its first call, and panics
-//! when the library or the symbol is missing. A probe must never panic, so
-//! everything that could reach such a panic is checked here first, once per
-//! process: the library is looked for without loading it for good, then every
-//! symbol this crate calls is looked up by name. Only once all are present
-//! does any other module call into the driver. The whole sequence also runs
-//! under [`std::panic::catch_unwind`] as a second line, for a failure mode
-//! cudarc might add later; with `panic = "abort"` that second line is gone,
-//! and the name checks alone carry the promise.
+//! The library is opened with libloading and every function this crate
+//! calls is looked up by name (see [`Api`]) before any is called, so a
+//! missing library, the toolkit's stub, a driver without a device, one too
+//! old or one lacking a symbol are all reasons, never a panic.
 
-use std::ffi::c_int;
+use std::ffi::{CStr, c_char, c_int, c_uint};
 use std::fmt;
-use std::panic::{self, AssertUnwindSafe};
+use std::ptr;
 use std::sync::OnceLock;
 
-use cudarc::driver::sys::{self, CUresult};
+use capture_core::DriverError;
 
-use crate::error::describe;
+use crate::error::{BACKEND, describe, refuse};
+use crate::sys::{self, Api, CUresult};
 
 /// The reason given when no library is found, in the form every backend uses.
 pub(crate) const NOT_FOUND: &str = "no CUDA driver: libcuda.so not found";
 
-/// The oldest driver with everything used here: `cuGraphInstantiateWithFlags`
-/// and memory-node types arrived in 11.4.
+/// The operation name of every failure to find or initialise the driver.
+pub(crate) const LOAD_OP: &str = "load the driver";
+
+/// The names tried, in order: the driver installs `libcuda.so.1`; the
+/// unversioned name is often only a development link or the toolkit's
+/// stub, so it comes second.
+const NAMES: &[&str] = &["libcuda.so.1", "libcuda.so"];
+
+/// The oldest driver with everything required here: graph upload and the
+/// stream-capture calls used arrived by 11.4. In-place update
+/// (`cuGraphExecUpdate_v2`) needs 12.0 and is used where present.
 const OLDEST_DRIVER: c_int = 11040;
-
-/// Symbols needed before `cuInit` can even be reported on.
-const CORE_SYMBOLS: &[&str] = &[
-    "cuInit",
-    "cuGetErrorName",
-    "cuGetErrorString",
-    "cuDriverGetVersion",
-];
-
-/// Every other symbol this crate calls, under the exact names cudarc's
-/// `sys` layer resolves (hence the `_v2` suffixes). A unit test keeps this
-/// list in step with the sources.
-pub(crate) const SYMBOLS: &[&str] = &[
-    "cuDeviceGetCount",
-    "cuDeviceGet",
-    "cuDeviceGetName",
-    "cuDeviceGetAttribute",
-    "cuDevicePrimaryCtxRetain",
-    "cuDevicePrimaryCtxRelease_v2",
-    "cuCtxSetCurrent",
-    "cuMemAlloc_v2",
-    "cuMemFree_v2",
-    "cuMemHostAlloc",
-    "cuMemFreeHost",
-    "cuMemcpyHtoDAsync_v2",
-    "cuMemcpyDtoHAsync_v2",
-    "cuStreamCreate",
-    "cuStreamSynchronize",
-    "cuStreamDestroy_v2",
-    "cuEventCreate",
-    "cuEventRecord",
-    "cuEventQuery",
-    "cuEventSynchronize",
-    "cuEventDestroy_v2",
-    "cuModuleLoadDataEx",
-    "cuModuleGetFunction",
-    "cuFuncGetAttribute",
-    "cuModuleUnload",
-    "cuLaunchKernel",
-    "cuStreamBeginCapture_v2",
-    "cuStreamEndCapture",
-    "cuGraphGetNodes",
-    "cuGraphNodeGetType",
-    "cuGraphInstantiateWithFlags",
-    "cuGraphDestroy",
-    "cuGraphExecDestroy",
-    "cuGraphUpload",
-    "cuGraphLaunch",
-];
-
-/// `cuFuncGetParamInfo`, declared here with the `int` result of C rather
-/// than cudarc's enum, so that an answer newer than its bindings is just a
-/// number.
-pub(crate) type ParamInfo =
-    unsafe extern "C" fn(sys::CUfunction, usize, *mut usize, *mut usize) -> c_int;
-
-/// `CUDA_SUCCESS`, as a plain int.
-pub(crate) const CUDA_SUCCESS: c_int = 0;
-/// `CUDA_ERROR_INVALID_VALUE`, as a plain int: what `cuFuncGetParamInfo`
-/// answers for an index past the last parameter.
-pub(crate) const CUDA_ERROR_INVALID_VALUE: c_int = 1;
-
-/// `cuFuncGetParamInfo` where the driver has it (12.4 and newer), looked up
-/// once. Only called once [`load`] succeeded, so the library is present.
-pub(crate) fn param_info() -> Option<ParamInfo> {
-    static FOUND: OnceLock<Option<ParamInfo>> = OnceLock::new();
-    *FOUND.get_or_init(|| {
-        load().ok()?;
-        // SAFETY: `load` succeeded, so cudarc holds the library and `culib`
-        // returns it without panicking.
-        let lib = unsafe { sys::culib() };
-        // SAFETY: the symbol is looked up with the signature the driver's
-        // header declares for it, with its enum result as an int.
-        let found = unsafe { lib.get::<ParamInfo>(b"cuFuncGetParamInfo") };
-        found.ok().map(|f| *f)
-    })
-}
 
 /// The driver's version as `cuDriverGetVersion` encodes it (`12040`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,55 +42,64 @@ impl fmt::Display for DriverVersion {
     }
 }
 
-/// Load and initialise the driver, once per process.
-///
-/// The answer is cached because both halves are process-wide anyway: cudarc
-/// keeps the library in a static, and the driver remembers a failed `cuInit`.
-pub(crate) fn load() -> Result<DriverVersion, &'static str> {
-    static LOADED: OnceLock<Result<DriverVersion, String>> = OnceLock::new();
-    let loaded = LOADED.get_or_init(|| {
-        panic::catch_unwind(AssertUnwindSafe(load_uncached)).unwrap_or_else(|panic| {
-            let what = panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("unknown failure");
-            Err(format!("the CUDA driver library cannot be used: {what}"))
-        })
-    });
-    match loaded {
-        Ok(version) => Ok(*version),
-        Err(reason) => Err(reason.as_str()),
-    }
+/// The loaded, initialised driver.
+pub(crate) struct Loaded {
+    /// Kept loaded for the life of the process: `api` points into it.
+    _library: libloading::Library,
+    /// Every function this crate calls.
+    pub(crate) api: Api,
+    /// The driver's version.
+    pub(crate) version: DriverVersion,
 }
 
-fn load_uncached() -> Result<DriverVersion, String> {
-    // SAFETY: only tries to open each candidate library name, keeping none;
-    // opening the NVIDIA driver runs its own initialisers, which is what
-    // using it at all requires.
-    if !unsafe { sys::is_culib_present() } {
-        return Err(NOT_FOUND.to_owned());
-    }
-    if let Some(missing) = first_missing(CORE_SYMBOLS) {
+/// Load and initialise the driver, once per process.
+///
+/// The answer is kept because both halves are process-wide anyway: the
+/// library stays loaded, and the driver remembers a failed `cuInit`.
+pub(crate) fn load() -> Result<&'static Loaded, DriverError> {
+    static LOADED: OnceLock<Result<Loaded, String>> = OnceLock::new();
+    LOADED
+        .get_or_init(load_uncached)
+        .as_ref()
+        .map_err(|reason| refuse(LOAD_OP, reason.clone()))
+}
+
+type Init = unsafe extern "C" fn(c_uint) -> CUresult;
+type Version = unsafe extern "C" fn(*mut c_int) -> CUresult;
+type ErrorString = unsafe extern "C" fn(CUresult, *mut *const c_char) -> CUresult;
+
+fn load_uncached() -> Result<Loaded, String> {
+    let (library, name) = open_library()?;
+    let incomplete =
+        |e: String| format!("the CUDA driver library {name} is incomplete or not NVIDIA's: {e}");
+    let init: Init = symbol(&library, "cuInit").map_err(incomplete)?;
+    let version_of: Version = symbol(&library, "cuDriverGetVersion").map_err(incomplete)?;
+    let error_string: ErrorString = symbol(&library, "cuGetErrorString").map_err(incomplete)?;
+
+    // SAFETY: cuInit takes flags by value, which must be 0.
+    let code = unsafe { init(0) };
+    if code == sys::CUDA_ERROR_STUB_LIBRARY {
         return Err(format!(
-            "the CUDA driver library is incomplete or not NVIDIA's: {missing}"
+            "the libcuda.so found is the toolkit's stub, not the driver: {name} answered \
+             {} to cuInit; take the toolkit's stubs directory off the library path \
+             (LD_LIBRARY_PATH) so that the NVIDIA driver's libcuda.so.1 is found, or install \
+             the driver",
+            describe(code, None)
         ));
     }
-    // SAFETY: cuInit takes flags by value and must be 0; the symbol exists.
-    let init = unsafe { sys::cuInit(0) };
-    if init != CUresult::CUDA_SUCCESS {
+    if code != sys::CUDA_SUCCESS {
         return Err(format!(
             "CUDA driver failed to initialise: {}",
-            describe(init)
+            describe(code, text_of(error_string, code).as_deref())
         ));
     }
     let mut raw: c_int = 0;
     // SAFETY: `raw` is a valid place for the driver to write an int.
-    let answer = unsafe { sys::cuDriverGetVersion(&mut raw) };
-    if answer != CUresult::CUDA_SUCCESS {
+    let code = unsafe { version_of(&mut raw) };
+    if code != sys::CUDA_SUCCESS {
         return Err(format!(
             "CUDA driver cannot report its version: {}",
-            describe(answer)
+            describe(code, text_of(error_string, code).as_deref())
         ));
     }
     let version = DriverVersion(raw);
@@ -171,26 +109,92 @@ fn load_uncached() -> Result<DriverVersion, String> {
             DriverVersion(OLDEST_DRIVER)
         ));
     }
-    if let Some(missing) = first_missing(SYMBOLS) {
-        return Err(format!(
-            "CUDA driver {version} is too old or incomplete: {missing}"
-        ));
-    }
-    Ok(version)
+    let api = Api::resolve(&library)
+        .map_err(|missing| format!("CUDA driver {version} is too old or incomplete: {missing}"))?;
+    Ok(Loaded {
+        _library: library,
+        api,
+        version,
+    })
 }
 
-/// The first of `names` the loaded library lacks, as a sentence.
-fn first_missing(names: &[&str]) -> Option<String> {
-    // SAFETY: `is_culib_present` just found a loadable library, so cudarc's
-    // own load of the same candidates succeeds instead of panicking (and
-    // were it to panic, `load` catches it).
-    let lib = unsafe { sys::culib() };
-    names.iter().find_map(|name| {
-        // SAFETY: the symbol is only looked up, never called through this
-        // type; cudarc calls it later with its real signature.
-        let found = unsafe { lib.get::<unsafe extern "C" fn()>(name.as_bytes()) };
-        found.err().map(|e| format!("missing symbol {name} ({e})"))
-    })
+/// The first library of [`NAMES`] the dynamic loader opens, and its name.
+fn open_library() -> Result<(libloading::Library, &'static str), String> {
+    let mut refused = Vec::new();
+    for &name in NAMES {
+        // SAFETY: opening the NVIDIA driver runs its own initialisers, which
+        // is what using it at all requires.
+        match unsafe { libloading::Library::new(name) } {
+            Ok(library) => return Ok((library, name)),
+            Err(e) => refused.push(format!("{name}: {e}")),
+        }
+    }
+    // A library that exists but cannot be loaded (a wrong architecture, a
+    // missing dependency) is worth its own words; one not found is the
+    // standard reason.
+    let found_but_refused: Vec<&String> = refused
+        .iter()
+        .filter(|why| !why.contains("No such file") && !why.contains("cannot open shared object"))
+        .collect();
+    if found_but_refused.is_empty() {
+        Err(NOT_FOUND.to_owned())
+    } else {
+        Err(format!(
+            "no CUDA driver: libcuda.so cannot be loaded ({})",
+            found_but_refused
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join("; ")
+        ))
+    }
+}
+
+fn symbol<T: Copy>(library: &libloading::Library, name: &str) -> Result<T, String> {
+    let mut bytes = Vec::with_capacity(name.len() + 1);
+    bytes.extend_from_slice(name.as_bytes());
+    bytes.push(0);
+    // SAFETY: each `T` this is called with is the prototype cuda.h declares
+    // for `name`, with an integer for its result (the ABI test compares the
+    // same prototypes in `Api`).
+    let found = unsafe { library.get::<T>(&bytes) };
+    found
+        .map(|f| *f)
+        .map_err(|e| format!("missing symbol {name} ({e})"))
+}
+
+/// The driver's description of `code`, where it has one.
+fn text_of(error_string: ErrorString, code: CUresult) -> Option<String> {
+    let mut text: *const c_char = ptr::null();
+    // SAFETY: `text` is a valid place for the driver to store a pointer;
+    // the function answers any code, with an error for one it lacks.
+    let answer = unsafe { error_string(code, &mut text) };
+    if answer != sys::CUDA_SUCCESS || text.is_null() {
+        return None;
+    }
+    // SAFETY: on success the driver points `text` at a static,
+    // NUL-terminated string of the library, which stays loaded for the
+    // whole process.
+    let text = unsafe { CStr::from_ptr(text) };
+    Some(text.to_string_lossy().into_owned())
+}
+
+impl Api {
+    /// `Ok` for `CUDA_SUCCESS`, otherwise a [`DriverError`] for `op` naming
+    /// the code and, where the driver has one, its description.
+    pub(crate) fn check(&self, op: &'static str, code: CUresult) -> Result<(), DriverError> {
+        if code == sys::CUDA_SUCCESS {
+            Ok(())
+        } else {
+            Err(DriverError::new(BACKEND, op, self.describe(code)))
+        }
+    }
+
+    /// `CUDA_ERROR_NAME (code): description`, as far as the table and the
+    /// driver know the code.
+    pub(crate) fn describe(&self, code: CUresult) -> String {
+        describe(code, text_of(self.get_error_string, code).as_deref())
+    }
 }
 
 #[cfg(test)]
@@ -202,42 +206,5 @@ mod tests {
         assert_eq!(DriverVersion(12040).to_string(), "12.4");
         assert_eq!(DriverVersion(11040).to_string(), "11.4");
         assert_eq!(DriverVersion(13000).to_string(), "13.0");
-    }
-
-    /// Every driver function the sources call must be in one of the lists, or
-    /// a driver lacking it would make cudarc panic instead of the probe
-    /// reporting it.
-    #[test]
-    fn every_called_symbol_is_checked() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
-        let mut checked = 0;
-        for entry in std::fs::read_dir(dir).expect("src is readable") {
-            let path = entry.expect("entry is readable").path();
-            if path.extension().is_none_or(|e| e != "rs") {
-                continue;
-            }
-            let text = std::fs::read_to_string(&path).expect("source is readable");
-            for (at, _) in text.match_indices("sys::cu") {
-                let rest = &text[at + "sys::".len()..];
-                let end = rest
-                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                    .unwrap_or(rest.len());
-                let name = &rest[..end];
-                // Driver functions are `cu` then a capital (`cuInit`); types
-                // (`CUresult`) and cudarc's own `culib` are not calls into it.
-                let is_driver_function = name.starts_with("cu")
-                    && name.as_bytes().get(2).is_some_and(u8::is_ascii_uppercase);
-                if !is_driver_function {
-                    continue;
-                }
-                assert!(
-                    CORE_SYMBOLS.contains(&name) || SYMBOLS.contains(&name),
-                    "{} calls {name}, which the loader does not check",
-                    path.display()
-                );
-                checked += 1;
-            }
-        }
-        assert!(checked > 20, "the scan found only {checked} calls");
     }
 }

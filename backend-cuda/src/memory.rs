@@ -1,63 +1,71 @@
 //! Device pages and pinned host pages, and the range checks every use of
 //! them passes through.
 //!
-//! A page frees itself when dropped, with its device's context current, so
-//! capture-core's "release" is a drop and a page lost on an error path still
-//! goes back to the driver. Each holds an `Arc` of its device, which keeps
-//! the context alive for as long as memory in it exists.
+//! A page frees itself when dropped, so capture-core's "release" is a drop
+//! and a page lost on an error path still goes back to the driver. Each
+//! holds an `Arc` of its device, which keeps the context alive for as long
+//! as memory in it exists.
 
 use std::ffi::c_void;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
 use capture_core::DriverError;
-use cudarc::driver::sys::{self, CUdeviceptr};
 
-use crate::device::CudaDevice;
-use crate::error::{check, refuse};
+use crate::device::{Device, Release};
+use crate::error::refuse;
+use crate::sys::{self, CUdeviceptr};
 
-/// A block of device memory from `cuMemAlloc`.
+/// A block of device memory from `cuMemAlloc`, freed when dropped.
 ///
 /// Plain `cuMemAlloc` rather than the stream-ordered allocator: an
 /// allocation is never recorded into a graph this way, and capture-core
-/// already orders every free behind a fence.
-pub struct CudaDevicePage {
+/// already orders every free behind the device's progress.
+///
+/// `cuMemFree` may synchronize the device, which would invalidate a capture
+/// another stream of the device has open; a page dropped while any stream
+/// of its device records is therefore freed only once the last of those
+/// recordings has ended.
+pub struct DevicePage {
     pointer: CUdeviceptr,
     len: u64,
-    device: Arc<CudaDevice>,
+    device: Arc<Device>,
 }
 
-/// A block of page-locked host memory from `cuMemHostAlloc`.
+/// A block of page-locked host memory from `cuMemHostAlloc`, freed when
+/// dropped.
 ///
 /// Pinned, so the driver's asynchronous copies really are asynchronous and
 /// may be recorded into a graph, which reads the same host bytes on every
-/// replay.
-pub struct CudaHostPage {
+/// replay. Like a [`DevicePage`], one dropped while a stream of its device
+/// records is freed once the last recording has ended (`cuMemFreeHost`
+/// may synchronize too).
+pub struct HostPage {
     pointer: NonNull<u8>,
     len: usize,
-    device: Arc<CudaDevice>,
+    device: Arc<Device>,
 }
 
 // SAFETY: the page owns its allocation; the raw pointer is only dereferenced
 // by `read`/`write`, under capture-core's promise that no two users touch the
 // same bytes at once, and freed once, in Drop.
-unsafe impl Send for CudaHostPage {}
+unsafe impl Send for HostPage {}
 
-impl std::fmt::Debug for CudaDevicePage {
+impl std::fmt::Debug for DevicePage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CudaDevicePage({:#x}, {} bytes)", self.pointer, self.len)
+        write!(f, "DevicePage({:#x}, {} bytes)", self.pointer, self.len)
     }
 }
 
-impl std::fmt::Debug for CudaHostPage {
+impl std::fmt::Debug for HostPage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CudaHostPage({:p}, {} bytes)", self.pointer, self.len)
+        write!(f, "HostPage({:p}, {} bytes)", self.pointer, self.len)
     }
 }
 
-impl CudaDevicePage {
+impl DevicePage {
     /// Allocate at least `bytes` (at least one) on `device`.
-    pub(crate) fn allocate(device: &Arc<CudaDevice>, bytes: u64) -> Result<Self, DriverError> {
+    pub(crate) fn allocate(device: &Arc<Device>, bytes: u64) -> Result<Self, DriverError> {
         const OP: &str = "allocate device page";
         let len = bytes.max(1);
         let size = usize::try_from(len).map_err(|_| {
@@ -66,11 +74,12 @@ impl CudaDevicePage {
                 format!("{len} bytes do not fit this host's address size"),
             )
         })?;
-        device.bind()?;
+        let api = device.api();
+        let _current = device.enter()?;
         let mut pointer: CUdeviceptr = 0;
         // SAFETY: `pointer` is a valid place for the address; the context is
         // current.
-        check(OP, unsafe { sys::cuMemAlloc_v2(&mut pointer, size) })?;
+        api.check(OP, unsafe { (api.mem_alloc)(&mut pointer, size) })?;
         Ok(Self {
             pointer,
             len,
@@ -82,12 +91,12 @@ impl CudaDevicePage {
     /// range leaves the page or the page belongs to another device.
     pub(crate) fn address(
         &self,
-        device: &Arc<CudaDevice>,
+        device: &Device,
         offset: u64,
         len: u64,
         op: &'static str,
     ) -> Result<CUdeviceptr, DriverError> {
-        if !Arc::ptr_eq(&self.device, device) {
+        if !self.device.same_context(device) {
             return Err(refuse(op, "the device page belongs to another device"));
         }
         in_range(offset, len, self.len)
@@ -96,24 +105,15 @@ impl CudaDevicePage {
     }
 }
 
-impl Drop for CudaDevicePage {
+impl Drop for DevicePage {
     fn drop(&mut self) {
-        if let Err(e) = self.device.bind() {
-            log::warn!("leaking a device page: {e}");
-            return;
-        }
-        // SAFETY: the address came from cuMemAlloc and is freed exactly once;
-        // capture-core releases a page only once no enqueued work uses it.
-        let freed = unsafe { sys::cuMemFree_v2(self.pointer) };
-        if let Err(e) = check("free device page", freed) {
-            log::warn!("{e}");
-        }
+        self.device.release(Release::DevicePage(self.pointer));
     }
 }
 
-impl CudaHostPage {
+impl HostPage {
     /// Allocate at least `bytes` (at least one) of pinned memory.
-    pub(crate) fn allocate(device: &Arc<CudaDevice>, bytes: u64) -> Result<Self, DriverError> {
+    pub(crate) fn allocate(device: &Arc<Device>, bytes: u64) -> Result<Self, DriverError> {
         const OP: &str = "allocate host page";
         let len = usize::try_from(bytes.max(1)).map_err(|_| {
             refuse(
@@ -121,16 +121,18 @@ impl CudaHostPage {
                 format!("{bytes} bytes do not fit this host's address size"),
             )
         })?;
-        device.bind()?;
+        let api = device.api();
+        let _current = device.enter()?;
         let mut raw: *mut c_void = ptr::null_mut();
         // SAFETY: `raw` is a valid place for the pointer; PORTABLE makes the
         // memory pinned for every context, so it stays valid whichever
         // context a later copy runs in.
-        check(OP, unsafe {
-            sys::cuMemHostAlloc(&mut raw, len, sys::CU_MEMHOSTALLOC_PORTABLE)
+        api.check(OP, unsafe {
+            (api.mem_host_alloc)(&mut raw, len, sys::CU_MEMHOSTALLOC_PORTABLE)
         })?;
-        let pointer = NonNull::new(raw.cast::<u8>())
-            .ok_or_else(|| refuse(OP, "the driver returned a null host pointer"))?;
+        let Some(pointer) = NonNull::new(raw.cast::<u8>()) else {
+            return Err(refuse(OP, "the driver returned a null host pointer"));
+        };
         Ok(Self {
             pointer,
             len,
@@ -142,12 +144,12 @@ impl CudaHostPage {
     /// range leaves the page or the page belongs to another device.
     pub(crate) fn address(
         &self,
-        device: &Arc<CudaDevice>,
+        device: &Device,
         offset: u64,
         len: u64,
         op: &'static str,
     ) -> Result<*mut c_void, DriverError> {
-        if !Arc::ptr_eq(&self.device, device) {
+        if !self.device.same_context(device) {
             return Err(refuse(op, "the host page belongs to another device"));
         }
         self.offset_of(offset, len)
@@ -201,18 +203,10 @@ impl CudaHostPage {
     }
 }
 
-impl Drop for CudaHostPage {
+impl Drop for HostPage {
     fn drop(&mut self) {
-        if let Err(e) = self.device.bind() {
-            log::warn!("leaking a host page: {e}");
-            return;
-        }
-        // SAFETY: the pointer came from cuMemHostAlloc and is freed exactly
-        // once; capture-core releases a page only once no copy uses it.
-        let freed = unsafe { sys::cuMemFreeHost(self.pointer.as_ptr().cast::<c_void>()) };
-        if let Err(e) = check("free host page", freed) {
-            log::warn!("{e}");
-        }
+        self.device
+            .release(Release::HostPage(self.pointer.as_ptr().cast::<c_void>()));
     }
 }
 

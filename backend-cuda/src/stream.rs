@@ -1,18 +1,30 @@
-//! One capture-core stream: a non-blocking CUDA stream, its signals, and the
-//! copies and launches enqueued on it.
+//! One capture-core stream: a non-blocking CUDA stream, its signals, the
+//! copies and launches enqueued on it, and its recording transitions
+//! (stream capture begun and ended).
+//!
+//! Captures run in `CU_STREAM_CAPTURE_MODE_RELAXED`: capture-core drives a
+//! device from whichever thread calls, so `begin` and `end` may arrive on
+//! different threads, which the global and thread-local modes refuse with
+//! `CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD`. What those modes guard against,
+//! an implicitly synchronizing call while a capture is open, capture-core
+//! refuses on the recording stream itself (no host sync, no page released),
+//! and the device defers frees other streams make meanwhile.
 
 use std::ffi::c_void;
+use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use capture_core::signature::{MAX_BINDINGS, MAX_PARAM_BYTES};
-use capture_core::{DeviceSlice, DriverError, HostSlice, Launch};
-use cudarc::driver::sys::{self, CUstream};
+use capture_core::{DeviceSlice, Driver, DriverError, HostSlice, Launch};
 
-use crate::Cuda;
-use crate::device::CudaDevice;
-use crate::error::{check, refuse};
+use crate::device::Device;
+use crate::error::refuse;
 use crate::event::EventRing;
+use crate::graph::{Executable, Recording};
+use crate::kernels::Kernel;
+use crate::memory::{DevicePage, HostPage};
+use crate::sys::{self, CUgraph, CUstream};
 
 /// Bytes of one kernel parameter's slot: the largest parameter a
 /// signature declares, and a device pointer.
@@ -31,12 +43,12 @@ impl Slot {
     const ZERO: Slot = Slot([0; SLOT_BYTES]);
 }
 
-/// A point in one stream's work that [`crate::Cuda`]'s fence can wait for.
+/// A point in one stream's work that a fence can wait for.
 ///
 /// A number rather than an event handle, because a signal is `Copy` and may
 /// be dropped without a fence; the stream owns the events and recycles them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CudaSignal {
+pub struct Signal {
     stream: u64,
     number: u64,
 }
@@ -46,66 +58,76 @@ pub struct CudaSignal {
 /// Non-blocking, so it never waits on (or is waited on by) the legacy
 /// default stream other code in the process may use; a capture on it is then
 /// not invalidated by such code either.
-pub struct CudaStream {
-    pub(crate) device: Arc<CudaDevice>,
-    pub(crate) raw: CUstream,
+pub struct Stream {
+    device: Arc<Device>,
+    raw: CUstream,
     id: u64,
     events: EventRing,
-    /// Whether a capture begun here has not been ended yet.
-    pub(crate) capturing: bool,
-    /// The signal recorded just before the capture began.
-    ///
-    /// Work issued while recording never runs by itself, so the latest point
-    /// that will ever complete is the end of the work before `begin`; a
-    /// signal asked for while recording stands for that point instead of
-    /// recording an event into the capture, which a fence could not wait on.
-    pub(crate) before_capture: Option<u64>,
+    /// Whether a capture begun here has not been ended yet, for `Drop`.
+    recording: bool,
+    /// Launches and copies issued since the capture began.
+    launches: usize,
+    copies: usize,
+    /// Whether work was enqueued since the latest signal, which otherwise
+    /// stands for the stream's end still.
+    unsignalled: bool,
+    /// The latest signal's number (0 before the first).
+    latest: u64,
 }
 
 // SAFETY: the stream and its events are process-wide driver handles any
 // thread may use once the context is current, which every method ensures.
 // capture-core hands out `&mut` access only, so no two threads use one at once.
-unsafe impl Send for CudaStream {}
+unsafe impl Send for Stream {}
 
-impl std::fmt::Debug for CudaStream {
+impl std::fmt::Debug for Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CudaStream")
+        f.debug_struct("Stream")
             .field("id", &self.id)
-            .field("capturing", &self.capturing)
+            .field("recording", &self.recording)
             .finish_non_exhaustive()
     }
 }
 
-impl CudaStream {
-    pub(crate) fn create(device: &Arc<CudaDevice>) -> Result<Self, DriverError> {
+impl Stream {
+    /// A new stream on `device`.
+    pub(crate) fn create(device: &Arc<Device>) -> Result<Self, DriverError> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        device.bind()?;
-        let mut raw: CUstream = std::ptr::null_mut();
+        let api = device.api();
+        let _current = device.enter()?;
+        let mut raw: CUstream = ptr::null_mut();
         // SAFETY: `raw` is a valid place for the handle; the context is
         // current.
-        check("create stream", unsafe {
-            sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
+        api.check("create stream", unsafe {
+            (api.stream_create)(&mut raw, sys::CU_STREAM_NON_BLOCKING)
         })?;
         Ok(Self {
             device: Arc::clone(device),
             raw,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            events: EventRing::new(),
-            capturing: false,
-            before_capture: None,
+            events: EventRing::new(api),
+            recording: false,
+            launches: 0,
+            copies: 0,
+            unsignalled: false,
+            latest: 0,
         })
     }
 
-    /// Record a signal outside any capture, for `begin` to stand on.
-    pub(crate) fn record_signal(&mut self) -> Result<u64, DriverError> {
-        self.events.record(self.raw)
+    /// The device the stream runs on.
+    pub(crate) fn device(&self) -> &Arc<Device> {
+        &self.device
     }
 
-    pub(crate) fn copy_to_device(
+    /// Enqueue a copy from a pinned host page into a device page.
+    pub(crate) fn copy_to_device<D>(
         &mut self,
-        src: HostSlice<'_, Cuda>,
-        dst: DeviceSlice<'_, Cuda>,
-    ) -> Result<(), DriverError> {
+        src: HostSlice<'_, D>,
+        dst: DeviceSlice<'_, D>,
+    ) -> Result<(), DriverError>
+    where
+        D: Driver<HostPage = HostPage, DevicePage = DevicePage>,
+    {
         const OP: &str = "copy to device";
         let len = same_len(OP, src.len, dst.len)?;
         let from = src.page.address(&self.device, src.offset, src.len, OP)?;
@@ -113,20 +135,27 @@ impl CudaStream {
         if len == 0 {
             return Ok(());
         }
-        self.device.bind()?;
+        let api = self.device.api();
+        let _current = self.device.enter()?;
         // SAFETY: both ranges were checked to lie in live pages of this
         // device; the host page is pinned, and capture-core keeps it (and,
         // while recording, the bytes) alive until the copy has run.
-        check(OP, unsafe {
-            sys::cuMemcpyHtoDAsync_v2(to, from.cast_const(), len, self.raw)
-        })
+        api.check(OP, unsafe {
+            (api.memcpy_htod_async)(to, from.cast_const(), len, self.raw)
+        })?;
+        self.issued_copy();
+        Ok(())
     }
 
-    pub(crate) fn copy_to_host(
+    /// Enqueue a copy from a device page into a pinned host page.
+    pub(crate) fn copy_to_host<D>(
         &mut self,
-        src: DeviceSlice<'_, Cuda>,
-        dst: HostSlice<'_, Cuda>,
-    ) -> Result<(), DriverError> {
+        src: DeviceSlice<'_, D>,
+        dst: HostSlice<'_, D>,
+    ) -> Result<(), DriverError>
+    where
+        D: Driver<HostPage = HostPage, DevicePage = DevicePage>,
+    {
         const OP: &str = "copy to host";
         let len = same_len(OP, src.len, dst.len)?;
         let from = src.page.address(&self.device, src.offset, src.len, OP)?;
@@ -134,20 +163,33 @@ impl CudaStream {
         if len == 0 {
             return Ok(());
         }
-        self.device.bind()?;
+        let api = self.device.api();
+        let _current = self.device.enter()?;
         // SAFETY: both ranges were checked to lie in live pages of this
         // device; capture-core reads the host bytes only after a fence.
-        check(OP, unsafe {
-            sys::cuMemcpyDtoHAsync_v2(to, from, len, self.raw)
-        })
+        api.check(OP, unsafe {
+            (api.memcpy_dtoh_async)(to, from, len, self.raw)
+        })?;
+        self.issued_copy();
+        Ok(())
+    }
+
+    fn issued_copy(&mut self) {
+        self.copies += 1;
+        self.unsignalled = true;
     }
 
     /// Enqueue `launch`, whose shape capture-core has matched to its
     /// kernel's signature (binding count, info and parameter sizes, grid).
-    pub(crate) fn launch(&mut self, launch: Launch<'_, Cuda>) -> Result<(), DriverError> {
+    ///
+    /// Allocates nothing: the parameters are packed into stack slots.
+    pub(crate) fn launch<D>(&mut self, launch: Launch<'_, D>) -> Result<(), DriverError>
+    where
+        D: Driver<DevicePage = DevicePage, Kernel = Kernel>,
+    {
         const OP: &str = "launch";
         let kernel = launch.kernel;
-        if !Arc::ptr_eq(&kernel.module.device, &self.device) {
+        if !kernel.device().same_context(&self.device) {
             return Err(refuse(OP, "the kernel was compiled for another device"));
         }
         let signature = kernel.signature();
@@ -207,22 +249,23 @@ impl CudaStream {
             push(bytes)?;
             at += size;
         }
-        let mut args = [std::ptr::null_mut::<c_void>(); MAX_ARGS];
+        let mut args = [ptr::null_mut::<c_void>(); MAX_ARGS];
         for (arg, slot) in args.iter_mut().zip(slots.iter_mut()) {
             *arg = slot.0.as_mut_ptr().cast::<c_void>();
         }
         let [x, y, z] = launch.groups;
         let [bx, by, bz] = signature.workgroup_size();
-        self.device.bind()?;
-        // SAFETY: the function is live (the kernel holds its module, which
-        // holds the device and so the context); `args` has an entry for
-        // every parameter the kernel takes (its constructor's contract, and
-        // where the driver can tell, its check), each pointing at an 8-byte
-        // slot that outlives the call, which copies them; every buffer
-        // address was checked to lie in a live page of this device.
-        check(OP, unsafe {
-            sys::cuLaunchKernel(
-                kernel.function,
+        let api = self.device.api();
+        let _current = self.device.enter()?;
+        // SAFETY: the function is live (the kernel owns its module and holds
+        // the device, and so the context); `args` has an entry for every
+        // parameter the kernel takes (its constructor's contract, and where
+        // the driver can tell, its check), each pointing at an 8-byte slot
+        // that outlives the call, which copies them; every buffer address
+        // was checked to lie in a live page of this device.
+        api.check(OP, unsafe {
+            (api.launch_kernel)(
+                kernel.function(),
                 x,
                 y,
                 z,
@@ -232,57 +275,190 @@ impl CudaStream {
                 0,
                 self.raw,
                 args.as_mut_ptr(),
-                std::ptr::null_mut(),
+                ptr::null_mut(),
             )
-        })
+        })?;
+        self.launches += 1;
+        self.unsignalled = true;
+        Ok(())
     }
 
-    pub(crate) fn signal(&mut self) -> Result<CudaSignal, DriverError> {
-        let number = match (self.capturing, self.before_capture) {
-            (true, Some(number)) => number,
-            _ => {
-                self.device.bind()?;
-                self.events.record(self.raw)?
-            }
-        };
-        Ok(CudaSignal {
-            stream: self.id,
-            number,
-        })
-    }
-
-    pub(crate) fn fence(&mut self, signal: CudaSignal) -> Result<(), DriverError> {
-        if signal.stream != self.id {
-            return Err(refuse("fence", "the signal was given by another stream"));
+    /// Mark the current end of the stream's work: an event recorded there,
+    /// or the latest signal again when nothing was enqueued since.
+    pub(crate) fn signal(&mut self) -> Result<Signal, DriverError> {
+        if self.unsignalled || self.latest == 0 {
+            let _current = self.device.enter()?;
+            self.latest = self.events.record(self.raw)?;
+            self.unsignalled = false;
         }
-        self.device.bind()?;
+        Ok(Signal {
+            stream: self.id,
+            number: self.latest,
+        })
+    }
+
+    /// Block until the stream's work up to `signal` has finished.
+    pub(crate) fn fence(&mut self, signal: Signal) -> Result<(), DriverError> {
+        self.own(signal, "fence")?;
+        let _current = self.device.enter()?;
         self.events.wait(signal.number)
+    }
+
+    /// Whether the stream's work up to `signal` has finished, without
+    /// waiting.
+    pub(crate) fn is_done(&mut self, signal: Signal) -> Result<bool, DriverError> {
+        self.own(signal, "ask whether a signal is done")?;
+        let _current = self.device.enter()?;
+        self.events.query(signal.number)
+    }
+
+    fn own(&self, signal: Signal, op: &'static str) -> Result<(), DriverError> {
+        if signal.stream == self.id {
+            Ok(())
+        } else {
+            Err(refuse(op, "the signal was given by another stream"))
+        }
+    }
+
+    /// Start recording: from here copies and launches are captured, and the
+    /// device counts the stream as recording.
+    pub(crate) fn begin(&mut self) -> Result<(), DriverError> {
+        const OP: &str = "begin capture";
+        let api = self.device.api();
+        let _current = self.device.enter()?;
+        let raw = self.raw;
+        self.device.begin_recording(|| {
+            // SAFETY: the stream is live and its context current.
+            api.check(OP, unsafe {
+                (api.stream_begin_capture)(raw, sys::CU_STREAM_CAPTURE_MODE_RELAXED)
+            })
+        })?;
+        self.recording = true;
+        self.launches = 0;
+        self.copies = 0;
+        Ok(())
+    }
+
+    /// Stop recording and hand back what was captured. The stream leaves
+    /// recording mode on every path: where the driver would leave it
+    /// capturing, it is replaced by a fresh stream.
+    pub(crate) fn end(&mut self) -> Result<Recording, DriverError> {
+        const OP: &str = "end capture";
+        let api = self.device.api();
+        let device = Arc::clone(&self.device);
+        // Ended even when the context cannot be made current: a stream left
+        // recording would swallow every later launch.
+        let current = device.enter();
+        let mut graph: CUgraph = ptr::null_mut();
+        let raw = self.raw;
+        // SAFETY: the stream is live; `graph` is a valid place for the
+        // handle. Called even when the capture was invalidated: that is what
+        // returns the stream to normal.
+        let code = device.end_recording(|| unsafe { (api.stream_end_capture)(raw, &mut graph) });
+        self.recording = false;
+        // An invalidated capture may still hand back a partial graph; owning
+        // it first makes sure it is destroyed whatever the answer.
+        let recording =
+            (!graph.is_null()).then(|| Recording::new(graph, self.launches, self.copies, &device));
+        let ended = match (code, recording) {
+            (sys::CUDA_SUCCESS, Some(recording)) => return Ok(recording),
+            (sys::CUDA_SUCCESS, None) => "the driver ended the capture without a graph".to_owned(),
+            (sys::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, _) => format!(
+                "{}; an operation the capture cannot hold was issued while it recorded",
+                api.describe(code)
+            ),
+            (code, _) => api.describe(code),
+        };
+        let message = match self.leave_capture() {
+            Some(note) => format!("{ended}; {note}"),
+            None => ended,
+        };
+        drop(current);
+        Err(refuse(OP, message))
+    }
+
+    /// Make sure the stream is not capturing after a failed end: ask the
+    /// driver, and replace a stream it still counts as capturing with a
+    /// fresh one, ordered after every signal the old one gave. Says what
+    /// was done, if anything.
+    fn leave_capture(&mut self) -> Option<String> {
+        let api = self.device.api();
+        let mut status = sys::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: the stream is live; `status` is a valid place for it.
+        let asked = unsafe { (api.stream_is_capturing)(self.raw, &mut status) };
+        if asked == sys::CUDA_SUCCESS && status == sys::CU_STREAM_CAPTURE_STATUS_NONE {
+            return None;
+        }
+        let mut fresh: CUstream = ptr::null_mut();
+        // SAFETY: `fresh` is a valid place for the handle.
+        let created = unsafe { (api.stream_create)(&mut fresh, sys::CU_STREAM_NON_BLOCKING) };
+        if created != sys::CUDA_SUCCESS {
+            return Some(format!(
+                "the stream may still be recording, and no fresh stream could replace it: {}",
+                api.describe(created)
+            ));
+        }
+        if let Some(event) = self.events.latest() {
+            // SAFETY: both handles are live; the event was recorded before
+            // the capture began, outside it.
+            let waited = unsafe { (api.stream_wait_event)(fresh, event, 0) };
+            if let Err(e) = api.check("order the fresh stream", waited) {
+                log::warn!("{e}");
+            }
+        }
+        let old = std::mem::replace(&mut self.raw, fresh);
+        // SAFETY: the old stream is owned here and destroyed once; work
+        // already on it still completes, and its events stay valid.
+        let destroyed = unsafe { (api.stream_destroy)(old) };
+        if let Err(e) = api.check("destroy the stream left recording", destroyed) {
+            log::warn!("{e}");
+        }
+        Some("the stream was still recording, so it was replaced by a fresh one".to_owned())
+    }
+
+    /// Pre-stage `exec` on this stream.
+    pub(crate) fn upload(&mut self, exec: &Executable) -> Result<(), DriverError> {
+        exec.upload(&self.device, self.raw)?;
+        self.unsignalled = true;
+        Ok(())
+    }
+
+    /// Enqueue `exec`'s work on this stream. Allocates nothing.
+    pub(crate) fn replay(&mut self, exec: &Executable) -> Result<(), DriverError> {
+        exec.launch(&self.device, self.raw)?;
+        self.unsignalled = true;
+        Ok(())
     }
 }
 
-impl Drop for CudaStream {
+impl Drop for Stream {
     fn drop(&mut self) {
-        if let Err(e) = self.device.bind() {
-            log::warn!("leaking a stream: {e}");
-            return;
-        }
-        if self.capturing {
+        let api = self.device.api();
+        let current = match self.device.enter() {
+            Ok(current) => current,
+            Err(e) => {
+                log::warn!("leaking a stream: {e}");
+                return;
+            }
+        };
+        if self.recording {
             // A stream cannot be waited on while it records; close the
             // recording and throw it away first.
-            drop(crate::graph::end_capture(self));
+            drop(self.end());
         }
-        // SAFETY: the stream is live; waiting makes sure no event or page
-        // is still in use by its work when they go.
-        let waited = unsafe { sys::cuStreamSynchronize(self.raw) };
-        if let Err(e) = check("wait for stream", waited) {
+        // SAFETY: the stream is live; waiting makes sure no event is still
+        // in use by its work when they go.
+        let waited = unsafe { (api.stream_synchronize)(self.raw) };
+        if let Err(e) = api.check("wait for stream", waited) {
             log::warn!("{e}");
         }
         self.events.destroy_all();
         // SAFETY: the stream is owned here and destroyed once.
-        let destroyed = unsafe { sys::cuStreamDestroy_v2(self.raw) };
-        if let Err(e) = check("destroy stream", destroyed) {
+        let destroyed = unsafe { (api.stream_destroy)(self.raw) };
+        if let Err(e) = api.check("destroy stream", destroyed) {
             log::warn!("{e}");
         }
+        drop(current);
     }
 }
 

@@ -1,17 +1,20 @@
 //! The backend on machines where CUDA cannot run: every way of being
 //! unavailable is a reason from `probe` and an error from `open`, never a
-//! panic; so is an NVRTC that cannot be loaded.
+//! panic; so is an NVRTC that cannot be loaded. With the full stub, which
+//! lists devices but runs nothing, devices are listed and opened by index,
+//! driver codes are named or printed as numbers, and every call leaves the
+//! calling thread's context stack as it found it.
 //!
 //! The stub cases run in a child process (this test binary, run again with
-//! the stub first on the library path), because the driver library, once
+//! a stub first on the library path), because the driver library, once
 //! loaded, stays loaded for the life of a process.
 #![cfg(target_os = "linux")]
 
 use std::env;
 use std::process::Command;
 
-use backend_cuda::{Cuda, NVRTC_ENV, nvrtc_compile_ptx, nvrtc_info};
-use capture_core::{Availability, Driver, Error};
+use backend_cuda::{Cuda, DEVICE_ENV, NVRTC_ENV, nvrtc_compile_ptx, nvrtc_info};
+use capture_core::{Availability, Builtin, Builtins, Driver, Error};
 
 /// Set in the child: run the probe and print its reason instead of
 /// spawning.
@@ -36,10 +39,20 @@ fn report_probe() {
     println!("\n{REASON}{reason}");
 }
 
-/// Run `test` again in a child with the stub driver and `vars`, and return
-/// the probe's reason it printed.
+/// Run `test` again in a child with the minimal stub driver and `vars`,
+/// and return the probe's reason it printed.
 fn probe_with_stub(test: &str, vars: &[(&str, &str)]) -> String {
-    let Some(stub_dir) = option_env!("CUDA_STUB_DIR") else {
+    run_with(test, backend_cuda::TEST_STUB_DIR, vars)
+}
+
+/// Run `test` again in a child with the full stub driver and `vars`, and
+/// return the reason it printed.
+fn with_full_stub(test: &str, vars: &[(&str, &str)]) -> String {
+    run_with(test, backend_cuda::TEST_FULL_STUB_DIR, vars)
+}
+
+fn run_with(test: &str, stub_dir: Option<&str>, vars: &[(&str, &str)]) -> String {
+    let Some(stub_dir) = stub_dir else {
         panic!(
             "the stub libcuda.so.1 was not built, so this test cannot run; the build script \
              needs a working C compiler (see its warning in the build output)"
@@ -52,7 +65,9 @@ fn probe_with_stub(test: &str, vars: &[(&str, &str)]) -> String {
         .env("LD_LIBRARY_PATH", stub_dir)
         .env_remove("CUDA_STUB_INIT_RESULT")
         .env_remove("CUDA_STUB_DRIVER_VERSION")
-        .env_remove("CAPTURE_CUDA_DEVICE")
+        .env_remove("CUDA_STUB_DEVICE_COUNT")
+        .env_remove("CUDA_STUB_RETAIN_RESULT")
+        .env_remove(DEVICE_ENV)
         .envs(vars.iter().copied())
         .output()
         .expect("the test binary runs again");
@@ -121,6 +136,168 @@ fn a_driver_too_old_is_unavailable() {
     assert!(reason.contains("CUDA driver 11.2 is too old"), "{reason}");
 }
 
+/// The toolkit's `stubs/libcuda.so` answers `CUDA_ERROR_STUB_LIBRARY` to
+/// everything; found first on the library path, it is named as what it is.
+#[test]
+fn the_toolkits_stub_library_is_named_in_the_reason() {
+    if in_child() {
+        let listed = Cuda::devices().expect_err("the stub lists no device");
+        assert!(listed.message.contains("toolkit's stub"), "{listed}");
+        return report_probe();
+    }
+    let reason = probe_with_stub(
+        "the_toolkits_stub_library_is_named_in_the_reason",
+        &[("CUDA_STUB_INIT_RESULT", "34")],
+    );
+    println!("reason: {reason}");
+    assert!(
+        reason.starts_with("the libcuda.so found is the toolkit's stub, not the driver: "),
+        "{reason}"
+    );
+    assert!(reason.contains("CUDA_ERROR_STUB_LIBRARY (34)"), "{reason}");
+    assert!(reason.contains("LD_LIBRARY_PATH"), "{reason}");
+}
+
+/// In the child with the full stub: list the devices and check what is
+/// said of each.
+fn check_listed_devices() {
+    let devices = Cuda::devices().expect("the full stub lists its devices");
+    assert_eq!(devices.len(), 2, "{devices:?}");
+    for (index, info) in devices.iter().enumerate() {
+        assert_eq!(info.index, index);
+        assert_eq!(info.name, "Stub GPU (sm_90)");
+        assert_eq!(info.driver_version, "12.4");
+        assert_eq!(info.max_groups, [2_147_483_647, 65_535, 65_535]);
+        assert_eq!(info.memory_bytes, 80 << 30);
+        assert_eq!(info.kind, "GPU");
+    }
+    let second = Cuda::open_index(1).expect("device 1 opens");
+    assert_eq!(Cuda::device_info(&second), devices[1]);
+    let beyond = Cuda::open_index(2).expect_err("there is no device 2");
+    assert!(
+        beyond
+            .message
+            .contains("device 2 was asked for, and the driver reports 2 device(s)"),
+        "{beyond}"
+    );
+    // The variable picks the default device.
+    let chosen = Cuda::open().expect("the device the variable names opens");
+    assert_eq!(Cuda::device_info(&chosen).index, 1);
+    let Availability::Available(info) = Cuda::probe() else {
+        panic!("the probe disagrees with open");
+    };
+    assert_eq!(info, devices[1]);
+    println!("\n{REASON}listed");
+}
+
+#[test]
+fn devices_are_listed_and_opened_by_index() {
+    if in_child() {
+        return check_listed_devices();
+    }
+    let said = with_full_stub(
+        "devices_are_listed_and_opened_by_index",
+        &[("CUDA_STUB_DEVICE_COUNT", "2"), (DEVICE_ENV, "1")],
+    );
+    assert_eq!(said, "listed");
+}
+
+#[test]
+fn a_device_index_past_the_last_names_the_variable() {
+    if in_child() {
+        return report_probe();
+    }
+    let reason = with_full_stub(
+        "a_device_index_past_the_last_names_the_variable",
+        &[("CUDA_STUB_DEVICE_COUNT", "2"), (DEVICE_ENV, "5")],
+    );
+    println!("reason: {reason}");
+    assert!(reason.contains(&format!("{DEVICE_ENV}=5")), "{reason}");
+    assert!(reason.contains("reports 2 device(s)"), "{reason}");
+}
+
+#[test]
+fn a_driver_listing_no_device_is_an_empty_list_and_unavailable() {
+    if in_child() {
+        let devices = Cuda::devices().expect("an empty list is an answer");
+        assert!(devices.is_empty(), "{devices:?}");
+        return report_probe();
+    }
+    let reason = with_full_stub(
+        "a_driver_listing_no_device_is_an_empty_list_and_unavailable",
+        &[("CUDA_STUB_DEVICE_COUNT", "0")],
+    );
+    assert_eq!(
+        reason,
+        "no CUDA device: the driver is installed but reports no device"
+    );
+}
+
+/// Driver codes are integers: one the table names is named, one newer than
+/// every table (or made up) prints as its number, and neither is undefined
+/// behaviour as it would be written into a Rust enum.
+#[test]
+fn driver_codes_are_named_by_the_table_or_printed_as_numbers() {
+    if in_child() {
+        return report_probe();
+    }
+    let test = "driver_codes_are_named_by_the_table_or_printed_as_numbers";
+    let contained = with_full_stub(test, &[("CUDA_STUB_RETAIN_RESULT", "226")]);
+    println!("reason: {contained}");
+    assert!(
+        contained.contains("retain the device's primary context: CUDA_ERROR_CONTAINED (226)"),
+        "{contained}"
+    );
+    let unknown = with_full_stub(test, &[("CUDA_STUB_RETAIN_RESULT", "9999")]);
+    println!("reason: {unknown}");
+    assert!(unknown.ends_with("CUDA error 9999"), "{unknown}");
+}
+
+/// The stub's count of contexts pushed on the calling thread and not yet
+/// popped.
+fn context_depth() -> i32 {
+    // SAFETY: the library is the full stub this process already loaded (the
+    // same name resolves to the same handle), whose cuStubContextDepth takes
+    // nothing and returns an int.
+    unsafe {
+        let library = libloading::Library::new("libcuda.so.1").expect("the stub is loaded");
+        let depth = library
+            .get::<unsafe extern "C" fn() -> i32>(b"cuStubContextDepth\0")
+            .expect("the full stub counts contexts");
+        depth()
+    }
+}
+
+/// In the child with the full stub: every call pushes the device's context
+/// and pops it again, on failure too.
+fn check_contexts_are_restored() {
+    let device = Cuda::open().expect("the full stub opens its device");
+    assert_eq!(context_depth(), 0, "opening leaves no context pushed");
+    let stream = Cuda::create_stream(&device).expect_err("the stub runs nothing");
+    assert_eq!(stream.op, "create stream");
+    assert!(
+        stream.message.starts_with("CUDA_ERROR_NOT_SUPPORTED (801)"),
+        "{stream}"
+    );
+    assert_eq!(context_depth(), 0, "a failed call pops what it pushed");
+    let builtin = Cuda::builtin(&device, Builtin::Fill).expect_err("the stub compiles nothing");
+    assert!(
+        builtin.message.contains("CUDA_ERROR_NOT_SUPPORTED"),
+        "{builtin}"
+    );
+    assert_eq!(context_depth(), 0, "a failed build pops what it pushed");
+    println!("\n{REASON}restored");
+}
+
+#[test]
+fn every_call_leaves_the_callers_context_as_it_was() {
+    if in_child() {
+        return check_contexts_are_restored();
+    }
+    let said = with_full_stub("every_call_leaves_the_callers_context_as_it_was", &[]);
+    assert_eq!(said, "restored");
+}
+
 /// Without the stub, the outcome depends on the machine: with no driver
 /// library anywhere the loader can see, the reason is the standard one;
 /// with one, any answer is fine as long as it is an answer.
@@ -143,6 +320,8 @@ fn no_driver_library_is_unavailable_with_the_standard_reason() {
         );
         let error = Cuda::open().expect_err("no driver, no device");
         assert_eq!(error.message, "no CUDA driver: libcuda.so not found");
+        let listed = Cuda::devices().expect_err("no driver, no list");
+        assert_eq!(listed.message, "no CUDA driver: libcuda.so not found");
     }
 }
 

@@ -6,13 +6,13 @@
 
 use std::sync::Arc;
 
-use backend_cuda::{Cuda, CudaDevice, Kernel};
+use backend_cuda::{Cuda, Device, Kernel};
 use capture_core::{Access, Error, Signature};
 
 use super::{CUDA_SOURCE, UserKernel, UserKernels};
 
 impl UserKernels for Cuda {
-    unsafe fn user_kernel(device: &Arc<CudaDevice>, which: UserKernel) -> Result<Kernel, Error> {
+    unsafe fn user_kernel(device: &Arc<Device>, which: UserKernel) -> Result<Kernel, Error> {
         // SAFETY: the caller launches it only with counts that fit its
         // buffers (this function's contract). Every workload kernel touches element i of a buffer only
         // below the count it is given (`n`, or `rows` and `cols` for matvec,
@@ -26,7 +26,7 @@ impl UserKernels for Cuda {
 
     /// A source using a name it never declares: NVRTC refuses it, and its
     /// log says where and why.
-    fn broken_kernel(device: &Arc<CudaDevice>) -> Result<Kernel, Error> {
+    fn broken_kernel(device: &Arc<Device>) -> Result<Kernel, Error> {
         const BROKEN: &str =
             "extern \"C\" __global__ void broken(float* x) { x[threadIdx.x] = undeclared_value; }";
         let signature = Signature::new("broken").binding(Access::Write);
@@ -38,7 +38,7 @@ impl UserKernels for Cuda {
     /// `silu` declared with a second binding its code does not take: where
     /// the driver lists an entry's parameters (12.4 and newer), the build
     /// refuses the signature it contradicts; an older driver cannot tell.
-    fn disagreeing_kernel(device: &Arc<CudaDevice>) -> Option<Result<Kernel, Error>> {
+    fn disagreeing_kernel(device: &Arc<Device>) -> Option<Result<Kernel, Error>> {
         if !device.checks_kernel_parameters() {
             return None;
         }

@@ -1,0 +1,401 @@
+//! The slice of the CUDA driver API this crate calls, declared here rather
+//! than taken from generated bindings.
+//!
+//! Every function returns its `CUresult` as a plain `i32` and every enum is
+//! its underlying integer: a driver newer than the declarations answers
+//! codes and values they do not list (12.8 added `CUDA_ERROR_CONTAINED`,
+//! 226), and such a value written into a Rust enum would be undefined
+//! behaviour, where an integer is just a number to name or print.
+//!
+//! The types keep the C typedef names of `cuda.h`, so that the ABI test
+//! (`tests/abi.rs`) can spell each prototype in C from its Rust
+//! declaration and have a C compiler compare it with the real header, along
+//! with every constant and layout listed in [`ABI_FACTS`].
+#![allow(non_camel_case_types)]
+
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
+use std::mem::{offset_of, size_of};
+
+/// A driver call's result code (`CUDA_SUCCESS` is 0).
+pub type CUresult = i32;
+/// A device ordinal's handle.
+pub type CUdevice = c_int;
+/// A device address.
+pub type CUdeviceptr = c_ulonglong;
+/// A context.
+pub type CUcontext = *mut c_void;
+/// A loaded module.
+pub type CUmodule = *mut c_void;
+/// A kernel of a module.
+pub type CUfunction = *mut c_void;
+/// A stream.
+pub type CUstream = *mut c_void;
+/// An event.
+pub type CUevent = *mut c_void;
+/// A graph, as stream capture returns it.
+pub type CUgraph = *mut c_void;
+/// A node of a graph.
+pub type CUgraphNode = *mut c_void;
+/// An instantiated graph.
+pub type CUgraphExec = *mut c_void;
+/// A JIT link in progress.
+pub type CUlinkState = *mut c_void;
+/// `CUdevice_attribute`, as its integer.
+pub type CUdevice_attribute = c_uint;
+/// `CUfunction_attribute`, as its integer.
+pub type CUfunction_attribute = c_uint;
+/// `CUjit_option`, as its integer.
+pub type CUjit_option = c_uint;
+/// `CUjitInputType`, as its integer.
+pub type CUjitInputType = c_uint;
+/// `CUstreamCaptureMode`, as its integer.
+pub type CUstreamCaptureMode = c_uint;
+/// `CUstreamCaptureStatus`, as its integer.
+pub type CUstreamCaptureStatus = c_uint;
+/// `CUgraphNodeType`, as its integer.
+pub type CUgraphNodeType = c_uint;
+/// `CUgraphExecUpdateResult`, as its integer.
+pub type CUgraphExecUpdateResult = c_uint;
+
+/// What `cuGraphExecUpdate` (12.0 and newer) says about a failed update.
+/// The fields keep their C names, which the ABI test's `offsetof` uses.
+#[allow(non_snake_case)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CUgraphExecUpdateResultInfo {
+    /// Why the update failed, or `CU_GRAPH_EXEC_UPDATE_SUCCESS`.
+    pub result: CUgraphExecUpdateResult,
+    /// The node the failure is about, when there is one.
+    pub errorNode: CUgraphNode,
+    /// The other end of a mismatched edge, when there is one.
+    pub errorFromNode: CUgraphNode,
+}
+
+pub const CUDA_SUCCESS: CUresult = 0;
+pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
+pub const CUDA_ERROR_STUB_LIBRARY: CUresult = 34;
+pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
+pub const CUDA_ERROR_UNSUPPORTED_PTX_VERSION: CUresult = 222;
+pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
+pub const CUDA_ERROR_NOT_READY: CUresult = 600;
+pub const CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: CUresult = 901;
+pub const CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE: CUresult = 910;
+
+pub const CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: CUdevice_attribute = 1;
+pub const CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: CUdevice_attribute = 2;
+pub const CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: CUdevice_attribute = 3;
+pub const CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: CUdevice_attribute = 4;
+pub const CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: CUdevice_attribute = 5;
+pub const CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: CUdevice_attribute = 6;
+pub const CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: CUdevice_attribute = 7;
+pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: CUdevice_attribute = 75;
+pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: CUdevice_attribute = 76;
+
+pub const CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: CUfunction_attribute = 0;
+
+pub const CU_JIT_INFO_LOG_BUFFER: CUjit_option = 3;
+pub const CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES: CUjit_option = 4;
+pub const CU_JIT_ERROR_LOG_BUFFER: CUjit_option = 5;
+pub const CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: CUjit_option = 6;
+pub const CU_JIT_INPUT_PTX: CUjitInputType = 1;
+
+pub const CU_STREAM_NON_BLOCKING: c_uint = 1;
+pub const CU_EVENT_DISABLE_TIMING: c_uint = 2;
+pub const CU_MEMHOSTALLOC_PORTABLE: c_uint = 1;
+
+pub const CU_STREAM_CAPTURE_MODE_RELAXED: CUstreamCaptureMode = 2;
+pub const CU_STREAM_CAPTURE_STATUS_NONE: CUstreamCaptureStatus = 0;
+
+pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: CUgraphNodeType = 10;
+pub const CU_GRAPH_NODE_TYPE_MEM_FREE: CUgraphNodeType = 11;
+
+pub const CU_GRAPH_EXEC_UPDATE_SUCCESS: CUgraphExecUpdateResult = 0;
+pub const CU_GRAPH_EXEC_UPDATE_ERROR: CUgraphExecUpdateResult = 1;
+pub const CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED: CUgraphExecUpdateResult = 2;
+pub const CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED: CUgraphExecUpdateResult = 3;
+pub const CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED: CUgraphExecUpdateResult = 4;
+pub const CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED: CUgraphExecUpdateResult = 5;
+pub const CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED: CUgraphExecUpdateResult = 6;
+pub const CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE: CUgraphExecUpdateResult = 7;
+pub const CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED: CUgraphExecUpdateResult = 8;
+
+/// A function's C prototype as its Rust declaration spells it: the symbol
+/// the library exports and each parameter's Rust type, as text.
+#[derive(Debug, Clone, Copy)]
+pub struct Prototype {
+    /// The exported symbol (`cuMemAlloc_v2`).
+    pub symbol: &'static str,
+    /// Each parameter's type as written in the declaration
+    /// (`*mut CUdeviceptr`); the result is always `CUresult`.
+    pub params: &'static [&'static str],
+    /// Whether a driver may lack it (the function is then not used).
+    pub optional: bool,
+}
+
+/// Declares the driver functions once: the table of pointers resolved from
+/// the library, the list of symbols, and their prototypes for the ABI test.
+macro_rules! driver_api {
+    (
+        required {
+            $( $(#[doc = $doc:literal])* $field:ident = $symbol:ident ( $( $ty:ty ),* $(,)? ); )*
+        }
+        optional {
+            $( $(#[doc = $odoc:literal])* $ofield:ident = $osymbol:ident ( $( $oty:ty ),* $(,)? ); )*
+        }
+    ) => {
+        /// Every driver function this crate calls, resolved from the loaded
+        /// library. A copy of plain function pointers: the library they
+        /// point into stays loaded for the life of the process.
+        ///
+        /// `cuInit` and `cuDriverGetVersion` are called by the loader before
+        /// the table is resolved, so their fields go unread; they are listed
+        /// all the same so that the ABI test checks their prototypes.
+        #[allow(dead_code)]
+        #[derive(Clone, Copy)]
+        pub(crate) struct Api {
+            $( $(#[doc = $doc])* pub(crate) $field: unsafe extern "C" fn($($ty),*) -> CUresult, )*
+            $( $(#[doc = $odoc])* pub(crate) $ofield: Option<unsafe extern "C" fn($($oty),*) -> CUresult>, )*
+        }
+
+        /// Every prototype [`Api`] declares, required ones first, in the
+        /// order they are resolved.
+        pub const PROTOTYPES: &[Prototype] = &[
+            $( Prototype { symbol: stringify!($symbol), params: &[$(stringify!($ty)),*], optional: false }, )*
+            $( Prototype { symbol: stringify!($osymbol), params: &[$(stringify!($oty)),*], optional: true }, )*
+        ];
+
+        impl Api {
+            /// Look every function up in `library`: the first required one
+            /// missing is the error, with the loader's words.
+            pub(crate) fn resolve(library: &libloading::Library) -> Result<Self, String> {
+                Ok(Self {
+                    $( $field: {
+                        // SAFETY: the symbol is looked up with the prototype
+                        // cuda.h declares for it (the ABI test compares the
+                        // two), with integers for its enums.
+                        let found = unsafe {
+                            library.get::<unsafe extern "C" fn($($ty),*) -> CUresult>(
+                                concat!(stringify!($symbol), "\0").as_bytes(),
+                            )
+                        };
+                        *found.map_err(|e| format!("missing symbol {} ({e})", stringify!($symbol)))?
+                    }, )*
+                    $( $ofield: {
+                        // SAFETY: as for the required functions.
+                        let found = unsafe {
+                            library.get::<unsafe extern "C" fn($($oty),*) -> CUresult>(
+                                concat!(stringify!($osymbol), "\0").as_bytes(),
+                            )
+                        };
+                        found.ok().map(|f| *f)
+                    }, )*
+                })
+            }
+        }
+    };
+}
+
+driver_api! {
+    required {
+        init = cuInit(c_uint);
+        driver_get_version = cuDriverGetVersion(*mut c_int);
+        get_error_string = cuGetErrorString(CUresult, *mut *const c_char);
+        device_get_count = cuDeviceGetCount(*mut c_int);
+        device_get = cuDeviceGet(*mut CUdevice, c_int);
+        device_get_name = cuDeviceGetName(*mut c_char, c_int, CUdevice);
+        device_get_attribute = cuDeviceGetAttribute(*mut c_int, CUdevice_attribute, CUdevice);
+        device_total_mem = cuDeviceTotalMem_v2(*mut usize, CUdevice);
+        primary_ctx_retain = cuDevicePrimaryCtxRetain(*mut CUcontext, CUdevice);
+        ctx_push_current = cuCtxPushCurrent_v2(CUcontext);
+        ctx_pop_current = cuCtxPopCurrent_v2(*mut CUcontext);
+        mem_alloc = cuMemAlloc_v2(*mut CUdeviceptr, usize);
+        mem_free = cuMemFree_v2(CUdeviceptr);
+        mem_host_alloc = cuMemHostAlloc(*mut *mut c_void, usize, c_uint);
+        mem_free_host = cuMemFreeHost(*mut c_void);
+        memcpy_htod_async = cuMemcpyHtoDAsync_v2(CUdeviceptr, *const c_void, usize, CUstream);
+        memcpy_dtoh_async = cuMemcpyDtoHAsync_v2(*mut c_void, CUdeviceptr, usize, CUstream);
+        stream_create = cuStreamCreate(*mut CUstream, c_uint);
+        stream_synchronize = cuStreamSynchronize(CUstream);
+        stream_destroy = cuStreamDestroy_v2(CUstream);
+        stream_wait_event = cuStreamWaitEvent(CUstream, CUevent, c_uint);
+        stream_begin_capture = cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode);
+        stream_end_capture = cuStreamEndCapture(CUstream, *mut CUgraph);
+        stream_is_capturing = cuStreamIsCapturing(CUstream, *mut CUstreamCaptureStatus);
+        event_create = cuEventCreate(*mut CUevent, c_uint);
+        event_record = cuEventRecord(CUevent, CUstream);
+        event_query = cuEventQuery(CUevent);
+        event_synchronize = cuEventSynchronize(CUevent);
+        event_destroy = cuEventDestroy_v2(CUevent);
+        link_create = cuLinkCreate_v2(c_uint, *mut CUjit_option, *mut *mut c_void, *mut CUlinkState);
+        link_add_data = cuLinkAddData_v2(
+            CUlinkState,
+            CUjitInputType,
+            *mut c_void,
+            usize,
+            *const c_char,
+            c_uint,
+            *mut CUjit_option,
+            *mut *mut c_void,
+        );
+        link_complete = cuLinkComplete(CUlinkState, *mut *mut c_void, *mut usize);
+        link_destroy = cuLinkDestroy(CUlinkState);
+        module_load_data_ex = cuModuleLoadDataEx(
+            *mut CUmodule,
+            *const c_void,
+            c_uint,
+            *mut CUjit_option,
+            *mut *mut c_void,
+        );
+        module_get_function = cuModuleGetFunction(*mut CUfunction, CUmodule, *const c_char);
+        module_unload = cuModuleUnload(CUmodule);
+        func_get_attribute = cuFuncGetAttribute(*mut c_int, CUfunction_attribute, CUfunction);
+        launch_kernel = cuLaunchKernel(
+            CUfunction,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            CUstream,
+            *mut *mut c_void,
+            *mut *mut c_void,
+        );
+        graph_get_nodes = cuGraphGetNodes(CUgraph, *mut CUgraphNode, *mut usize);
+        graph_node_get_type = cuGraphNodeGetType(CUgraphNode, *mut CUgraphNodeType);
+        graph_instantiate = cuGraphInstantiateWithFlags(*mut CUgraphExec, CUgraph, c_ulonglong);
+        graph_destroy = cuGraphDestroy(CUgraph);
+        graph_exec_destroy = cuGraphExecDestroy(CUgraphExec);
+        graph_upload = cuGraphUpload(CUgraphExec, CUstream);
+        graph_launch = cuGraphLaunch(CUgraphExec, CUstream);
+    }
+    optional {
+        /// 12.0 and newer: in-place update, reporting why it failed.
+        graph_exec_update = cuGraphExecUpdate_v2(
+            CUgraphExec,
+            CUgraph,
+            *mut CUgraphExecUpdateResultInfo,
+        );
+        /// 12.4 and newer: a kernel's parameters, for the build's check.
+        func_get_param_info = cuFuncGetParamInfo(CUfunction, usize, *mut usize, *mut usize);
+    }
+}
+
+/// A C expression whose value must be `value` under `cuda.h`: a constant
+/// this file declares, or the size or offset of a type it declares.
+#[derive(Debug, Clone, Copy)]
+pub struct AbiFact {
+    /// The expression in C (`CUDA_ERROR_STUB_LIBRARY`, `sizeof(CUdevice)`).
+    pub c: &'static str,
+    /// What the Rust declaration makes it.
+    pub value: i64,
+}
+
+macro_rules! constants {
+    ($($name:ident),* $(,)?) => {
+        [$(AbiFact { c: stringify!($name), value: $name as i64 }),*]
+    };
+}
+
+macro_rules! sizes {
+    ($($name:ident),* $(,)?) => {
+        [$(AbiFact { c: concat!("sizeof(", stringify!($name), ")"), value: size_of::<$name>() as i64 }),*]
+    };
+}
+
+const CONSTANTS: [AbiFact; 40] = constants![
+    CUDA_SUCCESS,
+    CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_STUB_LIBRARY,
+    CUDA_ERROR_NO_DEVICE,
+    CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
+    CUDA_ERROR_NOT_FOUND,
+    CUDA_ERROR_NOT_READY,
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+    CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE,
+    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+    CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X,
+    CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y,
+    CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z,
+    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X,
+    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
+    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+    CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+    CU_JIT_INFO_LOG_BUFFER,
+    CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+    CU_JIT_ERROR_LOG_BUFFER,
+    CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+    CU_JIT_INPUT_PTX,
+    CU_STREAM_NON_BLOCKING,
+    CU_EVENT_DISABLE_TIMING,
+    CU_MEMHOSTALLOC_PORTABLE,
+    CU_STREAM_CAPTURE_MODE_RELAXED,
+    CU_STREAM_CAPTURE_STATUS_NONE,
+    CU_GRAPH_NODE_TYPE_MEM_ALLOC,
+    CU_GRAPH_NODE_TYPE_MEM_FREE,
+    CU_GRAPH_EXEC_UPDATE_SUCCESS,
+    CU_GRAPH_EXEC_UPDATE_ERROR,
+    CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED,
+    CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED,
+    CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED,
+    CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED,
+    CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED,
+    CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE,
+    CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED,
+];
+
+const SIZES: [AbiFact; 21] = sizes![
+    CUresult,
+    CUdevice,
+    CUdeviceptr,
+    CUcontext,
+    CUmodule,
+    CUfunction,
+    CUstream,
+    CUevent,
+    CUgraph,
+    CUgraphNode,
+    CUgraphExec,
+    CUlinkState,
+    CUdevice_attribute,
+    CUfunction_attribute,
+    CUjit_option,
+    CUjitInputType,
+    CUstreamCaptureMode,
+    CUstreamCaptureStatus,
+    CUgraphNodeType,
+    CUgraphExecUpdateResult,
+    CUgraphExecUpdateResultInfo,
+];
+
+const OFFSETS: [AbiFact; 4] = [
+    AbiFact {
+        c: "sizeof(size_t)",
+        value: size_of::<usize>() as i64,
+    },
+    AbiFact {
+        c: "offsetof(CUgraphExecUpdateResultInfo, result)",
+        value: offset_of!(CUgraphExecUpdateResultInfo, result) as i64,
+    },
+    AbiFact {
+        c: "offsetof(CUgraphExecUpdateResultInfo, errorNode)",
+        value: offset_of!(CUgraphExecUpdateResultInfo, errorNode) as i64,
+    },
+    AbiFact {
+        c: "offsetof(CUgraphExecUpdateResultInfo, errorFromNode)",
+        value: offset_of!(CUgraphExecUpdateResultInfo, errorFromNode) as i64,
+    },
+];
+
+/// Every constant, size and offset the declarations rely on, for the ABI
+/// test to check against `cuda.h`.
+pub fn abi_facts() -> Vec<AbiFact> {
+    let mut facts = Vec::with_capacity(CONSTANTS.len() + SIZES.len() + OFFSETS.len());
+    facts.extend(CONSTANTS);
+    facts.extend(SIZES);
+    facts.extend(OFFSETS);
+    facts
+}
