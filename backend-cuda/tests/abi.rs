@@ -1,0 +1,312 @@
+//! The driver declarations of `src/sys.rs` against NVIDIA's real `cuda.h`,
+//! with no GPU: a C compiler checks that every function the backend
+//! resolves has the prototype its Rust declaration spells, and that every
+//! constant, size and offset the backend relies on has the value it gives;
+//! the table naming result codes is compared with the header's enum.
+//!
+//! The headers come from `CAPTURE_CUDA_INCLUDE` (directories separated by
+//! `:`) when set, and otherwise from NVIDIA's PyPI wheels:
+//! `nvidia-cuda-runtime-cu12` (`nvidia/cuda_runtime/include`) and the CUDA
+//! 13 `nvidia-cuda-runtime` (`nvidia/cu13/include`). A missing header or
+//! compiler is reported and the check passes, unless
+//! `CAPTURE_REQUIRE_OFFLINE_TOOLS=1`, which makes it a failure and wants
+//! both a CUDA 12 and a CUDA 13 header (`scripts/cuda-offline-tools
+//! --cuda13` installs them).
+#![cfg(target_os = "linux")]
+
+use std::collections::BTreeMap;
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use backend_cuda::abi::{PROTOTYPES, abi_facts, result_names};
+
+const REQUIRE: &str = "CAPTURE_REQUIRE_OFFLINE_TOOLS";
+const INCLUDE_ENV: &str = "CAPTURE_CUDA_INCLUDE";
+
+fn required() -> bool {
+    env::var(REQUIRE).is_ok_and(|v| v.trim() == "1")
+}
+
+/// A tool or header is missing: fail when they are required, otherwise
+/// say so.
+fn missing(what: &str) {
+    assert!(
+        !required(),
+        "{what}, and {REQUIRE}=1 requires it (scripts/cuda-offline-tools --cuda13 installs it)"
+    );
+    println!("skipped: {what} (set {REQUIRE}=1 to make this a failure)");
+}
+
+/// One `cuda.h` found, and the `CUDA_VERSION` it declares.
+struct Header {
+    include: PathBuf,
+    version: u32,
+}
+
+impl Header {
+    fn path(&self) -> PathBuf {
+        self.include.join("cuda.h")
+    }
+
+    fn text(&self) -> String {
+        std::fs::read_to_string(self.path()).expect("the header is readable")
+    }
+}
+
+/// The directories of the `nvidia` Python namespace package, where NVIDIA's
+/// PyPI wheels install.
+fn pip_nvidia_dirs() -> Vec<PathBuf> {
+    let script = "import nvidia\nfor p in nvidia.__path__: print(p)";
+    let Ok(out) = Command::new("python3").args(["-c", script]).output() else {
+        return Vec::new();
+    };
+    if !out.status.success() {
+        return Vec::new();
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| PathBuf::from(line.trim()))
+        .filter(|dir| dir.is_dir())
+        .collect()
+}
+
+fn headers() -> Vec<Header> {
+    let candidates: Vec<PathBuf> = match env::var_os(INCLUDE_ENV) {
+        Some(dirs) => env::split_paths(&dirs).collect(),
+        None => pip_nvidia_dirs()
+            .into_iter()
+            .flat_map(|dir| [dir.join("cuda_runtime/include"), dir.join("cu13/include")])
+            .collect(),
+    };
+    let mut found: Vec<Header> = Vec::new();
+    for include in candidates {
+        let Ok(text) = std::fs::read_to_string(include.join("cuda.h")) else {
+            continue;
+        };
+        let version = text
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("#define CUDA_VERSION "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        if !found.iter().any(|h| h.version == version) {
+            found.push(Header { include, version });
+        }
+    }
+    found
+}
+
+/// The headers to check, or `None` (after saying why) when they are not
+/// all here.
+fn checked_headers() -> Option<Vec<Header>> {
+    let found = headers();
+    for header in &found {
+        println!("cuda.h {} at {}", header.version, header.path().display());
+    }
+    let has = |major: u32| found.iter().any(|h| h.version / 1000 == major);
+    if found.is_empty() {
+        missing("no cuda.h found (neither nvidia-cuda-runtime-cu12 nor nvidia-cuda-runtime)");
+        return None;
+    }
+    for (major, package) in [
+        (12, "nvidia-cuda-runtime-cu12"),
+        (13, "nvidia-cuda-runtime"),
+    ] {
+        if !has(major) {
+            missing(&format!("no CUDA {major} cuda.h found ({package})"));
+        }
+    }
+    Some(found)
+}
+
+/// The C compiler the build script found, or `cc`.
+fn compiler() -> String {
+    option_env!("CUDA_TEST_CC").unwrap_or("cc").to_owned()
+}
+
+/// A Rust parameter type of `sys.rs`, spelled in C.
+fn c_type(rust: &str) -> String {
+    let rust = rust
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace("* mut ", "*mut ")
+        .replace("* const ", "*const ");
+    let rust = rust.trim();
+    if let Some(inner) = rust.strip_prefix("*mut ") {
+        return format!("{} *", c_type(inner));
+    }
+    if let Some(inner) = rust.strip_prefix("*const ") {
+        let inner = c_type(inner);
+        // `const` binds to what the pointer points at.
+        return if inner.ends_with('*') {
+            format!("{inner} const *")
+        } else {
+            format!("const {inner} *")
+        };
+    }
+    match rust {
+        "c_void" => "void",
+        "c_char" => "char",
+        "c_int" => "int",
+        "c_uint" => "unsigned int",
+        "c_ulonglong" => "unsigned long long",
+        "usize" => "size_t",
+        other => other,
+    }
+    .to_owned()
+}
+
+/// The C source asserting every fact and prototype, plus `extra` lines.
+fn assertions(extra: &str) -> String {
+    let mut c = String::from("#include <cuda.h>\n#include <stddef.h>\n\n");
+    for fact in abi_facts() {
+        c.push_str(&format!(
+            "_Static_assert((long long)({expr}) == {value}LL, \"{expr} is {value} in Rust\");\n",
+            expr = fact.c,
+            value = fact.value
+        ));
+    }
+    for prototype in PROTOTYPES {
+        let params: Vec<String> = prototype.params.iter().map(|p| c_type(p)).collect();
+        let spelled = format!("CUresult (*)({})", params.join(", "));
+        c.push_str(&format!(
+            "_Static_assert(__builtin_types_compatible_p(__typeof__(&{symbol}), {spelled}), \
+             \"{symbol} is {spelled} in Rust\");\n",
+            symbol = prototype.symbol
+        ));
+    }
+    c.push_str(extra);
+    c
+}
+
+/// Compile `source` against `header`, without linking: `Ok` when it
+/// compiles, else the compiler's words.
+fn compile(header: &Header, source: &str, name: &str) -> Result<(), String> {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("abi");
+    std::fs::create_dir_all(&dir).expect("the scratch directory is writable");
+    let file = dir.join(format!("{name}-{}.c", header.version));
+    std::fs::write(&file, source).expect("the check is writable");
+    let out = Command::new(compiler())
+        .args(["-fsyntax-only", "-std=gnu11", "-Werror", "-I"])
+        .arg(&header.include)
+        .arg(&file)
+        .output()
+        .map_err(|e| format!("{} cannot run: {e}", compiler()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+#[test]
+fn declarations_agree_with_cuda_h() {
+    let Some(headers) = checked_headers() else {
+        return;
+    };
+    if Command::new(compiler()).arg("--version").output().is_err() {
+        return missing(&format!("no C compiler ({})", compiler()));
+    }
+    assert!(PROTOTYPES.len() > 40, "the table lists every function");
+    let source = assertions("");
+    for header in &headers {
+        if let Err(words) = compile(header, &source, "abi") {
+            panic!(
+                "the declarations disagree with {} (CUDA {}):\n{words}",
+                header.path().display(),
+                header.version
+            );
+        }
+        println!(
+            "CUDA {}: {} prototypes and {} constants, sizes and offsets agree",
+            header.version,
+            PROTOTYPES.len(),
+            abi_facts().len()
+        );
+        // The check can fail: a value and a prototype made wrong on
+        // purpose are refused.
+        let wrong = assertions(
+            "_Static_assert(CUDA_ERROR_STUB_LIBRARY == 35, \"a wrong value\");\n\
+             _Static_assert(__builtin_types_compatible_p(__typeof__(&cuMemAlloc_v2), \
+             CUresult (*)(CUdeviceptr *, unsigned int)), \"a wrong prototype\");\n",
+        );
+        let refused = compile(header, &wrong, "wrong").expect_err("wrong facts are refused");
+        assert!(refused.contains("a wrong value"), "{refused}");
+        assert!(refused.contains("a wrong prototype"), "{refused}");
+    }
+}
+
+/// `NAME = value` of every entry of the header's `CUresult` enum.
+fn header_results(text: &str) -> BTreeMap<String, i32> {
+    let start = text
+        .find("typedef enum cudaError_enum")
+        .expect("cuda.h declares CUresult");
+    let body = &text[start..];
+    let body = &body[..body.find('}').expect("the enum closes")];
+    let mut results = BTreeMap::new();
+    for line in body.lines() {
+        let line = line.trim();
+        let Some((name, rest)) = line.split_once('=') else {
+            continue;
+        };
+        let name = name.trim();
+        if !name.starts_with("CUDA_") {
+            continue;
+        }
+        let value: String = rest
+            .trim()
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        results.insert(name.to_owned(), value.parse().expect("a decimal code"));
+    }
+    results
+}
+
+#[test]
+fn result_names_agree_with_cuda_h() {
+    let Some(headers) = checked_headers() else {
+        return;
+    };
+    let table: BTreeMap<&str, i32> = result_names().iter().map(|&(v, n)| (n, v)).collect();
+    let mut named_somewhere = BTreeMap::new();
+    for header in &headers {
+        let results = header_results(&header.text());
+        assert!(results.len() > 90, "{}: {results:?}", header.version);
+        for (name, value) in &results {
+            assert_eq!(
+                table.get(name.as_str()),
+                Some(value),
+                "CUDA {}: {name} = {value}, and the table says otherwise",
+                header.version
+            );
+            named_somewhere.insert(name.clone(), *value);
+        }
+        println!(
+            "CUDA {}: the table names all {} result codes",
+            header.version,
+            results.len()
+        );
+    }
+    // The table is CUDA 13's: only a CUDA 13 header names all of it.
+    if !headers.iter().any(|h| h.version >= 13000) {
+        return;
+    }
+    for (name, value) in &table {
+        assert_eq!(
+            named_somewhere.get(*name),
+            Some(value),
+            "the table names {name} = {value}, which no header found declares"
+        );
+    }
+}
+
+#[test]
+fn rust_types_are_spelled_in_c() {
+    assert_eq!(c_type("*mut *const c_char"), "const char * *");
+    assert_eq!(c_type("*const c_void"), "const void *");
+    assert_eq!(c_type("*mut CUdeviceptr"), "CUdeviceptr *");
+    assert_eq!(c_type("usize"), "size_t");
+    assert_eq!(c_type("* mut * mut c_void"), "void * *");
+}
