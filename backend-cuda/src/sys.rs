@@ -157,7 +157,7 @@ macro_rules! driver_api {
             $( $(#[doc = $odoc])* pub(crate) $ofield: Option<unsafe extern "C" fn($($oty),*) -> CUresult>, )*
         }
 
-        /// Every prototype [`Api`] declares, required ones first, in the
+        /// Every prototype the driver table declares, required ones first, in the
         /// order they are resolved.
         pub const PROTOTYPES: &[Prototype] = &[
             $( Prototype { symbol: stringify!($symbol), params: &[$(stringify!($ty)),*], optional: false }, )*

@@ -39,19 +39,31 @@ fn report_probe() {
     println!("\n{REASON}{reason}");
 }
 
+/// Where the minimal stub lies when the test binary runs on another
+/// machine than it was built on (the GPU bundle ships the stubs).
+const STUB_DIR_ENV: &str = "CAPTURE_CUDA_TEST_STUB_DIR";
+/// The same for the full stub.
+const FULL_STUB_DIR_ENV: &str = "CAPTURE_CUDA_TEST_FULL_STUB_DIR";
+
 /// Run `test` again in a child with the minimal stub driver and `vars`,
 /// and return the probe's reason it printed.
 fn probe_with_stub(test: &str, vars: &[(&str, &str)]) -> String {
-    run_with(test, backend_cuda::TEST_STUB_DIR, vars)
+    run_with(test, STUB_DIR_ENV, backend_cuda::TEST_STUB_DIR, vars)
 }
 
 /// Run `test` again in a child with the full stub driver and `vars`, and
 /// return the reason it printed.
 fn with_full_stub(test: &str, vars: &[(&str, &str)]) -> String {
-    run_with(test, backend_cuda::TEST_FULL_STUB_DIR, vars)
+    run_with(
+        test,
+        FULL_STUB_DIR_ENV,
+        backend_cuda::TEST_FULL_STUB_DIR,
+        vars,
+    )
 }
 
-fn run_with(test: &str, stub_dir: Option<&str>, vars: &[(&str, &str)]) -> String {
+fn run_with(test: &str, var: &str, built: Option<&str>, vars: &[(&str, &str)]) -> String {
+    let stub_dir = env::var(var).ok().or(built.map(str::to_owned));
     let Some(stub_dir) = stub_dir else {
         panic!(
             "the stub libcuda.so.1 was not built, so this test cannot run; the build script \
@@ -62,7 +74,7 @@ fn run_with(test: &str, stub_dir: Option<&str>, vars: &[(&str, &str)]) -> String
     let output = Command::new(exe)
         .args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
-        .env("LD_LIBRARY_PATH", stub_dir)
+        .env("LD_LIBRARY_PATH", &stub_dir)
         .env_remove("CUDA_STUB_INIT_RESULT")
         .env_remove("CUDA_STUB_DRIVER_VERSION")
         .env_remove("CUDA_STUB_DEVICE_COUNT")
