@@ -1,8 +1,9 @@
 //! The four builtin kernels, built as ordinary host kernels.
 //!
-//! Each covers one element per thread, `i = (group.y * groups.x + group.x)
-//! * 64 + t`, and leaves elements at or past `n` (or past a buffer's end)
-//! alone, exactly as the GPU backends' builtins do.
+//! Each covers one element per thread,
+//! `i = (group.y * groups.x + group.x) * 64 + t`, and leaves elements at or
+//! past `n` (or past a buffer's end) alone, exactly as the GPU backends'
+//! builtins do.
 
 use capture_core::{Builtin, BuiltinInfo, DriverError};
 

@@ -225,7 +225,10 @@ impl Driver for Host {
         match std::env::var(DEVICE_ENV) {
             Ok(wanted) if !wanted.trim().is_empty() => {
                 let index = wanted.trim().parse().map_err(|_| {
-                    error("open", format!("{DEVICE_ENV}={wanted} is not a device index"))
+                    error(
+                        "open",
+                        format!("{DEVICE_ENV}={wanted} is not a device index"),
+                    )
                 })?;
                 Self::open_index(index)
             }
@@ -253,10 +256,7 @@ impl Driver for Host {
         })
     }
 
-    fn allocate_device_page(
-        stream: &mut Stream,
-        bytes: u64,
-    ) -> Result<DevicePage, DriverError> {
+    fn allocate_device_page(stream: &mut Stream, bytes: u64) -> Result<DevicePage, DriverError> {
         let page = DevicePage(page(PageKind::Device, bytes)?);
         stream.allocated_page();
         Ok(page)
@@ -349,7 +349,10 @@ impl Driver for Host {
 
     fn is_done(stream: &mut Stream, signal: u64) -> Result<bool, DriverError> {
         stream.refuse_sync("query a signal")?;
-        stream.worker.passed(signal).map_err(|err| error("query a signal", err))
+        stream
+            .worker
+            .passed(signal)
+            .map_err(|err| error("query a signal", err))
     }
 }
 
@@ -424,12 +427,19 @@ impl GraphDriver for Host {
 
 /// The tripwire a closed recording passes before it becomes work: the
 /// refusals every other driver leaves to the core.
-fn check_recording(stream: &Stream, recording: &Recording, op: &'static str) -> Result<(), DriverError> {
+fn check_recording(
+    stream: &Stream,
+    recording: &Recording,
+    op: &'static str,
+) -> Result<(), DriverError> {
     if stream.recording.is_some() {
         return Err(error(op, "the stream is recording"));
     }
     if let Some(reason) = &recording.invalid {
-        return Err(error(op, format!("the recording was invalidated: {reason}")));
+        return Err(error(
+            op,
+            format!("the recording was invalidated: {reason}"),
+        ));
     }
     if recording.allocated > 0 {
         return Err(error(

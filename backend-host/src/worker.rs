@@ -11,6 +11,9 @@ use crate::memory::Range;
 
 /// One unit of recorded or eager work.
 #[derive(Debug, Clone)]
+// Held inline on purpose, however large a launch is next to a copy: boxing
+// it would make every launch allocate.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Op {
     /// Copy bytes between pages (host to device, or device to host).
     Copy { src: Range, dst: Range },
@@ -78,6 +81,7 @@ impl Op {
 const QUEUE_DEPTH: usize = 1024;
 
 /// What the worker is sent.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Command {
     Op(Op),
     Replay(Arc<[Op]>),

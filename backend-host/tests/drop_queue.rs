@@ -15,7 +15,10 @@ const SLOW: Duration = Duration::from_millis(400);
 
 fn kernels() -> (capture_core::Kernel<Host>, capture_core::Kernel<Host>) {
     let touch = Kernel::new(
-        Signature::new("touch").binding(Access::Write).param(4).workgroup([1, 1, 1]),
+        Signature::new("touch")
+            .binding(Access::Write)
+            .param(4)
+            .workgroup([1, 1, 1]),
         |group, buffers| {
             let value = group.params().f32()?;
             buffers[0].f32_mut()?.fill(value);
@@ -24,7 +27,10 @@ fn kernels() -> (capture_core::Kernel<Host>, capture_core::Kernel<Host>) {
     )
     .expect("touch");
     let slow = Kernel::new(
-        Signature::new("slow").binding(Access::Write).param(4).workgroup([1, 1, 1]),
+        Signature::new("slow")
+            .binding(Access::Write)
+            .param(4)
+            .workgroup([1, 1, 1]),
         |group, buffers| {
             std::thread::sleep(SLOW);
             let value = group.params().f32()?;
@@ -33,7 +39,10 @@ fn kernels() -> (capture_core::Kernel<Host>, capture_core::Kernel<Host>) {
         },
     )
     .expect("slow");
-    (capture_core::Kernel::new(touch), capture_core::Kernel::new(slow))
+    (
+        capture_core::Kernel::new(touch),
+        capture_core::Kernel::new(slow),
+    )
 }
 
 #[test]
@@ -52,19 +61,28 @@ fn a_pool_miss_waits_for_the_freed_slice_only() {
         .map(|_| client.allocate(stream, 256).expect("a slice"))
         .collect();
     assert!(
-        buffers.iter().all(|b| b.placement().page == buffers[0].placement().page),
+        buffers
+            .iter()
+            .all(|b| b.placement().page == buffers[0].placement().page),
         "the four share one page"
     );
     let [a, b, c, d] = <[_; 4]>::try_from(buffers).expect("four");
-    client.launch(stream, &touch, [1, 1, 1], &[&b], &[], one.as_bytes()).expect("b's last use");
+    client
+        .launch(stream, &touch, [1, 1, 1], &[&b], &[], one.as_bytes())
+        .expect("b's last use");
     let freed = b.placement();
     drop(b);
     // Queued after b's last use: the reuse below must not wait for it.
-    client.launch(stream, &slow, [1, 1, 1], &[&c], &[], one.as_bytes()).expect("slow work");
+    client
+        .launch(stream, &slow, [1, 1, 1], &[&c], &[], one.as_bytes())
+        .expect("slow work");
     let started = Instant::now();
     let e = client.allocate(stream, 256).expect("a slice for e");
     let reuse = started.elapsed();
-    assert!(e.placement().overlaps(&freed), "e reuses b's slice instead of growing");
+    assert!(
+        e.placement().overlaps(&freed),
+        "e reuses b's slice instead of growing"
+    );
     let started = Instant::now();
     client.sync(stream).expect("sync");
     let rest = started.elapsed();
@@ -90,19 +108,33 @@ fn a_reclaim_never_waits() {
     let a = client.allocate(stream, 256).expect("a");
     let c = client.allocate(stream, 256).expect("c");
     client.sync(stream).expect("sync");
-    client.launch(stream, &slow, [1, 1, 1], &[&c], &[], one.as_bytes()).expect("slow work");
+    client
+        .launch(stream, &slow, [1, 1, 1], &[&c], &[], one.as_bytes())
+        .expect("slow work");
     drop(a);
     // The next call collects a, which passes the threshold: the reclaim
     // asks the device without waiting for the slow kernel.
     let started = Instant::now();
-    client.launch(stream, &touch, [1, 1, 1], &[&c], &[], one.as_bytes()).expect("a launch");
+    client
+        .launch(stream, &touch, [1, 1, 1], &[&c], &[], one.as_bytes())
+        .expect("a launch");
     let usage = client.usage(stream).expect("usage");
     let call = started.elapsed();
-    assert_eq!(usage.pending_drops, 1, "a waits: its stamp is after the slow kernel");
+    assert_eq!(
+        usage.pending_drops, 1,
+        "a waits: its stamp is after the slow kernel"
+    );
     let started = Instant::now();
     client.sync(stream).expect("sync");
     let rest = started.elapsed();
     let ratio = call.as_secs_f64() / rest.as_secs_f64().max(1e-9);
-    assert!(ratio < 0.25, "the reclaiming call took {call:?} against {rest:?}: it waited");
-    assert_eq!(client.usage(stream).expect("usage").pending_drops, 0, "a sync frees it");
+    assert!(
+        ratio < 0.25,
+        "the reclaiming call took {call:?} against {rest:?}: it waited"
+    );
+    assert_eq!(
+        client.usage(stream).expect("usage").pending_drops,
+        0,
+        "a sync frees it"
+    );
 }

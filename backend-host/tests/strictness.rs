@@ -98,7 +98,10 @@ fn calls_out_of_order_trip_the_wire() {
     Host::begin(&mut stream).expect("begin");
     assert!(Host::begin(&mut stream).is_err(), "begin twice");
     let signal = 0;
-    assert!(Host::is_done(&mut stream, signal).is_err(), "a query while recording");
+    assert!(
+        Host::is_done(&mut stream, signal).is_err(),
+        "a query while recording"
+    );
     let recording = Host::end(&mut stream).expect("ended");
     let mut graph = Host::instantiate(&mut stream, Recording::default()).expect("an empty graph");
     Host::begin(&mut stream).expect("begin again");
@@ -179,7 +182,9 @@ fn a_faulting_kernel_is_sticky_for_its_stream_only() {
     let client = Client::<Host>::open().expect("open");
     let faulty = capture_core::Kernel::new(
         backend_host::Kernel::new(
-            Signature::new("faults").binding(Access::Write).workgroup([1, 1, 1]),
+            Signature::new("faults")
+                .binding(Access::Write)
+                .workgroup([1, 1, 1]),
             |_, _| Err("out of cheese".into()),
         )
         .expect("kernel"),
@@ -189,13 +194,23 @@ fn a_faulting_kernel_is_sticky_for_its_stream_only() {
     let x = client.create_f32(bad, &[1.0; 4]).expect("x");
     let y = client.create_f32(bad, &[2.0; 4]).expect("y");
     let z = client.create_f32(good, &[3.0; 4]).expect("z");
-    client.launch(bad, &faulty, [1, 1, 1], &[&x], &[], &[]).expect("enqueued");
+    client
+        .launch(bad, &faulty, [1, 1, 1], &[&x], &[], &[])
+        .expect("enqueued");
     let err = client.read_f32(&y).expect_err("the fault is reported");
-    assert!(err.to_string().contains("faults") && err.to_string().contains("out of cheese"), "{err}");
+    assert!(
+        err.to_string().contains("faults") && err.to_string().contains("out of cheese"),
+        "{err}"
+    );
     assert!(client.read_f32(&y).is_err(), "sticky, as a GPU's fault is");
-    assert_eq!(client.read_f32(&z).expect("another stream is not affected"), [3.0; 4]);
+    assert_eq!(
+        client.read_f32(&z).expect("another stream is not affected"),
+        [3.0; 4]
+    );
     drop((x, y));
-    client.destroy_stream(bad).expect("destroy the faulted stream");
+    client
+        .destroy_stream(bad)
+        .expect("destroy the faulted stream");
     let fresh = client.create_stream().expect("a new stream");
     let w = client.create_f32(fresh, &[4.0; 4]).expect("w");
     assert_eq!(client.read_f32(&w).expect("the new stream works"), [4.0; 4]);

@@ -32,7 +32,10 @@ pub fn rule_18_recapture_in_place_gives_the_new_results<D: UserKernels>(
         })
         .step("recapture")?;
     ensure!(how == Update::InPlace, "updated {how:?}");
-    ensure!(client.live_graphs() == graphs, "the same graph, not a new one");
+    ensure!(
+        client.live_graphs() == graphs,
+        "the same graph, not a new one"
+    );
     fx.expect_x(4.0, "the re-capture's warmup ran once")?;
     graph.replay().step("replay the updated graph")?;
     fx.expect_x(6.0, "a replay adds 2 now")?;
@@ -126,7 +129,11 @@ pub fn rule_18_a_refused_update_leaves_the_old_graph<D: UserKernels>(
                 break;
             }
             Ok(_) if !fired => {}
-            Ok(how) => return Err(format!("{primitive:?}: an injected fault still updated ({how:?})")),
+            Ok(how) => {
+                return Err(format!(
+                    "{primitive:?}: an injected fault still updated ({how:?})"
+                ));
+            }
             Err(err) => return Err(format!("{primitive:?}: refused without the fault: {err}")),
         }
         // Whatever the warmup ran for real stays counted. A launch refused
@@ -140,7 +147,10 @@ pub fn rule_18_a_refused_update_leaves_the_old_graph<D: UserKernels>(
             }
             Err(err) => return Err(format!("{primitive:?}: read x: {err}")),
         };
-        ensure!(client.claimed_buffers() == 0, "{primitive:?}: a refused update claims nothing");
+        ensure!(
+            client.claimed_buffers() == 0,
+            "{primitive:?}: a refused update claims nothing"
+        );
         client.replay(&graph).step("the old graph replays")?;
         want += 1.0;
         fx.expect_x(want, &format!("{primitive:?}: the old graph adds one"))?;
@@ -214,11 +224,19 @@ pub fn graph_cache_counts_and_evicts<D: UserKernels>(session: &Session<D>) -> Ou
     );
     let stats = cache.stats();
     ensure!(
-        (stats.hits, stats.misses, stats.updates_in_place, stats.reinstantiations, stats.evictions)
-            == (2, 4, 1, 0, 2),
+        (
+            stats.hits,
+            stats.misses,
+            stats.updates_in_place,
+            stats.reinstantiations,
+            stats.evictions
+        ) == (2, 4, 1, 0, 2),
         "{stats:?}"
     );
-    ensure!(cache.len() == 2 && client.live_graphs() == 2, "two graphs cached");
+    ensure!(
+        cache.len() == 2 && client.live_graphs() == 2,
+        "two graphs cached"
+    );
     // Element counts covered: every call added one to the first n elements.
     let x = client.read_f32(&fx.x).step("read x")?;
     ensure!(
@@ -233,10 +251,16 @@ pub fn graph_cache_counts_and_evicts<D: UserKernels>(session: &Session<D>) -> Ou
     idle.run(1, 0, step(1)).step("idle cache")?;
     std::thread::sleep(Duration::from_millis(2));
     idle.evict_idle();
-    ensure!(idle.is_empty() && idle.stats().evictions == 1, "idle entries go");
+    ensure!(
+        idle.is_empty() && idle.stats().evictions == 1,
+        "idle entries go"
+    );
     drop(cache);
     drop(idle);
-    ensure!(client.live_graphs() == 0, "evicted and dropped graphs are destroyed");
+    ensure!(
+        client.live_graphs() == 0,
+        "evicted and dropped graphs are destroyed"
+    );
     usable(client, stream)
 }
 
@@ -283,9 +307,13 @@ pub fn a_graph_draws_its_dependencies<D: UserKernels>(session: &Session<D>) -> O
     {
         use std::io::Write as _;
         if let Some(mut stdin) = child.stdin.take() {
-            stdin.write_all(dot.as_bytes()).map_err(|e| format!("feeding dot: {e}"))?;
+            stdin
+                .write_all(dot.as_bytes())
+                .map_err(|e| format!("feeding dot: {e}"))?;
         }
-        let out = child.wait_with_output().map_err(|e| format!("running dot: {e}"))?;
+        let out = child
+            .wait_with_output()
+            .map_err(|e| format!("running dot: {e}"))?;
         ensure!(
             out.status.success(),
             "Graphviz refused the DOT: {}",
@@ -309,12 +337,18 @@ pub fn a_graph_draws_its_dependencies<D: UserKernels>(session: &Session<D>) -> O
 /// Where the scenarios write the DOT of their graphs, when set.
 pub const DOT_DIR: &str = "CONFORMANCE_DOT_DIR";
 
+/// `(from, to, kind)` of each edge of a DOT text.
+type Edges = BTreeSet<(usize, usize, String)>;
+
 /// The node count and the `(from, to, kind)` edges of a DOT text of the
 /// form `graph_dot` writes, checked line by line.
-fn parse_dot(dot: &str) -> Result<(usize, BTreeSet<(usize, usize, String)>), String> {
+fn parse_dot(dot: &str) -> Result<(usize, Edges), String> {
     let mut lines = dot.lines();
     let first = lines.next().unwrap_or_default();
-    ensure!(first.starts_with("digraph \"") && first.ends_with('{'), "header {first:?}");
+    ensure!(
+        first.starts_with("digraph \"") && first.ends_with('{'),
+        "header {first:?}"
+    );
     let mut nodes = 0;
     let mut edges = BTreeSet::new();
     let mut closed = false;
@@ -331,7 +365,11 @@ fn parse_dot(dot: &str) -> Result<(usize, BTreeSet<(usize, usize, String)>), Str
         let Some(id) = line.strip_prefix('n') else {
             return Err(format!("unexpected line {line:?}"));
         };
-        let number = |s: &str| s.trim_start_matches('n').parse::<usize>().map_err(|e| format!("{line:?}: {e}"));
+        let number = |s: &str| {
+            s.trim_start_matches('n')
+                .parse::<usize>()
+                .map_err(|e| format!("{line:?}: {e}"))
+        };
         if let Some((from, rest)) = id.split_once(" -> ") {
             let (to, attrs) = rest.split_once(' ').ok_or(format!("edge {line:?}"))?;
             let label = attrs
@@ -343,7 +381,10 @@ fn parse_dot(dot: &str) -> Result<(usize, BTreeSet<(usize, usize, String)>), Str
         } else {
             let (n, attrs) = id.split_once(' ').ok_or(format!("node {line:?}"))?;
             ensure!(number(n)? == nodes, "nodes out of order at {line:?}");
-            ensure!(attrs.starts_with("[label=\"") && attrs.ends_with("];"), "node {line:?}");
+            ensure!(
+                attrs.starts_with("[label=\"") && attrs.ends_with("];"),
+                "node {line:?}"
+            );
             nodes += 1;
         }
     }
@@ -374,7 +415,10 @@ pub fn two_clients_on_two_devices<D: UserKernels>(_session: &Session<D>) -> Outc
     );
     let a = Session::<D>::new(first).client();
     let b = Session::<D>::new(second).client();
-    let (sa, sb) = (a.create_stream().step("stream a")?, b.create_stream().step("stream b")?);
+    let (sa, sb) = (
+        a.create_stream().step("stream a")?,
+        b.create_stream().step("stream b")?,
+    );
     let xa = a.create_f32(sa, &[1.0; NU]).step("xa")?;
     let xb = b.create_f32(sb, &[5.0; NU]).step("xb")?;
     let (ga, ()) = a
@@ -385,10 +429,19 @@ pub fn two_clients_on_two_devices<D: UserKernels>(_session: &Session<D>) -> Outc
     ensure!(matches!(err, Error::UnknownGraph(_)), "got {err}");
     let err = refused(b.read(&xa), "a's buffer on b")?;
     ensure!(matches!(err, Error::OtherClient(_)), "got {err}");
-    let err = refused(a.run_builtin(sa, Builtin::Fill, &[&xb], N, 0.0), "b's buffer on a")?;
+    let err = refused(
+        a.run_builtin(sa, Builtin::Fill, &[&xb], N, 0.0),
+        "b's buffer on a",
+    )?;
     ensure!(matches!(err, Error::OtherClient(_)), "got {err}");
-    b.run_builtin(sb, Builtin::Add, &[&xb, &b.create_f32(sb, &[1.0; NU]).step("one")?], N, 0.0)
-        .step("add on b")?;
+    b.run_builtin(
+        sb,
+        Builtin::Add,
+        &[&xb, &b.create_f32(sb, &[1.0; NU]).step("one")?],
+        N,
+        0.0,
+    )
+    .step("add on b")?;
     expect_all(&a, &xa, 3.0, "a's buffer")?;
     expect_all(&b, &xb, 6.0, "b's buffer")?;
     usable(&a, sa)?;

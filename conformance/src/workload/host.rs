@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use backend_host::{Group, Host, Device, Kernel, View};
+use backend_host::{Device, Group, Host, Kernel, View};
 use capture_core::{Error, Signature};
 
 use super::{UserKernel, UserKernels};
