@@ -226,7 +226,9 @@ fn main() -> ExitCode {
          every read checked against a CPU model) on one thread, then on four threads with a \
          stream each of one client\n"
     );
-    println!("| backend | 1 thread: ops/s | 4 threads: ops/s per thread | 4 threads / 1 thread, total |");
+    println!(
+        "| backend | 1 thread: ops/s | 4 threads: ops/s per thread | 4 threads / 1 thread, total |"
+    );
     println!("|---|---|---|---|");
     for row in &summary.threads {
         println!("{row}");

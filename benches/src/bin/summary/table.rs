@@ -118,7 +118,10 @@ pub fn render(name: &str, report: &Report) -> (String, Vec<Verdict>) {
             ),
         )
     } else if name == "host" {
-        (HOST_REPLAY_ADDED_NS, format!("≤ {}", ns(HOST_REPLAY_ADDED_NS)))
+        (
+            HOST_REPLAY_ADDED_NS,
+            format!("≤ {}", ns(HOST_REPLAY_ADDED_NS)),
+        )
     } else {
         (ADDED_NS, format!("≤ {}", ns(ADDED_NS)))
     };
