@@ -34,7 +34,7 @@ pub struct Device {
     compute: (c_int, c_int),
     limits: BlockLimits,
     info: DeviceInfo,
-    recording: Mutex<Recording>,
+    recording: Mutex<Recorders>,
 }
 
 /// The largest block the device runs, which every kernel's signature is
@@ -50,7 +50,7 @@ pub(crate) struct BlockLimits {
 /// Streams of the device recording now, and the releases waiting for the
 /// last of them to end.
 #[derive(Default)]
-struct Recording {
+struct Recorders {
     streams: usize,
     deferred: Vec<Release>,
 }
@@ -188,7 +188,7 @@ impl Device {
             compute,
             limits,
             info,
-            recording: Mutex::new(Recording::default()),
+            recording: Mutex::new(Recorders::default()),
         }))
     }
 
@@ -240,7 +240,7 @@ impl Device {
         &self.info
     }
 
-    fn recording(&self) -> MutexGuard<'_, Recording> {
+    fn recording(&self) -> MutexGuard<'_, Recorders> {
         self.recording
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
