@@ -188,6 +188,9 @@ pub fn main() -> ExitCode {
         println!("{USAGE}");
         return ExitCode::SUCCESS;
     }
+    if let Some(dir) = &options.dot {
+        crate::scenarios::write_dot_to(dir.clone());
+    }
     if let Err(why) = check_backends(&options) {
         eprintln!("error: {why}");
         return ExitCode::from(USAGE_EXIT);

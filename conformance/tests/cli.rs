@@ -346,3 +346,24 @@ fn a_required_backend_this_build_lacks_fails_its_own_trial() {
         "{text}"
     );
 }
+
+#[test]
+fn dot_writes_the_graph_of_the_dependencies_scenario() {
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("dot-{}", std::process::id()));
+    let run = conformance(&[
+        "--backend",
+        "host",
+        "--dot",
+        dir.to_str().expect("a UTF-8 path"),
+        "--exact",
+        "host::a_graph_draws_its_dependencies",
+    ]);
+    assert!(run.ok, "{}\n{}", run.stdout, run.stderr);
+    let dot = std::fs::read_to_string(dir.join("host-dependencies.dot")).expect("the DOT file");
+    assert!(
+        dot.starts_with("digraph \"graph ") && dot.contains(" -> "),
+        "{dot}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -22,6 +22,7 @@ Selection:
 
 Report:
   --json FILE            also write the table and every trial's outcome to FILE
+  --dot DIR              write the Graphviz DOT of the scenarios' graphs into DIR
 
 libtest's options:
   --exact                a FILTER must equal the whole name
@@ -67,6 +68,8 @@ pub struct Options {
     pub device: Option<usize>,
     /// Where `--json` writes the report.
     pub json: Option<PathBuf>,
+    /// Where `--dot` writes the scenarios' graphs.
+    pub dot: Option<PathBuf>,
     /// Print [`USAGE`] and exit.
     pub help: bool,
 }
@@ -149,6 +152,7 @@ fn parse_lexopt(args: impl IntoIterator<Item = OsString>) -> Result<Options, lex
             }
             Long("device") => options.device = Some(parser.value()?.parse()?),
             Long("json") => options.json = Some(parser.value()?.into()),
+            Long("dot") => options.dot = Some(parser.value()?.into()),
             Short('h') | Long("help") => options.help = true,
             _ => return Err(arg.unexpected()),
         }

@@ -10,6 +10,8 @@ mod state;
 mod threads;
 mod updates;
 
+pub use updates::{DOT_DIR, write_dot_to};
+
 use crate::session::Session;
 use crate::support::Outcome;
 

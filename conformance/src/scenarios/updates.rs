@@ -320,9 +320,13 @@ pub fn a_graph_draws_its_dependencies<D: UserKernels>(session: &Session<D>) -> O
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    if let Ok(dir) = std::env::var(DOT_DIR) {
-        let path = std::path::Path::new(&dir).join(format!("{}-dependencies.dot", D::NAME));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {dir}: {e}"))?;
+    let dir = DOT_TO
+        .get()
+        .cloned()
+        .or_else(|| std::env::var_os(DOT_DIR).map(std::path::PathBuf::from));
+    if let Some(dir) = dir {
+        let path = dir.join(format!("{}-dependencies.dot", D::NAME));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
         std::fs::write(&path, &dot).map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
     let info = client.graph_info(&graph).step("info")?;
@@ -336,6 +340,14 @@ pub fn a_graph_draws_its_dependencies<D: UserKernels>(session: &Session<D>) -> O
 
 /// Where the scenarios write the DOT of their graphs, when set.
 pub const DOT_DIR: &str = "CONFORMANCE_DOT_DIR";
+
+static DOT_TO: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Write the DOT of the scenarios' graphs into `dir` (the runner's
+/// `--dot DIR`; the first call wins).
+pub fn write_dot_to(dir: std::path::PathBuf) {
+    let _ = DOT_TO.set(dir);
+}
 
 /// `(from, to, kind)` of each edge of a DOT text.
 type Edges = BTreeSet<(usize, usize, String)>;
