@@ -14,16 +14,7 @@ use crate::hashing::FastSet;
 use crate::ids::{BufferId, WindowId};
 use crate::pool::SliceHandle;
 
-/// Where the stream is in a capture window's life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// No window.
-    None,
-    /// Pools armed, warmup running; the driver is not recording.
-    Prepared(WindowId),
-    /// The driver records every launch and copy issued on the stream.
-    Recording(WindowId),
-}
+pub use crate::phase::Phase;
 
 /// How `end` found the window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,6 +10,7 @@
 use std::fmt::{self, Debug};
 use std::sync::Arc;
 
+pub use crate::signature::Access;
 use crate::signature::Signature;
 
 /// Whether a backend's device can be used on this machine, and why not.
@@ -81,34 +82,6 @@ impl DriverError {
             op,
             message: message.into(),
         }
-    }
-}
-
-/// How a kernel uses one of its buffers.
-///
-/// capture-core needs this to know what a launch writes (what a failure
-/// claims, what a graph's replay rewrites) and what it reads (what a claimed
-/// input poisons); a backend may also use it to place no more barriers than
-/// the accesses need.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Access {
-    /// Read only.
-    Read,
-    /// Written without being read first.
-    Write,
-    /// Read and written.
-    ReadWrite,
-}
-
-impl Access {
-    /// Whether the kernel reads the buffer.
-    pub fn reads(self) -> bool {
-        matches!(self, Access::Read | Access::ReadWrite)
-    }
-
-    /// Whether the kernel writes the buffer.
-    pub fn writes(self) -> bool {
-        matches!(self, Access::Write | Access::ReadWrite)
     }
 }
 

@@ -195,13 +195,9 @@ mod tests {
     fn slices(pool: &mut Pool<()>, n: u64) -> Vec<SliceHandle> {
         (0..n)
             .map(|i| {
-                pool.reserve(
-                    BufferId(i + 1),
-                    8,
-                    true,
-                    crate::capture_state::Phase::None,
-                    |_| Ok(()),
-                )
+                pool.reserve(BufferId(i + 1), 8, true, crate::phase::Phase::None, |_| {
+                    Ok(())
+                })
                 .ok()
                 .flatten()
                 .expect("grows")

@@ -61,6 +61,23 @@ impl FailureStore {
         })
     }
 
+    /// The failure policy, in one place: an operation that was to write
+    /// `written` succeeded (`None`: their claims go, the bytes are fresh) or
+    /// failed with `failure` (each is claimed with it, since it holds bytes
+    /// nobody wrote).
+    pub fn settle(&mut self, written: impl IntoIterator<Item = BufferId>, failure: Option<&Error>) {
+        match failure {
+            None if self.claims.is_empty() => {}
+            None => written.into_iter().for_each(|buffer| self.clear(buffer)),
+            Some(error) => {
+                let cause = Arc::new(error.clone());
+                written
+                    .into_iter()
+                    .for_each(|buffer| self.claim(buffer, &cause));
+            }
+        }
+    }
+
     /// `buffer` was written successfully.
     pub fn clear(&mut self, buffer: BufferId) {
         if !self.claims.is_empty() {
@@ -82,6 +99,24 @@ impl FailureStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settling_clears_on_success_and_claims_on_failure() {
+        let mut store = FailureStore::default();
+        store.track(BufferId(1));
+        store.track(BufferId(2));
+        store.settle([BufferId(1), BufferId(2)], Some(&Error::EmptyBuffer));
+        assert_eq!(store.len(), 2);
+        assert!(matches!(
+            store.read_error(BufferId(2)),
+            Some(Error::Claimed { .. })
+        ));
+        store.settle([BufferId(1)], None);
+        assert_eq!(store.len(), 1);
+        assert!(store.read_error(BufferId(1)).is_none());
+        store.settle([BufferId(3)], Some(&Error::EmptyBuffer));
+        assert_eq!(store.len(), 1, "an untracked buffer is not claimed");
+    }
 
     #[test]
     fn claim_check_clear() {

@@ -15,9 +15,9 @@
 
 use smallvec::SmallVec;
 
-use crate::capture_state::Phase;
 use crate::hashing::FastMap;
 use crate::ids::GraphId;
+use crate::phase::Phase;
 use crate::pool::SliceHandle;
 
 pub use crate::signature::MAX_INFO_BYTES;

@@ -43,6 +43,7 @@ pub mod graveyard;
 pub mod hashing;
 pub mod ids;
 pub mod info_cache;
+pub mod phase;
 pub mod pool;
 pub mod server;
 pub mod signature;
@@ -52,7 +53,6 @@ mod test_driver;
 pub mod window;
 
 pub use builtin::{Builtin, BuiltinInfo, Builtins, groups_for};
-pub use capture_state::Phase;
 pub use client::{Buffer, Client, GraphHandle, Kernel, Pass, Placement};
 pub use driver::{
     Access, Availability, Binding, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver,
@@ -63,6 +63,7 @@ pub use graph::{Captures, Graph, Refused};
 pub use graph_cache::{CacheStats, GraphCache, Served};
 pub use graph_log::GraphInfo;
 pub use ids::{BufferId, GraphId, StreamId, WindowId};
+pub use phase::Phase;
 pub use pool::PoolUsage;
 pub use signature::{Params, Signature};
 pub use stream::{Config, StreamUsage};

@@ -8,9 +8,9 @@
 
 use std::sync::Arc;
 
-use crate::capture_state::Phase;
 use crate::driver::DriverError;
 use crate::ids::BufferId;
+use crate::phase::Phase;
 
 /// Every slice starts at a multiple of this many bytes, which satisfies the
 /// binding-offset alignment of every supported backend.

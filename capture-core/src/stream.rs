@@ -1,12 +1,13 @@
 //! One stream and everything capture-core keeps for it.
 
-use crate::capture_state::{Phase, StreamCapture};
+use crate::capture_state::StreamCapture;
 use crate::driver::{DeviceSlice, Driver, DriverError, HostSlice};
 use crate::drop_queue::{DropQueue, Stamp};
 use crate::error::Error;
 use crate::failure::FailureStore;
 use crate::ids::{BufferId, GraphId, StreamId};
 use crate::info_cache::InfoCache;
+use crate::phase::Phase;
 use crate::pool::{Pool, PoolUsage, SliceHandle};
 
 /// Sizes and limits of a device's pools and queues.

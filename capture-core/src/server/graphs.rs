@@ -65,10 +65,7 @@ impl<D: GraphDriver> Server<D> {
                     Ok(id)
                 }
                 Err(Refused { error, written }) => {
-                    let cause = Arc::new(error.clone());
-                    for buffer in written {
-                        lane.state.failures.claim(buffer, &cause);
-                    }
+                    lane.state.failures.settle(written, Some(&error));
                     Err(error)
                 }
             };
@@ -163,19 +160,13 @@ impl<D: GraphDriver> Server<D> {
                 Ok(()) => {
                     state.issued();
                     graph.info.replays += 1;
-                    let failures = &mut state.failures;
-                    if !failures.is_empty() {
-                        for buffer in &graph.written {
-                            failures.clear(*buffer);
-                        }
-                    }
+                    state.failures.settle(graph.written.iter().copied(), None);
                     Ok(())
                 }
                 Err(err) => {
-                    let cause = Arc::new(err.clone());
-                    for buffer in &graph.written {
-                        failures.claim(*buffer, &cause);
-                    }
+                    state
+                        .failures
+                        .settle(graph.written.iter().copied(), Some(&err));
                     Err(err)
                 }
             }

@@ -1,8 +1,6 @@
 //! Launches: checked against the kernel's signature, then enqueued or
 //! recorded, with the failure policy for what they read and write.
 
-use std::sync::Arc;
-
 use smallvec::SmallVec;
 
 use super::{BufferRef, Server, check_owner};
@@ -98,27 +96,29 @@ impl<D: GraphDriver> Server<D> {
                         }
                     } else {
                         state.issued();
-                        for (buffer, access) in args.iter().zip(accesses) {
-                            if access.writes() {
-                                state.failures.clear(buffer.slice.id());
-                            }
-                        }
+                        state.failures.settle(written(args, accesses), None);
                         state.maybe_flush();
                     }
                     Ok(())
                 }
                 Err(err) => {
-                    let cause = Arc::new(err.clone());
-                    for (buffer, access) in args.iter().zip(accesses) {
-                        if access.writes() {
-                            state.failures.claim(buffer.slice.id(), &cause);
-                        }
-                    }
+                    state.failures.settle(written(args, accesses), Some(&err));
                     lane.refused(err)
                 }
             }
         })
     }
+}
+
+/// The buffers of `args` that `accesses` write.
+fn written<'a>(
+    args: &'a [BufferRef<'_>],
+    accesses: &'a [crate::driver::Access],
+) -> impl Iterator<Item = BufferId> + 'a {
+    args.iter()
+        .zip(accesses)
+        .filter(|(_, access)| access.writes())
+        .map(|(buffer, _)| buffer.slice.id())
 }
 
 /// Whether a launch matches `signature` and binds only `stream`'s buffers.
@@ -138,7 +138,12 @@ fn check_launch(
         });
     }
     let ids: SmallVec<[BufferId; 8]> = args.iter().map(|b| b.slice.id()).collect();
-    signature.check_launch(groups, max_groups, &ids, info.len(), params.len())?;
+    signature
+        .check_launch(groups, max_groups, &ids, info.len(), params.len())
+        .map_err(|reason| Error::KernelMismatch {
+            kernel: signature.to_string(),
+            reason,
+        })?;
     args.iter()
         .try_for_each(|buffer| check_owner(*buffer, stream))
 }

@@ -1,7 +1,5 @@
 //! Buffers: allocation, the copies that fill and read them, syncs and trims.
 
-use std::sync::Arc;
-
 use super::{BufferRef, Server};
 use crate::driver::GraphDriver;
 use crate::error::Error;
@@ -61,10 +59,9 @@ impl<D: GraphDriver> Server<D> {
                         bytes: slice.len(),
                     });
                 }
-                Ok(()) => state.failures.clear(slice.id()),
+                Ok(()) => state.failures.settle([slice.id()], None),
                 Err(err) => {
-                    let cause = Arc::new(err.clone());
-                    state.failures.claim(slice.id(), &cause);
+                    state.failures.settle([slice.id()], Some(&err));
                     return lane.refused(err);
                 }
             }
