@@ -226,6 +226,7 @@ mod tests {
         assert_eq!(queue.len(), 1);
         assert!(!queue.wants_flush());
         assert_eq!(pool.usage().in_use_bytes, 2 * 256);
+        assert_eq!(format!("{queue:?}"), "DropQueue { batches: 1, held: 1 }");
 
         let failed = queue.reclaim(|_| Err("device lost"));
         assert_eq!(failed, Err("device lost"));

@@ -116,6 +116,9 @@ mod tests {
         assert!(store.read_error(BufferId(1)).is_none());
         store.settle([BufferId(3)], Some(&Error::EmptyBuffer));
         assert_eq!(store.len(), 1, "an untracked buffer is not claimed");
+        assert!(!store.is_empty());
+        store.settle([BufferId(2)], None);
+        assert!(store.is_empty());
     }
 
     #[test]
