@@ -319,6 +319,30 @@ mod tests {
         assert_eq!(pages, 1);
         assert_eq!((a.offset(), b.offset(), c.offset()), (0, 256, 768));
         assert_eq!(pool.usage().in_use_bytes, 256 + 512 + 256);
+        assert_eq!((a.len(), a.span(), b.span(), c.span()), (10, 256, 512, 256));
+        assert!(!a.is_empty() && !c.is_empty());
+        // A second page: the figures add up over pages and slices alike.
+        let d = reserve(&mut pool, 4, 5000, &mut pages);
+        assert_eq!((pages, a.slot(), d.slot()), (2, 0, 1));
+        assert_eq!(
+            pool.usage(),
+            PoolUsage {
+                reserved_bytes: 4096 + 5120,
+                in_use_bytes: 256 + 512 + 256 + 5120,
+                slices: 4,
+                pages: 2,
+            }
+        );
+        drop((b, d));
+        assert_eq!(
+            pool.usage(),
+            PoolUsage {
+                reserved_bytes: 4096 + 5120,
+                in_use_bytes: 512,
+                slices: 2,
+                pages: 2,
+            }
+        );
     }
 
     #[test]
@@ -411,6 +435,11 @@ mod tests {
     fn a_page_while_recording_is_noticed() {
         let mut pool = Pool::new(256);
         let mut pages = 0;
+        pool.capture_begin();
+        pool.capture_priming_end();
+        let stale = reserve_in(&mut pool, 9, 8, Phase::Recording(WindowId(0)), &mut pages);
+        drop(stale);
+        // Arming forgets what an earlier window left.
         pool.capture_begin();
         pool.capture_priming_end();
         let warmup = reserve_in(&mut pool, 1, 8, Phase::Prepared(WindowId(1)), &mut pages);
