@@ -228,11 +228,6 @@ impl StreamCapture {
         self.failure.get_or_insert(error);
     }
 
-    /// Whether the window is already doomed.
-    pub fn is_doomed(&self) -> bool {
-        self.failure.is_some()
-    }
-
     /// The first failure inside the window, if any.
     pub fn take_failure(&mut self) -> Option<Error> {
         self.failure.take()
@@ -370,7 +365,7 @@ mod tests {
         state.record_failure(Error::EmptyBuffer);
         state.abort();
         assert_eq!(state.phase(), Phase::None);
-        assert!(!state.is_doomed());
+        assert_eq!(state.take_failure(), None, "abort forgets the failure");
         state.prepare(W1).expect("usable again");
         state.begin(W1, me()).expect("begin");
         state.abort();

@@ -118,17 +118,31 @@ impl<D: Driver> StreamState<D> {
         if !self.work_since_signal && self.last_signal.is_some() {
             return Stamp::Newest;
         }
-        match D::signal(&mut self.raw) {
-            Ok(signal) => {
-                self.last_signal = Some(signal);
-                self.work_since_signal = false;
-                Stamp::New(signal)
-            }
+        match self.take_signal() {
+            Ok(signal) => Stamp::New(signal),
             Err(err) => {
                 log::warn!("{}: a free waits for the next fence: {err}", self.id);
                 Stamp::Unstamped
             }
         }
+    }
+
+    /// A window closed without a graph: the info entries made while it
+    /// recorded were never written, so they leave the cache (through the
+    /// drop queue: the recorded copy may have been enqueued).
+    pub(crate) fn discard_window_info(&mut self) {
+        for never_written in self.info.capture_discard() {
+            self.queue_drop(never_written);
+        }
+    }
+
+    /// Take a signal now: the newest, which every later free may stamp
+    /// itself with until more work is issued.
+    fn take_signal(&mut self) -> Result<D::Signal, DriverError> {
+        let signal = D::signal(&mut self.raw)?;
+        self.last_signal = Some(signal);
+        self.work_since_signal = false;
+        Ok(signal)
     }
 
     /// Hold `slice` until the device is past the work issued so far.
@@ -152,9 +166,7 @@ impl<D: Driver> StreamState<D> {
 
     /// Signal and wait for everything enqueued so far.
     fn fence_all(&mut self) -> Result<(), DriverError> {
-        let signal = D::signal(&mut self.raw)?;
-        self.last_signal = Some(signal);
-        self.work_since_signal = false;
+        let signal = self.take_signal()?;
         D::fence(&mut self.raw, signal)
     }
 
@@ -172,12 +184,8 @@ impl<D: Driver> StreamState<D> {
     /// device is done with, without waiting.
     pub(crate) fn after_window(&mut self) {
         if self.drops.has_unstamped() {
-            match D::signal(&mut self.raw) {
-                Ok(signal) => {
-                    self.last_signal = Some(signal);
-                    self.work_since_signal = false;
-                    self.drops.stamp_unstamped(signal);
-                }
+            match self.take_signal() {
+                Ok(signal) => self.drops.stamp_unstamped(signal),
                 Err(err) => log::warn!("{}: frees deferred by the window wait: {err}", self.id),
             }
         }

@@ -186,24 +186,25 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         } else {
             doomed
         };
-        let refuse = |stream: &mut StreamState<D>, error: Error, written: Vec<_>| {
-            for never_written in stream.info.capture_discard() {
-                stream.queue_drop(never_written);
+        let error = match (refusal, ended) {
+            (Some(error), _) => error,
+            (None, Err(err)) => err.into(),
+            (None, Ok(recording)) => {
+                return Ok(Closed {
+                    recording,
+                    retained,
+                    written: recorded.written,
+                    read: recorded.read,
+                    log: recorded.log,
+                    bytes,
+                });
             }
-            Err(Refused { error, written })
         };
-        match (refusal, ended) {
-            (Some(error), _) => refuse(stream, error, recorded.written),
-            (None, Err(err)) => refuse(stream, err.into(), recorded.written),
-            (None, Ok(recording)) => Ok(Closed {
-                recording,
-                retained,
-                written: recorded.written,
-                read: recorded.read,
-                log: recorded.log,
-                bytes,
-            }),
-        }
+        stream.discard_window_info();
+        Err(Refused {
+            error,
+            written: recorded.written,
+        })
     }
 
     /// Close the window and instantiate what it recorded as graph `id`.
@@ -244,9 +245,7 @@ impl<'a, D: GraphDriver> Window<'a, D> {
                 Ok(graph)
             }
             Err(err) => {
-                for never_written in stream.info.capture_discard() {
-                    stream.queue_drop(never_written);
-                }
+                stream.discard_window_info();
                 Err(Refused {
                     error: err.into(),
                     written: closed.written,
@@ -278,28 +277,23 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         let stream = &mut *self.stream;
         let written = closed.written;
         let started = Instant::now();
-        let how = match D::update(&mut stream.raw, &mut graph.exec, closed.recording) {
-            Ok(Updated::InPlace) => Update::InPlace,
-            Ok(Updated::Topology(recording)) => match D::instantiate(&mut stream.raw, recording) {
-                Ok(exec) => {
-                    let old = std::mem::replace(&mut graph.exec, exec);
-                    stream.queue_keep(Box::new(old));
-                    Update::Reinstantiated
-                }
-                Err(err) => {
-                    for never_written in stream.info.capture_discard() {
-                        stream.queue_drop(never_written);
+        let updated =
+            D::update(&mut stream.raw, &mut graph.exec, closed.recording).and_then(|updated| {
+                match updated {
+                    Updated::InPlace => Ok(Update::InPlace),
+                    Updated::Topology(recording) => {
+                        let exec = D::instantiate(&mut stream.raw, recording)?;
+                        // Replays enqueued before may still run the old one.
+                        let old = std::mem::replace(&mut graph.exec, exec);
+                        stream.queue_keep(Box::new(old));
+                        Ok(Update::Reinstantiated)
                     }
-                    return Err(Refused {
-                        error: err.into(),
-                        written,
-                    });
                 }
-            },
+            });
+        let how = match updated {
+            Ok(how) => how,
             Err(err) => {
-                for never_written in stream.info.capture_discard() {
-                    stream.queue_drop(never_written);
-                }
+                stream.discard_window_info();
                 return Err(Refused {
                     error: err.into(),
                     written,
@@ -340,9 +334,7 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         if let Ok(closed) = self.close(closer) {
             drop(closed);
             let stream = &mut *self.stream;
-            for never_written in stream.info.capture_discard() {
-                stream.queue_drop(never_written);
-            }
+            stream.discard_window_info();
         }
     }
 
@@ -352,9 +344,7 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         let stream = &mut *self.stream;
         drop(stream.device.capture_end());
         drop(stream.host.capture_end());
-        for never_written in stream.info.capture_discard() {
-            stream.queue_drop(never_written);
-        }
+        stream.discard_window_info();
         stream.capture.abort();
     }
 }
