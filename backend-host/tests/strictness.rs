@@ -215,3 +215,32 @@ fn a_faulting_kernel_is_sticky_for_its_stream_only() {
     let w = client.create_f32(fresh, &[4.0; 4]).expect("w");
     assert_eq!(client.read_f32(&w).expect("the new stream works"), [4.0; 4]);
 }
+
+#[test]
+fn a_panicking_kernel_is_a_fault_not_a_dead_worker() {
+    use capture_core::{Access, Client, Signature};
+    let client = Client::<Host>::open().expect("open");
+    let panics = capture_core::Kernel::new(
+        backend_host::Kernel::new(
+            Signature::new("panics")
+                .binding(Access::Write)
+                .workgroup([1, 1, 1]),
+            |_, _| panic!("deliberate panic in a host kernel"),
+        )
+        .expect("kernel"),
+    );
+    let stream = client.create_stream().expect("stream");
+    let x = client.create_f32(stream, &[1.0; 4]).expect("x");
+    client
+        .launch(stream, &panics, [1, 1, 1], &[&x], &[], &[])
+        .expect("enqueued");
+    let err = client.read_f32(&x).expect_err("the panic is reported");
+    assert!(err.to_string().contains("kernel panics panicked"), "{err}");
+    drop(x);
+    client
+        .destroy_stream(stream)
+        .expect("the worker joined, not hung");
+    let fresh = client.create_stream().expect("a new stream");
+    let y = client.create_f32(fresh, &[2.0; 4]).expect("y");
+    assert_eq!(client.read_f32(&y).expect("works"), [2.0; 4]);
+}

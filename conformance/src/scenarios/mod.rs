@@ -103,6 +103,7 @@ suite![
     threads::a_recording_takes_only_its_threads_work,
     threads::every_refused_call_dooms_its_window,
     threads::a_panicking_capture_leaves_nothing,
+    threads::destroying_a_stream_another_thread_uses,
     threads::stress_four_threads_against_a_model,
     threads::stress_four_threads_with_tiny_pages,
 ];

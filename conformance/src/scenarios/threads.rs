@@ -371,6 +371,47 @@ pub fn a_panicking_capture_leaves_nothing<D: UserKernels>(session: &Session<D>) 
     fx.expect_x(2.0, "a capture after the panics works")
 }
 
+/// A stream destroyed while another thread works on it: the other thread's
+/// calls either complete or fail with `UnknownStream`, never panic or hang,
+/// and the client's other streams go on.
+pub fn destroying_a_stream_another_thread_uses<D: UserKernels>(session: &Session<D>) -> Outcome {
+    let client = session.client();
+    let doomed = client.create_stream().step("stream")?;
+    let other = client.create_stream().step("other stream")?;
+    let x = client.create_f32(doomed, &[0.0; NU]).step("x")?;
+    let one = client.create_f32(doomed, &[1.0; NU]).step("one")?;
+    let started = AtomicBool::new(false);
+    let worker = std::thread::scope(|scope| {
+        let worker = scope.spawn(|| -> Result<usize, String> {
+            let mut done = 0;
+            for _ in 0..10_000 {
+                started.store(true, Ordering::SeqCst);
+                match client.run_builtin(doomed, Builtin::Add, &[&x, &one], N, 0.0) {
+                    Ok(()) => done += 1,
+                    Err(Error::UnknownStream(_)) => return Ok(done),
+                    Err(err) => return Err(format!("a launch failed otherwise: {err}")),
+                }
+            }
+            Ok(done)
+        });
+        while !started.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        let destroyed = client.destroy_stream(doomed);
+        let done = worker
+            .join()
+            .unwrap_or_else(|_| Err("the worker panicked".into()));
+        destroyed.step("destroy")?;
+        done
+    })?;
+    let _ = worker;
+    ensure!(
+        matches!(client.read(&x), Err(Error::UnknownStream(_))),
+        "a buffer of the destroyed stream fails its reads"
+    );
+    usable(&client, other)
+}
+
 fn stress_on<D: UserKernels>(session: &Session<D>, config: Config, what: &str) -> Outcome {
     const THREADS: usize = 4;
     const OPERATIONS: usize = 2000;
