@@ -481,6 +481,7 @@ impl Kernel {
     }
 
     /// What the kernel takes.
+    #[inline]
     pub fn signature(&self) -> &Signature {
         &self.signature
     }

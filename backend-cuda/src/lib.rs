@@ -96,6 +96,8 @@ impl Driver for Cuda {
         device.info().clone()
     }
 
+    #[inline]
+
     fn signature(kernel: &Kernel) -> &Signature {
         kernel.signature()
     }

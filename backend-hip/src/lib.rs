@@ -147,6 +147,8 @@ impl Driver for Hip {
         device.info()
     }
 
+    #[inline]
+
     fn signature(kernel: &Kernel) -> &Signature {
         kernel.signature()
     }

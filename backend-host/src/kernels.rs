@@ -88,6 +88,7 @@ impl Kernel {
     }
 
     /// What the kernel takes.
+    #[inline]
     pub fn signature(&self) -> &Signature {
         &self.inner.signature
     }

@@ -240,6 +240,8 @@ impl Driver for Host {
         info(device.index)
     }
 
+    #[inline]
+
     fn signature(kernel: &Kernel) -> &Signature {
         kernel.signature()
     }

@@ -101,6 +101,8 @@ impl Driver for Vulkan {
         device.info.clone()
     }
 
+    #[inline]
+
     fn signature(kernel: &Kernel) -> &Signature {
         kernel.signature()
     }

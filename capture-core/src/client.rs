@@ -31,8 +31,8 @@ use crate::graph_log::GraphInfo;
 use crate::graveyard::Graveyard;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
 use crate::pool::SliceHandle;
-use crate::server::{BufferRef, Server};
-use crate::signature::{MAX_BINDINGS, Signature};
+use crate::server::{Bound, BufferRef, Server};
+use crate::signature::Signature;
 use crate::stream::{Config, StreamUsage};
 use crate::window::Update;
 
@@ -95,6 +95,18 @@ impl std::fmt::Debug for Buffer {
     }
 }
 
+impl Bound for &Buffer {
+    #[inline]
+    fn slice(&self) -> &SliceHandle {
+        Buffer::slice(self)
+    }
+
+    #[inline]
+    fn stream(&self) -> StreamId {
+        self.inner.stream
+    }
+}
+
 impl Drop for BufferInner {
     fn drop(&mut self) {
         // The device may still be using the memory: hand it to the server,
@@ -106,6 +118,7 @@ impl Drop for BufferInner {
 }
 
 impl Buffer {
+    #[inline]
     fn slice(&self) -> &SliceHandle {
         // Only `Drop` takes the slice out, so a live buffer always has it.
         self.inner
@@ -487,30 +500,18 @@ impl<D: GraphDriver> Client<D> {
         info: &[u8],
         params: &[u8],
     ) -> Result<(), Error> {
-        let refs = self
-            .launch_refs(kernel.signature(), buffers)
+        self.check_clients(buffers)
             .map_err(|err| self.shared.server.refuse(stream, err))?;
         self.server()?
-            .launch(stream, &kernel.0, groups, &refs, info, params)
+            .launch(stream, &kernel.0, groups, buffers, info, params)
     }
 
-    /// `buffers` as the server sees them, refusing more than a launch may
-    /// bind and buffers of another client.
-    fn launch_refs<'b>(
-        &self,
-        signature: &Signature,
-        buffers: &[&'b Buffer],
-    ) -> Result<smallvec::SmallVec<[BufferRef<'b>; 8]>, Error> {
-        if buffers.len() > MAX_BINDINGS {
-            return Err(Error::KernelMismatch {
-                kernel: signature.to_string(),
-                reason: format!("{} buffers bound; at most {MAX_BINDINGS}", buffers.len()),
-            });
+    /// Refuse buffers of another client: see [`Client::buffer_ref`].
+    fn check_clients(&self, buffers: &[&Buffer]) -> Result<(), Error> {
+        match buffers.iter().find(|b| b.inner.client != self.shared.id) {
+            Some(other) => Err(Error::OtherClient(other.id())),
+            None => Ok(()),
         }
-        buffers
-            .iter()
-            .map(|buffer| self.buffer_ref(buffer))
-            .collect()
     }
 
     /// Open a capture window on `stream` and arm its pools: run the warmup
@@ -799,12 +800,12 @@ impl<D: GraphDriver + Builtins> Client<D> {
                 )));
             }
             let kernel = server.builtin(which)?;
-            let refs = self.launch_refs(D::signature(kernel), buffers)?;
-            Ok((kernel, refs))
+            self.check_clients(buffers)?;
+            Ok(kernel)
         })();
-        let (kernel, refs) = checked.map_err(|err| server.refuse(stream, err))?;
+        let kernel = checked.map_err(|err| server.refuse(stream, err))?;
         let info = BuiltinInfo::new(n, scalar).to_bytes();
-        server.launch(stream, kernel, groups_for(n), &refs, &info, &[])
+        server.launch(stream, kernel, groups_for(n), buffers, &info, &[])
     }
 }
 

@@ -48,12 +48,11 @@ impl InfoCache {
     }
 
     /// The device slice holding `bytes`, if cached; pins it for an open window.
-    pub fn get(&mut self, bytes: &[u8], phase: Phase) -> Option<SliceHandle> {
-        let capturing = phase != Phase::None;
-        self.entries.get_mut(bytes).map(|entry| {
-            entry.window |= capturing;
-            entry.slice.clone()
-        })
+    #[inline]
+    pub fn get(&mut self, bytes: &[u8], phase: Phase) -> Option<&SliceHandle> {
+        let entry = self.entries.get_mut(bytes)?;
+        entry.window |= phase != Phase::None;
+        Some(&entry.slice)
     }
 
     /// Cache `slice` as holding `bytes`. Returns the slices evicted to make

@@ -31,16 +31,19 @@ struct SliceMeta {
 
 impl SliceHandle {
     /// The allocation this slice was made for; never reused.
+    #[inline]
     pub fn id(&self) -> BufferId {
         self.0.id
     }
 
     /// Byte offset in its page.
+    #[inline]
     pub fn offset(&self) -> u64 {
         self.0.offset
     }
 
     /// Bytes requested.
+    #[inline]
     pub fn len(&self) -> u64 {
         self.0.len
     }
@@ -51,13 +54,26 @@ impl SliceHandle {
     }
 
     /// Bytes reserved: the length rounded up to [`SLICE_ALIGN`].
+    #[inline]
     pub fn span(&self) -> u64 {
         self.0.span
     }
 
     /// Which page slot of its pool the slice lies in.
+    #[inline]
     pub(crate) fn slot(&self) -> usize {
         self.0.slot
+    }
+
+    /// Where the slice lies, as plain numbers: what a launch needs of a
+    /// slice it does not keep.
+    #[inline]
+    pub(crate) fn place(&self) -> Place {
+        Place {
+            slot: self.0.slot,
+            offset: self.0.offset,
+            len: self.0.len,
+        }
     }
 
     /// Whether `self` and `other` are the same allocation.
@@ -74,6 +90,15 @@ impl SliceHandle {
     fn in_use(&self) -> bool {
         Arc::strong_count(&self.0) > 1
     }
+}
+
+/// Where a slice lies: its page slot, offset and length, without a hold
+/// on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Place {
+    pub(crate) slot: usize,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
 }
 
 /// How much memory one pool holds.
@@ -119,9 +144,16 @@ impl<P> Pool<P> {
     }
 
     /// The page a slice of this pool lies in.
+    #[inline]
     pub fn page(&self, slice: &SliceHandle) -> Option<&P> {
+        self.page_at(slice.slot())
+    }
+
+    /// The page in slot `slot`, if it holds one.
+    #[inline]
+    pub(crate) fn page_at(&self, slot: usize) -> Option<&P> {
         self.slots
-            .get(slice.slot())
+            .get(slot)
             .and_then(Option::as_ref)
             .map(|page| &page.page)
     }

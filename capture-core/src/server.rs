@@ -45,7 +45,7 @@ use crate::error::Error;
 use crate::graph::Captures;
 use crate::graveyard::Graveyard;
 use crate::hashing::FastMap;
-use crate::ids::{GraphId, StreamId, WindowId};
+use crate::ids::{BufferId, GraphId, StreamId, WindowId};
 use crate::pool::SliceHandle;
 use crate::stream::{Config, StreamState, StreamUsage};
 use crate::window::Window;
@@ -66,6 +66,26 @@ pub struct BufferRef<'a> {
     pub slice: &'a SliceHandle,
     /// The stream it was allocated on.
     pub stream: StreamId,
+}
+
+/// What a launch binds: a buffer's slice and the stream it belongs to.
+/// Launches take any binding type that names both, so the client's own
+/// buffers go in as they are, with no copy collected per launch.
+pub(crate) trait Bound {
+    /// The buffer's slice.
+    fn slice(&self) -> &SliceHandle;
+    /// The stream it was allocated on.
+    fn stream(&self) -> StreamId;
+}
+
+impl Bound for BufferRef<'_> {
+    fn slice(&self) -> &SliceHandle {
+        self.slice
+    }
+
+    fn stream(&self) -> StreamId {
+        self.stream
+    }
 }
 
 /// The state of one device: its streams, graphs and failures.
@@ -313,14 +333,14 @@ fn collect_dead<D: Driver>(graveyard: &Graveyard, state: &mut StreamState<D>) {
     }
 }
 
-/// Refuse `buffer` on any stream but its own.
-fn check_owner(buffer: BufferRef<'_>, stream: StreamId) -> Result<(), Error> {
-    if buffer.stream == stream {
+/// Refuse buffer `id` of stream `owner` on any stream but its own.
+fn check_owner(id: BufferId, owner: StreamId, stream: StreamId) -> Result<(), Error> {
+    if owner == stream {
         Ok(())
     } else {
         Err(Error::ForeignBuffer {
-            buffer: buffer.slice.id(),
-            owner: buffer.stream,
+            buffer: id,
+            owner,
             used: stream,
         })
     }

@@ -52,11 +52,13 @@ pub enum Access {
 
 impl Access {
     /// Whether the kernel reads the buffer.
+    #[inline]
     pub fn reads(self) -> bool {
         matches!(self, Access::Read | Access::ReadWrite)
     }
 
     /// Whether the kernel writes the buffer.
+    #[inline]
     pub fn writes(self) -> bool {
         matches!(self, Access::Write | Access::ReadWrite)
     }
@@ -69,6 +71,8 @@ pub struct Signature {
     bindings: SmallVec<[Access; 4]>,
     info_bytes: u32,
     params: SmallVec<[u32; 4]>,
+    /// The sum of `params`, kept so that a launch's check adds nothing up.
+    param_total: u32,
     workgroup: [u32; 3],
 }
 
@@ -117,6 +121,7 @@ impl Signature {
             bindings: SmallVec::new(),
             info_bytes: 0,
             params: SmallVec::new(),
+            param_total: 0,
             workgroup: [64, 1, 1],
         }
     }
@@ -144,6 +149,7 @@ impl Signature {
     /// declared.
     pub fn param(mut self, bytes: u32) -> Self {
         self.params.push(bytes);
+        self.param_total = self.param_total.saturating_add(bytes);
         self
     }
 
@@ -154,6 +160,7 @@ impl Signature {
     }
 
     /// The kernel's name.
+    #[inline]
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -165,27 +172,32 @@ impl Signature {
     }
 
     /// How the kernel uses each binding, in binding order.
+    #[inline]
     pub fn accesses(&self) -> &[Access] {
         &self.bindings
     }
 
     /// Info bytes every launch must pass (0: the kernel reads none).
+    #[inline]
     pub fn info_bytes(&self) -> u32 {
         self.info_bytes
     }
 
     /// The size of each by-value parameter, in order.
+    #[inline]
     pub fn param_sizes(&self) -> &[u32] {
         &self.params
     }
 
     /// Bytes of by-value parameters every launch must pass: the sizes of
     /// [`Signature::param_sizes`], packed in order without padding.
+    #[inline]
     pub fn param_bytes(&self) -> u32 {
-        self.params.iter().sum()
+        self.param_total
     }
 
     /// Threads per workgroup in x, y and z.
+    #[inline]
     pub fn workgroup_size(&self) -> [u32; 3] {
         self.workgroup
     }
@@ -261,45 +273,104 @@ impl Signature {
         info: usize,
         params: usize,
     ) -> Result<(), String> {
-        let refuse = |reason: String| Err(reason);
-        let declared = self.bindings.len();
-        if buffers.len() != declared {
-            return refuse(format!(
-                "it binds {declared} buffer(s), the launch bound {}",
-                buffers.len()
-            ));
+        self.check_launch_of(groups, max_groups, buffers, |id| *id, info, params)
+    }
+
+    /// [`Signature::check_launch`] over any binding type, `id` naming each
+    /// binding's buffer: the server checks its own buffer references without
+    /// collecting their ids first. Every branch but the last is a compare
+    /// of two numbers; the sentences are built only on a mismatch.
+    #[inline]
+    pub(crate) fn check_launch_of<B>(
+        &self,
+        groups: [u32; 3],
+        max_groups: [u32; 3],
+        buffers: &[B],
+        id: impl Fn(&B) -> BufferId,
+        info: usize,
+        params: usize,
+    ) -> Result<(), String> {
+        let declared = self.bindings.as_slice();
+        if buffers.len() != declared.len() {
+            return Err(self.arity_mismatch(buffers.len()));
         }
         if info != self.info_bytes as usize {
-            return refuse(format!(
-                "it reads {} info bytes, the launch passed {info}",
-                self.info_bytes
-            ));
+            return Err(self.info_mismatch(info));
         }
-        if params != self.param_bytes() as usize {
-            return refuse(format!(
-                "it takes {} parameter bytes, the launch passed {params}",
-                self.param_bytes()
-            ));
+        let expected = self.param_bytes();
+        if params != expected as usize {
+            return Err(param_mismatch(expected, params));
         }
-        if groups.contains(&0) || groups.iter().zip(max_groups).any(|(&g, max)| g > max) {
-            return refuse(format!(
-                "a grid of {groups:?} workgroups; each dimension must be 1 to {max_groups:?}"
-            ));
+        let [x, y, z] = groups;
+        let [mx, my, mz] = max_groups;
+        if x == 0 || y == 0 || z == 0 || x > mx || y > my || z > mz {
+            return Err(grid_mismatch(groups, max_groups));
         }
-        for (i, (&a, &access_a)) in buffers.iter().zip(&self.bindings).enumerate() {
-            for (j, (&b, &access_b)) in buffers.iter().zip(&self.bindings).enumerate().skip(i + 1) {
-                if a == b && (access_a.writes() || access_b.writes()) {
-                    return refuse(format!(
-                        "{a} is bound at {i} ({}) and {j} ({}); a written buffer may be \
-                         bound only once",
-                        access_a.short(),
-                        access_b.short()
-                    ));
-                }
+        // Only a pair with a written side may alias: for each written
+        // binding, compare it with every binding after it and every read
+        // before it (a written one before it was compared already).
+        for (i, access) in declared.iter().enumerate() {
+            if !access.writes() {
+                continue;
+            }
+            let a = id(&buffers[i]);
+            let aliased = buffers
+                .iter()
+                .zip(declared)
+                .enumerate()
+                .any(|(j, (b, other))| j != i && (j > i || !other.writes()) && id(b) == a);
+            if aliased {
+                let ids: SmallVec<[BufferId; 8]> = buffers.iter().map(&id).collect();
+                return Err(self.alias_mismatch(&ids));
             }
         }
         Ok(())
     }
+
+    #[cold]
+    fn arity_mismatch(&self, bound: usize) -> String {
+        format!(
+            "it binds {} buffer(s), the launch bound {bound}",
+            self.bindings.len()
+        )
+    }
+
+    #[cold]
+    fn info_mismatch(&self, info: usize) -> String {
+        format!(
+            "it reads {} info bytes, the launch passed {info}",
+            self.info_bytes
+        )
+    }
+
+    /// The first aliased pair of `buffers` with a written side, in binding
+    /// order.
+    #[cold]
+    fn alias_mismatch(&self, buffers: &[BufferId]) -> String {
+        for (i, (&a, &access_a)) in buffers.iter().zip(&self.bindings).enumerate() {
+            for (j, (&b, &access_b)) in buffers.iter().zip(&self.bindings).enumerate().skip(i + 1) {
+                if a == b && (access_a.writes() || access_b.writes()) {
+                    return format!(
+                        "{a} is bound at {i} ({}) and {j} ({}); a written buffer may be \
+                         bound only once",
+                        access_a.short(),
+                        access_b.short()
+                    );
+                }
+            }
+        }
+        "a written buffer is bound twice".into()
+    }
+}
+
+#[cold]
+fn param_mismatch(expected: u32, params: usize) -> String {
+    format!("it takes {expected} parameter bytes, the launch passed {params}")
+}
+
+#[cold]
+fn grid_mismatch(groups: [u32; 3], max_groups: [u32; 3]) -> String {
+    format!("a grid of {groups:?} workgroups; each dimension must be 1 to {max_groups:?}")
 }
 
 impl Access {
@@ -517,6 +588,31 @@ mod tests {
                 assert!(sig.check_launch([1, 1, 1], [1, 1, 1], &ids, 0, 0).is_err());
             }
         }
+    }
+
+    #[test]
+    fn two_written_bindings_may_not_alias() {
+        let sig = Signature::new("k").bindings(&[Access::Write, Access::Read, Access::ReadWrite]);
+        let (a, b) = (BufferId(1), BufferId(2));
+        let max = [1, 1, 1];
+        assert!(sig.check_launch(max, max, &[a, b, b], 0, 0).is_err());
+        let both = mismatch(sig.check_launch(max, max, &[a, b, a], 0, 0));
+        assert!(
+            both.contains("bound at 0 (write) and 2 (read-write)"),
+            "{both}"
+        );
+        assert!(
+            sig.check_launch(max, max, &[a, b, BufferId(3)], 0, 0)
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn param_bytes_add_up_as_declared() {
+        let sig = Signature::new("k").param(4).param(8).param(1);
+        assert_eq!(sig.param_bytes(), 13);
+        assert!(sig.check_launch([1, 1, 1], [1, 1, 1], &[], 0, 13).is_ok());
+        assert!(sig.check_launch([1, 1, 1], [1, 1, 1], &[], 0, 12).is_err());
     }
 
     #[test]

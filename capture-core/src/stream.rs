@@ -8,7 +8,7 @@ use crate::failure::FailureStore;
 use crate::ids::{BufferId, GraphId, StreamId};
 use crate::info_cache::InfoCache;
 use crate::phase::Phase;
-use crate::pool::{Pool, PoolUsage, SliceHandle};
+use crate::pool::{Place, Pool, PoolUsage, SliceHandle};
 
 /// Sizes and limits of a device's pools and queues.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -305,6 +305,22 @@ impl<D: Driver> StreamState<D> {
         Ok(out)
     }
 
+    /// Where the device slice holding `bytes` lies, from the info cache or
+    /// staged now: a launch that keeps no hold on it (an eager one) takes
+    /// only this, and the cache's hit costs no reference count.
+    #[inline]
+    pub(crate) fn info_place(
+        &mut self,
+        bytes: &[u8],
+        ids: &mut impl FnMut() -> BufferId,
+    ) -> Result<Place, Error> {
+        let phase = self.capture.phase();
+        match self.info.get(bytes, phase) {
+            Some(slice) => Ok(slice.place()),
+            None => self.info_slice(bytes, ids).map(|slice| slice.place()),
+        }
+    }
+
     /// The device slice holding `bytes`, from the info cache or staged now.
     pub(crate) fn info_slice(
         &mut self,
@@ -313,7 +329,7 @@ impl<D: Driver> StreamState<D> {
     ) -> Result<SliceHandle, Error> {
         let phase = self.capture.phase();
         if let Some(slice) = self.info.get(bytes, phase) {
-            return Ok(slice);
+            return Ok(slice.clone());
         }
         let slice = self.allocate_device(ids(), bytes.len() as u64)?;
         self.stage_to_device(ids(), bytes, &slice)?;

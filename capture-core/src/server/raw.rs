@@ -38,7 +38,7 @@ impl<D: GraphDriver> Server<D> {
         f: impl FnOnce(&mut D::Stream, &[DeviceSlice<'_, D>]) -> R,
     ) -> Result<R, Error> {
         for buffer in buffers {
-            check_owner(*buffer, stream)?;
+            check_owner(buffer.slice.id(), buffer.stream, stream)?;
         }
         self.with(stream, |lane| {
             let state = &mut lane.state;
