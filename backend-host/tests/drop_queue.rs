@@ -50,6 +50,7 @@ fn a_pool_miss_waits_for_the_freed_slice_only() {
     // One 1 KiB page holds four 256-byte slices.
     let client = Client::<Host>::open_with(Config {
         device_page_bytes: 1024,
+        first_page_bytes: 1024,
         drop_queue_threshold: 64,
         ..Config::default()
     })

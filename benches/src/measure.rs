@@ -16,6 +16,8 @@
 
 use std::time::{Duration, Instant};
 
+use conformance::workload::decode::Footprint;
+
 use crate::backends::Backend;
 use crate::failure::{Failure, Result};
 use crate::fixture::{AddGraph, Fixture};
@@ -58,6 +60,9 @@ pub struct CaptureSample {
     pub captures: u64,
     /// Launches recorded into each.
     pub launches: u64,
+    /// The stream's pool and the last graph, after its replay: against the
+    /// fixture's two buffers.
+    pub footprint: Footprint,
 }
 
 impl CaptureSample {
@@ -355,6 +360,8 @@ pub fn capture<D: Backend>(
     if let Some(graph) = last {
         fixture.client.replay(&graph)?;
         fixture.count(launches);
+        let live = fixture.x.len() + fixture.y.len();
+        sample.footprint = Footprint::of(&fixture.client, stream, &graph, live)?;
     }
     fixture.check()?;
     Ok(sample)

@@ -124,7 +124,11 @@ struct Page<P> {
 /// The pages of one kind of memory (device or pinned host) of one stream.
 pub struct Pool<P> {
     slots: Vec<Option<Page<P>>>,
+    /// The size of the largest page the pool asks for (more for a larger
+    /// slice).
     page_size: u64,
+    /// The size of its first page (more for a larger slice).
+    first_page: u64,
     /// Slices handed out since the window was prepared (warmup's) or since
     /// it began recording (the graph's); empty outside a window.
     retained: Vec<SliceHandle>,
@@ -135,12 +139,35 @@ impl<P> Pool<P> {
     /// An empty pool that asks the driver for pages of `page_size` bytes, or
     /// more for a larger slice.
     pub fn new(page_size: u64) -> Self {
+        Self::growing(page_size, page_size)
+    }
+
+    /// An empty pool whose pages grow with what it holds: the first is
+    /// `first_page` bytes, each later one a quarter of the bytes the pool
+    /// holds then, between `first_page` and `page_size` (more, either way,
+    /// for a larger slice).
+    ///
+    /// So a small working set reserves little, a large one takes few
+    /// pages, and once warm the pages exceed what a full pool's slices
+    /// span by about a quarter at most.
+    pub fn growing(first_page: u64, page_size: u64) -> Self {
+        let page_size = page_size.max(SLICE_ALIGN);
         Self {
             slots: Vec::new(),
-            page_size: page_size.max(SLICE_ALIGN),
+            page_size,
+            first_page: first_page.clamp(SLICE_ALIGN, page_size),
             retained: Vec::new(),
             grew_while_recording: false,
         }
+    }
+
+    /// The size of the next page, before a larger slice asks for more.
+    fn next_page_size(&self) -> u64 {
+        let held: u64 = self.slots.iter().flatten().map(|page| page.size).sum();
+        (held / 4)
+            .div_ceil(SLICE_ALIGN)
+            .saturating_mul(SLICE_ALIGN)
+            .clamp(self.first_page, self.page_size)
     }
 
     /// The page a slice of this pool lies in.
@@ -198,7 +225,7 @@ impl<P> Pool<P> {
             Some(found) => found,
             None if !may_grow => return Ok(None),
             None => {
-                let size = span.max(self.page_size);
+                let size = span.max(self.next_page_size());
                 let page = allocate_page(size)?;
                 if matches!(phase, Phase::Recording(_)) {
                     self.grew_while_recording = true;
@@ -375,6 +402,44 @@ mod tests {
                 pages: 2,
             }
         );
+    }
+
+    #[test]
+    fn growing_pages_follow_what_the_pool_holds() {
+        let mut pool = Pool::growing(256, 4096);
+        let mut pages = 0;
+        // The first page is the first slice's; each later one a quarter of
+        // what the pool holds, at least the first page's size.
+        let a = reserve(&mut pool, 1, 1024, &mut pages);
+        let b = reserve(&mut pool, 2, 100, &mut pages);
+        assert_eq!((pages, pool.usage().reserved_bytes), (2, 1024 + 256));
+        let held: Vec<_> = (3..40)
+            .map(|id| reserve(&mut pool, id, 1024, &mut pages))
+            .collect();
+        let usage = pool.usage();
+        assert!(
+            usage.reserved_bytes * 4 <= usage.in_use_bytes * 5 + 4096,
+            "{usage:?}"
+        );
+        // Capped at the page size.
+        let before = pool.usage().reserved_bytes;
+        let c = reserve(&mut pool, 50, 256, &mut pages);
+        let grown = pool.usage().reserved_bytes - before;
+        assert!(grown == 0 || grown <= 4096, "{grown}");
+        drop((a, b, c, held));
+    }
+
+    #[test]
+    fn next_page_sizes_are_aligned_and_bounded() {
+        let mut pool = Pool::growing(1, 2048);
+        assert_eq!(pool.next_page_size(), 256, "at least one alignment");
+        let mut pages = 0;
+        let _a = reserve(&mut pool, 1, 1100, &mut pages);
+        // Holds 1280: a quarter is 320, rounded up to 512.
+        assert_eq!(pool.next_page_size(), 512);
+        let _b = reserve(&mut pool, 2, 10_000, &mut pages);
+        assert_eq!(pool.next_page_size(), 2048, "capped");
+        assert_eq!(Pool::<u32>::new(1000).next_page_size(), 1000);
     }
 
     #[test]

@@ -13,10 +13,16 @@ use crate::pool::{Place, Pool, PoolUsage, SliceHandle};
 /// Sizes and limits of a device's pools and queues.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// Bytes per device page asked of the driver (more for a larger buffer).
+    /// Bytes of the largest device page asked of the driver (more for a
+    /// larger buffer).
     pub device_page_bytes: u64,
-    /// Bytes per pinned host page asked of the driver.
+    /// Bytes of the largest pinned host page asked of the driver.
     pub host_page_bytes: u64,
+    /// Bytes of each pool's first page (more for a larger buffer). Later
+    /// pages grow with what the pool holds, a quarter of it each, up to the
+    /// largest page: see [`Pool::growing`]. Set it to the page size for
+    /// pages all of one size.
+    pub first_page_bytes: u64,
     /// The largest single buffer a caller may allocate.
     pub max_allocation_bytes: u64,
     /// Slices the drop queue holds before the execution path flushes it.
@@ -30,6 +36,7 @@ impl Default for Config {
         Self {
             device_page_bytes: 4 << 20,
             host_page_bytes: 1 << 20,
+            first_page_bytes: crate::pool::SLICE_ALIGN,
             max_allocation_bytes: 1 << 32,
             drop_queue_threshold: 64,
             info_cache_capacity: 1024,
@@ -91,8 +98,8 @@ impl<D: Driver> StreamState<D> {
         Self {
             id,
             raw,
-            device: Pool::new(config.device_page_bytes),
-            host: Pool::new(config.host_page_bytes),
+            device: Pool::growing(config.first_page_bytes, config.device_page_bytes),
+            host: Pool::growing(config.first_page_bytes, config.host_page_bytes),
             drops: DropQueue::new(config.drop_queue_threshold),
             last_signal: None,
             work_since_signal: false,

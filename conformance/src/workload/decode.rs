@@ -232,6 +232,60 @@ impl<D: UserKernels> Decoder<D> {
     pub fn read(&self) -> Result<Vec<f32>, Error> {
         self.client.read_f32(&self.x)
     }
+
+    /// Bytes of every buffer the decoder holds: weights, norms and
+    /// activations.
+    pub fn live_bytes(&self) -> u64 {
+        let layers: u64 = self
+            .layers
+            .iter()
+            .map(|l| l.norm.len() + l.w1.len() + l.w2.len())
+            .sum();
+        layers + self.x.len() + self.normed.len() + self.u.len() + self.v.len()
+    }
+}
+
+/// What a stream's device pool holds against what its user holds, and what
+/// a graph pins against what its recording touched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Footprint {
+    /// Bytes of every device page the stream's pool obtained.
+    pub reserved_bytes: u64,
+    /// Bytes of the buffers the caller holds, as requested.
+    pub live_bytes: u64,
+    /// Device bytes the graph pins.
+    pub pinned_bytes: u64,
+    /// Bytes of the buffers the graph's recording touched, as requested.
+    pub touched_bytes: u64,
+}
+
+impl Footprint {
+    /// `stream`'s pool and `graph` on `client`, against `live_bytes` the
+    /// caller holds.
+    pub fn of<D: capture_core::GraphDriver>(
+        client: &Client<D>,
+        stream: StreamId,
+        graph: &GraphHandle<D>,
+        live_bytes: u64,
+    ) -> Result<Self, Error> {
+        let info = client.graph_info(graph)?;
+        Ok(Self {
+            reserved_bytes: client.usage(stream)?.device.reserved_bytes,
+            live_bytes,
+            pinned_bytes: info.device_bytes,
+            touched_bytes: info.touched_bytes,
+        })
+    }
+
+    /// Pool bytes per byte of live buffers.
+    pub fn reserved_per_live(&self) -> f64 {
+        self.reserved_bytes as f64 / self.live_bytes.max(1) as f64
+    }
+
+    /// Pinned bytes per byte the recording touched.
+    pub fn pinned_per_touched(&self) -> f64 {
+        self.pinned_bytes as f64 / self.touched_bytes.max(1) as f64
+    }
 }
 
 /// What one run of the decode step measured.
@@ -253,6 +307,9 @@ pub struct Figures {
     pub replay_error: f32,
     /// Whether the replayed run matched the eager one bit for bit.
     pub bitwise_equal: bool,
+    /// The stream's pool and the step's graph once warm (after the
+    /// replays).
+    pub footprint: Footprint,
 }
 
 impl Figures {
@@ -304,6 +361,7 @@ pub fn measure<D: UserKernels>(
     }
     let replay_x = decoder.read()?;
     let replay_step = started.elapsed().as_secs_f64() / steps as f64;
+    let footprint = Footprint::of(client, stream, &graph, decoder.live_bytes())?;
 
     let reference = model.reference(steps);
     drop(graph);
@@ -318,6 +376,7 @@ pub fn measure<D: UserKernels>(
         eager_error: relative_error(&eager_x, &reference),
         replay_error: relative_error(&replay_x, &reference),
         bitwise_equal: eager_x == replay_x,
+        footprint,
     })
 }
 

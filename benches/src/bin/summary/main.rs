@@ -29,6 +29,8 @@ struct Summary {
     judged: usize,
     /// The decode step's row of each backend, printed after every table.
     decode: Vec<String>,
+    /// The decode step's pool and graph footprint, per backend.
+    memory: Vec<(String, bool)>,
     /// Instantiate against update in place, per backend and size.
     updates: Vec<String>,
     /// The threaded stress workload's row of each backend.
@@ -62,7 +64,8 @@ impl Visit for Summary {
                 self.failed = true;
             }
         }
-        self.decode.push(decode_row::<D>(&mut self.failed));
+        self.decode
+            .push(decode_row::<D>(&mut self.failed, &mut self.memory));
         self.updates.extend(update_rows::<D>(&mut self.failed));
         self.threads.push(thread_row::<D>(&mut self.failed));
     }
@@ -133,7 +136,7 @@ fn thread_row<D: Backend>(failed: &mut bool) -> String {
 }
 
 /// The decode step on `D`: eager against replay per step, and per launch.
-fn decode_row<D: Backend>(failed: &mut bool) -> String {
+fn decode_row<D: Backend>(failed: &mut bool, memory: &mut Vec<(String, bool)>) -> String {
     let shape = Shape::DECODE;
     let figures = capture_core::Client::<D>::open()
         .and_then(|client| decode::measure(&client, shape, DECODE_STEPS));
@@ -142,6 +145,19 @@ fn decode_row<D: Backend>(failed: &mut bool) -> String {
             if !f.passed() {
                 *failed = true;
             }
+            let fp = &f.footprint;
+            let holds = fp.reserved_per_live() <= table::RESERVED_PER_LIVE;
+            memory.push((
+                format!(
+                    "| {} | {} | ≤ {}x | {} | {} |",
+                    D::NAME,
+                    table::reserved_text(fp),
+                    table::RESERVED_PER_LIVE,
+                    if holds { "PASS" } else { "FAIL" },
+                    table::pinned_text(fp),
+                ),
+                holds,
+            ));
             let launches = f64::from(shape.launches());
             format!(
                 "| {} | {:.0} | {:.0} | {:.2}x | {:.0} / {:.0} | {} |",
@@ -208,6 +224,19 @@ fn main() -> ExitCode {
     println!("|---|---|---|---|---|---|");
     for row in &summary.decode {
         println!("{row}");
+    }
+    println!();
+    println!(
+        "### memory of the decode step\n\nOnce warm (after the replays): the stream's device \
+         pool against the bytes of the buffers the decoder holds, and the step's graph's \
+         pins against the bytes its recording touched\n"
+    );
+    println!("| backend | pool reserved / live buffers | target | result | graph pins / touched |");
+    println!("|---|---|---|---|---|");
+    for (row, holds) in &summary.memory {
+        println!("{row}");
+        summary.judged += 1;
+        summary.held += usize::from(*holds);
     }
     println!();
     println!(

@@ -1,6 +1,7 @@
 //! One backend's measurements, at fixed counts.
 
 use capture_core::DeviceInfo;
+use conformance::workload::decode::Footprint;
 
 use benches::{Backend, Fixture, RawAdd, Result, Sample, measure};
 use benches::{CAPTURE_LENGTHS, SEQUENCE_LENGTHS};
@@ -88,6 +89,8 @@ pub struct Capture {
     pub record_ns: f64,
     /// Median nanoseconds of `instantiate`, per recorded launch.
     pub instantiate_ns: f64,
+    /// The pool and the graph after the last repetition.
+    pub footprint: Footprint,
 }
 
 /// Everything measured on one backend.
@@ -189,15 +192,18 @@ pub fn measure<D: Backend>(device: DeviceInfo) -> Result<Report> {
         let iters = (CAPTURE_LAUNCHES / launches).max(2);
         measure::capture(fx, launches, 1)?;
         let (mut record, mut instantiate) = (Vec::new(), Vec::new());
+        let mut footprint = Footprint::default();
         for _ in 0..CAPTURE_REPETITIONS {
             let sample = measure::capture(fx, launches, iters)?;
             record.push(sample.record_ns_per_launch());
             instantiate.push(sample.instantiate_ns_per_launch());
+            footprint = sample.footprint;
         }
         captures.push(Capture {
             launches,
             record_ns: median(record),
             instantiate_ns: median(instantiate),
+            footprint,
         });
     }
 

@@ -1,6 +1,7 @@
 //! One backend's report as a markdown table, with the targets judged.
 
 use crate::report::{ALLOCATION_CALLS, Figure, Report, Sequence};
+use conformance::workload::decode::Footprint;
 
 /// Most nanoseconds the core may add to a replay whose raw cost is at most
 /// [`RELATIVE_FROM_NS`].
@@ -23,6 +24,38 @@ const ADDED_SHARE: f64 = 0.05;
 /// How far capture per launch may grow from N = 100 to N = 10,000 (a drop
 /// is fixed per-capture costs spread thinner, not a growth).
 const CAPTURE_DRIFT: f64 = 1.5;
+
+/// Most device pool bytes per byte of live buffers, once warm.
+pub const RESERVED_PER_LIVE: f64 = 1.25;
+
+/// A pool's reserved bytes against the live buffers' bytes.
+pub fn reserved_text(f: &Footprint) -> String {
+    format!(
+        "{:.2}x ({} reserved, {} live)",
+        f.reserved_per_live(),
+        bytes(f.reserved_bytes),
+        bytes(f.live_bytes)
+    )
+}
+
+/// A graph's pinned bytes against what its recording touched.
+pub fn pinned_text(f: &Footprint) -> String {
+    format!(
+        "{:.2}x ({} pinned, {} touched)",
+        f.pinned_per_touched(),
+        bytes(f.pinned_bytes),
+        bytes(f.touched_bytes)
+    )
+}
+
+/// `n` bytes in the largest binary unit that keeps a figure of at least 1.
+fn bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / f64::from(1 << 20)),
+        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / f64::from(1 << 10)),
+        n => format!("{n} B"),
+    }
+}
 
 /// The launch counts whose capture costs are compared.
 const CAPTURE_FROM: u64 = 100;
@@ -210,6 +243,20 @@ pub fn render(name: &str, report: &Report) -> (String, Vec<Verdict>) {
             format!("{ratio:.2}x"),
             format!("≤ {CAPTURE_DRIFT}x"),
             ratio <= CAPTURE_DRIFT,
+        ));
+    }
+
+    if let Some(capture) = report.captures.iter().find(|c| c.launches == CAPTURE_TO) {
+        let f = &capture.footprint;
+        rows.push(judged(
+            format!("memory, capture N={CAPTURE_TO}: pool reserved / live buffers"),
+            reserved_text(f),
+            format!("≤ {RESERVED_PER_LIVE}x"),
+            f.reserved_per_live() <= RESERVED_PER_LIVE,
+        ));
+        rows.push(row(
+            format!("memory, capture N={CAPTURE_TO}: graph pins / recording touched"),
+            pinned_text(f),
         ));
     }
 
