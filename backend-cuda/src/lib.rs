@@ -97,7 +97,6 @@ impl Driver for Cuda {
     }
 
     #[inline]
-
     fn signature(kernel: &Kernel) -> &Signature {
         kernel.signature()
     }

@@ -148,7 +148,6 @@ impl Driver for Hip {
     }
 
     #[inline]
-
     fn signature(kernel: &Kernel) -> &Signature {
         kernel.signature()
     }

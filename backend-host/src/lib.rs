@@ -241,7 +241,6 @@ impl Driver for Host {
     }
 
     #[inline]
-
     fn signature(kernel: &Kernel) -> &Signature {
         kernel.signature()
     }

@@ -102,7 +102,6 @@ impl Driver for Vulkan {
     }
 
     #[inline]
-
     fn signature(kernel: &Kernel) -> &Signature {
         kernel.signature()
     }
