@@ -15,8 +15,8 @@ use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use capture_core::signature::{MAX_BINDINGS, MAX_PARAM_BYTES};
 use capture_core::{DeviceSlice, Driver, DriverError, HostSlice, Launch};
+use capture_core::{MAX_BINDINGS, MAX_PARAM_BYTES};
 
 use crate::device::Device;
 use crate::error::refuse;

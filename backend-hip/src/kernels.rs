@@ -11,8 +11,8 @@ use std::mem::size_of;
 use std::ptr;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use capture_core::signature::{MAX_BINDINGS, MAX_PARAM_BYTES};
 use capture_core::{Builtin, DriverError, Error, Signature};
+use capture_core::{MAX_BINDINGS, MAX_PARAM_BYTES};
 
 use crate::device::Device;
 use crate::error::{self, describe, into_driver};

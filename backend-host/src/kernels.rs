@@ -9,8 +9,8 @@ use std::fmt;
 use std::ops::Range as Span;
 use std::sync::Arc;
 
-use capture_core::signature::{MAX_BINDINGS, MAX_PARAM_BYTES};
 use capture_core::{Error, Signature};
+use capture_core::{MAX_BINDINGS, MAX_PARAM_BYTES};
 use smallvec::SmallVec;
 
 use crate::memory::{Bytes, Range};

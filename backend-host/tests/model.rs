@@ -422,7 +422,7 @@ proptest! {
         for s in 0..2 {
             model.client.sync(model.streams[s]).map_err(|e| TestCaseError::fail(e.to_string()))?;
             let usage = model.client.usage(model.streams[s]).map_err(|e| TestCaseError::fail(e.to_string()))?;
-            let info = usage.info_entries as u64 * capture_core::pool::SLICE_ALIGN;
+            let info = usage.info_entries as u64 * capture_core::SLICE_ALIGN;
             prop_assert_eq!(usage.device.in_use_bytes, info, "device memory left in use: {:?}", usage);
             prop_assert_eq!(usage.host.in_use_bytes, 0, "host memory left in use: {:?}", usage);
         }

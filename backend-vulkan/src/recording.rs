@@ -15,8 +15,8 @@
 use std::sync::Arc;
 
 use ash::vk;
-use capture_core::signature::{MAX_BINDINGS, MAX_PARAM_BYTES};
 use capture_core::{Access, DriverError};
+use capture_core::{MAX_BINDINGS, MAX_PARAM_BYTES};
 
 use crate::barriers::{Hazards, Range, device_barrier, host_barrier};
 use crate::device::Device;

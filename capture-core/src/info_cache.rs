@@ -20,8 +20,6 @@ use crate::ids::GraphId;
 use crate::phase::Phase;
 use crate::pool::SliceHandle;
 
-pub use crate::signature::MAX_INFO_BYTES;
-
 struct Entry {
     slice: SliceHandle,
     /// Live graphs whose recordings point at this entry.
@@ -143,12 +141,8 @@ impl InfoCache {
         self.entries.len()
     }
 
-    /// Whether nothing is cached.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
     /// Graphs pinning the entry for `bytes` (0 when uncached).
+    #[cfg(test)]
     pub fn pins(&self, bytes: &[u8]) -> usize {
         self.entries
             .get(bytes)

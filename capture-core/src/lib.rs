@@ -4,10 +4,11 @@
 //! A backend implements [`Driver`] and [`GraphDriver`]: a handful of
 //! primitives. Everything that makes replay safe is here, written once:
 //! memory pools that warm before a window and pin what a graph uses
-//! ([`pool`]), frees that wait for the device ([`drop_queue`]), launch info
-//! cached by content ([`info_cache`]), buffers claimed by failures
-//! ([`failure`]), the per-stream capture state ([`capture_state`]) and the
-//! window that drives it ([`window`]).
+//! (`pool`), frees that wait for the device (`drop_queue`), launch info
+//! cached by content (`info_cache`), buffers claimed by failures
+//! (`failure`), the per-stream capture state (`capture_state`) and the
+//! window that drives it (`window`). `ARCHITECTURE.md` at the repository's
+//! root maps them.
 //!
 //! Users call a [`Client`], the same way on every backend:
 //!
@@ -29,30 +30,30 @@
 //! ```
 #![forbid(unsafe_code)]
 
-pub mod builtin;
-pub mod capture_state;
-pub mod client;
-pub mod driver;
-pub mod drop_queue;
-pub mod error;
-pub mod failure;
-pub mod graph;
-pub mod graph_cache;
-pub mod graph_log;
-pub mod graveyard;
-pub mod hashing;
-pub mod ids;
-pub mod info_cache;
-pub mod phase;
-pub mod pool;
-pub mod server;
-pub mod signature;
-pub mod stream;
+mod builtin;
+mod capture_state;
+mod client;
+mod driver;
+mod drop_queue;
+mod error;
+mod failure;
+mod graph;
+mod graph_cache;
+mod graph_log;
+mod graveyard;
+mod hashing;
+mod ids;
+mod info_cache;
+mod phase;
+mod pool;
+mod server;
+mod signature;
+mod stream;
 #[cfg(test)]
 mod test_driver;
-pub mod window;
+mod window;
 
-pub use builtin::{Builtin, BuiltinInfo, Builtins, groups_for};
+pub use builtin::{Builtin, BuiltinInfo, Builtins, MAX_GROUPS_PER_DIM, WORKGROUP_SIZE, groups_for};
 pub use client::{Buffer, Client, GraphHandle, Kernel, Pass, Placement};
 pub use driver::{
     Access, Availability, Binding, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver,
@@ -64,7 +65,9 @@ pub use graph_cache::{CacheStats, GraphCache, Served};
 pub use graph_log::GraphInfo;
 pub use ids::{BufferId, GraphId, StreamId, WindowId};
 pub use phase::Phase;
-pub use pool::PoolUsage;
-pub use signature::{Params, Signature};
+pub use pool::{PoolUsage, SLICE_ALIGN};
+pub use signature::{
+    MAX_BINDINGS, MAX_INFO_BYTES, MAX_PARAM_BYTES, MAX_WORKGROUP_THREADS, Params, Signature,
+};
 pub use stream::{Config, StreamUsage};
 pub use window::Update;

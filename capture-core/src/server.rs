@@ -117,11 +117,6 @@ impl<D: GraphDriver> Server<D> {
         }
     }
 
-    /// The device.
-    pub fn device(&self) -> &Arc<D::Device> {
-        &self.device
-    }
-
     fn slot(&self, id: StreamId) -> Result<Arc<Slot<D>>, Error> {
         let streams = self.streams.read().map_err(|_| Error::Poisoned)?;
         streams.get(&id).cloned().ok_or(Error::UnknownStream(id))

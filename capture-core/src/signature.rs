@@ -306,9 +306,8 @@ impl Signature {
         if x == 0 || y == 0 || z == 0 || x > mx || y > my || z > mz {
             return Err(grid_mismatch(groups, max_groups));
         }
-        // Only a pair with a written side may alias: for each written
-        // binding, compare it with every binding after it and every read
-        // before it (a written one before it was compared already).
+        // Only a pair with a written side may alias: compare each written
+        // binding with every other.
         for (i, access) in declared.iter().enumerate() {
             if !access.writes() {
                 continue;
@@ -316,9 +315,8 @@ impl Signature {
             let a = id(&buffers[i]);
             let aliased = buffers
                 .iter()
-                .zip(declared)
                 .enumerate()
-                .any(|(j, (b, other))| j != i && (j > i || !other.writes()) && id(b) == a);
+                .any(|(j, b)| j != i && id(b) == a);
             if aliased {
                 let ids: SmallVec<[BufferId; 8]> = buffers.iter().map(&id).collect();
                 return Err(self.alias_mismatch(&ids));

@@ -20,8 +20,10 @@ pub struct Config {
     pub host_page_bytes: u64,
     /// Bytes of each pool's first page (more for a larger buffer). Later
     /// pages grow with what the pool holds, a quarter of it each, up to the
-    /// largest page: see [`Pool::growing`]. Set it to the page size for
-    /// pages all of one size.
+    /// largest page, so a small working set reserves little, a large one
+    /// takes few pages, and a warm pool's pages exceed what its buffers span
+    /// by about a quarter at most. Set it to the page size for pages all of
+    /// one size.
     pub first_page_bytes: u64,
     /// The largest single buffer a caller may allocate.
     pub max_allocation_bytes: u64,

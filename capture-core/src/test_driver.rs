@@ -266,6 +266,100 @@ mod tests {
         assert_eq!(client.read(&dst).expect("read"), vec![9; 32]);
     }
 
+    fn copy_kernel(bindings: usize) -> crate::client::Kernel<TestDriver> {
+        let mut accesses = vec![Access::Read; bindings];
+        accesses[1] = Access::Write;
+        crate::client::Kernel::new(crate::signature::Signature::new("copy").bindings(&accesses))
+    }
+
+    #[test]
+    fn a_launch_may_bind_the_most_a_kernel_may_and_no_more() {
+        use crate::signature::MAX_BINDINGS;
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let src = client.create(stream, &[5; 16]).expect("src");
+        let dst = client.create(stream, &[0; 16]).expect("dst");
+        let mut buffers = vec![&src, &dst];
+        buffers.resize(MAX_BINDINGS, &src);
+        client
+            .launch(
+                stream,
+                &copy_kernel(MAX_BINDINGS),
+                [1, 1, 1],
+                &buffers,
+                &[],
+                &[],
+            )
+            .expect("the most bindings a kernel may have");
+        assert_eq!(client.read(&dst).expect("read"), vec![5; 16]);
+        buffers.push(&src);
+        let err = client
+            .launch(
+                stream,
+                &copy_kernel(MAX_BINDINGS),
+                [1, 1, 1],
+                &buffers,
+                &[],
+                &[],
+            )
+            .expect_err("one binding too many");
+        assert!(
+            matches!(&err, Error::KernelMismatch { reason, .. } if reason.contains("at most")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_launch_binds_only_its_own_streams_and_clients_buffers() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let other = client.create_stream().expect("other stream");
+        let src = client.create(stream, &[5; 16]).expect("src");
+        let dst = client.create(stream, &[0; 16]).expect("dst");
+        let foreign = client.create(other, &[0; 16]).expect("foreign");
+        let kernel = copy_kernel(2);
+        let err = client
+            .launch(stream, &kernel, [1, 1, 1], &[&src, &foreign], &[], &[])
+            .expect_err("another stream's buffer");
+        assert!(matches!(err, Error::ForeignBuffer { .. }), "{err}");
+        let stranger =
+            Client::<TestDriver>::with_device(std::sync::Arc::default(), Config::default());
+        let theirs = stranger.create_stream().expect("their stream");
+        let theirs = stranger.create(theirs, &[0; 16]).expect("their buffer");
+        let err = client
+            .launch(stream, &kernel, [1, 1, 1], &[&src, &theirs], &[], &[])
+            .expect_err("another client's buffer");
+        assert!(matches!(err, Error::OtherClient(_)), "{err}");
+        assert_eq!(client.read(&dst).expect("read"), vec![0; 16], "nothing ran");
+        client
+            .launch(stream, &kernel, [1, 1, 1], &[&src, &dst], &[], &[])
+            .expect("its own buffers");
+        assert_eq!(client.read(&dst).expect("read"), vec![5; 16]);
+    }
+
+    #[test]
+    fn recorded_launches_are_logged_and_eager_ones_are_not() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let src = client.create(stream, &[5; 16]).expect("src");
+        let dst = client.create(stream, &[0; 16]).expect("dst");
+        let kernel = copy_kernel(2);
+        let window = client.prepare(stream).expect("prepare");
+        client
+            .launch(stream, &kernel, [1, 1, 1], &[&src, &dst], &[], &[])
+            .expect("warmup launch");
+        client.begin(stream, window).expect("begin");
+        for _ in 0..2 {
+            client
+                .launch(stream, &kernel, [1, 1, 1], &[&src, &dst], &[], &[])
+                .expect("recorded launch");
+        }
+        let graph = client.instantiate(stream, window).expect("graph");
+        let info = client.graph_info(&graph).expect("info");
+        assert_eq!(info.launches, 2, "the recorded two, not the warmup's");
+        assert_eq!(info.touched_bytes, 32);
+    }
+
     #[test]
     fn a_panicking_capture_body_closes_its_window() {
         let client = client();
