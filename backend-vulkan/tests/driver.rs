@@ -11,7 +11,7 @@ use backend_vulkan::{
 };
 use capture_core::{
     Access, Availability, Binding, Builtin, BuiltinInfo, Builtins, DeviceSlice, Driver, Error,
-    GraphDriver, HostSlice, Launch, Params, Signature, Updated, builtin::groups_for,
+    GraphDriver, HostSlice, Launch, Params, Signature, Updated, groups_for,
 };
 
 /// Bytes per slice slot; capture-core keeps binding offsets at multiples of 256.
