@@ -204,6 +204,19 @@ mod tests {
     }
 
     #[test]
+    fn releasing_another_graph_keeps_the_pin() {
+        let mut pool = Pool::new(4096);
+        let mut cache = InfoCache::new(8);
+        cache.insert(b"n=4", slice(&mut pool, 1), WARMUP);
+        assert!(cache.capture_commit(GraphId(1)).is_empty());
+        assert!(cache.graph_release(GraphId(2)).is_empty());
+        assert_eq!(cache.pins(b"n=4"), 1, "graph 1 still pins it");
+        cache.clear();
+        assert_eq!(cache.len(), 0);
+        assert!(cache.get(b"n=4", OUT).is_none());
+    }
+
+    #[test]
     fn a_discarded_window_leaves_ordinary_entries() {
         let mut pool = Pool::new(4096);
         let mut cache = InfoCache::new(8);
@@ -242,9 +255,11 @@ mod tests {
         let mut cache = InfoCache::new(2);
         cache.insert(b"pinned", slice(&mut pool, 1), WARMUP);
         assert!(cache.capture_commit(GraphId(7)).is_empty());
-        cache.insert(b"a", slice(&mut pool, 2), OUT);
+        let a = slice(&mut pool, 2);
+        cache.insert(b"a", a.clone(), OUT);
         let evicted = cache.insert(b"b", slice(&mut pool, 3), OUT);
         assert_eq!(evicted.len(), 1);
+        assert!(evicted[0].same(&a), "the unpinned entry goes, for a fence");
         assert!(cache.get(b"pinned", OUT).is_some());
         assert!(cache.get(b"b", OUT).is_some());
         // Inside a window nothing is evicted: the window may use it all.
