@@ -60,8 +60,6 @@ pub struct StreamCapture {
     /// or before it, each once.
     touched: Vec<SliceHandle>,
     touched_seen: FastSet<BufferId>,
-    /// Pinned host slices recorded copies read from on every replay.
-    host: Vec<SliceHandle>,
     /// Every operation recorded, in order.
     log: Vec<Entry>,
     /// The first operation inside the window that failed or was skipped.
@@ -79,7 +77,6 @@ impl Default for StreamCapture {
             read_seen: FastSet::default(),
             touched: Vec::new(),
             touched_seen: FastSet::default(),
-            host: Vec::new(),
             log: Vec::new(),
             failure: None,
         }
@@ -95,8 +92,6 @@ pub struct Recorded {
     pub read: Vec<BufferId>,
     /// Device slices the recorded work touches.
     pub touched: Vec<SliceHandle>,
-    /// Host slices recorded copies read from.
-    pub host: Vec<SliceHandle>,
     /// Every operation recorded, in order.
     pub log: Vec<Entry>,
 }
@@ -217,11 +212,6 @@ impl StreamCapture {
         self.log.push(entry);
     }
 
-    /// A recorded copy reads `slice` on every replay.
-    pub fn record_host(&mut self, slice: SliceHandle) {
-        self.host.push(slice);
-    }
-
     /// An operation inside the window failed or was skipped. The first one
     /// is kept: it is the one that explains the rest.
     pub fn record_failure(&mut self, error: Error) {
@@ -242,7 +232,6 @@ impl StreamCapture {
             written: std::mem::take(&mut self.written),
             read: std::mem::take(&mut self.read),
             touched: std::mem::take(&mut self.touched),
-            host: std::mem::take(&mut self.host),
             log: std::mem::take(&mut self.log),
         }
     }

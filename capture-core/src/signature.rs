@@ -464,6 +464,11 @@ mod tests {
             Signature::new("k").param(4).to_string(),
             "k(param 4 B) workgroup 64x1x1"
         );
+        assert_eq!(
+            format!("{sig:?}"),
+            sig.to_string(),
+            "Debug reads as Display"
+        );
     }
 
     #[test]

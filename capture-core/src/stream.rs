@@ -267,7 +267,8 @@ impl<D: Driver> StreamState<D> {
             },
         );
         if self.capture.is_recording() {
-            self.capture.record_host(staging.clone());
+            // The staging slice was handed out while recording, so the host
+            // pool keeps it for the graph, which reads it on every replay.
             self.capture.record_touch(dst);
         } else {
             self.issued();

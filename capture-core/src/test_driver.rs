@@ -358,6 +358,64 @@ mod tests {
         let info = client.graph_info(&graph).expect("info");
         assert_eq!(info.launches, 2, "the recorded two, not the warmup's");
         assert_eq!(info.touched_bytes, 32);
+        assert_eq!(info.device_bytes, 512, "two slices of one alignment each");
+    }
+
+    #[test]
+    fn a_recorded_write_keeps_its_staged_bytes() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let dst = client.create(stream, &[0; 32]).expect("dst");
+        let window = client.prepare(stream).expect("prepare");
+        client.write(&dst, &[9; 32]).expect("warmup write");
+        client.begin(stream, window).expect("begin");
+        client.write(&dst, &[9; 32]).expect("recorded write");
+        let graph = client.instantiate(stream, window).expect("graph");
+        let info = client.graph_info(&graph).expect("info");
+        assert_eq!((info.copies, info.launches), (1, 0));
+        assert!(
+            info.host_bytes >= 32,
+            "the staged bytes are pinned: {info:?}"
+        );
+        assert!(info.uploaded, "the test driver's upload succeeds");
+        assert!(info.instantiate_time > std::time::Duration::ZERO);
+        // Later writes stage through the pool too, once the drop queue is
+        // empty from the first free range on; none may take the graph's
+        // staging slice.
+        client.sync(stream).expect("sync");
+        for fill in 1..4 {
+            client.write(&dst, &[fill; 32]).expect("eager write");
+        }
+        client.replay(&graph).expect("replay");
+        assert_eq!(client.read(&dst).expect("read"), vec![9; 32]);
+    }
+
+    #[test]
+    fn a_panicking_recapture_leaves_the_graph_as_it_was() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let src = client.create(stream, &[5; 16]).expect("src");
+        let dst = client.create(stream, &[0; 16]).expect("dst");
+        let kernel = copy_kernel(2);
+        let (graph, ()) = client
+            .capture(stream, |_| {
+                client.launch(stream, &kernel, [1, 1, 1], &[&src, &dst], &[], &[])
+            })
+            .expect("capture");
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = client.recapture(&graph, |pass| -> Result<(), Error> {
+                if pass == Pass::Record {
+                    panic!("the body fails mid-recording");
+                }
+                Ok(())
+            });
+        }));
+        assert!(result.is_err());
+        assert_eq!(client.phase(stream).expect("phase"), Phase::None);
+        client.write(&dst, &[0; 16]).expect("reset");
+        client.replay(&graph).expect("the old graph replays");
+        assert_eq!(client.read(&dst).expect("read"), vec![5; 16]);
+        assert_eq!(client.graph_info(&graph).expect("info").launches, 1);
     }
 
     #[test]

@@ -172,10 +172,11 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         // Pin every slice the window handed out, device and host; on a
         // refusal they drop with `retained` and are free again.
         let mut device = stream.device.capture_end();
-        let mut host = stream.host.capture_end();
+        // The host pool's pins include every staging slice a recorded copy
+        // reads: each was handed out while recording.
+        let host = stream.host.capture_end();
         let recorded = stream.capture.take_recorded();
         device.extend(recorded.touched);
-        host.extend(recorded.host);
         let bytes = pinned(&device, &host);
         let mut retained = device;
         retained.extend(host);
