@@ -265,64 +265,83 @@ impl Dispatch {
 
     /// Run every workgroup of the grid over the bound buffers in place.
     pub(crate) fn run(&self) -> Result<(), String> {
-        let signature = self.kernel.signature();
-        // Each distinct page is locked once, in page order, so two bindings
-        // in one page share its lock and no two workers can deadlock.
-        let mut pages: SmallVec<[&Range; 17]> = self.ranges().collect();
-        pages.sort_by_key(|range| range.memory.id());
-        pages.dedup_by_key(|range| range.memory.id());
-        let mut guards: SmallVec<[Bytes<'_>; 17]> =
-            pages.iter().map(|range| range.memory.bytes()).collect();
-        let page_of = |range: &Range| {
-            pages
-                .iter()
-                .position(|page| page.memory.id() == range.memory.id())
-                .unwrap_or(0)
-        };
+        dispatch(
+            &self.kernel,
+            self.groups,
+            &self.bindings,
+            self.info.as_ref(),
+            &self.params,
+        )
+    }
+}
 
-        let accesses = signature.accesses();
-        let mut places: SmallVec<[Place; 17]> = SmallVec::new();
-        for (binding, (range, access)) in self.bindings.iter().zip(accesses).enumerate() {
-            places.push(place(page_of(range), range, binding, access.writes())?);
-        }
-        let info_place = match &self.info {
-            Some(range) => Some(place(page_of(range), range, usize::MAX, false)?),
-            None => None,
-        };
-        places.extend(info_place);
+/// Run every workgroup of `groups` of `kernel` over `bindings` in place,
+/// with `info` and `params`: an eager launch's work, and each launch of a
+/// replayed program's.
+pub(crate) fn dispatch(
+    kernel: &Kernel,
+    groups: [u32; 3],
+    bindings: &[Range],
+    info: Option<&Range>,
+    params: &[u8],
+) -> Result<(), String> {
+    let signature = kernel.signature();
+    // Each distinct page is locked once, in page order, so two bindings
+    // in one page share its lock and no two workers can deadlock.
+    let mut pages: SmallVec<[&Range; 17]> = info.into_iter().chain(bindings).collect();
+    pages.sort_by_key(|range| range.memory.id());
+    pages.dedup_by_key(|range| range.memory.id());
+    let mut guards: SmallVec<[Bytes<'_>; 17]> =
+        pages.iter().map(|range| range.memory.bytes()).collect();
+    let page_of = |range: &Range| {
+        pages
+            .iter()
+            .position(|page| page.memory.id() == range.memory.id())
+            .unwrap_or(0)
+    };
 
-        let mut views: SmallVec<[Option<View<'_>>; 16]> = SmallVec::new();
-        views.resize_with(self.bindings.len(), || None);
-        let mut info: &[u8] = &[];
-        for (index, guard) in guards.iter_mut().enumerate() {
-            let mut in_page: SmallVec<[Place; 17]> =
-                places.iter().copied().filter(|p| p.page == index).collect();
-            in_page.sort_by_key(|p| (p.start, p.end));
-            carve(&mut guard[..], &in_page, &mut views, &mut info)?;
-        }
-        let mut views: SmallVec<[View<'_>; 16]> = views
-            .into_iter()
-            .map(|view| view.ok_or("a binding was not placed"))
-            .collect::<Result<_, _>>()?;
+    let accesses = signature.accesses();
+    let mut places: SmallVec<[Place; 17]> = SmallVec::new();
+    for (binding, (range, access)) in bindings.iter().zip(accesses).enumerate() {
+        places.push(place(page_of(range), range, binding, access.writes())?);
+    }
+    let info_place = match info {
+        Some(range) => Some(place(page_of(range), range, usize::MAX, false)?),
+        None => None,
+    };
+    places.extend(info_place);
 
-        let [gx, gy, gz] = self.groups;
-        for z in 0..gz {
-            for y in 0..gy {
-                for x in 0..gx {
-                    let group = Group {
-                        id: [x, y, z],
-                        groups: self.groups,
-                        size: signature.workgroup_size(),
-                        info,
-                        params: &self.params,
-                    };
-                    (self.kernel.inner.body)(&group, &mut views)
-                        .map_err(|err| format!("kernel {} failed: {err}", signature.name()))?;
-                }
+    let mut views: SmallVec<[Option<View<'_>>; 16]> = SmallVec::new();
+    views.resize_with(bindings.len(), || None);
+    let mut info_bytes: &[u8] = &[];
+    for (index, guard) in guards.iter_mut().enumerate() {
+        let mut in_page: SmallVec<[Place; 17]> =
+            places.iter().copied().filter(|p| p.page == index).collect();
+        in_page.sort_by_key(|p| (p.start, p.end));
+        carve(&mut guard[..], &in_page, &mut views, &mut info_bytes)?;
+    }
+    let mut views: SmallVec<[View<'_>; 16]> = views
+        .into_iter()
+        .map(|view| view.ok_or("a binding was not placed"))
+        .collect::<Result<_, _>>()?;
+
+    let [gx, gy, gz] = groups;
+    for z in 0..gz {
+        for y in 0..gy {
+            for x in 0..gx {
+                let group = Group {
+                    id: [x, y, z],
+                    groups,
+                    size: signature.workgroup_size(),
+                    info: info_bytes,
+                    params,
+                };
+                (kernel.inner.body)(&group, &mut views)
+                    .map_err(|err| format!("kernel {} failed: {err}", signature.name()))?;
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 fn place(page: usize, range: &Range, binding: usize, writes: bool) -> Result<Place, String> {

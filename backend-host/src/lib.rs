@@ -27,6 +27,7 @@
 mod builtins;
 mod kernels;
 mod memory;
+mod program;
 mod worker;
 
 use std::sync::Arc;
@@ -42,6 +43,7 @@ pub use memory::{DevicePage, HostPage, Memory, PageKind, UNWRITTEN};
 
 use kernels::Dispatch;
 use memory::Range;
+use program::Program;
 use worker::{Command, Op, Worker};
 
 /// The host backend.
@@ -75,7 +77,7 @@ impl Device {
 /// core.
 #[derive(Debug, Default)]
 pub struct Recording {
-    ops: Vec<Op>,
+    program: Program,
     /// Why the recording can no longer become a graph (a host sync).
     invalid: Option<String>,
     /// Pages allocated since `begin`.
@@ -94,33 +96,30 @@ pub struct Stream {
 /// An instantiated graph: the recorded work, replayed as one command.
 #[derive(Debug)]
 pub struct Executable {
-    ops: Arc<[Op]>,
+    program: Arc<Program>,
 }
 
 impl Executable {
     /// Whether `ops` does the same kinds of work as this graph, in the same
     /// order, with the same kernels: what an update in place may change is
     /// only what the work runs on (buffers, grids, parameters, info).
-    fn same_shape(&self, ops: &[Op]) -> bool {
-        self.ops.len() == ops.len() && self.ops.iter().zip(ops).all(|(a, b)| a.same_shape(b))
+    fn same_shape(&self, program: &Program) -> bool {
+        self.program.same_shape(program)
     }
 
     /// Recorded operations.
     pub fn len(&self) -> usize {
-        self.ops.len()
+        self.program.len()
     }
 
     /// Whether nothing was recorded.
     pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
+        self.program.len() == 0
     }
 
     /// The first released page any recorded operation touches.
     fn released_page(&self) -> Option<String> {
-        self.ops
-            .iter()
-            .find_map(Op::released)
-            .map(|range| range.memory.describe())
+        self.program.released().map(|range| range.memory.describe())
     }
 }
 
@@ -146,7 +145,7 @@ impl Stream {
     /// Send `op` to the worker, or record it.
     fn issue(&mut self, op: Op, what: &'static str) -> Result<(), DriverError> {
         if let Some(recording) = &mut self.recording {
-            recording.ops.push(op);
+            recording.program.push(op);
             return Ok(());
         }
         if self.worker.send(Command::Op(op)) {
@@ -379,7 +378,7 @@ impl GraphDriver for Host {
     fn instantiate(stream: &mut Stream, recording: Recording) -> Result<Executable, DriverError> {
         check_recording(stream, &recording, "instantiate")?;
         Ok(Executable {
-            ops: recording.ops.into(),
+            program: Arc::new(recording.program),
         })
     }
 
@@ -389,12 +388,12 @@ impl GraphDriver for Host {
         recording: Recording,
     ) -> Result<Updated<Recording>, DriverError> {
         check_recording(stream, &recording, "update")?;
-        if !exec.same_shape(&recording.ops) {
+        if !exec.same_shape(&recording.program) {
             return Ok(Updated::Topology(recording));
         }
         // Replays already sent hold the old work's `Arc`: they finish with
         // it, as a GPU finishes the graph it launched.
-        exec.ops = recording.ops.into();
+        exec.program = Arc::new(recording.program);
         Ok(Updated::InPlace)
     }
 
@@ -418,7 +417,7 @@ impl GraphDriver for Host {
                 format!("the graph touches {page}, which was released"),
             ));
         }
-        if stream.worker.send(Command::Replay(exec.ops.clone())) {
+        if stream.worker.send(Command::Replay(exec.program.clone())) {
             Ok(())
         } else {
             Err(error("replay", "the stream's worker thread has stopped"))

@@ -6,10 +6,11 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-use crate::kernels::Dispatch;
+use crate::kernels::{Dispatch, Kernel};
 use crate::memory::Range;
+use crate::program::Program;
 
-/// One unit of recorded or eager work.
+/// One unit of eager work.
 #[derive(Debug, Clone)]
 // Held inline on purpose, however large a launch is next to a copy: boxing
 // it would make every launch allocate.
@@ -22,19 +23,8 @@ pub(crate) enum Op {
 }
 
 impl Op {
-    /// Every range the op touches.
-    /// Whether `other` is the same kind of work with the same kernel: what
-    /// an update in place keeps.
-    pub(crate) fn same_shape(&self, other: &Op) -> bool {
-        match (self, other) {
-            (Op::Copy { .. }, Op::Copy { .. }) => true,
-            (Op::Kernel(a), Op::Kernel(b)) => a.kernel.same(&b.kernel),
-            _ => false,
-        }
-    }
-
     /// The first released page the op touches.
-    pub(crate) fn released(&self) -> Option<&Range> {
+    fn released(&self) -> Option<&Range> {
         match self {
             Op::Copy { src, dst } => [src, dst].into_iter().find(|r| r.memory.is_released()),
             Op::Kernel(dispatch) => dispatch.ranges().find(|r| r.memory.is_released()),
@@ -43,38 +33,50 @@ impl Op {
 
     fn run(&self) -> Result<(), String> {
         if let Some(released) = self.released() {
-            return Err(format!(
-                "work touched {}, which was released",
-                released.memory.describe()
-            ));
+            return Err(touched_released(released));
         }
         match self {
-            Op::Copy { src, dst } => {
-                let data = src.load().ok_or("copy source out of range")?;
-                if dst.store(&data) {
-                    Ok(())
-                } else {
-                    Err("copy destination out of range".into())
-                }
-            }
-            // A panicking kernel is a faulting kernel: reported by the next
-            // fence, never the end of the worker.
-            Op::Kernel(dispatch) => {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dispatch.run()))
-                    .unwrap_or_else(|panic| {
-                        let what = panic
-                            .downcast_ref::<&str>()
-                            .map(|s| (*s).to_owned())
-                            .or_else(|| panic.downcast_ref::<String>().cloned())
-                            .unwrap_or_else(|| "a panic".into());
-                        Err(format!(
-                            "kernel {} panicked: {what}",
-                            dispatch.kernel.signature().name()
-                        ))
-                    })
-            }
+            Op::Copy { src, dst } => copy(src, dst),
+            Op::Kernel(dispatch) => run_kernel(&dispatch.kernel, || dispatch.run()),
         }
     }
+}
+
+/// The error of work that touched `range` after its page was released.
+pub(crate) fn touched_released(range: &Range) -> String {
+    format!(
+        "work touched {}, which was released",
+        range.memory.describe()
+    )
+}
+
+/// Copy `src` to `dst`.
+pub(crate) fn copy(src: &Range, dst: &Range) -> Result<(), String> {
+    let data = src.load().ok_or("copy source out of range")?;
+    if dst.store(&data) {
+        Ok(())
+    } else {
+        Err("copy destination out of range".into())
+    }
+}
+
+/// Run `kernel`'s work: a panicking kernel is a faulting kernel, reported
+/// by the next fence, never the end of the worker.
+pub(crate) fn run_kernel(
+    kernel: &Kernel,
+    work: impl FnOnce() -> Result<(), String>,
+) -> Result<(), String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".into());
+        Err(format!(
+            "kernel {} panicked: {what}",
+            kernel.signature().name()
+        ))
+    })
 }
 
 /// Commands a stream's queue holds before the caller waits for the worker.
@@ -84,7 +86,7 @@ const QUEUE_DEPTH: usize = 1024;
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Command {
     Op(Op),
-    Replay(Arc<[Op]>),
+    Replay(Arc<Program>),
     Signal(u64),
 }
 
@@ -190,8 +192,8 @@ fn run(receiver: Receiver<Command>, progress: Shared) {
                     fail(err);
                 }
             }
-            Command::Replay(ops) => {
-                if let Some(err) = ops.iter().find_map(|op| op.run().err()) {
+            Command::Replay(program) => {
+                if let Err(err) = program.run() {
                     fail(err);
                 }
             }

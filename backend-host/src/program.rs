@@ -1,0 +1,127 @@
+//! A recording's work, kept compact for replays.
+//!
+//! An eager launch carries its bindings and parameters inline, sized for the
+//! most a launch may have, so that sending it allocates nothing. A recording
+//! keeps its launches instead as steps that index two arrays shared by the
+//! whole program, one of ranges and one of parameter bytes: recording a
+//! launch allocates nothing of its own (the arrays grow by doubling), and a
+//! program of ten thousand launches stays a few hundred kilobytes.
+
+use std::ops::Range as Span;
+
+use crate::kernels::{Dispatch, Kernel, dispatch};
+use crate::memory::Range;
+use crate::worker::{Op, copy, run_kernel, touched_released};
+
+/// One step of a program.
+#[derive(Debug, Clone)]
+enum Step {
+    /// Copy the ranges at `src` and `dst` of the program's ranges.
+    Copy { src: usize, dst: usize },
+    /// Launch `kernel` over the program's ranges at `bindings`, the info
+    /// range at `info`, and the parameter bytes at `params`.
+    Kernel {
+        kernel: Kernel,
+        groups: [u32; 3],
+        bindings: Span<usize>,
+        info: Option<usize>,
+        params: Span<usize>,
+    },
+}
+
+/// A recorded sequence of work.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Program {
+    steps: Vec<Step>,
+    ranges: Vec<Range>,
+    params: Vec<u8>,
+}
+
+impl Program {
+    /// Append `op`.
+    pub(crate) fn push(&mut self, op: Op) {
+        let step = match op {
+            Op::Copy { src, dst } => {
+                let src = self.range(src);
+                Step::Copy {
+                    src,
+                    dst: self.range(dst),
+                }
+            }
+            Op::Kernel(Dispatch {
+                kernel,
+                groups,
+                bindings,
+                info,
+                params,
+            }) => {
+                let start = self.ranges.len();
+                self.ranges.extend(bindings);
+                let bindings = start..self.ranges.len();
+                let info = info.map(|info| self.range(info));
+                let start = self.params.len();
+                self.params.extend_from_slice(&params);
+                Step::Kernel {
+                    kernel,
+                    groups,
+                    bindings,
+                    info,
+                    params: start..self.params.len(),
+                }
+            }
+        };
+        self.steps.push(step);
+    }
+
+    fn range(&mut self, range: Range) -> usize {
+        self.ranges.push(range);
+        self.ranges.len() - 1
+    }
+
+    /// Steps recorded.
+    pub(crate) fn len(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// Whether `other` does the same kinds of work in the same order with
+    /// the same kernels: what an update in place may change is only what
+    /// the work runs on (buffers, grids, parameters, info).
+    pub(crate) fn same_shape(&self, other: &Program) -> bool {
+        self.steps.len() == other.steps.len()
+            && self.steps.iter().zip(&other.steps).all(|pair| match pair {
+                (Step::Copy { .. }, Step::Copy { .. }) => true,
+                (Step::Kernel { kernel: a, .. }, Step::Kernel { kernel: b, .. }) => a.same(b),
+                _ => false,
+            })
+    }
+
+    /// The first released page any step touches.
+    pub(crate) fn released(&self) -> Option<&Range> {
+        self.ranges.iter().find(|range| range.memory.is_released())
+    }
+
+    /// Run every step in order; the first error stops the program.
+    pub(crate) fn run(&self) -> Result<(), String> {
+        if let Some(released) = self.released() {
+            return Err(touched_released(released));
+        }
+        self.steps.iter().try_for_each(|step| match step {
+            Step::Copy { src, dst } => copy(&self.ranges[*src], &self.ranges[*dst]),
+            Step::Kernel {
+                kernel,
+                groups,
+                bindings,
+                info,
+                params,
+            } => run_kernel(kernel, || {
+                dispatch(
+                    kernel,
+                    *groups,
+                    &self.ranges[bindings.clone()],
+                    info.map(|at| &self.ranges[at]),
+                    &self.params[params.clone()],
+                )
+            }),
+        })
+    }
+}
