@@ -27,6 +27,7 @@
 mod builtins;
 mod kernels;
 mod memory;
+mod op;
 mod program;
 mod worker;
 
@@ -43,8 +44,9 @@ pub use memory::{DevicePage, HostPage, Memory, PageKind, UNWRITTEN};
 
 use kernels::Dispatch;
 use memory::Range;
+use op::Op;
 use program::Program;
-use worker::{Command, Op, Worker};
+use worker::{Command, Worker};
 
 /// The host backend.
 #[derive(Debug, Clone, Copy, Default)]

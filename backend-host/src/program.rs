@@ -11,7 +11,7 @@ use std::ops::Range as Span;
 
 use crate::kernels::{Dispatch, Kernel, dispatch};
 use crate::memory::Range;
-use crate::worker::{Op, copy, run_kernel, touched_released};
+use crate::op::{Op, copy, run_kernel, touched_released};
 
 /// One step of a program.
 #[derive(Debug, Clone)]
