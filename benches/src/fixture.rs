@@ -3,9 +3,9 @@
 
 use capture_core::{Buffer, Builtin, Client, GraphHandle, StreamId};
 
-use crate::ELEMENTS;
 use crate::backends::Backend;
 use crate::failure::{Failure, Result};
+use crate::sizes::ELEMENTS;
 
 /// Adds beyond which an `f32` counter no longer counts exactly (2^24).
 const EXACT_LIMIT: u64 = 1 << 24;

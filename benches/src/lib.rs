@@ -26,6 +26,7 @@ pub mod failure;
 pub mod fixture;
 pub mod measure;
 pub mod raw;
+pub mod sizes;
 pub mod validation;
 
 pub use backends::{Backend, Visit, availability, each_backend};
@@ -33,17 +34,4 @@ pub use failure::{Failure, Result};
 pub use fixture::{AddGraph, Fixture};
 pub use measure::{CaptureSample, Sample};
 pub use raw::RawAdd;
-
-/// Elements of the buffers every measured `add` launch covers.
-pub const ELEMENTS: u32 = 256;
-
-/// Replays (or eager launches) issued between two syncs of the stream in the
-/// per-call measurements, so that the queue stays bounded. The sync itself is
-/// left out of the time and the allocation count, on both sides alike.
-pub const SYNC_EVERY: u64 = 256;
-
-/// Launch counts of the replay-against-eager comparison.
-pub const SEQUENCE_LENGTHS: [usize; 4] = [1, 10, 100, 1000];
-
-/// Launch counts of the capture-cost measurement.
-pub const CAPTURE_LENGTHS: [usize; 4] = [10, 100, 1000, 10_000];
+pub use sizes::{CAPTURE_LENGTHS, ELEMENTS, SEQUENCE_LENGTHS, SYNC_EVERY};

@@ -18,11 +18,12 @@ use std::time::{Duration, Instant};
 
 use conformance::workload::decode::Footprint;
 
+use crate::alloc_counter;
 use crate::backends::Backend;
 use crate::failure::{Failure, Result};
 use crate::fixture::{AddGraph, Fixture};
 use crate::raw::{RawAdd, raw_sync};
-use crate::{SYNC_EVERY, alloc_counter};
+use crate::sizes::SYNC_EVERY;
 
 /// What one measured loop took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

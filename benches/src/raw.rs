@@ -6,10 +6,10 @@ use capture_core::{
     Launch, groups_for,
 };
 
-use crate::ELEMENTS;
 use crate::backends::Backend;
 use crate::failure::Result;
 use crate::fixture::Fixture;
+use crate::sizes::ELEMENTS;
 
 /// The `add` kernel the core launches, and a buffer holding the launch's
 /// info bytes.
