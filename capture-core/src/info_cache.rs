@@ -18,7 +18,7 @@ use smallvec::SmallVec;
 use crate::hashing::FastMap;
 use crate::ids::GraphId;
 use crate::phase::Phase;
-use crate::pool::SliceHandle;
+use crate::pool::{Place, SliceHandle};
 
 struct Entry {
     slice: SliceHandle,
@@ -34,6 +34,20 @@ struct Entry {
 pub struct InfoCache {
     entries: FastMap<Box<[u8]>, Entry>,
     capacity: usize,
+    /// The entry an eager launch found last: most launches pass the same
+    /// info as the one before, so the next compares bytes before it hashes.
+    /// Forgotten whenever an entry leaves the cache.
+    last: Option<Last>,
+}
+
+/// Longest info the last-used memo keeps.
+const LAST_BYTES: usize = 32;
+
+/// The last entry an eager launch used: its bytes and where they lie.
+struct Last {
+    len: usize,
+    bytes: [u8; LAST_BYTES],
+    place: Place,
 }
 
 impl InfoCache {
@@ -42,7 +56,30 @@ impl InfoCache {
         Self {
             entries: FastMap::default(),
             capacity: capacity.max(1),
+            last: None,
         }
+    }
+
+    /// Where the device slice holding `bytes` lies, if cached, for an eager
+    /// launch (outside any window: nothing is pinned).
+    #[inline]
+    pub fn eager_place(&mut self, bytes: &[u8]) -> Option<Place> {
+        if let Some(last) = &self.last
+            && last.bytes.get(..last.len) == Some(bytes)
+        {
+            return Some(last.place);
+        }
+        let place = self.entries.get(bytes)?.slice.place();
+        if bytes.len() <= LAST_BYTES {
+            let mut kept = [0; LAST_BYTES];
+            kept[..bytes.len()].copy_from_slice(bytes);
+            self.last = Some(Last {
+                len: bytes.len(),
+                bytes: kept,
+                place,
+            });
+        }
+        Some(place)
     }
 
     /// The device slice holding `bytes`, if cached; pins it for an open window.
@@ -58,6 +95,7 @@ impl InfoCache {
     pub fn insert(&mut self, bytes: &[u8], slice: SliceHandle, phase: Phase) -> Vec<SliceHandle> {
         let mut evicted = Vec::new();
         if phase == Phase::None && self.entries.len() >= self.capacity {
+            self.last = None;
             self.entries.retain(|_, entry| {
                 let keep = !entry.graphs.is_empty() || entry.window;
                 if !keep {
@@ -103,6 +141,8 @@ impl InfoCache {
     }
 
     fn close_window(&mut self) -> Vec<SliceHandle> {
+        // The last-used memo stays: only eager launches fill it, and they
+        // never use an entry made while recording.
         let mut recorded = Vec::new();
         self.entries.retain(|_, entry| {
             if entry.recorded {
@@ -117,6 +157,7 @@ impl InfoCache {
     /// graph pins. Returns their slices for the drop queue.
     pub fn graph_release(&mut self, id: GraphId) -> Vec<SliceHandle> {
         let mut freed = Vec::new();
+        self.last = None;
         self.entries.retain(|_, entry| {
             let Some(at) = entry.graphs.iter().position(|g| *g == id) else {
                 return true;
@@ -133,6 +174,7 @@ impl InfoCache {
 
     /// Drop every entry (the stream is going away).
     pub fn clear(&mut self) {
+        self.last = None;
         self.entries.clear();
     }
 
@@ -201,6 +243,48 @@ mod tests {
             cache.graph_release(GraphId(2)).is_empty(),
             "a double release is a no-op"
         );
+    }
+
+    #[test]
+    fn the_last_used_entry_is_found_without_hashing_and_forgotten_when_it_goes() {
+        let mut pool = Pool::new(4096);
+        let mut cache = InfoCache::new(1);
+        let a = slice(&mut pool, 1);
+        cache.insert(b"n=1", a.clone(), OUT);
+        assert_eq!(cache.eager_place(b"n=1"), Some(a.place()));
+        assert_eq!(cache.eager_place(b"n=1"), Some(a.place()), "from the memo");
+        assert_eq!(cache.eager_place(b"n=2"), None);
+        // Evicting the remembered entry forgets it too.
+        let b = slice(&mut pool, 2);
+        assert_eq!(cache.insert(b"n=2", b.clone(), OUT).len(), 1);
+        assert_eq!(cache.eager_place(b"n=1"), None, "evicted");
+        assert_eq!(cache.eager_place(b"n=2"), Some(b.place()));
+        // So does a graph's release, and a clear.
+        cache.insert(b"n=3", slice(&mut pool, 3), WARMUP);
+        assert!(cache.capture_commit(GraphId(1)).is_empty());
+        assert!(cache.eager_place(b"n=3").is_some());
+        assert_eq!(cache.graph_release(GraphId(1)).len(), 1);
+        assert_eq!(cache.eager_place(b"n=3"), None, "released");
+        cache.clear();
+        assert_eq!(cache.eager_place(b"n=2"), None, "cleared");
+        // Info longer than the memo holds is still found, by hash.
+        let long = [7u8; 40];
+        let c = slice(&mut pool, 4);
+        cache.insert(&long, c.clone(), OUT);
+        assert_eq!(cache.eager_place(&long), Some(c.place()));
+        assert_eq!(cache.eager_place(&long[..39]), None);
+    }
+
+    #[test]
+    fn a_window_closing_keeps_the_eager_entries_found() {
+        let mut pool = Pool::new(4096);
+        let mut cache = InfoCache::new(8);
+        cache.insert(b"recorded", slice(&mut pool, 1), RECORDING);
+        cache.insert(b"eager", slice(&mut pool, 2), OUT);
+        assert!(cache.eager_place(b"eager").is_some());
+        assert_eq!(cache.capture_commit(GraphId(1)).len(), 1);
+        assert!(cache.eager_place(b"recorded").is_none());
+        assert!(cache.eager_place(b"eager").is_some());
     }
 
     #[test]

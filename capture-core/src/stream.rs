@@ -324,9 +324,12 @@ impl<D: Driver> StreamState<D> {
         bytes: &[u8],
         ids: &mut impl FnMut() -> BufferId,
     ) -> Result<Place, Error> {
-        let phase = self.capture.phase();
-        match self.info.get(bytes, phase) {
-            Some(slice) => Ok(slice.place()),
+        let cached = match self.capture.phase() {
+            Phase::None => self.info.eager_place(bytes),
+            phase => self.info.get(bytes, phase).map(SliceHandle::place),
+        };
+        match cached {
+            Some(place) => Ok(place),
             None => self.info_slice(bytes, ids).map(|slice| slice.place()),
         }
     }
