@@ -1,6 +1,8 @@
-//! Frees wait for the device only as long as they must: a reclaim of the
-//! drop queue never waits, and a pool that must reuse a freed slice waits
-//! for that slice's last use, not for the work queued after it.
+//! Frees wait for the device exactly as long as they must: a reclaim of the
+//! drop queue never waits, a pool that must reuse a freed slice waits for
+//! that slice's last use and not for the work queued after it, a slice the
+//! device is past is reused at once, and none is reused before its last use
+//! is done.
 //!
 //! A slow kernel (a host closure that sleeps) is queued after a buffer's
 //! last use; the calls that reclaim and reuse its slice are timed against
@@ -138,4 +140,121 @@ fn a_reclaim_never_waits() {
         0,
         "a sync frees it"
     );
+}
+
+#[test]
+fn a_free_after_a_launch_waits_for_that_launch() {
+    // Four 256-byte slices fill a page.
+    let client = Client::<Host>::open_with(Config {
+        device_page_bytes: 1024,
+        first_page_bytes: 1024,
+        ..Config::default()
+    })
+    .expect("open");
+    let stream = client.create_stream().expect("stream");
+    let (touch, slow) = kernels();
+    let one = Params::new().f32(1.0);
+    let [a, b, c, d] = [(); 4].map(|()| client.allocate(stream, 256).expect("a slice"));
+    // A graph whose window freed an intermediate of a whole page: once the
+    // window closes, the drop queue holds a stamped batch for it.
+    let (graph, ()) = client
+        .capture(stream, |_| {
+            let t = client.allocate(stream, 1024)?;
+            client.launch(stream, &touch, [1, 1, 1], &[&t], &[], one.as_bytes())
+        })
+        .expect("capture");
+    std::thread::sleep(Duration::from_millis(50));
+    client
+        .launch(stream, &slow, [1, 1, 1], &[&a], &[], one.as_bytes())
+        .expect("a's last use, slow");
+    let freed = a.placement();
+    drop(a);
+    // Collects a: it must wait for the slow launch, not join the earlier
+    // batch the device is already past.
+    client
+        .launch(stream, &touch, [1, 1, 1], &[&b], &[], one.as_bytes())
+        .expect("another launch");
+    let started = Instant::now();
+    let e = client.allocate(stream, 256).expect("e");
+    let waited = started.elapsed();
+    assert!(
+        e.placement().overlaps(&freed),
+        "e reuses a's slice: every page is full"
+    );
+    assert!(
+        waited >= SLOW / 2,
+        "e took a's slice after {waited:?}, while a's last use ran for {SLOW:?}"
+    );
+    drop((b, c, d, e, graph));
+}
+
+#[test]
+fn the_threshold_reclaims_what_the_device_is_past_without_a_sync() {
+    let client = Client::<Host>::open_with(Config {
+        drop_queue_threshold: 1,
+        ..Config::default()
+    })
+    .expect("open");
+    let stream = client.create_stream().expect("stream");
+    let (touch, slow) = kernels();
+    let one = Params::new().f32(1.0);
+    let a = client.allocate(stream, 256).expect("a");
+    let b = client.allocate(stream, 256).expect("b");
+    client.sync(stream).expect("sync");
+    client
+        .launch(stream, &slow, [1, 1, 1], &[&a], &[], one.as_bytes())
+        .expect("a's last use, slow");
+    drop(a);
+    client
+        .launch(stream, &touch, [1, 1, 1], &[&b], &[], one.as_bytes())
+        .expect("collects a");
+    assert_eq!(
+        client.usage(stream).expect("usage").pending_drops,
+        1,
+        "a waits for its last use"
+    );
+    std::thread::sleep(SLOW + Duration::from_millis(100));
+    client
+        .launch(stream, &touch, [1, 1, 1], &[&b], &[], one.as_bytes())
+        .expect("a launch past the threshold");
+    assert_eq!(
+        client.usage(stream).expect("usage").pending_drops,
+        0,
+        "the device is past a's last use: freed with no sync"
+    );
+    drop(b);
+}
+
+#[test]
+fn a_pool_miss_reuses_what_the_device_is_past_without_waiting() {
+    // Four 256-byte slices fill a page.
+    let client = Client::<Host>::open_with(Config {
+        device_page_bytes: 1024,
+        first_page_bytes: 1024,
+        ..Config::default()
+    })
+    .expect("open");
+    let stream = client.create_stream().expect("stream");
+    let (touch, slow) = kernels();
+    let one = Params::new().f32(1.0);
+    let [a, b, c, d] = [(); 4].map(|()| client.allocate(stream, 256).expect("a slice"));
+    client
+        .launch(stream, &touch, [1, 1, 1], &[&a], &[], one.as_bytes())
+        .expect("a's last use");
+    let freed = a.placement();
+    drop(a);
+    client
+        .launch(stream, &slow, [1, 1, 1], &[&b], &[], one.as_bytes())
+        .expect("slow work after a's free");
+    // The device is past a's last use, not past the slow launch.
+    std::thread::sleep(Duration::from_millis(50));
+    let started = Instant::now();
+    let e = client.allocate(stream, 256).expect("e");
+    let took = started.elapsed();
+    assert!(e.placement().overlaps(&freed), "e takes a's slice");
+    assert!(
+        took < SLOW / 4,
+        "taking a slice the device is past took {took:?}: it waited for later work"
+    );
+    drop((b, c, d, e));
 }

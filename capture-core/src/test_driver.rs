@@ -419,6 +419,18 @@ mod tests {
     }
 
     #[test]
+    fn trim_releases_every_empty_page_and_counts_them() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        // A device page for the buffer, a host page for its staging.
+        let buffer = client.create(stream, &[1; 64]).expect("buffer");
+        drop(buffer);
+        assert_eq!(client.trim(stream).expect("trim"), 2);
+        assert_eq!(client.usage(stream).expect("usage").device.pages, 0);
+        assert_eq!(client.trim(stream).expect("again"), 0);
+    }
+
+    #[test]
     fn a_panicking_capture_body_closes_its_window() {
         let client = client();
         let stream = client.create_stream().expect("stream");

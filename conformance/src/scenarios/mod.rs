@@ -50,6 +50,7 @@ suite![
     state::rule_01_out_of_order_calls_change_nothing,
     state::rule_03_close_from_prepared_disarms,
     state::rule_04_instantiate_always_leaves_capture_mode,
+    state::a_doomed_windows_info_is_never_served,
     state::rule_06_foreign_close_yields_no_graph,
     state::rule_08_host_sync_refused_while_recording,
     state::bad_input_is_refused_and_loses_nothing,

@@ -97,6 +97,32 @@ pub fn rule_03_close_from_prepared_disarms<D: UserKernels>(session: &Session<D>)
     usable(&client, stream)
 }
 
+/// Info bytes first seen inside a window that yields no graph were staged
+/// by a recorded copy that never ran: an eager launch passing the same
+/// bytes afterwards stages its own instead of reading the unwritten slice.
+pub fn a_doomed_windows_info_is_never_served<D: UserKernels>(session: &Session<D>) -> Outcome {
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let x = client.create_f32(stream, &[0.0; NU]).step("x")?;
+    let window = client.prepare(stream).step("prepare")?;
+    client.begin(stream, window).step("begin")?;
+    // 7.25 has not been filled before on this stream: its info is new.
+    let recorded = client.run_builtin(stream, Builtin::Fill, &[&x], N, 7.25);
+    let bad = client.run_builtin(stream, Builtin::Add, &[&x], N, 0.0);
+    ensure!(bad.is_err(), "a launch with too few buffers is refused");
+    refused(client.instantiate(stream, window), "the doomed window")?;
+    drop(recorded);
+    client
+        .run_builtin(stream, Builtin::Fill, &[&x], N, 7.25)
+        .step("the same fill, eagerly")?;
+    expect_all(
+        &client,
+        &x,
+        7.25,
+        "x after an eager fill with the doomed window's info",
+    )
+}
+
 /// No path out of `instantiate` leaves the stream recording: after a
 /// refused, doomed, and successful close alike, a read works.
 pub fn rule_04_instantiate_always_leaves_capture_mode<D: UserKernels>(
