@@ -409,9 +409,8 @@ fn allocate<D: Driver, P>(
         return Ok(slice);
     }
     if !recording && !drops.is_empty() {
-        if drops.reclaim(|signal| D::is_done(raw, signal))? > 0
-            && let Some(slice) = reuse(pool)?
-        {
+        drops.reclaim(|signal| D::is_done(raw, signal))?;
+        if let Some(slice) = reuse(pool)? {
             return Ok(slice);
         }
         while drops.wait_oldest(|signal| D::fence(raw, signal))? {
