@@ -93,6 +93,8 @@ pub struct Stream {
     worker: Worker,
     next_signal: u64,
     recording: Option<Recording>,
+    /// The size of the last recording, which the next reserves at once.
+    last_recording: (usize, usize, usize),
 }
 
 /// An instantiated graph: the recorded work, replayed as one command.
@@ -255,6 +257,7 @@ impl Driver for Host {
             worker,
             next_signal: 0,
             recording: None,
+            last_recording: (0, 0, 0),
         })
     }
 
@@ -366,15 +369,21 @@ impl GraphDriver for Host {
         if stream.recording.is_some() {
             return Err(error("begin capture", "the stream is already recording"));
         }
-        stream.recording = Some(Recording::default());
+        stream.recording = Some(Recording {
+            program: Program::sized_like(stream.last_recording),
+            ..Recording::default()
+        });
         Ok(())
     }
 
     fn end(stream: &mut Stream) -> Result<Recording, DriverError> {
-        stream
+        let mut recording = stream
             .recording
             .take()
-            .ok_or_else(|| error("end capture", "the stream is not recording"))
+            .ok_or_else(|| error("end capture", "the stream is not recording"))?;
+        stream.last_recording = recording.program.size();
+        recording.program.fit();
+        Ok(recording)
     }
 
     fn instantiate(stream: &mut Stream, recording: Recording) -> Result<Executable, DriverError> {

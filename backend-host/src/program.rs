@@ -73,6 +73,33 @@ impl Program {
         self.steps.push(step);
     }
 
+    /// An empty program with room for one as large as `like`.
+    pub(crate) fn sized_like(like: (usize, usize, usize)) -> Self {
+        Self {
+            steps: Vec::with_capacity(like.0),
+            ranges: Vec::with_capacity(like.1),
+            params: Vec::with_capacity(like.2),
+        }
+    }
+
+    /// Give back room reserved for a larger program than this one, so that
+    /// a graph keeps no more than it recorded (give or take doubling).
+    pub(crate) fn fit(&mut self) {
+        fn fit<T>(v: &mut Vec<T>) {
+            if v.capacity() > 2 * v.len() {
+                v.shrink_to_fit();
+            }
+        }
+        fit(&mut self.steps);
+        fit(&mut self.ranges);
+        fit(&mut self.params);
+    }
+
+    /// How large the program is: steps, ranges and parameter bytes.
+    pub(crate) fn size(&self) -> (usize, usize, usize) {
+        (self.steps.len(), self.ranges.len(), self.params.len())
+    }
+
     fn range(&mut self, range: Range) -> usize {
         self.ranges.push(range);
         self.ranges.len() - 1
@@ -123,5 +150,35 @@ impl Program {
                 )
             }),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::{Memory, PageKind};
+
+    fn copy_op(memory: &std::sync::Arc<Memory>) -> Op {
+        Op::Copy {
+            src: Range::new(memory, 0, 4),
+            dst: Range::new(memory, 4, 4),
+        }
+    }
+
+    #[test]
+    fn a_program_sized_like_another_holds_it_and_fits_to_what_it_holds() {
+        let memory = Memory::new(PageKind::Device, 16).expect("a page");
+        let mut big = Program::default();
+        (0..50).for_each(|_| big.push(copy_op(&memory)));
+        assert_eq!(big.size(), (50, 100, 0));
+        let mut next = Program::sized_like(big.size());
+        assert!(next.steps.capacity() >= 50 && next.ranges.capacity() >= 100);
+        next.push(copy_op(&memory));
+        next.fit();
+        assert_eq!(next.len(), 1);
+        assert!(next.steps.capacity() <= 2 && next.ranges.capacity() <= 4);
+        big.fit();
+        assert!(big.steps.capacity() >= 50, "a full program keeps its room");
+        assert!(next.run().is_ok());
     }
 }

@@ -62,6 +62,9 @@ pub struct StreamCapture {
     touched_seen: FastSet<BufferId>,
     /// Every operation recorded, in order.
     log: Vec<Entry>,
+    /// Operations the last window recorded: the next reserves room for as
+    /// many at once, instead of growing its log step by step.
+    last_len: usize,
     /// The first operation inside the window that failed or was skipped.
     failure: Option<Error>,
 }
@@ -78,6 +81,7 @@ impl Default for StreamCapture {
             touched: Vec::new(),
             touched_seen: FastSet::default(),
             log: Vec::new(),
+            last_len: 0,
             failure: None,
         }
     }
@@ -130,6 +134,7 @@ impl StreamCapture {
             Phase::Prepared(open) if open == window => {
                 self.phase = Phase::Recording(window);
                 self.recorder = Some(recorder);
+                self.log.reserve(self.last_len);
                 Ok(())
             }
             Phase::Prepared(open) => Err(format!("{open} is prepared, not {window}")),
@@ -228,6 +233,14 @@ impl StreamCapture {
         self.written_seen.clear();
         self.read_seen.clear();
         self.touched_seen.clear();
+        if !self.log.is_empty() {
+            self.last_len = self.log.len();
+        }
+        // Room reserved for a longer recording than this one is not kept
+        // for the graph's life.
+        if self.log.capacity() > 2 * self.log.len() {
+            self.log.shrink_to_fit();
+        }
         Recorded {
             written: std::mem::take(&mut self.written),
             read: std::mem::take(&mut self.read),
@@ -257,6 +270,38 @@ mod tests {
         std::thread::spawn(|| std::thread::current().id())
             .join()
             .expect("a thread")
+    }
+
+    fn write(buffer: u64) -> Entry {
+        Entry::Write {
+            buffer: BufferId(buffer),
+            bytes: 4,
+        }
+    }
+
+    #[test]
+    fn a_window_reserves_the_last_ones_log_and_a_graph_keeps_no_spare() {
+        let mut state = StreamCapture::default();
+        state.prepare(W1).expect("prepare");
+        state.begin(W1, me()).expect("begin");
+        (0..100).for_each(|i| state.record_entry(write(i)));
+        state.end(W1).expect("end");
+        assert_eq!(state.take_recorded().log.len(), 100);
+        state.abort();
+        state.prepare(W2).expect("prepare again");
+        state.begin(W2, me()).expect("begin again");
+        assert!(
+            state.log.capacity() >= 100,
+            "room for the last window's log"
+        );
+        state.record_entry(write(1));
+        let small = state.take_recorded().log;
+        assert_eq!(small.len(), 1);
+        assert!(
+            small.capacity() <= 2,
+            "{} kept for one entry",
+            small.capacity()
+        );
     }
 
     #[test]
