@@ -31,7 +31,7 @@ use crate::graph_log::GraphInfo;
 use crate::graveyard::Graveyard;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
 use crate::pool::SliceHandle;
-use crate::server::{Bound, BufferRef, Server};
+use crate::server::{Bound, BufferRef, Server, StreamRef};
 use crate::signature::Signature;
 use crate::stream::{Config, StreamUsage};
 use crate::window::Update;
@@ -230,6 +230,8 @@ pub struct GraphHandle<D: GraphDriver> {
 struct GraphInner<D: GraphDriver> {
     id: GraphId,
     stream: StreamId,
+    /// Its stream, kept: a replay finds it without the device's map.
+    at: StreamRef<D>,
     shared: Weak<Shared<D>>,
 }
 
@@ -273,7 +275,8 @@ impl<D: GraphDriver> GraphHandle<D> {
             .shared
             .upgrade()
             .ok_or(Error::UnknownGraph(self.inner.id))?;
-        shared.server.replay(self.inner.id, Some(self.inner.stream))
+        let inner = &*self.inner;
+        shared.server.replay_at(inner.id, inner.stream, &inner.at)
     }
 }
 
@@ -547,6 +550,7 @@ impl<D: GraphDriver> Client<D> {
             inner: Arc::new(GraphInner {
                 id,
                 stream,
+                at: self.shared.server.stream_ref(stream),
                 shared: Arc::downgrade(&self.shared),
             }),
         })
@@ -674,7 +678,8 @@ impl<D: GraphDriver> Client<D> {
     /// Enqueue `graph`'s recorded work on its stream.
     pub fn replay(&self, graph: &GraphHandle<D>) -> Result<(), Error> {
         let id = self.graph_id(graph)?;
-        self.server()?.replay(id, Some(graph.stream()))
+        let inner = &*graph.inner;
+        self.server()?.replay_at(id, inner.stream, &inner.at)
     }
 
     /// Replay graph `id`, which may be unknown or destroyed.

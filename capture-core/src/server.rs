@@ -88,6 +88,11 @@ impl Bound for BufferRef<'_> {
     }
 }
 
+/// A stream as a graph handle keeps it: its slot, without keeping the
+/// stream alive, so that a replay reaches its stream without the device's
+/// map of streams (a lock, a lookup and a reference count fewer).
+pub(crate) struct StreamRef<D: GraphDriver>(Weak<Slot<D>>);
+
 /// The state of one device: its streams, graphs and failures.
 pub struct Server<D: GraphDriver> {
     device: Arc<D::Device>,
@@ -130,6 +135,28 @@ impl<D: GraphDriver> Server<D> {
         f: impl FnOnce(&mut Lane<D>) -> Result<R, Error>,
     ) -> Result<R, Error> {
         let slot = self.slot(id)?;
+        Self::with_slot(&slot, id, f)
+    }
+
+    /// [`Server::with`] for a caller that kept stream `id`'s slot: the
+    /// device's map of streams is not asked.
+    fn with_at<R>(
+        &self,
+        at: &StreamRef<D>,
+        id: StreamId,
+        f: impl FnOnce(&mut Lane<D>) -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        match at.0.upgrade() {
+            Some(slot) => Self::with_slot(&slot, id, f),
+            None => Err(Error::UnknownStream(id)),
+        }
+    }
+
+    fn with_slot<R>(
+        slot: &Slot<D>,
+        id: StreamId,
+        f: impl FnOnce(&mut Lane<D>) -> Result<R, Error>,
+    ) -> Result<R, Error> {
         let mut lane = slot.lane.lock().map_err(|_| Error::Poisoned)?;
         if lane.closed {
             return Err(Error::UnknownStream(id));
@@ -167,6 +194,15 @@ impl<D: GraphDriver> Server<D> {
             .map_err(|_| Error::Poisoned)?
             .insert(id, slot);
         Ok(id)
+    }
+
+    /// Stream `id` as a graph handle keeps it (nothing, once it is gone).
+    pub(crate) fn stream_ref(&self, id: StreamId) -> StreamRef<D> {
+        StreamRef(
+            self.slot(id)
+                .map(|slot| Arc::downgrade(&slot))
+                .unwrap_or_default(),
+        )
     }
 
     /// The graveyard of stream `id`, where its buffers' drops go.

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{Ids, Lane, Server};
+use super::{Ids, Lane, Server, StreamRef};
 use crate::driver::GraphDriver;
 use crate::error::Error;
 use crate::graph::Refused;
@@ -120,7 +120,24 @@ impl<D: GraphDriver> Server<D> {
         let stream = stream
             .or_else(|| self.stream_of(id))
             .ok_or(Error::UnknownGraph(id))?;
-        let found = self.with(stream, |lane| {
+        let found = self.with(stream, |lane| Self::replay_in(lane, id, stream));
+        self.replayed(id, found)
+    }
+
+    /// [`Server::replay`] of a handle's graph, on the stream it kept.
+    pub(crate) fn replay_at(
+        &self,
+        id: GraphId,
+        stream: StreamId,
+        at: &StreamRef<D>,
+    ) -> Result<(), Error> {
+        let found = self.with_at(at, stream, |lane| Self::replay_in(lane, id, stream));
+        self.replayed(id, found)
+    }
+
+    /// Replay graph `id` on `lane`, the lane of `stream`.
+    fn replay_in(lane: &mut Lane<D>, id: GraphId, stream: StreamId) -> Result<(), Error> {
+        {
             lane.check_recorder()?;
             if lane.state.capture.is_recording() {
                 return lane.refused(Error::ReplayWhileRecording(stream));
@@ -170,9 +187,12 @@ impl<D: GraphDriver> Server<D> {
                     Err(err)
                 }
             }
-        });
-        // A graph handle names its stream; a stream destroyed since means
-        // the graph went with it.
+        }
+    }
+
+    /// What a replay of graph `id` answers: a graph handle names its
+    /// stream, and a stream destroyed since means the graph went with it.
+    fn replayed(&self, id: GraphId, found: Result<(), Error>) -> Result<(), Error> {
         match found {
             Err(Error::UnknownStream(_)) => Err(Error::UnknownGraph(id)),
             other => other,
