@@ -264,6 +264,21 @@ mod tests {
         client.write(&src, &[9; 32]).expect("new input");
         client.replay(&graph).expect("replay");
         assert_eq!(client.read(&dst).expect("read"), vec![9; 32]);
+        // The handle replays by itself, and by id through the client.
+        client.write(&src, &[3; 32]).expect("another input");
+        graph.replay().expect("the handle's replay");
+        assert_eq!(client.read(&dst).expect("read"), vec![3; 32]);
+        client.write(&src, &[4; 32]).expect("a third input");
+        client.replay_id(graph.id()).expect("replay by id");
+        assert_eq!(client.read(&dst).expect("read"), vec![4; 32]);
+        let unknown = client.replay_id(crate::ids::GraphId(9999));
+        assert!(
+            matches!(unknown, Err(Error::UnknownGraph(_))),
+            "{unknown:?}"
+        );
+        client.destroy_stream(stream).expect("destroy the stream");
+        let gone = graph.replay();
+        assert!(matches!(gone, Err(Error::UnknownGraph(_))), "{gone:?}");
     }
 
     fn copy_kernel(bindings: usize) -> crate::client::Kernel<TestDriver> {
