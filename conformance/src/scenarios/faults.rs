@@ -306,9 +306,22 @@ pub fn destroy_with_a_failed_sync_keeps_the_pins_fenced<D: UserKernels>(
             f.fx.add_through_intermediate().map(|tmp| tmp.placement())
         })
         .step("capture")?;
+    // The intermediate's own handle is gone and fenced: only the graph's
+    // pins hold its slice now.
+    client.sync(stream).step("sync after the capture")?;
     client.replay(&graph).step("replay")?;
+    // Read without a sync, which would prove the replays done.
+    let held =
+        |what| -> Result<u64, String> { Ok(client.usage(stream).step(what)?.device.in_use_bytes) };
+    let pinned = held("usage before the destroy")?;
     f.plan.fail(Primitive::Fence, 1);
     client.destroy(&graph).step("destroy with a failing sync")?;
+    let after = held("usage after the destroy")?;
+    ensure!(
+        after == pinned,
+        "the destroyed graph's pins went back to the pool ({after} bytes in use, {pinned} \
+         before) with no fence to prove its replays done"
+    );
     let checks_before = f.plan.calls(Primitive::Fence);
     let fresh = client
         .create_f32(stream, &[SENTINEL; NU])
