@@ -216,11 +216,10 @@ fn a_faulting_kernel_is_sticky_for_its_stream_only() {
     assert_eq!(client.read_f32(&w).expect("the new stream works"), [4.0; 4]);
 }
 
-#[test]
-fn a_panicking_kernel_is_a_fault_not_a_dead_worker() {
-    use capture_core::{Access, Client, Signature};
-    let client = Client::<Host>::open().expect("open");
-    let panics = capture_core::Kernel::new(
+/// A host kernel that always panics.
+fn panicking_kernel() -> capture_core::Kernel<Host> {
+    use capture_core::Signature;
+    capture_core::Kernel::new(
         backend_host::Kernel::new(
             Signature::new("panics")
                 .binding(Access::Write)
@@ -228,7 +227,40 @@ fn a_panicking_kernel_is_a_fault_not_a_dead_worker() {
             |_, _| panic!("deliberate panic in a host kernel"),
         )
         .expect("kernel"),
-    );
+    )
+}
+
+#[test]
+fn a_kernel_panicking_in_a_replay_is_a_fault_not_a_dead_worker() {
+    use capture_core::Client;
+    let client = Client::<Host>::open().expect("open");
+    let panics = panicking_kernel();
+    let stream = client.create_stream().expect("stream");
+    let x = client.create_f32(stream, &[1.0; 4]).expect("x");
+    // Recorded without a warmup, so the kernel first runs in the replay.
+    let window = client.prepare(stream).expect("prepare");
+    client.begin(stream, window).expect("begin");
+    client
+        .launch(stream, &panics, [1, 1, 1], &[&x], &[], &[])
+        .expect("recorded");
+    let graph = client.instantiate(stream, window).expect("graph");
+    client.replay(&graph).expect("replay enqueued");
+    let err = client.read_f32(&x).expect_err("the panic is reported");
+    assert!(err.to_string().contains("kernel panics panicked"), "{err}");
+    drop((graph, x));
+    client
+        .destroy_stream(stream)
+        .expect("the worker joined, not hung");
+    let fresh = client.create_stream().expect("a new stream");
+    let y = client.create_f32(fresh, &[2.0; 4]).expect("y");
+    assert_eq!(client.read_f32(&y).expect("works"), [2.0; 4]);
+}
+
+#[test]
+fn a_panicking_kernel_is_a_fault_not_a_dead_worker() {
+    use capture_core::Client;
+    let client = Client::<Host>::open().expect("open");
+    let panics = panicking_kernel();
     let stream = client.create_stream().expect("stream");
     let x = client.create_f32(stream, &[1.0; 4]).expect("x");
     client
