@@ -446,6 +446,42 @@ mod tests {
     }
 
     #[test]
+    fn a_handle_replaying_while_its_stream_is_destroyed_ends_unknown() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let src = client.create(stream, &[5; 16]).expect("src");
+        let dst = client.create(stream, &[0; 16]).expect("dst");
+        let kernel = copy_kernel(2);
+        let (graph, ()) = client
+            .capture(stream, |_| {
+                client.launch(stream, &kernel, [1, 1, 1], &[&src, &dst], &[], &[])
+            })
+            .expect("capture");
+        let started = AtomicBool::new(false);
+        let replays = std::thread::scope(|scope| {
+            let replayer = scope.spawn(|| {
+                let mut done = 0usize;
+                loop {
+                    started.store(true, Ordering::SeqCst);
+                    match graph.replay() {
+                        Ok(()) => done += 1,
+                        Err(Error::UnknownGraph(_)) => return Ok(done),
+                        Err(other) => return Err(other),
+                    }
+                }
+            });
+            while !started.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            client.destroy_stream(stream).expect("destroy");
+            replayer.join().expect("the replaying thread does not panic")
+        });
+        assert!(replays.is_ok(), "{replays:?}");
+        assert!(!client.is_live(&graph), "the graph went with its stream");
+    }
+
+    #[test]
     fn a_panicking_capture_body_closes_its_window() {
         let client = client();
         let stream = client.create_stream().expect("stream");
