@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use backend_host::{Host, Kernel};
-use capture_core::{Access, Client, Config, Params, Signature};
+use capture_core::{Access, Buffer, Client, Config, Error, Params, Signature, StreamId};
 
 const SLOW: Duration = Duration::from_millis(400);
 
@@ -47,22 +47,64 @@ fn kernels() -> (capture_core::Kernel<Host>, capture_core::Kernel<Host>) {
     )
 }
 
+/// A client on its own config, one stream, and the two kernels.
+struct Setup {
+    client: Client<Host>,
+    stream: StreamId,
+    touch: capture_core::Kernel<Host>,
+    slow: capture_core::Kernel<Host>,
+}
+
+impl Setup {
+    fn new(config: Config) -> Self {
+        let client = Client::<Host>::open_with(config).expect("open");
+        let stream = client.create_stream().expect("stream");
+        let (touch, slow) = kernels();
+        Self {
+            client,
+            stream,
+            touch,
+            slow,
+        }
+    }
+
+    /// Pages of 1 KiB: four 256-byte slices fill one.
+    fn four_slice_pages() -> Self {
+        Self::new(Config {
+            device_page_bytes: 1024,
+            first_page_bytes: 1024,
+            ..Config::default()
+        })
+    }
+
+    /// A 256-byte buffer.
+    fn slice(&self) -> Buffer {
+        self.client.allocate(self.stream, 256).expect("a slice")
+    }
+
+    /// Launch `kernel` over `buffer`, writing 1.0.
+    fn run(&self, kernel: &capture_core::Kernel<Host>, buffer: &Buffer) -> Result<(), Error> {
+        let one = Params::new().f32(1.0);
+        self.client.launch(
+            self.stream,
+            kernel,
+            [1, 1, 1],
+            &[buffer],
+            &[],
+            one.as_bytes(),
+        )
+    }
+
+    /// Frees waiting in the drop queue.
+    fn pending(&self) -> usize {
+        self.client.usage(self.stream).expect("usage").pending_drops
+    }
+}
+
 #[test]
 fn a_pool_miss_waits_for_the_freed_slice_only() {
-    // One 1 KiB page holds four 256-byte slices.
-    let client = Client::<Host>::open_with(Config {
-        device_page_bytes: 1024,
-        first_page_bytes: 1024,
-        drop_queue_threshold: 64,
-        ..Config::default()
-    })
-    .expect("open");
-    let stream = client.create_stream().expect("stream");
-    let (touch, slow) = kernels();
-    let one = Params::new().f32(1.0);
-    let buffers: Vec<_> = (0..4)
-        .map(|_| client.allocate(stream, 256).expect("a slice"))
-        .collect();
+    let s = Setup::four_slice_pages();
+    let buffers: Vec<_> = (0..4).map(|_| s.slice()).collect();
     assert!(
         buffers
             .iter()
@@ -70,24 +112,20 @@ fn a_pool_miss_waits_for_the_freed_slice_only() {
         "the four share one page"
     );
     let [a, b, c, d] = <[_; 4]>::try_from(buffers).expect("four");
-    client
-        .launch(stream, &touch, [1, 1, 1], &[&b], &[], one.as_bytes())
-        .expect("b's last use");
+    s.run(&s.touch, &b).expect("b's last use");
     let freed = b.placement();
     drop(b);
     // Queued after b's last use: the reuse below must not wait for it.
-    client
-        .launch(stream, &slow, [1, 1, 1], &[&c], &[], one.as_bytes())
-        .expect("slow work");
+    s.run(&s.slow, &c).expect("slow work");
     let started = Instant::now();
-    let e = client.allocate(stream, 256).expect("a slice for e");
+    let e = s.slice();
     let reuse = started.elapsed();
     assert!(
         e.placement().overlaps(&freed),
         "e reuses b's slice instead of growing"
     );
     let started = Instant::now();
-    client.sync(stream).expect("sync");
+    s.client.sync(s.stream).expect("sync");
     let rest = started.elapsed();
     let ratio = reuse.as_secs_f64() / rest.as_secs_f64().max(1e-9);
     assert!(
@@ -100,82 +138,54 @@ fn a_pool_miss_waits_for_the_freed_slice_only() {
 
 #[test]
 fn a_reclaim_never_waits() {
-    let client = Client::<Host>::open_with(Config {
+    let s = Setup::new(Config {
         drop_queue_threshold: 1,
         ..Config::default()
-    })
-    .expect("open");
-    let stream = client.create_stream().expect("stream");
-    let (touch, slow) = kernels();
-    let one = Params::new().f32(1.0);
-    let a = client.allocate(stream, 256).expect("a");
-    let c = client.allocate(stream, 256).expect("c");
-    client.sync(stream).expect("sync");
-    client
-        .launch(stream, &slow, [1, 1, 1], &[&c], &[], one.as_bytes())
-        .expect("slow work");
+    });
+    let (a, c) = (s.slice(), s.slice());
+    s.client.sync(s.stream).expect("sync");
+    s.run(&s.slow, &c).expect("slow work");
     drop(a);
     // The next call collects a, which passes the threshold: the reclaim
     // asks the device without waiting for the slow kernel.
     let started = Instant::now();
-    client
-        .launch(stream, &touch, [1, 1, 1], &[&c], &[], one.as_bytes())
-        .expect("a launch");
-    let usage = client.usage(stream).expect("usage");
+    s.run(&s.touch, &c).expect("a launch");
+    let pending = s.pending();
     let call = started.elapsed();
-    assert_eq!(
-        usage.pending_drops, 1,
-        "a waits: its stamp is after the slow kernel"
-    );
+    assert_eq!(pending, 1, "a waits: its stamp is after the slow kernel");
     let started = Instant::now();
-    client.sync(stream).expect("sync");
+    s.client.sync(s.stream).expect("sync");
     let rest = started.elapsed();
     let ratio = call.as_secs_f64() / rest.as_secs_f64().max(1e-9);
     assert!(
         ratio < 0.25,
         "the reclaiming call took {call:?} against {rest:?}: it waited"
     );
-    assert_eq!(
-        client.usage(stream).expect("usage").pending_drops,
-        0,
-        "a sync frees it"
-    );
+    assert_eq!(s.pending(), 0, "a sync frees it");
 }
 
 #[test]
 fn a_free_after_a_launch_waits_for_that_launch() {
-    // Four 256-byte slices fill a page.
-    let client = Client::<Host>::open_with(Config {
-        device_page_bytes: 1024,
-        first_page_bytes: 1024,
-        ..Config::default()
-    })
-    .expect("open");
-    let stream = client.create_stream().expect("stream");
-    let (touch, slow) = kernels();
-    let one = Params::new().f32(1.0);
-    let [a, b, c, d] = [(); 4].map(|()| client.allocate(stream, 256).expect("a slice"));
+    let s = Setup::four_slice_pages();
+    let [a, b, c, d] = [(); 4].map(|()| s.slice());
     // A graph whose window freed an intermediate of a whole page: once the
     // window closes, the drop queue holds a stamped batch for it.
-    let (graph, ()) = client
-        .capture(stream, |_| {
-            let t = client.allocate(stream, 1024)?;
-            client.launch(stream, &touch, [1, 1, 1], &[&t], &[], one.as_bytes())
+    let (graph, ()) = s
+        .client
+        .capture(s.stream, |_| {
+            let t = s.client.allocate(s.stream, 1024)?;
+            s.run(&s.touch, &t)
         })
         .expect("capture");
     std::thread::sleep(Duration::from_millis(50));
-    client
-        .launch(stream, &slow, [1, 1, 1], &[&a], &[], one.as_bytes())
-        .expect("a's last use, slow");
+    s.run(&s.slow, &a).expect("a's last use, slow");
     let freed = a.placement();
     drop(a);
     // Collects a: it must wait for the slow launch, not join the earlier
     // batch the device is already past.
-    client
-        .launch(stream, &touch, [1, 1, 1], &[&b], &[], one.as_bytes())
-        .expect("another launch");
+    s.run(&s.touch, &b).expect("another launch");
     let started = Instant::now();
-    let e = client.allocate(stream, 256).expect("e");
+    let e = s.slice();
     let waited = started.elapsed();
     assert!(
         e.placement().overlaps(&freed),
@@ -190,66 +200,37 @@ fn a_free_after_a_launch_waits_for_that_launch() {
 
 #[test]
 fn the_threshold_reclaims_what_the_device_is_past_without_a_sync() {
-    let client = Client::<Host>::open_with(Config {
+    let s = Setup::new(Config {
         drop_queue_threshold: 1,
         ..Config::default()
-    })
-    .expect("open");
-    let stream = client.create_stream().expect("stream");
-    let (touch, slow) = kernels();
-    let one = Params::new().f32(1.0);
-    let a = client.allocate(stream, 256).expect("a");
-    let b = client.allocate(stream, 256).expect("b");
-    client.sync(stream).expect("sync");
-    client
-        .launch(stream, &slow, [1, 1, 1], &[&a], &[], one.as_bytes())
-        .expect("a's last use, slow");
+    });
+    let (a, b) = (s.slice(), s.slice());
+    s.client.sync(s.stream).expect("sync");
+    s.run(&s.slow, &a).expect("a's last use, slow");
     drop(a);
-    client
-        .launch(stream, &touch, [1, 1, 1], &[&b], &[], one.as_bytes())
-        .expect("collects a");
-    assert_eq!(
-        client.usage(stream).expect("usage").pending_drops,
-        1,
-        "a waits for its last use"
-    );
+    s.run(&s.touch, &b).expect("collects a");
+    assert_eq!(s.pending(), 1, "a waits for its last use");
     std::thread::sleep(SLOW + Duration::from_millis(100));
-    client
-        .launch(stream, &touch, [1, 1, 1], &[&b], &[], one.as_bytes())
-        .expect("a launch past the threshold");
+    s.run(&s.touch, &b).expect("a launch past the threshold");
     assert_eq!(
-        client.usage(stream).expect("usage").pending_drops,
+        s.pending(),
         0,
         "the device is past a's last use: freed with no sync"
     );
-    drop(b);
 }
 
 #[test]
 fn a_pool_miss_reuses_what_the_device_is_past_without_waiting() {
-    // Four 256-byte slices fill a page.
-    let client = Client::<Host>::open_with(Config {
-        device_page_bytes: 1024,
-        first_page_bytes: 1024,
-        ..Config::default()
-    })
-    .expect("open");
-    let stream = client.create_stream().expect("stream");
-    let (touch, slow) = kernels();
-    let one = Params::new().f32(1.0);
-    let [a, b, c, d] = [(); 4].map(|()| client.allocate(stream, 256).expect("a slice"));
-    client
-        .launch(stream, &touch, [1, 1, 1], &[&a], &[], one.as_bytes())
-        .expect("a's last use");
+    let s = Setup::four_slice_pages();
+    let [a, b, c, d] = [(); 4].map(|()| s.slice());
+    s.run(&s.touch, &a).expect("a's last use");
     let freed = a.placement();
     drop(a);
-    client
-        .launch(stream, &slow, [1, 1, 1], &[&b], &[], one.as_bytes())
-        .expect("slow work after a's free");
+    s.run(&s.slow, &b).expect("slow work after a's free");
     // The device is past a's last use, not past the slow launch.
     std::thread::sleep(Duration::from_millis(50));
     let started = Instant::now();
-    let e = client.allocate(stream, 256).expect("e");
+    let e = s.slice();
     let took = started.elapsed();
     assert!(e.placement().overlaps(&freed), "e takes a's slice");
     assert!(

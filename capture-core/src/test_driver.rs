@@ -475,7 +475,9 @@ mod tests {
                 std::thread::yield_now();
             }
             client.destroy_stream(stream).expect("destroy");
-            replayer.join().expect("the replaying thread does not panic")
+            replayer
+                .join()
+                .expect("the replaying thread does not panic")
         });
         assert!(replays.is_ok(), "{replays:?}");
         assert!(!client.is_live(&graph), "the graph went with its stream");
