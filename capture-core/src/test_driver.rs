@@ -287,6 +287,39 @@ mod tests {
         crate::client::Kernel::new(crate::signature::Signature::new("copy").bindings(&accesses))
     }
 
+    /// A client and stream with `src` (sixteen 5s), `dst` (sixteen 0s) and
+    /// the copy kernel between them.
+    struct Copying {
+        client: Client<TestDriver>,
+        stream: crate::ids::StreamId,
+        src: crate::Buffer,
+        dst: crate::Buffer,
+        kernel: crate::client::Kernel<TestDriver>,
+    }
+
+    impl Copying {
+        fn new() -> Self {
+            let client = client();
+            let stream = client.create_stream().expect("stream");
+            let src = client.create(stream, &[5; 16]).expect("src");
+            let dst = client.create(stream, &[0; 16]).expect("dst");
+            Self {
+                client,
+                stream,
+                src,
+                dst,
+                kernel: copy_kernel(2),
+            }
+        }
+
+        /// Copy `src` into `dst`.
+        fn launch(&self) -> Result<(), Error> {
+            let buffers = [&self.src, &self.dst];
+            self.client
+                .launch(self.stream, &self.kernel, [1, 1, 1], &buffers, &[], &[])
+        }
+    }
+
     #[test]
     fn a_launch_may_bind_the_most_a_kernel_may_and_no_more() {
         use crate::signature::MAX_BINDINGS;
@@ -326,15 +359,12 @@ mod tests {
 
     #[test]
     fn a_launch_binds_only_its_own_streams_and_clients_buffers() {
-        let client = client();
-        let stream = client.create_stream().expect("stream");
+        let fx = Copying::new();
+        let (client, stream, src) = (&fx.client, fx.stream, &fx.src);
         let other = client.create_stream().expect("other stream");
-        let src = client.create(stream, &[5; 16]).expect("src");
-        let dst = client.create(stream, &[0; 16]).expect("dst");
         let foreign = client.create(other, &[0; 16]).expect("foreign");
-        let kernel = copy_kernel(2);
         let err = client
-            .launch(stream, &kernel, [1, 1, 1], &[&src, &foreign], &[], &[])
+            .launch(stream, &fx.kernel, [1, 1, 1], &[src, &foreign], &[], &[])
             .expect_err("another stream's buffer");
         assert!(matches!(err, Error::ForeignBuffer { .. }), "{err}");
         let stranger =
@@ -342,32 +372,27 @@ mod tests {
         let theirs = stranger.create_stream().expect("their stream");
         let theirs = stranger.create(theirs, &[0; 16]).expect("their buffer");
         let err = client
-            .launch(stream, &kernel, [1, 1, 1], &[&src, &theirs], &[], &[])
+            .launch(stream, &fx.kernel, [1, 1, 1], &[src, &theirs], &[], &[])
             .expect_err("another client's buffer");
         assert!(matches!(err, Error::OtherClient(_)), "{err}");
-        assert_eq!(client.read(&dst).expect("read"), vec![0; 16], "nothing ran");
-        client
-            .launch(stream, &kernel, [1, 1, 1], &[&src, &dst], &[], &[])
-            .expect("its own buffers");
-        assert_eq!(client.read(&dst).expect("read"), vec![5; 16]);
+        assert_eq!(
+            client.read(&fx.dst).expect("read"),
+            vec![0; 16],
+            "nothing ran"
+        );
+        fx.launch().expect("its own buffers");
+        assert_eq!(client.read(&fx.dst).expect("read"), vec![5; 16]);
     }
 
     #[test]
     fn recorded_launches_are_logged_and_eager_ones_are_not() {
-        let client = client();
-        let stream = client.create_stream().expect("stream");
-        let src = client.create(stream, &[5; 16]).expect("src");
-        let dst = client.create(stream, &[0; 16]).expect("dst");
-        let kernel = copy_kernel(2);
+        let fx = Copying::new();
+        let (client, stream) = (&fx.client, fx.stream);
         let window = client.prepare(stream).expect("prepare");
-        client
-            .launch(stream, &kernel, [1, 1, 1], &[&src, &dst], &[], &[])
-            .expect("warmup launch");
+        fx.launch().expect("warmup launch");
         client.begin(stream, window).expect("begin");
         for _ in 0..2 {
-            client
-                .launch(stream, &kernel, [1, 1, 1], &[&src, &dst], &[], &[])
-                .expect("recorded launch");
+            fx.launch().expect("recorded launch");
         }
         let graph = client.instantiate(stream, window).expect("graph");
         let info = client.graph_info(&graph).expect("info");
@@ -407,16 +432,9 @@ mod tests {
 
     #[test]
     fn a_panicking_recapture_leaves_the_graph_as_it_was() {
-        let client = client();
-        let stream = client.create_stream().expect("stream");
-        let src = client.create(stream, &[5; 16]).expect("src");
-        let dst = client.create(stream, &[0; 16]).expect("dst");
-        let kernel = copy_kernel(2);
-        let (graph, ()) = client
-            .capture(stream, |_| {
-                client.launch(stream, &kernel, [1, 1, 1], &[&src, &dst], &[], &[])
-            })
-            .expect("capture");
+        let fx = Copying::new();
+        let (client, stream, dst) = (&fx.client, fx.stream, &fx.dst);
+        let (graph, ()) = client.capture(stream, |_| fx.launch()).expect("capture");
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let _ = client.recapture(&graph, |pass| -> Result<(), Error> {
                 if pass == Pass::Record {
@@ -427,9 +445,9 @@ mod tests {
         }));
         assert!(result.is_err());
         assert_eq!(client.phase(stream).expect("phase"), Phase::None);
-        client.write(&dst, &[0; 16]).expect("reset");
+        client.write(dst, &[0; 16]).expect("reset");
         client.replay(&graph).expect("the old graph replays");
-        assert_eq!(client.read(&dst).expect("read"), vec![5; 16]);
+        assert_eq!(client.read(dst).expect("read"), vec![5; 16]);
         assert_eq!(client.graph_info(&graph).expect("info").launches, 1);
     }
 
@@ -448,16 +466,9 @@ mod tests {
     #[test]
     fn a_handle_replaying_while_its_stream_is_destroyed_ends_unknown() {
         use std::sync::atomic::{AtomicBool, Ordering};
-        let client = client();
-        let stream = client.create_stream().expect("stream");
-        let src = client.create(stream, &[5; 16]).expect("src");
-        let dst = client.create(stream, &[0; 16]).expect("dst");
-        let kernel = copy_kernel(2);
-        let (graph, ()) = client
-            .capture(stream, |_| {
-                client.launch(stream, &kernel, [1, 1, 1], &[&src, &dst], &[], &[])
-            })
-            .expect("capture");
+        let fx = Copying::new();
+        let (client, stream) = (&fx.client, fx.stream);
+        let (graph, ()) = client.capture(stream, |_| fx.launch()).expect("capture");
         let started = AtomicBool::new(false);
         let replays = std::thread::scope(|scope| {
             let replayer = scope.spawn(|| {
