@@ -9,13 +9,34 @@
 use smallvec::SmallVec;
 
 use super::{Bound, Server, check_owner};
-use crate::driver::{Access, Binding, DeviceSlice, Driver, GraphDriver, Launch};
+use crate::driver::{Binding, DeviceSlice, Driver, GraphDriver, Launch};
 use crate::error::Error;
 use crate::graph_log::Entry;
 use crate::ids::{BufferId, StreamId};
 use crate::pool::Place;
 use crate::signature::{MAX_BINDINGS, Signature};
 use crate::stream::StreamState;
+
+/// One launch as its caller asked for it, with its kernel's signature.
+struct Request<'a, D: Driver, B> {
+    kernel: &'a D::Kernel,
+    signature: &'a Signature,
+    groups: [u32; 3],
+    args: &'a [B],
+    info: &'a [u8],
+    params: &'a [u8],
+}
+
+impl<D: Driver, B: Bound> Request<'_, D, B> {
+    /// The buffers the launch writes.
+    fn written(&self) -> impl Iterator<Item = BufferId> + '_ {
+        self.args
+            .iter()
+            .zip(self.signature.accesses())
+            .filter(|(_, access)| access.writes())
+            .map(|(buffer, _)| buffer.slice().id())
+    }
+}
 
 impl<D: GraphDriver> Server<D> {
     /// Enqueue (or, while recording, record) a launch of `kernel` over
@@ -37,34 +58,30 @@ impl<D: GraphDriver> Server<D> {
         info: &[u8],
         params: &[u8],
     ) -> Result<(), Error> {
-        let signature = D::signature(kernel);
-        if let Err(err) = check_launch(
-            signature,
-            self.max_groups,
-            stream,
+        let request = Request::<D, B> {
+            kernel,
+            signature: D::signature(kernel),
             groups,
             args,
             info,
             params,
-        ) {
+        };
+        if let Err(err) = check_launch(&request, self.max_groups, stream) {
             return self.refuse_launch(stream, err);
         }
         self.with(stream, |lane| {
             lane.check_recorder()?;
             let state = &mut lane.state;
-            let accesses = signature.accesses();
             let mut ids = || self.ids.buffer();
-            let outcome = match read_claim(state, args, accesses) {
+            let outcome = match read_claim(state, &request) {
                 Some(err) => Err(err),
-                None if state.capture.is_recording() => {
-                    record_launch(state, kernel, groups, args, info, params, &mut ids)
-                }
-                None => issue_launch(state, kernel, groups, args, info, params, &mut ids),
+                None if state.capture.is_recording() => record_launch(state, &request, &mut ids),
+                None => issue_launch(state, &request, &mut ids),
             };
             match outcome {
                 Ok(()) => Ok(()),
                 Err(err) => {
-                    state.failures.settle(written(args, accesses), Some(&err));
+                    state.failures.settle(request.written(), Some(&err));
                     lane.refused(err)
                 }
             }
@@ -84,18 +101,19 @@ impl<D: GraphDriver> Server<D> {
     }
 }
 
-/// The claim of the first buffer of `args` the launch reads that a failure
-/// claimed, if any.
+/// The claim of the first buffer the launch reads that a failure claimed,
+/// if any.
 fn read_claim<D: Driver, B: Bound>(
     state: &StreamState<D>,
-    args: &[B],
-    accesses: &[Access],
+    request: &Request<'_, D, B>,
 ) -> Option<Error> {
     if state.failures.is_empty() {
         return None;
     }
-    args.iter()
-        .zip(accesses)
+    request
+        .args
+        .iter()
+        .zip(request.signature.accesses())
         .filter(|(_, access)| access.reads())
         .find_map(|(buffer, _)| state.failures.read_error(buffer.slice().id()))
 }
@@ -103,22 +121,16 @@ fn read_claim<D: Driver, B: Bound>(
 /// An eager launch: issued now, its written buffers' claims cleared.
 fn issue_launch<D: Driver, B: Bound>(
     state: &mut StreamState<D>,
-    kernel: &D::Kernel,
-    groups: [u32; 3],
-    args: &[B],
-    info: &[u8],
-    params: &[u8],
+    request: &Request<'_, D, B>,
     ids: &mut impl FnMut() -> BufferId,
 ) -> Result<(), Error> {
-    let info_place = match info {
+    let info_place = match request.info {
         [] => None,
         bytes => Some(state.info_place(bytes, ids)?),
     };
-    enqueue_launch(state, kernel, groups, args, info_place, params)?;
+    enqueue_launch(state, request, info_place)?;
     state.issued();
-    state
-        .failures
-        .settle(written(args, D::signature(kernel).accesses()), None);
+    state.failures.settle(request.written(), None);
     state.maybe_flush();
     Ok(())
 }
@@ -127,37 +139,33 @@ fn issue_launch<D: Driver, B: Bound>(
 /// logged with what it touches, reads and writes for the window.
 fn record_launch<D: Driver, B: Bound>(
     state: &mut StreamState<D>,
-    kernel: &D::Kernel,
-    groups: [u32; 3],
-    args: &[B],
-    info: &[u8],
-    params: &[u8],
+    request: &Request<'_, D, B>,
     ids: &mut impl FnMut() -> BufferId,
 ) -> Result<(), Error> {
-    let info_slice = match info {
+    let info_slice = match request.info {
         [] => None,
         bytes => Some(state.info_slice(bytes, ids)?),
     };
     let info_place = info_slice.as_ref().map(|slice| slice.place());
-    enqueue_launch(state, kernel, groups, args, info_place, params)?;
-    let signature = D::signature(kernel);
-    let accesses = signature.accesses();
+    enqueue_launch(state, request, info_place)?;
+    let accesses = request.signature.accesses();
     let capture = &mut state.capture;
     capture.record_entry(Entry::Launch {
-        kernel: signature.shared_name(),
-        groups,
-        bindings: args
+        kernel: request.signature.shared_name(),
+        groups: request.groups,
+        bindings: request
+            .args
             .iter()
             .zip(accesses)
             .map(|(buffer, access)| (buffer.slice().id(), *access))
             .collect(),
-        info_bytes: info.len() as u32,
-        param_bytes: params.len() as u32,
+        info_bytes: request.info.len() as u32,
+        param_bytes: request.params.len() as u32,
     });
     if let Some(info_slice) = &info_slice {
         capture.record_touch(info_slice);
     }
-    for (buffer, access) in args.iter().zip(accesses) {
+    for (buffer, access) in request.args.iter().zip(accesses) {
         let slice = buffer.slice();
         capture.record_touch(slice);
         if access.reads() {
@@ -170,38 +178,25 @@ fn record_launch<D: Driver, B: Bound>(
     Ok(())
 }
 
-/// The buffers of `args` that `accesses` write.
-fn written<'a, B: Bound>(
-    args: &'a [B],
-    accesses: &'a [Access],
-) -> impl Iterator<Item = BufferId> + 'a {
-    args.iter()
-        .zip(accesses)
-        .filter(|(_, access)| access.writes())
-        .map(|(buffer, _)| buffer.slice().id())
-}
-
-/// Whether a launch matches `signature` and binds only `stream`'s buffers.
-fn check_launch<B: Bound>(
-    signature: &Signature,
+/// Whether a launch matches its kernel's signature and binds only
+/// `stream`'s buffers.
+fn check_launch<D: Driver, B: Bound>(
+    request: &Request<'_, D, B>,
     max_groups: [u32; 3],
     stream: StreamId,
-    groups: [u32; 3],
-    args: &[B],
-    info: &[u8],
-    params: &[u8],
 ) -> Result<(), Error> {
+    let (signature, args) = (request.signature, request.args);
     if args.len() > MAX_BINDINGS {
         return Err(too_many_bindings(signature, args.len()));
     }
     signature
         .check_launch_of(
-            groups,
+            request.groups,
             max_groups,
             args,
             |buffer| buffer.slice().id(),
-            info.len(),
-            params.len(),
+            request.info.len(),
+            request.params.len(),
         )
         .map_err(|reason| Error::KernelMismatch {
             kernel: signature.to_string(),
@@ -219,19 +214,16 @@ fn too_many_bindings(signature: &Signature, bound: usize) -> Error {
     }
 }
 
-/// Issue the driver launch over `args`, the info bytes at `info` and
-/// `params`; each binding's access is the kernel signature's.
+/// Issue the driver launch of `request`, its info bytes at `info`; each
+/// binding's access is the kernel signature's.
 fn enqueue_launch<D: Driver, B: Bound>(
     state: &mut StreamState<D>,
-    kernel: &D::Kernel,
-    groups: [u32; 3],
-    args: &[B],
+    request: &Request<'_, D, B>,
     info: Option<Place>,
-    params: &[u8],
 ) -> Result<(), Error> {
     let missing = || Error::UnknownStream(state.id);
     let mut bindings: SmallVec<[Binding<'_, D>; 8]> = SmallVec::new();
-    for (buffer, access) in args.iter().zip(D::signature(kernel).accesses()) {
+    for (buffer, access) in request.args.iter().zip(request.signature.accesses()) {
         let slice = buffer.slice();
         bindings.push(Binding {
             slice: DeviceSlice {
@@ -253,11 +245,11 @@ fn enqueue_launch<D: Driver, B: Bound>(
     D::launch(
         &mut state.raw,
         Launch {
-            kernel,
-            groups,
+            kernel: request.kernel,
+            groups: request.groups,
             bindings: &bindings,
             info,
-            params,
+            params: request.params,
         },
     )
     .map_err(Error::from)
