@@ -16,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use conformance::workload::decode::Footprint;
+use conformance::workload::Footprint;
 
 use crate::alloc_counter;
 use crate::backends::Backend;

@@ -684,7 +684,7 @@ impl<D: GraphDriver> Client<D> {
 
     /// Replay graph `id`, which may be unknown or destroyed.
     pub fn replay_id(&self, id: GraphId) -> Result<(), Error> {
-        self.server()?.replay(id, None)
+        self.server()?.replay(id)
     }
 
     /// Destroy `graph` now, after syncing its stream. Later replays of it

@@ -111,15 +111,12 @@ impl<D: GraphDriver> Server<D> {
         drop(closed);
     }
 
-    /// Enqueue graph `id`'s recorded work on `stream`, the graph's own
-    /// (found from the id when not given).
+    /// Enqueue graph `id`'s recorded work on its stream, found from the id.
     ///
     /// Allocation-free on the success path: a replay is what graphs exist to
     /// make cheap, and the core must add nothing the driver does not.
-    pub fn replay(&self, id: GraphId, stream: Option<StreamId>) -> Result<(), Error> {
-        let stream = stream
-            .or_else(|| self.stream_of(id))
-            .ok_or(Error::UnknownGraph(id))?;
+    pub fn replay(&self, id: GraphId) -> Result<(), Error> {
+        let stream = self.stream_of(id).ok_or(Error::UnknownGraph(id))?;
         let found = self.with(stream, |lane| Self::replay_in(lane, id, stream));
         self.replayed(id, found)
     }

@@ -23,6 +23,7 @@
 #[cfg(feature = "cuda")]
 mod cuda;
 pub mod decode;
+mod footprint;
 #[cfg(feature = "hip")]
 mod hip;
 mod host;
@@ -30,6 +31,8 @@ mod host;
 mod vulkan;
 
 use std::sync::Arc;
+
+pub use footprint::Footprint;
 
 use capture_core::{
     Access, Buffer, Builtins, Client, Error, GraphDriver, Kernel, Params, Signature, StreamId,

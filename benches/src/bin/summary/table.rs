@@ -1,7 +1,7 @@
 //! One backend's report as a markdown table, with the targets judged.
 
 use crate::report::{ALLOCATION_CALLS, Figure, Report, Sequence};
-use conformance::workload::decode::Footprint;
+use conformance::workload::Footprint;
 
 /// Most nanoseconds the core may add to a replay whose raw cost is at most
 /// [`RELATIVE_FROM_NS`].
