@@ -14,6 +14,10 @@
 //! --cuda13` installs them).
 #![cfg(target_os = "linux")]
 
+mod common;
+
+use common::{missing, pip_nvidia_dirs};
+
 use std::collections::BTreeMap;
 use std::env;
 use std::path::{Path, PathBuf};
@@ -21,22 +25,7 @@ use std::process::Command;
 
 use backend_cuda::abi::{PROTOTYPES, abi_facts, result_names};
 
-const REQUIRE: &str = "CAPTURE_REQUIRE_OFFLINE_TOOLS";
 const INCLUDE_ENV: &str = "CAPTURE_CUDA_INCLUDE";
-
-fn required() -> bool {
-    env::var(REQUIRE).is_ok_and(|v| v.trim() == "1")
-}
-
-/// A tool or header is missing: fail when they are required, otherwise
-/// say so.
-fn missing(what: &str) {
-    assert!(
-        !required(),
-        "{what}, and {REQUIRE}=1 requires it (scripts/cuda-offline-tools --cuda13 installs it)"
-    );
-    println!("skipped: {what} (set {REQUIRE}=1 to make this a failure)");
-}
 
 /// One `cuda.h` found, and the `CUDA_VERSION` it declares.
 struct Header {
@@ -52,23 +41,6 @@ impl Header {
     fn text(&self) -> String {
         std::fs::read_to_string(self.path()).expect("the header is readable")
     }
-}
-
-/// The directories of the `nvidia` Python namespace package, where NVIDIA's
-/// PyPI wheels install.
-fn pip_nvidia_dirs() -> Vec<PathBuf> {
-    let script = "import nvidia\nfor p in nvidia.__path__: print(p)";
-    let Ok(out) = Command::new("python3").args(["-c", script]).output() else {
-        return Vec::new();
-    };
-    if !out.status.success() {
-        return Vec::new();
-    }
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|line| PathBuf::from(line.trim()))
-        .filter(|dir| dir.is_dir())
-        .collect()
 }
 
 fn headers() -> Vec<Header> {

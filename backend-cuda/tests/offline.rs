@@ -12,6 +12,10 @@
 //! which makes it a failure (as CI sets it).
 #![cfg(target_os = "linux")]
 
+mod common;
+
+use common::{missing, pip_nvidia_dirs};
+
 use std::collections::BTreeSet;
 use std::env;
 use std::path::{Path, PathBuf};
@@ -22,7 +26,6 @@ use backend_cuda::{NVRTC_ENV, builtin_ptx_variants, check_module_image, nvrtc_co
 use capture_core::{Builtin, Error};
 
 /// Set to `1` to make a missing tool a failure.
-const REQUIRE: &str = "CAPTURE_REQUIRE_OFFLINE_TOOLS";
 /// The ptxas to use (several separated by `:`); when set, no other is
 /// looked for.
 const PTXAS_ENV: &str = "CAPTURE_PTXAS";
@@ -55,37 +58,7 @@ const WORKLOAD_PARAMS: &[(&str, &[usize])] = &[
 /// The workload's block size, which its `__launch_bounds__` announce.
 const WORKLOAD_THREADS: u32 = 64;
 
-fn required() -> bool {
-    env::var(REQUIRE).is_ok_and(|v| v.trim() == "1")
-}
-
-/// A tool is missing: fail when tools are required, otherwise say so.
-fn missing(what: &str) {
-    assert!(
-        !required(),
-        "{what}, and {REQUIRE}=1 requires it (scripts/cuda-offline-tools installs it)"
-    );
-    println!("skipped: {what} (set {REQUIRE}=1 to make this a failure)");
-}
-
 // ---- finding the tools -------------------------------------------------
-
-/// The directories of the `nvidia` Python namespace package, where NVIDIA's
-/// PyPI wheels install their tools.
-fn pip_nvidia_dirs() -> Vec<PathBuf> {
-    let script = "import nvidia\nfor p in nvidia.__path__: print(p)";
-    let Ok(out) = Command::new("python3").args(["-c", script]).output() else {
-        return Vec::new();
-    };
-    if !out.status.success() {
-        return Vec::new();
-    }
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|line| PathBuf::from(line.trim()))
-        .filter(|dir| dir.is_dir())
-        .collect()
-}
 
 struct Ptxas {
     path: PathBuf,
