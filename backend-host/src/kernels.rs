@@ -27,6 +27,7 @@ pub struct Kernel {
     inner: Arc<Inner>,
 }
 
+#[repr(align(128))]
 struct Inner {
     signature: Signature,
     body: Box<Body>,

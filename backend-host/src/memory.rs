@@ -24,6 +24,7 @@ pub enum PageKind {
 
 /// One page of memory.
 #[derive(Debug)]
+#[repr(align(128))]
 pub struct Memory {
     id: u64,
     kind: PageKind,

@@ -28,10 +28,9 @@ use crate::driver::DeviceSlice;
 use crate::driver::{DeviceInfo, Driver, GraphDriver};
 use crate::error::Error;
 use crate::graph_log::GraphInfo;
-use crate::graveyard::Graveyard;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
 use crate::pool::SliceHandle;
-use crate::server::{Bound, BufferRef, Server, StreamRef};
+use crate::server::{AnySlot, Bound, BufferRef, Server, StreamRef};
 use crate::signature::Signature;
 use crate::stream::{Config, StreamUsage};
 use crate::window::Update;
@@ -70,8 +69,9 @@ pub struct Buffer {
 struct BufferInner {
     slice: Option<SliceHandle>,
     stream: StreamId,
-    /// Where the drop leaves the slice: the stream's graveyard.
-    graveyard: Weak<Graveyard>,
+    /// The stream's slot: launches find their stream here, and the drop
+    /// leaves the slice in its graveyard.
+    slot: Arc<dyn AnySlot>,
     client: u64,
 }
 
@@ -105,14 +105,19 @@ impl Bound for &Buffer {
     fn stream(&self) -> StreamId {
         self.inner.stream
     }
+
+    #[inline]
+    fn stream_slot(&self) -> Option<&dyn AnySlot> {
+        Some(&*self.inner.slot)
+    }
 }
 
 impl Drop for BufferInner {
     fn drop(&mut self) {
         // The device may still be using the memory: hand it to the server,
         // which queues it for a fence, instead of freeing it here.
-        if let (Some(slice), Some(graveyard)) = (self.slice.take(), self.graveyard.upgrade()) {
-            graveyard.bury(slice);
+        if let Some(slice) = self.slice.take() {
+            self.slot.graveyard().bury(slice);
         }
     }
 }
@@ -128,11 +133,13 @@ impl Buffer {
     }
 
     /// The allocation's id, as errors name it.
+    #[inline]
     pub fn id(&self) -> BufferId {
         self.slice().id()
     }
 
     /// Size in bytes.
+    #[inline]
     pub fn len(&self) -> u64 {
         self.slice().len()
     }
@@ -410,13 +417,13 @@ impl<D: GraphDriver> Client<D> {
     /// Allocate `len` bytes on `stream`, contents unspecified.
     pub fn allocate(&self, stream: StreamId, len: u64) -> Result<Buffer, Error> {
         let server = self.server()?;
-        let graveyard = server.graveyard(stream)?;
+        let slot = server.buffer_slot(stream)?;
         let slice = server.allocate(stream, len)?;
         Ok(Buffer {
             inner: Arc::new(BufferInner {
                 slice: Some(slice),
                 stream,
-                graveyard,
+                slot,
                 client: self.shared.id,
             }),
         })
@@ -785,32 +792,54 @@ impl<D: GraphDriver + Builtins> Client<D> {
         scalar: f32,
     ) -> Result<(), Error> {
         let server = self.server()?;
-        let checked = (|| {
-            let accesses = which.accesses();
-            if buffers.len() != accesses.len() {
-                return Err(Error::BadLaunch(format!(
-                    "{} binds {} buffers, got {}",
-                    which.name(),
-                    accesses.len(),
-                    buffers.len()
-                )));
-            }
-            if let Some(short) = buffers.iter().find(|b| b.len() < u64::from(n) * 4) {
-                return Err(Error::BadLaunch(format!(
-                    "{} over {n} elements needs {} bytes, {} holds {}",
-                    which.name(),
-                    u64::from(n) * 4,
-                    short.id(),
-                    short.len()
-                )));
-            }
-            let kernel = server.builtin(which)?;
-            self.check_clients(buffers)?;
-            Ok(kernel)
-        })();
-        let kernel = checked.map_err(|err| server.refuse(stream, err))?;
+        // One pass over the buffers on the hot path; which check failed,
+        // and the first compile of the kernel, are the cold path's.
+        let need = u64::from(n) * 4;
+        let fits = buffers.len() == which.accesses().len()
+            && buffers
+                .iter()
+                .all(|b| b.inner.client == self.shared.id && b.len() >= need);
+        let kernel = match server.compiled(which) {
+            Some(kernel) if fits => kernel,
+            _ => self
+                .check_builtin(server, which, buffers, n)
+                .map_err(|err| server.refuse(stream, err))?,
+        };
         let info = BuiltinInfo::new(n, scalar).to_bytes();
         server.launch(stream, kernel, groups_for(n), buffers, &info, &[])
+    }
+
+    /// [`Client::run_builtin`]'s checks one by one, in the order their
+    /// errors are reported, and the kernel compiled if it is not yet.
+    #[cold]
+    fn check_builtin<'s>(
+        &self,
+        server: &'s Server<D>,
+        which: Builtin,
+        buffers: &[&Buffer],
+        n: u32,
+    ) -> Result<&'s Arc<D::Kernel>, Error> {
+        let accesses = which.accesses();
+        if buffers.len() != accesses.len() {
+            return Err(Error::BadLaunch(format!(
+                "{} binds {} buffers, got {}",
+                which.name(),
+                accesses.len(),
+                buffers.len()
+            )));
+        }
+        if let Some(short) = buffers.iter().find(|b| b.len() < u64::from(n) * 4) {
+            return Err(Error::BadLaunch(format!(
+                "{} over {n} elements needs {} bytes, {} holds {}",
+                which.name(),
+                u64::from(n) * 4,
+                short.id(),
+                short.len()
+            )));
+        }
+        let kernel = server.builtin(which)?;
+        self.check_clients(buffers)?;
+        Ok(kernel)
     }
 }
 

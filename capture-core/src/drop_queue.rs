@@ -133,6 +133,7 @@ impl<S: Copy> DropQueue<S> {
 
     /// Whether enough waits that the execution path should reclaim (when it
     /// may: never while recording).
+    #[inline]
     pub fn wants_flush(&self) -> bool {
         self.held >= self.threshold
     }

@@ -65,6 +65,7 @@ impl FailureStore {
     /// `written` succeeded (`None`: their claims go, the bytes are fresh) or
     /// failed with `failure` (each is claimed with it, since it holds bytes
     /// nobody wrote).
+    #[inline]
     pub fn settle(&mut self, written: impl IntoIterator<Item = BufferId>, failure: Option<&Error>) {
         match failure {
             None if self.claims.is_empty() => {}
@@ -91,6 +92,7 @@ impl FailureStore {
     }
 
     /// Whether no buffer is claimed.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.claims.is_empty()
     }

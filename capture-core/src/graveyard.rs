@@ -17,12 +17,18 @@ use crate::pool::SliceHandle;
 #[derive(Debug, Default)]
 pub struct Graveyard {
     pending: AtomicBool,
+    /// Set when the stream is destroyed: nothing will collect again, so a
+    /// later drop lets its slice go at once.
+    closed: AtomicBool,
     dead: Mutex<Vec<SliceHandle>>,
 }
 
 impl Graveyard {
     /// A buffer holding `slice` was dropped.
     pub fn bury(&self, slice: SliceHandle) {
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
         let mut dead = self
             .dead
             .lock()
@@ -31,10 +37,41 @@ impl Graveyard {
         self.pending.store(true, Ordering::Release);
     }
 
+    /// The stream is gone: let go of what waits and of every later burial.
+    /// (A drop racing this may still leave one slice behind, let go with
+    /// the graveyard.)
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        drop(std::mem::take(
+            &mut *self
+                .dead
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        ));
+        self.pending.store(false, Ordering::Relaxed);
+    }
+
+    /// How many slices wait to be collected.
+    #[cfg(test)]
+    pub fn waiting(&self) -> usize {
+        self.dead
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
+
     /// Everything buried since the last call, handed to `collect`.
-    pub fn exhume(&self, mut collect: impl FnMut(SliceHandle)) {
+    #[inline]
+    pub fn exhume(&self, collect: impl FnMut(SliceHandle)) {
         // A plain load first: the common case writes nothing to the flag.
-        if !self.pending.load(Ordering::Relaxed) || !self.pending.swap(false, Ordering::Acquire) {
+        if self.pending.load(Ordering::Relaxed) {
+            self.exhume_pending(collect);
+        }
+    }
+
+    #[cold]
+    fn exhume_pending(&self, mut collect: impl FnMut(SliceHandle)) {
+        if !self.pending.swap(false, Ordering::Acquire) {
             return;
         }
         let dead = std::mem::take(
@@ -44,5 +81,55 @@ impl Graveyard {
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
         dead.into_iter().for_each(&mut collect);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::BufferId;
+    use crate::phase::Phase;
+    use crate::pool::Pool;
+
+    fn reserve(pool: &mut Pool<u32>, id: u64) -> SliceHandle {
+        pool.reserve(BufferId(id), 16, true, Phase::None, |_| Ok(1))
+            .expect("test allocator never fails")
+            .expect("growth allowed")
+    }
+
+    #[test]
+    fn burials_wait_for_their_stream_until_it_closes() {
+        let mut pool = Pool::new(4096);
+        let graveyard = Graveyard::default();
+        graveyard.bury(reserve(&mut pool, 1));
+        graveyard.bury(reserve(&mut pool, 2));
+        assert_eq!(graveyard.waiting(), 2);
+        assert_eq!(
+            pool.usage().slices,
+            2,
+            "a buried slice is held till collected"
+        );
+        let mut collected = Vec::new();
+        graveyard.exhume(|slice| collected.push(slice.id()));
+        assert_eq!(collected, [BufferId(1), BufferId(2)]);
+        graveyard.exhume(|slice| collected.push(slice.id()));
+        assert_eq!(collected.len(), 2, "each burial is collected once");
+
+        graveyard.bury(reserve(&mut pool, 3));
+        graveyard.close();
+        assert_eq!(graveyard.waiting(), 0, "closing lets go of what waited");
+        graveyard.bury(reserve(&mut pool, 4));
+        assert_eq!(
+            graveyard.waiting(),
+            0,
+            "a burial after closing lets go at once"
+        );
+        graveyard.exhume(|slice| collected.push(slice.id()));
+        assert_eq!(
+            collected.len(),
+            2,
+            "nothing is collected from a closed graveyard"
+        );
+        assert_eq!(pool.usage().slices, 0);
     }
 }

@@ -50,6 +50,7 @@ use crate::pool::SliceHandle;
 use crate::stream::{Config, StreamState, StreamUsage};
 use crate::window::Window;
 
+pub(crate) use lane::AnySlot;
 use lane::{Ids, Lane, Slot};
 
 mod graphs;
@@ -76,6 +77,10 @@ pub(crate) trait Bound {
     fn slice(&self) -> &SliceHandle;
     /// The stream it was allocated on.
     fn stream(&self) -> StreamId;
+    /// The slot of that stream, where the binding keeps it.
+    fn stream_slot(&self) -> Option<&dyn AnySlot> {
+        None
+    }
 }
 
 impl Bound for BufferRef<'_> {
@@ -122,13 +127,20 @@ impl<D: GraphDriver> Server<D> {
         }
     }
 
+    #[inline]
     fn slot(&self, id: StreamId) -> Result<Arc<Slot<D>>, Error> {
         let streams = self.streams.read().map_err(|_| Error::Poisoned)?;
-        streams.get(&id).cloned().ok_or(Error::UnknownStream(id))
+        // A match, not `ok_or`: the error is not built (and dropped) on
+        // every successful lookup.
+        match streams.get(&id) {
+            Some(slot) => Ok(slot.clone()),
+            None => Err(Error::UnknownStream(id)),
+        }
     }
 
     /// Run `f` on stream `id`, locked, after collecting what its buffers'
     /// drops left behind.
+    #[inline]
     fn with<R>(
         &self,
         id: StreamId,
@@ -152,17 +164,18 @@ impl<D: GraphDriver> Server<D> {
         }
     }
 
+    #[inline]
     fn with_slot<R>(
         slot: &Slot<D>,
         id: StreamId,
         f: impl FnOnce(&mut Lane<D>) -> Result<R, Error>,
     ) -> Result<R, Error> {
         let mut lane = slot.lane.lock().map_err(|_| Error::Poisoned)?;
-        if lane.closed {
+        let Some(lane) = lane.as_mut() else {
             return Err(Error::UnknownStream(id));
-        }
+        };
         collect_dead(&slot.graveyard, &mut lane.state);
-        f(&mut lane)
+        f(lane)
     }
 
     /// `err` refused a call on `stream` before it reached the stream: if
@@ -182,12 +195,11 @@ impl<D: GraphDriver> Server<D> {
         let raw = D::create_stream(&self.device)?;
         let id = StreamId(Ids::next(&self.ids.stream));
         let slot = Arc::new(Slot {
-            lane: Mutex::new(Lane {
+            lane: Mutex::new(Some(Lane {
                 state: StreamState::new(id, raw, &self.config),
                 graphs: Captures::default(),
-                closed: false,
-            }),
-            graveyard: Arc::default(),
+            })),
+            graveyard: Graveyard::default(),
         });
         self.streams
             .write()
@@ -205,9 +217,9 @@ impl<D: GraphDriver> Server<D> {
         )
     }
 
-    /// The graveyard of stream `id`, where its buffers' drops go.
-    pub(crate) fn graveyard(&self, id: StreamId) -> Result<Weak<Graveyard>, Error> {
-        Ok(Arc::downgrade(&self.slot(id)?.graveyard))
+    /// The slot of stream `id`, as its buffers keep it.
+    pub(crate) fn buffer_slot(&self, id: StreamId) -> Result<Arc<dyn AnySlot>, Error> {
+        Ok(self.slot(id)?)
     }
 
     /// Destroy a stream: close any window on it, sync it, destroy its graphs
@@ -221,19 +233,24 @@ impl<D: GraphDriver> Server<D> {
             .ok_or(Error::UnknownStream(id))?;
         // A panic under the lock leaves the lane as consistent as any
         // between calls; closing it is better than leaking its memory.
+        self.close_slot(&slot);
+        Ok(())
+    }
+
+    /// Close a stream's slot: a call that fetched it just before finds it
+    /// closed, and what its buffers keep of it is the slot alone.
+    fn close_slot(&self, slot: &Slot<D>) {
         let mut lane = slot
             .lane
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.close_lane(&mut lane);
-        Ok(())
+        if let Some(lane) = lane.take() {
+            self.close_lane(lane);
+        }
+        slot.graveyard.close();
     }
 
-    fn close_lane(&self, lane: &mut Lane<D>) {
-        if lane.closed {
-            return;
-        }
-        lane.closed = true;
+    fn close_lane(&self, mut lane: Lane<D>) {
         let state = &mut lane.state;
         if state.capture.is_active() {
             // Closing the driver's recording is the one thing that must
@@ -301,9 +318,8 @@ impl<D: GraphDriver> Server<D> {
                 slot.lane
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .state
-                    .failures
-                    .len()
+                    .as_ref()
+                    .map_or(0, |lane| lane.state.failures.len())
             })
             .sum()
     }
@@ -315,6 +331,12 @@ impl<D: GraphDriver> Server<D> {
 }
 
 impl<D: GraphDriver + Builtins> Server<D> {
+    /// Builtin kernel `which`, if it is compiled already.
+    #[inline]
+    pub(crate) fn compiled(&self, which: Builtin) -> Option<&Arc<D::Kernel>> {
+        self.kernels[which.index()].get()
+    }
+
     /// Builtin kernel `which`, compiled once per device. Two threads
     /// asking first may both compile it; one result is kept.
     pub fn builtin(&self, which: Builtin) -> Result<&Arc<D::Kernel>, Error> {
@@ -338,11 +360,7 @@ impl<D: GraphDriver> Drop for Server<D> {
                 .collect(),
         };
         for slot in slots {
-            let mut lane = slot
-                .lane
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            self.close_lane(&mut lane);
+            self.close_slot(&slot);
         }
         for kernel in &mut self.kernels {
             drop(kernel.take());
@@ -352,6 +370,7 @@ impl<D: GraphDriver> Drop for Server<D> {
 
 /// Queue every buffer of `state`'s stream dropped since its last call for a
 /// fence, and forget their claims: nothing can read them any more.
+#[inline]
 fn collect_dead<D: Driver>(graveyard: &Graveyard, state: &mut StreamState<D>) {
     let mut any = false;
     graveyard.exhume(|slice| {
@@ -365,6 +384,7 @@ fn collect_dead<D: Driver>(graveyard: &Graveyard, state: &mut StreamState<D>) {
 }
 
 /// Refuse buffer `id` of stream `owner` on any stream but its own.
+#[inline]
 fn check_owner(id: BufferId, owner: StreamId, stream: StreamId) -> Result<(), Error> {
     if owner == stream {
         Ok(())

@@ -114,6 +114,7 @@ impl<D: Driver> StreamState<D> {
     }
 
     /// Work was enqueued: a free from here needs a newer signal.
+    #[inline]
     pub(crate) fn issued(&mut self) {
         self.work_since_signal = true;
     }
@@ -213,6 +214,7 @@ impl<D: Driver> StreamState<D> {
 
     /// Reclaim the drop queue if it has grown past its threshold and the
     /// stream is not recording. Never waits for the device.
+    #[inline]
     pub(crate) fn maybe_flush(&mut self) {
         if !self.capture.is_recording() && self.drops.wants_flush() {
             self.reclaim();

@@ -16,6 +16,8 @@ pub(crate) struct TestDriver;
 pub(crate) struct TestDevice {
     pub refuse_begin: AtomicBool,
     pub pages: AtomicUsize,
+    /// Streams created and not yet dropped.
+    pub streams: AtomicUsize,
 }
 
 pub(crate) type Page = Arc<Mutex<Vec<u8>>>;
@@ -33,6 +35,12 @@ fn run(op: &Op) {
     let data = src.lock().map(|s| s[*src_off..src_off + len].to_vec());
     if let (Ok(data), Ok(mut dst)) = (data, dst.lock()) {
         dst[*dst_off..dst_off + len].copy_from_slice(&data);
+    }
+}
+
+impl Drop for TestStream {
+    fn drop(&mut self) {
+        self.device.streams.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -84,6 +92,7 @@ impl Driver for TestDriver {
         kernel
     }
     fn create_stream(device: &Arc<TestDevice>) -> Result<TestStream, DriverError> {
+        device.streams.fetch_add(1, Ordering::SeqCst);
         Ok(TestStream {
             device: device.clone(),
             recording: None,
@@ -318,6 +327,40 @@ mod tests {
             self.client
                 .launch(self.stream, &self.kernel, [1, 1, 1], &buffers, &[], &[])
         }
+    }
+
+    #[test]
+    fn a_buffer_outliving_its_stream_keeps_nothing_of_the_driver() {
+        let fx = Copying::new();
+        let device = fx.client.device().clone();
+        fx.launch().expect("a launch on a live stream");
+        assert_eq!(device.streams.load(Ordering::SeqCst), 1);
+        fx.client.destroy_stream(fx.stream).expect("destroy");
+        assert_eq!(
+            device.streams.load(Ordering::SeqCst),
+            0,
+            "the driver's stream goes with the stream, buffers or not"
+        );
+        assert_eq!(device.pages.load(Ordering::SeqCst), 0);
+        // Reached through the buffers' own hold on the stream's slot.
+        let gone = fx.launch();
+        assert!(matches!(gone, Err(Error::UnknownStream(_))), "{gone:?}");
+    }
+
+    #[test]
+    fn a_launch_finds_its_stream_through_its_buffers_of_this_client_only() {
+        // Two clients number their streams alike: the second client's
+        // buffer names stream 1 too, and must not lead there.
+        let (ours, theirs) = (Copying::new(), Copying::new());
+        assert_eq!(ours.stream, theirs.stream);
+        let buffers = [&theirs.src, &theirs.dst];
+        let refused = ours
+            .client
+            .launch(ours.stream, &ours.kernel, [1, 1, 1], &buffers, &[], &[]);
+        assert!(matches!(refused, Err(Error::OtherClient(_))), "{refused:?}");
+        assert_eq!(theirs.client.read(&theirs.dst).expect("read"), vec![0; 16]);
+        ours.launch().expect("its own buffers");
+        assert_eq!(ours.client.read(&ours.dst).expect("read"), vec![5; 16]);
     }
 
     #[test]

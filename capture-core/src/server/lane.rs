@@ -1,7 +1,8 @@
 //! One stream's state under its lock, and the ids a device hands out.
 
+use std::any::Any;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use crate::driver::GraphDriver;
 use crate::error::Error;
@@ -14,15 +15,31 @@ use crate::stream::StreamState;
 pub(super) struct Lane<D: GraphDriver> {
     pub(super) state: StreamState<D>,
     pub(super) graphs: Captures<D>,
-    /// Set once the stream is destroyed: a call that fetched the lane just
-    /// before finds it closed.
-    pub(super) closed: bool,
 }
 
 /// A stream's lock and the graveyard its buffers' drops fill.
+///
+/// Every buffer of the stream keeps its slot, so that a launch reaches its
+/// stream through its first buffer: no map, no lock of it, no reference
+/// count. A destroyed stream's lane is gone (`None`), so what a buffer
+/// outliving its stream keeps is this lock and the graveyard, nothing of
+/// the driver's.
 pub(super) struct Slot<D: GraphDriver> {
-    pub(super) lane: Mutex<Lane<D>>,
-    pub(super) graveyard: Arc<Graveyard>,
+    pub(super) lane: Mutex<Option<Lane<D>>>,
+    pub(super) graveyard: Graveyard,
+}
+
+/// A stream's slot as a buffer keeps it, whatever the driver: the server
+/// that launches on the buffer downcasts it to its own.
+pub(crate) trait AnySlot: Any + Send + Sync {
+    /// Where the buffer's drop leaves its slice.
+    fn graveyard(&self) -> &Graveyard;
+}
+
+impl<D: GraphDriver> AnySlot for Slot<D> {
+    fn graveyard(&self) -> &Graveyard {
+        &self.graveyard
+    }
 }
 
 /// Ids handed out on a device; counters, so never reused.

@@ -6,9 +6,11 @@
 //! they lie, the info bytes' device slice is found by content and used in
 //! place, and the failure store is asked only when it holds a claim.
 
-use smallvec::SmallVec;
+use arrayvec::ArrayVec;
 
-use super::{Bound, Server, check_owner};
+use std::any::Any;
+
+use super::{Bound, Server, Slot, check_owner};
 use crate::driver::{Binding, DeviceSlice, Driver, GraphDriver, Launch};
 use crate::error::Error;
 use crate::graph_log::Entry;
@@ -69,7 +71,21 @@ impl<D: GraphDriver> Server<D> {
         if let Err(err) = check_launch(&request, self.max_groups, stream) {
             return self.refuse_launch(stream, err);
         }
-        self.with(stream, |lane| {
+        // The stream's slot, from the first buffer when it is the stream's
+        // (the check above made every buffer the stream's).
+        let mapped;
+        let slot = match request
+            .args
+            .first()
+            .and_then(|first| kept_slot::<D, B>(first))
+        {
+            Some(slot) => slot,
+            None => {
+                mapped = self.slot(stream)?;
+                &*mapped
+            }
+        };
+        Self::with_slot(slot, stream, |lane| {
             lane.check_recorder()?;
             let state = &mut lane.state;
             let mut ids = || self.ids.buffer();
@@ -101,8 +117,16 @@ impl<D: GraphDriver> Server<D> {
     }
 }
 
+/// The slot `buffer` keeps of its stream, if it keeps this server's kind.
+#[inline]
+fn kept_slot<D: GraphDriver, B: Bound>(buffer: &B) -> Option<&Slot<D>> {
+    let slot: &dyn Any = buffer.stream_slot()?;
+    slot.downcast_ref()
+}
+
 /// The claim of the first buffer the launch reads that a failure claimed,
 /// if any.
+#[inline]
 fn read_claim<D: Driver, B: Bound>(
     state: &StreamState<D>,
     request: &Request<'_, D, B>,
@@ -119,6 +143,7 @@ fn read_claim<D: Driver, B: Bound>(
 }
 
 /// An eager launch: issued now, its written buffers' claims cleared.
+#[inline]
 fn issue_launch<D: Driver, B: Bound>(
     state: &mut StreamState<D>,
     request: &Request<'_, D, B>,
@@ -180,6 +205,7 @@ fn record_launch<D: Driver, B: Bound>(
 
 /// Whether a launch matches its kernel's signature and binds only
 /// `stream`'s buffers.
+#[inline]
 fn check_launch<D: Driver, B: Bound>(
     request: &Request<'_, D, B>,
     max_groups: [u32; 3],
@@ -216,13 +242,15 @@ fn too_many_bindings(signature: &Signature, bound: usize) -> Error {
 
 /// Issue the driver launch of `request`, its info bytes at `info`; each
 /// binding's access is the kernel signature's.
+#[inline]
 fn enqueue_launch<D: Driver, B: Bound>(
     state: &mut StreamState<D>,
     request: &Request<'_, D, B>,
     info: Option<Place>,
 ) -> Result<(), Error> {
     let missing = || Error::UnknownStream(state.id);
-    let mut bindings: SmallVec<[Binding<'_, D>; 8]> = SmallVec::new();
+    // Filled in place: the check allowed at most `MAX_BINDINGS`.
+    let mut bindings: ArrayVec<Binding<'_, D>, MAX_BINDINGS> = ArrayVec::new();
     for (buffer, access) in request.args.iter().zip(request.signature.accesses()) {
         let slice = buffer.slice();
         bindings.push(Binding {
