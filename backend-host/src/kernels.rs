@@ -27,6 +27,11 @@ pub struct Kernel {
     inner: Arc<Inner>,
 }
 
+// Every queued launch holds a reference, taken on the caller's thread and
+// let go on the worker's: the count's cache line moves between the two
+// cores on every launch. Aligned, the `Arc` keeps its counts on a line of
+// their own, so that this traffic does not evict what lies beside them (a
+// signature, a buffer's metadata) from the caller's cache.
 #[repr(align(128))]
 struct Inner {
     signature: Signature,

@@ -24,6 +24,11 @@ pub enum PageKind {
 
 /// One page of memory.
 #[derive(Debug)]
+// Every queued launch holds a reference, taken on the caller's thread and
+// let go on the worker's: the count's cache line moves between the two
+// cores on every launch. Aligned, the `Arc` keeps its counts on a line of
+// their own, so that this traffic does not evict what lies beside them (a
+// signature, a buffer's metadata) from the caller's cache.
 #[repr(align(128))]
 pub struct Memory {
     id: u64,

@@ -109,6 +109,7 @@ impl BuiltinInfo {
     }
 
     /// The bytes a launch carries: `n`, `scalar`, then 8 zero bytes.
+    #[inline]
     pub fn to_bytes(self) -> [u8; Self::SIZE] {
         let mut out = [0u8; Self::SIZE];
         out[0..4].copy_from_slice(&self.n.to_le_bytes());
@@ -126,10 +127,15 @@ impl BuiltinInfo {
 
 /// The grid that covers `n` elements with [`WORKGROUP_SIZE`]-thread groups,
 /// spilling into y past [`MAX_GROUPS_PER_DIM`].
+#[inline]
 pub fn groups_for(n: u32) -> [u32; 3] {
     let groups = n.div_ceil(WORKGROUP_SIZE).max(1);
-    let x = groups.min(MAX_GROUPS_PER_DIM);
-    [x, groups.div_ceil(x), 1]
+    if groups <= MAX_GROUPS_PER_DIM {
+        // No division on the common path: a launch's grid is computed on
+        // every eager launch.
+        return [groups, 1, 1];
+    }
+    [MAX_GROUPS_PER_DIM, groups.div_ceil(MAX_GROUPS_PER_DIM), 1]
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ use crate::driver::{DeviceInfo, Driver, GraphDriver};
 use crate::error::Error;
 use crate::graph_log::GraphInfo;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
-use crate::pool::SliceHandle;
+use crate::pool::{Place, SliceHandle};
 use crate::server::{AnySlot, Bound, BufferRef, Server, StreamRef};
 use crate::signature::Signature;
 use crate::stream::{Config, StreamUsage};
@@ -68,6 +68,10 @@ pub struct Buffer {
 
 struct BufferInner {
     slice: Option<SliceHandle>,
+    /// The slice's id and place, copied: a launch reads them here, a load
+    /// nearer than the slice's own.
+    id: BufferId,
+    place: Place,
     stream: StreamId,
     /// The stream's slot: launches find their stream here, and the drop
     /// leaves the slice in its graveyard.
@@ -107,6 +111,16 @@ impl Bound for &Buffer {
     }
 
     #[inline]
+    fn id(&self) -> BufferId {
+        self.inner.id
+    }
+
+    #[inline]
+    fn place(&self) -> Place {
+        self.inner.place
+    }
+
+    #[inline]
     fn stream_slot(&self) -> Option<&dyn AnySlot> {
         Some(&*self.inner.slot)
     }
@@ -135,13 +149,13 @@ impl Buffer {
     /// The allocation's id, as errors name it.
     #[inline]
     pub fn id(&self) -> BufferId {
-        self.slice().id()
+        self.inner.id
     }
 
     /// Size in bytes.
     #[inline]
     pub fn len(&self) -> u64 {
-        self.slice().len()
+        self.inner.place.len
     }
 
     /// Whether the buffer holds no bytes (never: empty buffers are refused).
@@ -421,6 +435,8 @@ impl<D: GraphDriver> Client<D> {
         let slice = server.allocate(stream, len)?;
         Ok(Buffer {
             inner: Arc::new(BufferInner {
+                id: slice.id(),
+                place: slice.place(),
                 slice: Some(slice),
                 stream,
                 slot,

@@ -50,6 +50,28 @@ struct Last {
     place: Place,
 }
 
+impl Last {
+    /// Whether `bytes` are the bytes kept, compared a word at a time: a
+    /// launch's info is a few words, where a call to `memcmp` costs more
+    /// than the comparison.
+    #[inline]
+    fn holds(&self, bytes: &[u8]) -> bool {
+        let Some(kept) = self.bytes.get(..self.len) else {
+            return false;
+        };
+        if bytes.len() != kept.len() {
+            return false;
+        }
+        let (words, rest) = bytes.as_chunks::<8>();
+        let (kept_words, kept_rest) = kept.as_chunks::<8>();
+        words
+            .iter()
+            .zip(kept_words)
+            .all(|(a, b)| u64::from_ne_bytes(*a) == u64::from_ne_bytes(*b))
+            && rest.iter().zip(kept_rest).all(|(a, b)| a == b)
+    }
+}
+
 impl InfoCache {
     /// A cache that evicts unpinned entries beyond `capacity`.
     pub fn new(capacity: usize) -> Self {
@@ -65,7 +87,7 @@ impl InfoCache {
     #[inline]
     pub fn eager_place(&mut self, bytes: &[u8]) -> Option<Place> {
         if let Some(last) = &self.last
-            && last.bytes.get(..last.len) == Some(bytes)
+            && last.holds(bytes)
         {
             return Some(last.place);
         }

@@ -46,7 +46,7 @@ use crate::graph::Captures;
 use crate::graveyard::Graveyard;
 use crate::hashing::FastMap;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
-use crate::pool::SliceHandle;
+use crate::pool::{Place, SliceHandle};
 use crate::stream::{Config, StreamState, StreamUsage};
 use crate::window::Window;
 
@@ -77,6 +77,14 @@ pub(crate) trait Bound {
     fn slice(&self) -> &SliceHandle;
     /// The stream it was allocated on.
     fn stream(&self) -> StreamId;
+    /// The buffer's id.
+    fn id(&self) -> BufferId {
+        self.slice().id()
+    }
+    /// Where the buffer's slice lies.
+    fn place(&self) -> Place {
+        self.slice().place()
+    }
     /// The slot of that stream, where the binding keeps it.
     fn stream_slot(&self) -> Option<&dyn AnySlot> {
         None

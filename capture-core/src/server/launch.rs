@@ -36,7 +36,7 @@ impl<D: Driver, B: Bound> Request<'_, D, B> {
             .iter()
             .zip(self.signature.accesses())
             .filter(|(_, access)| access.writes())
-            .map(|(buffer, _)| buffer.slice().id())
+            .map(|(buffer, _)| buffer.id())
     }
 }
 
@@ -139,7 +139,7 @@ fn read_claim<D: Driver, B: Bound>(
         .iter()
         .zip(request.signature.accesses())
         .filter(|(_, access)| access.reads())
-        .find_map(|(buffer, _)| state.failures.read_error(buffer.slice().id()))
+        .find_map(|(buffer, _)| state.failures.read_error(buffer.id()))
 }
 
 /// An eager launch: issued now, its written buffers' claims cleared.
@@ -220,7 +220,7 @@ fn check_launch<D: Driver, B: Bound>(
             request.groups,
             max_groups,
             args,
-            |buffer| buffer.slice().id(),
+            |buffer| buffer.id(),
             request.info.len(),
             request.params.len(),
         )
@@ -229,7 +229,7 @@ fn check_launch<D: Driver, B: Bound>(
             reason,
         })?;
     args.iter()
-        .try_for_each(|buffer| check_owner(buffer.slice().id(), buffer.stream(), stream))
+        .try_for_each(|buffer| check_owner(buffer.id(), buffer.stream(), stream))
 }
 
 #[cold]
@@ -249,25 +249,23 @@ fn enqueue_launch<D: Driver, B: Bound>(
     info: Option<Place>,
 ) -> Result<(), Error> {
     let missing = || Error::UnknownStream(state.id);
+    let device_slice = |place: Place| {
+        Some(DeviceSlice {
+            page: state.device.page_at(place.slot)?,
+            offset: place.offset,
+            len: place.len,
+        })
+    };
     // Filled in place: the check allowed at most `MAX_BINDINGS`.
     let mut bindings: ArrayVec<Binding<'_, D>, MAX_BINDINGS> = ArrayVec::new();
     for (buffer, access) in request.args.iter().zip(request.signature.accesses()) {
-        let slice = buffer.slice();
         bindings.push(Binding {
-            slice: DeviceSlice {
-                page: state.device.page(slice).ok_or_else(missing)?,
-                offset: slice.offset(),
-                len: slice.len(),
-            },
+            slice: device_slice(buffer.place()).ok_or_else(missing)?,
             access: *access,
         });
     }
     let info = match info {
-        Some(place) => Some(DeviceSlice {
-            page: state.device.page_at(place.slot).ok_or_else(missing)?,
-            offset: place.offset,
-            len: place.len,
-        }),
+        Some(place) => Some(device_slice(place).ok_or_else(missing)?),
         None => None,
     };
     D::launch(
