@@ -68,7 +68,9 @@ impl Access {
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Signature {
     name: Arc<str>,
-    bindings: SmallVec<[Access; 4]>,
+    /// A plain vector: every launch reads it, and a small vector's inline
+    /// or spilled test would be paid on each read.
+    bindings: Vec<Access>,
     info_bytes: u32,
     params: SmallVec<[u32; 4]>,
     /// The sum of `params`, kept so that a launch's check adds nothing up.
@@ -118,7 +120,7 @@ impl Signature {
     pub fn new(name: impl Into<String>) -> Self {
         Self {
             name: Arc::from(name.into()),
-            bindings: SmallVec::new(),
+            bindings: Vec::new(),
             info_bytes: 0,
             params: SmallVec::new(),
             param_total: 0,

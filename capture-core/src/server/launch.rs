@@ -10,7 +10,7 @@ use arrayvec::ArrayVec;
 
 use std::any::Any;
 
-use super::{Bound, Server, Slot, check_owner};
+use super::{Bound, Lane, Server, Slot, check_owner, collect_dead};
 use crate::driver::{Binding, DeviceSlice, Driver, GraphDriver, Launch};
 use crate::error::Error;
 use crate::graph_log::Entry;
@@ -85,24 +85,37 @@ impl<D: GraphDriver> Server<D> {
                 &*mapped
             }
         };
-        Self::with_slot(slot, stream, |lane| {
-            lane.check_recorder()?;
-            let state = &mut lane.state;
-            let mut ids = || self.ids.buffer();
-            let outcome = match read_claim(state, &request) {
-                Some(err) => Err(err),
-                None if state.capture.is_recording() => record_launch(state, &request, &mut ids),
-                None => issue_launch(state, &request, &mut ids),
-            };
-            match outcome {
-                Ok(()) => Ok(()),
-                Err(err) => {
-                    state.failures.settle(request.written(), Some(&err));
-                    lane.refused(err)
-                }
-            }
-        })
+        // `Server::with_slot`, written out: the launch is one frame.
+        let mut lane = slot.lane.lock().map_err(|_| Error::Poisoned)?;
+        let Some(lane) = lane.as_mut() else {
+            return Err(Error::UnknownStream(stream));
+        };
+        collect_dead(&slot.graveyard, &mut lane.state);
+        lane.check_recorder()?;
+        let state = &mut lane.state;
+        let mut ids = || self.ids.buffer();
+        let outcome = match read_claim(state, &request) {
+            Some(err) => Err(err),
+            None if state.capture.is_recording() => record_launch(state, &request, &mut ids),
+            None => issue_launch(state, &request, &mut ids),
+        };
+        match outcome {
+            Ok(()) => Ok(()),
+            Err(err) => fail_launch(lane, &request, err),
+        }
     }
+}
+
+/// A launch that failed with `err`: what it would have written is claimed,
+/// and a window recording it is doomed.
+#[cold]
+fn fail_launch<D: GraphDriver, B: Bound>(
+    lane: &mut Lane<D>,
+    request: &Request<'_, D, B>,
+    err: Error,
+) -> Result<(), Error> {
+    lane.state.failures.settle(request.written(), Some(&err));
+    lane.refused(err)
 }
 
 impl<D: GraphDriver> Server<D> {
