@@ -36,7 +36,7 @@
 //! never becomes a graph. Capture calls out of order (a second `begin`) are
 //! the exception: they change nothing, as rule 1 says.
 
-use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use crate::builtin::{Builtin, Builtins};
 use crate::capture_state::Phase;
@@ -101,10 +101,11 @@ impl Bound for BufferRef<'_> {
     }
 }
 
-/// A stream as a graph handle keeps it: its slot, without keeping the
-/// stream alive, so that a replay reaches its stream without the device's
-/// map of streams (a lock, a lookup and a reference count fewer).
-pub(crate) struct StreamRef<D: GraphDriver>(Weak<Slot<D>>);
+/// A stream as a graph handle keeps it: its slot, so that a replay reaches
+/// its stream without the device's map of streams (a lock, a lookup and two
+/// reference counts fewer). A destroyed stream's slot keeps nothing of the
+/// driver's, so holding it keeps nothing alive.
+pub(crate) struct StreamRef<D: GraphDriver>(Option<Arc<Slot<D>>>);
 
 /// The state of one device: its streams, graphs and failures.
 pub struct Server<D: GraphDriver> {
@@ -166,8 +167,8 @@ impl<D: GraphDriver> Server<D> {
         id: StreamId,
         f: impl FnOnce(&mut Lane<D>) -> Result<R, Error>,
     ) -> Result<R, Error> {
-        match at.0.upgrade() {
-            Some(slot) => Self::with_slot(&slot, id, f),
+        match &at.0 {
+            Some(slot) => Self::with_slot(slot, id, f),
             None => Err(Error::UnknownStream(id)),
         }
     }
@@ -216,13 +217,9 @@ impl<D: GraphDriver> Server<D> {
         Ok(id)
     }
 
-    /// Stream `id` as a graph handle keeps it (nothing, once it is gone).
+    /// Stream `id` as a graph handle keeps it (nothing, if it is gone).
     pub(crate) fn stream_ref(&self, id: StreamId) -> StreamRef<D> {
-        StreamRef(
-            self.slot(id)
-                .map(|slot| Arc::downgrade(&slot))
-                .unwrap_or_default(),
-        )
+        StreamRef(self.slot(id).ok())
     }
 
     /// The slot of stream `id`, as its buffers keep it.

@@ -330,10 +330,15 @@ mod tests {
     }
 
     #[test]
-    fn a_buffer_outliving_its_stream_keeps_nothing_of_the_driver() {
+    fn a_buffer_or_graph_outliving_its_stream_keeps_nothing_of_the_driver() {
         let fx = Copying::new();
         let device = fx.client.device().clone();
         fx.launch().expect("a launch on a live stream");
+        let (graph, ()) = fx
+            .client
+            .capture(fx.stream, |_| fx.launch())
+            .expect("capture");
+        graph.replay().expect("a replay on a live stream");
         assert_eq!(device.streams.load(Ordering::SeqCst), 1);
         fx.client.destroy_stream(fx.stream).expect("destroy");
         assert_eq!(
@@ -345,6 +350,10 @@ mod tests {
         // Reached through the buffers' own hold on the stream's slot.
         let gone = fx.launch();
         assert!(matches!(gone, Err(Error::UnknownStream(_))), "{gone:?}");
+        // Reached through the handle's hold on the slot: the graph went
+        // with its stream.
+        let gone = graph.replay();
+        assert!(matches!(gone, Err(Error::UnknownGraph(_))), "{gone:?}");
     }
 
     #[test]
