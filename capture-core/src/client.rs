@@ -291,11 +291,9 @@ impl<D: GraphDriver> GraphHandle<D> {
     /// As [`Client::replay`]; [`Error::UnknownGraph`] once the client is
     /// gone.
     pub fn replay(&self) -> Result<(), Error> {
-        let shared = self
-            .inner
-            .shared
-            .upgrade()
-            .ok_or(Error::UnknownGraph(self.inner.id))?;
+        let Some(shared) = self.inner.shared.upgrade() else {
+            return Err(Error::UnknownGraph(self.inner.id));
+        };
         let inner = &*self.inner;
         shared.server.replay_at(inner.id, inner.stream, &inner.at)
     }

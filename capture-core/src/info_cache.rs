@@ -268,6 +268,46 @@ mod tests {
     }
 
     #[test]
+    fn the_memo_matches_only_the_very_bytes_it_keeps() {
+        // Two words and three bytes: both halves of the comparison count.
+        let kept: Vec<u8> = (1..=19).collect();
+        let mut bytes = [0; LAST_BYTES];
+        bytes[..kept.len()].copy_from_slice(&kept);
+        let place = Place {
+            slot: 0,
+            offset: 0,
+            len: 19,
+        };
+        let last = Last {
+            len: kept.len(),
+            bytes,
+            place,
+        };
+        assert!(last.holds(&kept));
+        for i in 0..kept.len() {
+            let mut other = kept.clone();
+            other[i] ^= 0x80;
+            assert!(!last.holds(&other), "byte {i} differs");
+        }
+        assert!(!last.holds(&kept[..18]), "a prefix");
+        assert!(!last.holds(&kept[..16]), "the words alone");
+        let mut longer = kept.clone();
+        longer.push(0);
+        assert!(
+            !last.holds(&longer),
+            "one byte more, of the zeros kept after"
+        );
+        assert!(!last.holds(&[]));
+        let none = Last {
+            len: 0,
+            bytes: [0; LAST_BYTES],
+            place,
+        };
+        assert!(none.holds(&[]));
+        assert!(!none.holds(&[0]));
+    }
+
+    #[test]
     fn the_last_used_entry_is_found_without_hashing_and_forgotten_when_it_goes() {
         let mut pool = Pool::new(4096);
         let mut cache = InfoCache::new(1);

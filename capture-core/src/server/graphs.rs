@@ -122,6 +122,7 @@ impl<D: GraphDriver> Server<D> {
     }
 
     /// [`Server::replay`] of a handle's graph, on the stream it kept.
+    #[inline]
     pub(crate) fn replay_at(
         &self,
         id: GraphId,
@@ -140,7 +141,11 @@ impl<D: GraphDriver> Server<D> {
                 return lane.refused(Error::ReplayWhileRecording(stream));
             }
             let Lane { state, graphs, .. } = lane;
-            let graph = graphs.get_mut(id).ok_or(Error::UnknownGraph(id))?;
+            // Not `ok_or`: the error would be built, and dropped, on every
+            // replay.
+            let Some(graph) = graphs.get_mut(id) else {
+                return Err(Error::UnknownGraph(id));
+            };
             let failures = &mut state.failures;
             // A claimed input: the replay would compute from bytes nobody
             // wrote. The one exception is a claim this graph's own failed

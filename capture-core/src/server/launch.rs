@@ -51,6 +51,7 @@ impl<D: GraphDriver> Server<D> {
     /// reads a claimed buffer is not run: it would compute from bytes nobody
     /// wrote. It fails with that claim, and what it would have written is
     /// claimed in turn; inside a window it dooms the window.
+    #[inline]
     pub(crate) fn launch<B: Bound>(
         &self,
         stream: StreamId,

@@ -188,10 +188,12 @@ fn main() -> ExitCode {
     println!(
         "- per-call figures: median of {reps} repetitions of {calls} calls, core and raw \
          interleaved, the stream synced every {sync} calls outside the timing; the time \
-         the core adds to a replay is judged fastest repetition to fastest, the ones least \
-         disturbed by other work; allocations: fewest in any of {rounds} rounds of {round} \
-         calls per side, counted on the calling thread only",
-        reps = report::REPETITIONS,
+         the core adds to an eager launch or a replay is judged fastest repetition to \
+         fastest, the ones least disturbed by other work; allocations: fewest in any of \
+         {rounds} rounds of {round} calls per side, counted on the calling thread only; \
+         sequences: median of {sequence_reps} repetitions",
+        reps = report::PER_CALL_REPETITIONS,
+        sequence_reps = report::REPETITIONS,
         calls = report::CALLS,
         sync = SYNC_EVERY,
         rounds = report::ALLOCATION_ROUNDS,

@@ -6,9 +6,15 @@ use conformance::workload::Footprint;
 use benches::{Backend, Fixture, RawAdd, Result, Sample, measure};
 use benches::{CAPTURE_LENGTHS, SEQUENCE_LENGTHS};
 
-/// Repetitions of every measurement; times are their median, allocation
-/// counts their fewest.
+/// Repetitions of the sequence measurements; times are their median.
 pub const REPETITIONS: usize = 9;
+
+/// Repetitions of the per-call measurements; times are their median, and
+/// the time the core adds is judged fastest repetition to fastest. One is a
+/// few milliseconds on the host, so there are many: with few, the fastest
+/// of a side is still a disturbed one, the more so for the side whose calls
+/// take longer, and the difference measures the disturbance.
+pub const PER_CALL_REPETITIONS: usize = 45;
 
 /// Calls per repetition of the per-call measurements.
 pub const CALLS: u64 = 16_384;
@@ -137,6 +143,7 @@ pub fn measure<D: Backend>(device: DeviceInfo) -> Result<Report> {
 
     let (mut replay_core, mut replay_raw) = paired(
         fx,
+        PER_CALL_REPETITIONS,
         |fx| measure::replay_core(fx, &one, CALLS),
         |fx| measure::replay_raw(fx, &one, CALLS),
     )?;
@@ -147,6 +154,7 @@ pub fn measure<D: Backend>(device: DeviceInfo) -> Result<Report> {
     )?;
     let (mut eager_core, mut eager_raw) = paired(
         fx,
+        PER_CALL_REPETITIONS,
         |fx| measure::eager_core(fx, CALLS),
         |fx| measure::eager_raw(fx, &raw_add, CALLS),
     )?;
@@ -162,6 +170,7 @@ pub fn measure<D: Backend>(device: DeviceInfo) -> Result<Report> {
         let iters = (SEQUENCE_LAUNCHES / launches).max(2);
         let (replay, eager) = paired(
             fx,
+            REPETITIONS,
             |fx| measure::sequence_replay(fx, &graph, iters),
             |fx| measure::sequence_eager(fx, launches, iters),
         )?;
@@ -177,6 +186,7 @@ pub fn measure<D: Backend>(device: DeviceInfo) -> Result<Report> {
         let iters = (SEQUENCE_LAUNCHES / launches).max(2);
         let (replay, eager) = paired(
             fx,
+            REPETITIONS,
             |fx| measure::sequence_raw_replay(fx, &graph, iters),
             |fx| measure::sequence_raw_eager(fx, &raw_add, launches, iters),
         )?;
@@ -219,14 +229,15 @@ pub fn measure<D: Backend>(device: DeviceInfo) -> Result<Report> {
     })
 }
 
-/// Run `a` and `b` alternately on `fx`, [`REPETITIONS`] times each.
+/// Run `a` and `b` alternately on `fx`, `repetitions` times each.
 fn paired<D: Backend>(
     fx: &mut Fixture<D>,
+    repetitions: usize,
     mut a: impl FnMut(&mut Fixture<D>) -> Result<Sample>,
     mut b: impl FnMut(&mut Fixture<D>) -> Result<Sample>,
 ) -> Result<(Figure, Figure)> {
     let (mut first, mut second) = (Vec::new(), Vec::new());
-    for _ in 0..REPETITIONS {
+    for _ in 0..repetitions {
         first.push(a(fx)?);
         second.push(b(fx)?);
     }
