@@ -379,7 +379,7 @@ impl<D: GraphDriver> Client<D> {
         }
     }
 
-    fn server(&self) -> Result<&Server<D>, Error> {
+    pub(crate) fn server(&self) -> Result<&Server<D>, Error> {
         Ok(&self.shared.server)
     }
 

@@ -11,7 +11,9 @@
 //!
 //! - `streams` (a read-write lock): the map from id to stream. Read-locked
 //!   only to clone a stream's `Arc` out; write-locked to add or remove one.
-//!   Never held while a stream is locked.
+//!   Never held while a stream is locked. The hot calls do not ask it: a
+//!   launch reaches its stream through its first buffer, and a handle's
+//!   replay through the handle, each of which keeps the stream's slot.
 //! - one mutex per stream: held for the whole of a call on it, including
 //!   the driver waits that call makes (a read's fence, a destroy's sync);
 //!   those block only that stream.
@@ -197,6 +199,15 @@ impl<D: GraphDriver> Server<D> {
         });
         drop(doomed);
         err
+    }
+
+    /// The device's map of streams, held for writing: a test proves the
+    /// calls that must not ask it finish while it is held.
+    #[cfg(test)]
+    pub(crate) fn hold_streams(&self) -> impl Sized + '_ {
+        self.streams
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Create a stream.

@@ -357,6 +357,58 @@ mod tests {
     }
 
     #[test]
+    fn launches_and_handle_replays_never_wait_for_the_map_of_streams() {
+        let fx = Copying::new();
+        let (graph, ()) = fx
+            .client
+            .capture(fx.stream, |_| fx.launch())
+            .expect("capture");
+        let held = fx.client.server().expect("server").hold_streams();
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let outcome = fx.launch().and_then(|()| graph.replay());
+                done.send(outcome).expect("the test waits");
+            });
+            // Were either to ask the map, it would wait for `held`.
+            let outcome = finished.recv_timeout(std::time::Duration::from_secs(10));
+            drop(held);
+            assert!(
+                matches!(outcome, Ok(Ok(()))),
+                "a launch and a replay while the map is held: {outcome:?}"
+            );
+        });
+    }
+
+    #[test]
+    fn launches_racing_their_streams_destroy_end_unknown() {
+        let fx = Copying::new();
+        let started = std::sync::atomic::AtomicBool::new(false);
+        let launched = std::thread::scope(|scope| {
+            let launcher = scope.spawn(|| {
+                let mut done = 0usize;
+                loop {
+                    started.store(true, Ordering::SeqCst);
+                    match fx.launch() {
+                        Ok(()) => done += 1,
+                        Err(Error::UnknownStream(_)) => return Ok(done),
+                        Err(other) => return Err(other),
+                    }
+                }
+            });
+            while !started.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            fx.client.destroy_stream(fx.stream).expect("destroy");
+            launcher
+                .join()
+                .expect("the launching thread does not panic")
+        });
+        assert!(launched.is_ok(), "{launched:?}");
+        assert_eq!(fx.client.device().streams.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
     fn a_launch_finds_its_stream_through_its_buffers_of_this_client_only() {
         // Two clients number their streams alike: the second client's
         // buffer names stream 1 too, and must not lead there.

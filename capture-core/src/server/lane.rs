@@ -90,3 +90,18 @@ impl<D: GraphDriver> Lane<D> {
         Err(err)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_count_from_one_so_that_zero_names_nothing() {
+        // Closing a stream's window names window and graph 0: no real one.
+        let ids = Ids::default();
+        let first: Vec<u64> = (0..3).map(|_| Ids::next(&ids.window)).collect();
+        assert_eq!(first, [1, 2, 3]);
+        assert_eq!(ids.buffer(), BufferId(1));
+        assert_eq!(ids.buffer(), BufferId(2));
+    }
+}
