@@ -292,6 +292,30 @@ pub fn bad_input_is_refused_and_loses_nothing<D: UserKernels>(session: &Session<
         "n too big",
     )?;
     ensure!(matches!(err, Error::BadLaunch(_)), "got {err}");
+    // One element past a buffer's end, with the kernel compiled already (a
+    // launch's checks take their quickest path then): refused, nothing
+    // written.
+    let z = client.create_f32(stream, &[0.0; NU]).step("z")?;
+    let short = client.create_f32(stream, &[1.0; NU - 1]).step("short")?;
+    client
+        .run_builtin(stream, Builtin::Fill, &[&z], N, 5.0)
+        .step("fill z")?;
+    let err = refused(
+        client.run_builtin(stream, Builtin::Fill, &[&z], N + 1, 7.0),
+        "one element too many",
+    )?;
+    ensure!(matches!(err, Error::BadLaunch(_)), "got {err}");
+    let err = refused(
+        client.run_builtin(stream, Builtin::Add, &[&z, &z], 1, 0.0),
+        "a written buffer bound twice",
+    )?;
+    ensure!(matches!(err, Error::KernelMismatch { .. }), "got {err}");
+    let err = refused(
+        client.run_builtin(stream, Builtin::Add, &[&z, &short], N, 0.0),
+        "an addend one element short",
+    )?;
+    ensure!(matches!(err, Error::BadLaunch(_)), "got {err}");
+    expect(&client, &z, &[5.0; NU], "z, after the refused launches")?;
     let workload = Workload::new(client.device()).step("kernels")?;
     // SAFETY: the one launch is refused (17 bindings) before any device.
     #[allow(unsafe_code)]
