@@ -99,6 +99,25 @@ impl Setup {
     fn pending(&self) -> usize {
         self.client.usage(self.stream).expect("usage").pending_drops
     }
+
+    /// Sync, and assert that `what`, which took `call`, did not wait for
+    /// the slow work: it took under a quarter of what the sync still waited.
+    fn assert_did_not_wait(&self, what: &str, call: Duration) {
+        let ((), rest) = timed(|| self.client.sync(self.stream).expect("sync"));
+        let ratio = call.as_secs_f64() / rest.as_secs_f64().max(1e-9);
+        assert!(
+            ratio < 0.25,
+            "{what} took {call:?}, the slow work still had {rest:?} to go (ratio {ratio:.2}): \
+             it waited for work queued after the free"
+        );
+    }
+}
+
+/// What `f` answers, and how long it took.
+fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
+    let started = Instant::now();
+    let answer = f();
+    (answer, started.elapsed())
 }
 
 #[test]
@@ -117,22 +136,12 @@ fn a_pool_miss_waits_for_the_freed_slice_only() {
     drop(b);
     // Queued after b's last use: the reuse below must not wait for it.
     s.run(&s.slow, &c).expect("slow work");
-    let started = Instant::now();
-    let e = s.slice();
-    let reuse = started.elapsed();
+    let (e, reuse) = timed(|| s.slice());
     assert!(
         e.placement().overlaps(&freed),
         "e reuses b's slice instead of growing"
     );
-    let started = Instant::now();
-    s.client.sync(s.stream).expect("sync");
-    let rest = started.elapsed();
-    let ratio = reuse.as_secs_f64() / rest.as_secs_f64().max(1e-9);
-    assert!(
-        ratio < 0.25,
-        "the reuse took {reuse:?}, the slow work still had {rest:?} to go (ratio {ratio:.2}): \
-         it waited for work queued after the free"
-    );
+    s.assert_did_not_wait("the reuse", reuse);
     drop((a, d, e));
 }
 
@@ -148,19 +157,12 @@ fn a_reclaim_never_waits() {
     drop(a);
     // The next call collects a, which passes the threshold: the reclaim
     // asks the device without waiting for the slow kernel.
-    let started = Instant::now();
-    s.run(&s.touch, &c).expect("a launch");
-    let pending = s.pending();
-    let call = started.elapsed();
+    let (pending, call) = timed(|| {
+        s.run(&s.touch, &c).expect("a launch");
+        s.pending()
+    });
     assert_eq!(pending, 1, "a waits: its stamp is after the slow kernel");
-    let started = Instant::now();
-    s.client.sync(s.stream).expect("sync");
-    let rest = started.elapsed();
-    let ratio = call.as_secs_f64() / rest.as_secs_f64().max(1e-9);
-    assert!(
-        ratio < 0.25,
-        "the reclaiming call took {call:?} against {rest:?}: it waited"
-    );
+    s.assert_did_not_wait("the reclaiming call", call);
     assert_eq!(s.pending(), 0, "a sync frees it");
 }
 
@@ -184,9 +186,7 @@ fn a_free_after_a_launch_waits_for_that_launch() {
     // Collects a: it must wait for the slow launch, not join the earlier
     // batch the device is already past.
     s.run(&s.touch, &b).expect("another launch");
-    let started = Instant::now();
-    let e = s.slice();
-    let waited = started.elapsed();
+    let (e, waited) = timed(|| s.slice());
     assert!(
         e.placement().overlaps(&freed),
         "e reuses a's slice: every page is full"
@@ -229,9 +229,7 @@ fn a_pool_miss_reuses_what_the_device_is_past_without_waiting() {
     s.run(&s.slow, &b).expect("slow work after a's free");
     // The device is past a's last use, not past the slow launch.
     std::thread::sleep(Duration::from_millis(50));
-    let started = Instant::now();
-    let e = s.slice();
-    let took = started.elapsed();
+    let (e, took) = timed(|| s.slice());
     assert!(e.placement().overlaps(&freed), "e takes a's slice");
     assert!(
         took < SLOW / 4,

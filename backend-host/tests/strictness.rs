@@ -4,7 +4,7 @@
 use backend_host::{Host, Recording, Stream};
 use capture_core::{
     Access, Binding, Builtin, BuiltinInfo, Builtins, DeviceSlice, Driver, GraphDriver, HostSlice,
-    Launch,
+    Launch, StreamId,
 };
 
 fn stream() -> (std::sync::Arc<backend_host::Device>, Stream) {
@@ -230,24 +230,20 @@ fn panicking_kernel() -> capture_core::Kernel<Host> {
     )
 }
 
-#[test]
-fn a_kernel_panicking_in_a_replay_is_a_fault_not_a_dead_worker() {
-    use capture_core::Client;
-    let client = Client::<Host>::open().expect("open");
-    let panics = panicking_kernel();
+/// `issue` enqueues the panicking kernel over `x`, a buffer of a fresh
+/// stream, and returns what it must keep until the stream goes. The panic is
+/// reported by the next read, not a dead worker: the stream still destroys
+/// (its worker joined, not hung), and a new stream works.
+fn a_panic_is_a_fault<T>(
+    issue: impl FnOnce(&capture_core::Client<Host>, StreamId, &capture_core::Buffer) -> T,
+) {
+    let client = capture_core::Client::<Host>::open().expect("open");
     let stream = client.create_stream().expect("stream");
     let x = client.create_f32(stream, &[1.0; 4]).expect("x");
-    // Recorded without a warmup, so the kernel first runs in the replay.
-    let window = client.prepare(stream).expect("prepare");
-    client.begin(stream, window).expect("begin");
-    client
-        .launch(stream, &panics, [1, 1, 1], &[&x], &[], &[])
-        .expect("recorded");
-    let graph = client.instantiate(stream, window).expect("graph");
-    client.replay(&graph).expect("replay enqueued");
+    let kept = issue(&client, stream, &x);
     let err = client.read_f32(&x).expect_err("the panic is reported");
     assert!(err.to_string().contains("kernel panics panicked"), "{err}");
-    drop((graph, x));
+    drop((kept, x));
     client
         .destroy_stream(stream)
         .expect("the worker joined, not hung");
@@ -257,22 +253,26 @@ fn a_kernel_panicking_in_a_replay_is_a_fault_not_a_dead_worker() {
 }
 
 #[test]
+fn a_kernel_panicking_in_a_replay_is_a_fault_not_a_dead_worker() {
+    a_panic_is_a_fault(|client, stream, x| {
+        let panics = panicking_kernel();
+        // Recorded without a warmup, so the kernel first runs in the replay.
+        let window = client.prepare(stream).expect("prepare");
+        client.begin(stream, window).expect("begin");
+        client
+            .launch(stream, &panics, [1, 1, 1], &[x], &[], &[])
+            .expect("recorded");
+        let graph = client.instantiate(stream, window).expect("graph");
+        client.replay(&graph).expect("replay enqueued");
+        graph
+    });
+}
+
+#[test]
 fn a_panicking_kernel_is_a_fault_not_a_dead_worker() {
-    use capture_core::Client;
-    let client = Client::<Host>::open().expect("open");
-    let panics = panicking_kernel();
-    let stream = client.create_stream().expect("stream");
-    let x = client.create_f32(stream, &[1.0; 4]).expect("x");
-    client
-        .launch(stream, &panics, [1, 1, 1], &[&x], &[], &[])
-        .expect("enqueued");
-    let err = client.read_f32(&x).expect_err("the panic is reported");
-    assert!(err.to_string().contains("kernel panics panicked"), "{err}");
-    drop(x);
-    client
-        .destroy_stream(stream)
-        .expect("the worker joined, not hung");
-    let fresh = client.create_stream().expect("a new stream");
-    let y = client.create_f32(fresh, &[2.0; 4]).expect("y");
-    assert_eq!(client.read_f32(&y).expect("works"), [2.0; 4]);
+    a_panic_is_a_fault(|client, stream, x| {
+        client
+            .launch(stream, &panicking_kernel(), [1, 1, 1], &[x], &[], &[])
+            .expect("enqueued");
+    });
 }

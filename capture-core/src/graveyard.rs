@@ -17,47 +17,47 @@ use crate::pool::SliceHandle;
 #[derive(Debug, Default)]
 pub struct Graveyard {
     pending: AtomicBool,
+    dead: Mutex<Dead>,
+}
+
+#[derive(Debug, Default)]
+struct Dead {
+    slices: Vec<SliceHandle>,
     /// Set when the stream is destroyed: nothing will collect again, so a
-    /// later drop lets its slice go at once.
-    closed: AtomicBool,
-    dead: Mutex<Vec<SliceHandle>>,
+    /// later drop lets its slice go at once. Under the lock, so that no
+    /// burial racing the close is left behind.
+    closed: bool,
 }
 
 impl Graveyard {
+    fn dead(&self) -> std::sync::MutexGuard<'_, Dead> {
+        self.dead
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// A buffer holding `slice` was dropped.
     pub fn bury(&self, slice: SliceHandle) {
-        if self.closed.load(Ordering::Acquire) {
+        let mut dead = self.dead();
+        if dead.closed {
             return;
         }
-        let mut dead = self
-            .dead
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        dead.push(slice);
+        dead.slices.push(slice);
         self.pending.store(true, Ordering::Release);
     }
 
     /// The stream is gone: let go of what waits and of every later burial.
-    /// (A drop racing this may still leave one slice behind, let go with
-    /// the graveyard.)
     pub fn close(&self) {
-        self.closed.store(true, Ordering::Release);
-        drop(std::mem::take(
-            &mut *self
-                .dead
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        ));
+        let mut dead = self.dead();
+        dead.closed = true;
+        drop(std::mem::take(&mut dead.slices));
         self.pending.store(false, Ordering::Relaxed);
     }
 
     /// How many slices wait to be collected.
     #[cfg(test)]
     pub fn waiting(&self) -> usize {
-        self.dead
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .len()
+        self.dead().slices.len()
     }
 
     /// Everything buried since the last call, handed to `collect`.
@@ -74,12 +74,7 @@ impl Graveyard {
         if !self.pending.swap(false, Ordering::Acquire) {
             return;
         }
-        let dead = std::mem::take(
-            &mut *self
-                .dead
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+        let dead = std::mem::take(&mut self.dead().slices);
         dead.into_iter().for_each(&mut collect);
     }
 }
@@ -131,5 +126,30 @@ mod tests {
             "nothing is collected from a closed graveyard"
         );
         assert_eq!(pool.usage().slices, 0);
+    }
+
+    #[test]
+    fn no_burial_racing_the_close_is_left_behind() {
+        for _ in 0..200 {
+            let mut pool = Pool::new(1 << 16);
+            let slices: Vec<SliceHandle> = (1..=64).map(|id| reserve(&mut pool, id)).collect();
+            let graveyard = Graveyard::default();
+            let start = std::sync::Barrier::new(3);
+            std::thread::scope(|scope| {
+                let mut slices = slices.into_iter();
+                for _ in 0..2 {
+                    let batch: Vec<SliceHandle> = slices.by_ref().take(32).collect();
+                    let (graveyard, start) = (&graveyard, &start);
+                    scope.spawn(move || {
+                        start.wait();
+                        batch.into_iter().for_each(|slice| graveyard.bury(slice));
+                    });
+                }
+                start.wait();
+                graveyard.close();
+            });
+            assert_eq!(graveyard.waiting(), 0, "a burial racing the close stayed");
+            assert_eq!(pool.usage().slices, 0, "every slice was let go");
+        }
     }
 }

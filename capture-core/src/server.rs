@@ -182,11 +182,23 @@ impl<D: GraphDriver> Server<D> {
         f: impl FnOnce(&mut Lane<D>) -> Result<R, Error>,
     ) -> Result<R, Error> {
         let mut lane = slot.lane.lock().map_err(|_| Error::Poisoned)?;
+        f(Self::open(slot, &mut lane, id)?)
+    }
+
+    /// The lane `slot`'s lock guards, `lane`, once the stream's dead buffers
+    /// are collected; refused if the stream is destroyed. Apart from
+    /// [`Server::with_slot`] so that a launch takes it in its own frame.
+    #[inline]
+    fn open<'g>(
+        slot: &Slot<D>,
+        lane: &'g mut Option<Lane<D>>,
+        id: StreamId,
+    ) -> Result<&'g mut Lane<D>, Error> {
         let Some(lane) = lane.as_mut() else {
             return Err(Error::UnknownStream(id));
         };
         collect_dead(&slot.graveyard, &mut lane.state);
-        f(lane)
+        Ok(lane)
     }
 
     /// `err` refused a call on `stream` before it reached the stream: if

@@ -206,7 +206,7 @@ impl GraphDriver for TestDriver {
 }
 
 mod tests {
-    use std::sync::atomic::Ordering;
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     use super::TestDriver;
     use crate::capture_state::Phase;
@@ -380,18 +380,23 @@ mod tests {
         });
     }
 
-    #[test]
-    fn launches_racing_their_streams_destroy_end_unknown() {
-        let fx = Copying::new();
-        let started = std::sync::atomic::AtomicBool::new(false);
-        let launched = std::thread::scope(|scope| {
-            let launcher = scope.spawn(|| {
+    /// Run `call` over and over on another thread while this one destroys
+    /// `fx`'s stream, once the first call started: how many succeeded before
+    /// an error `ended` accepts stopped it (any other error is returned).
+    fn race_the_destroy(
+        fx: &Copying,
+        call: impl Fn() -> Result<(), Error> + Sync,
+        ended: fn(&Error) -> bool,
+    ) -> Result<usize, Error> {
+        let started = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let caller = scope.spawn(|| {
                 let mut done = 0usize;
                 loop {
                     started.store(true, Ordering::SeqCst);
-                    match fx.launch() {
+                    match call() {
                         Ok(()) => done += 1,
-                        Err(Error::UnknownStream(_)) => return Ok(done),
+                        Err(err) if ended(&err) => return Ok(done),
                         Err(other) => return Err(other),
                     }
                 }
@@ -400,10 +405,18 @@ mod tests {
                 std::thread::yield_now();
             }
             fx.client.destroy_stream(fx.stream).expect("destroy");
-            launcher
-                .join()
-                .expect("the launching thread does not panic")
-        });
+            caller.join().expect("the calling thread does not panic")
+        })
+    }
+
+    #[test]
+    fn launches_racing_their_streams_destroy_end_unknown() {
+        let fx = Copying::new();
+        let launched = race_the_destroy(
+            &fx,
+            || fx.launch(),
+            |err| matches!(err, Error::UnknownStream(_)),
+        );
         assert!(launched.is_ok(), "{launched:?}");
         assert_eq!(fx.client.device().streams.load(Ordering::SeqCst), 0);
     }
@@ -569,33 +582,18 @@ mod tests {
 
     #[test]
     fn a_handle_replaying_while_its_stream_is_destroyed_ends_unknown() {
-        use std::sync::atomic::{AtomicBool, Ordering};
         let fx = Copying::new();
-        let (client, stream) = (&fx.client, fx.stream);
-        let (graph, ()) = client.capture(stream, |_| fx.launch()).expect("capture");
-        let started = AtomicBool::new(false);
-        let replays = std::thread::scope(|scope| {
-            let replayer = scope.spawn(|| {
-                let mut done = 0usize;
-                loop {
-                    started.store(true, Ordering::SeqCst);
-                    match graph.replay() {
-                        Ok(()) => done += 1,
-                        Err(Error::UnknownGraph(_)) => return Ok(done),
-                        Err(other) => return Err(other),
-                    }
-                }
-            });
-            while !started.load(Ordering::SeqCst) {
-                std::thread::yield_now();
-            }
-            client.destroy_stream(stream).expect("destroy");
-            replayer
-                .join()
-                .expect("the replaying thread does not panic")
-        });
+        let (graph, ()) = fx
+            .client
+            .capture(fx.stream, |_| fx.launch())
+            .expect("capture");
+        let replays = race_the_destroy(
+            &fx,
+            || graph.replay(),
+            |err| matches!(err, Error::UnknownGraph(_)),
+        );
         assert!(replays.is_ok(), "{replays:?}");
-        assert!(!client.is_live(&graph), "the graph went with its stream");
+        assert!(!fx.client.is_live(&graph), "the graph went with its stream");
     }
 
     #[test]

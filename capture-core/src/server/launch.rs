@@ -10,7 +10,7 @@ use arrayvec::ArrayVec;
 
 use std::any::Any;
 
-use super::{Bound, Lane, Server, Slot, check_owner, collect_dead};
+use super::{Bound, Lane, Server, Slot, check_owner};
 use crate::driver::{Binding, DeviceSlice, Driver, GraphDriver, Launch};
 use crate::error::Error;
 use crate::graph_log::Entry;
@@ -51,6 +51,10 @@ impl<D: GraphDriver> Server<D> {
     /// reads a claimed buffer is not run: it would compute from bytes nobody
     /// wrote. It fails with that claim, and what it would have written is
     /// claimed in turn; inside a window it dooms the window.
+    ///
+    /// The caller has refused buffers of another client (see
+    /// [`Client::launch`](crate::Client::launch)): their ids and streams
+    /// would name this server's memory.
     #[inline]
     pub(crate) fn launch<B: Bound>(
         &self,
@@ -86,12 +90,9 @@ impl<D: GraphDriver> Server<D> {
                 &*mapped
             }
         };
-        // `Server::with_slot`, written out: the launch is one frame.
-        let mut lane = slot.lane.lock().map_err(|_| Error::Poisoned)?;
-        let Some(lane) = lane.as_mut() else {
-            return Err(Error::UnknownStream(stream));
-        };
-        collect_dead(&slot.graveyard, &mut lane.state);
+        // Not `Server::with_slot`: its closure would be a frame of its own.
+        let mut guard = slot.lane.lock().map_err(|_| Error::Poisoned)?;
+        let lane = Self::open(slot, &mut guard, stream)?;
         lane.check_recorder()?;
         let state = &mut lane.state;
         let mut ids = || self.ids.buffer();
@@ -132,6 +133,9 @@ impl<D: GraphDriver> Server<D> {
 }
 
 /// The slot `buffer` keeps of its stream, if it keeps this server's kind.
+/// The client refused every buffer of another client before the launch got
+/// here (another client numbers its streams alike, so the owner check alone
+/// would not tell), which makes the slot this server's own.
 #[inline]
 fn kept_slot<D: GraphDriver, B: Bound>(buffer: &B) -> Option<&Slot<D>> {
     let slot: &dyn Any = buffer.stream_slot()?;
