@@ -71,6 +71,10 @@ pub struct Signature {
     /// A plain vector: every launch reads it, and a small vector's inline
     /// or spilled test would be paid on each read.
     bindings: Vec<Access>,
+    /// The pairs of bindings (among the first [`MAX_BINDINGS`]) that must
+    /// name two buffers, a written side in each: what a launch compares,
+    /// without walking the accesses to find them.
+    exclusive: Vec<[u8; 2]>,
     info_bytes: u32,
     params: SmallVec<[u32; 4]>,
     /// The sum of `params`, kept so that a launch's check adds nothing up.
@@ -121,6 +125,7 @@ impl Signature {
         Self {
             name: Arc::from(name.into()),
             bindings: Vec::new(),
+            exclusive: Vec::new(),
             info_bytes: 0,
             params: SmallVec::new(),
             param_total: 0,
@@ -130,14 +135,28 @@ impl Signature {
 
     /// Add a buffer binding, after the ones already declared.
     pub fn binding(mut self, access: Access) -> Self {
-        self.bindings.push(access);
+        self.push_binding(access);
         self
     }
 
     /// Add buffer bindings, in order.
     pub fn bindings(mut self, accesses: &[Access]) -> Self {
-        self.bindings.extend_from_slice(accesses);
+        for &access in accesses {
+            self.push_binding(access);
+        }
         self
+    }
+
+    fn push_binding(&mut self, access: Access) {
+        let at = self.bindings.len();
+        if at < MAX_BINDINGS {
+            // Both fit in a byte: at most `MAX_BINDINGS` (16).
+            let pairs = self.bindings.iter().enumerate();
+            let exclusive = pairs.filter(|(_, earlier)| access.writes() || earlier.writes());
+            self.exclusive
+                .extend(exclusive.map(|(earlier, _)| [earlier as u8, at as u8]));
+        }
+        self.bindings.push(access);
     }
 
     /// The kernel reads exactly `bytes` info bytes from a device buffer
@@ -280,8 +299,7 @@ impl Signature {
 
     /// [`Signature::check_launch`] over any binding type, `id` naming each
     /// binding's buffer: the server checks its own buffer references without
-    /// collecting their ids first. Every branch but the last is a compare
-    /// of two numbers; the sentences are built only on a mismatch.
+    /// collecting their ids first.
     #[inline]
     pub(crate) fn check_launch_of<B>(
         &self,
@@ -292,21 +310,77 @@ impl Signature {
         info: usize,
         params: usize,
     ) -> Result<(), String> {
+        if self.admits(groups, max_groups, buffers, &id, info, params) {
+            return Ok(());
+        }
+        match self.mismatch(groups, max_groups, buffers, id, info, params) {
+            Some(reason) => Err(reason),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a launch matches, as [`Signature::mismatch`] would find: the
+    /// question every launch asks, answered in compares only, the pairs that
+    /// may not alias listed beforehand. A signature of more than
+    /// [`MAX_BINDINGS`] bindings (which no backend builds) is left to
+    /// [`Signature::mismatch`].
+    #[inline]
+    pub(crate) fn admits<B>(
+        &self,
+        groups: [u32; 3],
+        max_groups: [u32; 3],
+        buffers: &[B],
+        id: impl Fn(&B) -> BufferId,
+        info: usize,
+        params: usize,
+    ) -> bool {
+        let [x, y, z] = groups;
+        let [mx, my, mz] = max_groups;
+        // `exclusive` holds every pair only up to `MAX_BINDINGS` bindings.
+        buffers.len() == self.bindings.len()
+            && buffers.len() <= MAX_BINDINGS
+            && info == self.info_bytes as usize
+            && params == self.param_total as usize
+            && x.wrapping_sub(1) < mx
+            && y.wrapping_sub(1) < my
+            && z.wrapping_sub(1) < mz
+            && self.exclusive.iter().all(|&[a, b]| {
+                match (buffers.get(usize::from(a)), buffers.get(usize::from(b))) {
+                    (Some(a), Some(b)) => id(a) != id(b),
+                    _ => false,
+                }
+            })
+    }
+
+    /// What a launch gets wrong, the first thing in order (the binding
+    /// count, info bytes, parameter bytes, the grid, then a written buffer
+    /// bound twice); `None` when it matches. Every branch but the last is a
+    /// compare of two numbers; the sentences are built only on a mismatch.
+    #[cold]
+    fn mismatch<B>(
+        &self,
+        groups: [u32; 3],
+        max_groups: [u32; 3],
+        buffers: &[B],
+        id: impl Fn(&B) -> BufferId,
+        info: usize,
+        params: usize,
+    ) -> Option<String> {
         let declared = self.bindings.as_slice();
         if buffers.len() != declared.len() {
-            return Err(self.arity_mismatch(buffers.len()));
+            return Some(self.arity_mismatch(buffers.len()));
         }
         if info != self.info_bytes as usize {
-            return Err(self.info_mismatch(info));
+            return Some(self.info_mismatch(info));
         }
         let expected = self.param_bytes();
         if params != expected as usize {
-            return Err(param_mismatch(expected, params));
+            return Some(param_mismatch(expected, params));
         }
         let [x, y, z] = groups;
         let [mx, my, mz] = max_groups;
         if x == 0 || y == 0 || z == 0 || x > mx || y > my || z > mz {
-            return Err(grid_mismatch(groups, max_groups));
+            return Some(grid_mismatch(groups, max_groups));
         }
         // Only a pair with a written side may alias: compare each written
         // binding with every other.
@@ -321,10 +395,10 @@ impl Signature {
                 .any(|(j, b)| j != i && id(b) == a);
             if aliased {
                 let ids: SmallVec<[BufferId; 8]> = buffers.iter().map(&id).collect();
-                return Err(self.alias_mismatch(&ids));
+                return Some(self.alias_mismatch(&ids));
             }
         }
-        Ok(())
+        None
     }
 
     #[cold]
@@ -609,6 +683,75 @@ mod tests {
         assert!(
             sig.check_launch(max, max, &[a, b, BufferId(3)], 0, 0)
                 .is_ok()
+        );
+    }
+
+    /// `admits` is the hot path's answer and `mismatch` the one that names
+    /// what is wrong: they must agree on every launch, or a launch is let
+    /// through that `mismatch` refuses (or refused for nothing).
+    #[test]
+    fn the_quick_check_agrees_with_the_one_that_explains() {
+        let all = [Access::Read, Access::Write, Access::ReadWrite];
+        let max = [4, 3, 2];
+        let mut cases = 0;
+        for bindings in 0..=4usize {
+            for pattern in 0..3usize.pow(bindings as u32) {
+                let accesses: Vec<Access> = (0..bindings)
+                    .map(|k| all[pattern / 3usize.pow(k as u32) % 3])
+                    .collect();
+                let sig = Signature::new("k").bindings(&accesses).info(8).param(4);
+                // Every way to name the buffers from four ids, one fewer and
+                // one more than declared included.
+                for bound in bindings.saturating_sub(1)..=bindings + 1 {
+                    for naming in 0..4usize.pow(bound as u32) {
+                        let ids: Vec<BufferId> = (0..bound)
+                            .map(|k| BufferId((naming / 4usize.pow(k as u32) % 4) as u64))
+                            .collect();
+                        for (groups, info, params) in [
+                            ([1, 1, 1], 8, 4),
+                            ([4, 3, 2], 8, 4),
+                            ([0, 1, 1], 8, 4),
+                            ([1, 0, 1], 8, 4),
+                            ([1, 1, 0], 8, 4),
+                            ([5, 1, 1], 8, 4),
+                            ([1, 4, 1], 8, 4),
+                            ([1, 1, 3], 8, 4),
+                            ([1, 1, 1], 7, 4),
+                            ([1, 1, 1], 8, 5),
+                        ] {
+                            let quick = sig.admits(groups, max, &ids, |id| *id, info, params);
+                            let reason = sig.mismatch(groups, max, &ids, |id| *id, info, params);
+                            assert_eq!(
+                                quick,
+                                reason.is_none(),
+                                "{sig} over {ids:?}, grid {groups:?}, {info} B, {params} B: {reason:?}"
+                            );
+                            cases += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(cases > 100_000, "{cases}");
+    }
+
+    #[test]
+    fn a_signature_past_the_binding_limit_is_still_checked() {
+        // No backend builds one (`validate` refuses it), but a caller may
+        // check launches against it: the pairs `admits` compares stop at the
+        // limit, and the check beyond it is the explaining one's.
+        let mut accesses = vec![Access::Read; MAX_BINDINGS + 2];
+        accesses[MAX_BINDINGS + 1] = Access::Write;
+        let sig = Signature::new("k").bindings(&accesses);
+        let mut ids: Vec<BufferId> = (1..=accesses.len() as u64).map(BufferId).collect();
+        let max = [1, 1, 1];
+        assert!(!sig.admits(max, max, &ids, |id| *id, 0, 0));
+        assert!(sig.check_launch(max, max, &ids, 0, 0).is_ok());
+        ids[MAX_BINDINGS + 1] = ids[MAX_BINDINGS];
+        let alias = mismatch(sig.check_launch(max, max, &ids, 0, 0));
+        assert!(
+            alias.contains("bound at 16 (read) and 17 (write)"),
+            "{alias}"
         );
     }
 

@@ -173,7 +173,9 @@ fn issue_launch<D: Driver, B: Bound>(
     };
     enqueue_launch(state, request, info_place)?;
     state.issued();
-    state.failures.settle(request.written(), None);
+    if !state.failures.is_empty() {
+        state.failures.settle(request.written(), None);
+    }
     state.maybe_flush();
     Ok(())
 }
@@ -222,9 +224,34 @@ fn record_launch<D: Driver, B: Bound>(
 }
 
 /// Whether a launch matches its kernel's signature and binds only
-/// `stream`'s buffers.
+/// `stream`'s buffers. A launch that does is let through on one pass of
+/// compares; the others go to [`explain_launch`], which names what is wrong.
 #[inline]
 fn check_launch<D: Driver, B: Bound>(
+    request: &Request<'_, D, B>,
+    max_groups: [u32; 3],
+    stream: StreamId,
+) -> Result<(), Error> {
+    let args = request.args;
+    // `admits` also holds the bindings to `MAX_BINDINGS`.
+    let fits = request.signature.admits(
+        request.groups,
+        max_groups,
+        args,
+        |buffer| buffer.id(),
+        request.info.len(),
+        request.params.len(),
+    ) && args.iter().all(|buffer| buffer.stream() == stream);
+    if fits {
+        return Ok(());
+    }
+    explain_launch(request, max_groups, stream)
+}
+
+/// [`check_launch`]'s checks one by one, in the order their errors are
+/// reported.
+#[cold]
+fn explain_launch<D: Driver, B: Bound>(
     request: &Request<'_, D, B>,
     max_groups: [u32; 3],
     stream: StreamId,
