@@ -457,6 +457,22 @@ mod tests {
             )
             .expect("the most bindings a kernel may have");
         assert_eq!(client.read(&dst).expect("read"), vec![5; 16]);
+        // As many with info bytes the kernel does not read: refused for
+        // those, the count being fine.
+        let err = client
+            .launch(
+                stream,
+                &copy_kernel(MAX_BINDINGS),
+                [1, 1, 1],
+                &buffers,
+                &[0; 4],
+                &[],
+            )
+            .expect_err("info bytes the kernel does not read");
+        assert!(
+            matches!(&err, Error::KernelMismatch { reason, .. } if reason.contains("info bytes")),
+            "{err}"
+        );
         buffers.push(&src);
         let err = client
             .launch(
