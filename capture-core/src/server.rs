@@ -275,6 +275,12 @@ impl<D: GraphDriver> Server<D> {
         if let Some(lane) = lane.take() {
             self.close_lane(lane);
         }
+        // Whatever a panic under the lock left half done went with the lane:
+        // the slot now holds nothing, consistently, so a call that reaches it
+        // through a buffer or a handle is told the stream is gone, not that
+        // it is poisoned. Cleared under the lock, so no call sees between.
+        slot.lane.clear_poison();
+        drop(lane);
         slot.graveyard.close();
     }
 

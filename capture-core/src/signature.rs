@@ -82,6 +82,16 @@ pub struct Signature {
     workgroup: [u32; 3],
 }
 
+/// A launch as its signature checks it: its grid, the device's largest,
+/// its buffers in binding order, and its info and parameter byte counts.
+pub(crate) struct LaunchShape<'a, B> {
+    pub(crate) groups: [u32; 3],
+    pub(crate) max_groups: [u32; 3],
+    pub(crate) buffers: &'a [B],
+    pub(crate) info: usize,
+    pub(crate) params: usize,
+}
+
 impl fmt::Debug for Signature {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{self}")
@@ -294,53 +304,38 @@ impl Signature {
         info: usize,
         params: usize,
     ) -> Result<(), String> {
-        self.check_launch_of(groups, max_groups, buffers, |id| *id, info, params)
-    }
-
-    /// [`Signature::check_launch`] over any binding type, `id` naming each
-    /// binding's buffer: the server checks its own buffer references without
-    /// collecting their ids first.
-    #[inline]
-    pub(crate) fn check_launch_of<B>(
-        &self,
-        groups: [u32; 3],
-        max_groups: [u32; 3],
-        buffers: &[B],
-        id: impl Fn(&B) -> BufferId,
-        info: usize,
-        params: usize,
-    ) -> Result<(), String> {
-        if self.admits(groups, max_groups, buffers, &id, info, params) {
+        let launch = LaunchShape {
+            groups,
+            max_groups,
+            buffers,
+            info,
+            params,
+        };
+        if self.admits(&launch, |id| *id) {
             return Ok(());
         }
-        match self.mismatch(groups, max_groups, buffers, id, info, params) {
-            Some(reason) => Err(reason),
-            None => Ok(()),
-        }
+        self.mismatch(&launch, |id| *id).map_or(Ok(()), Err)
     }
 
-    /// Whether a launch matches, as [`Signature::mismatch`] would find: the
+    /// Whether `launch` matches, as [`Signature::mismatch`] would find: the
     /// question every launch asks, answered in compares only, the pairs that
-    /// may not alias listed beforehand. A signature of more than
-    /// [`MAX_BINDINGS`] bindings (which no backend builds) is left to
-    /// [`Signature::mismatch`].
+    /// may not alias listed beforehand; `id` names each binding's buffer. A
+    /// signature of more than [`MAX_BINDINGS`] bindings (which no backend
+    /// builds) is left to [`Signature::mismatch`].
     #[inline]
     pub(crate) fn admits<B>(
         &self,
-        groups: [u32; 3],
-        max_groups: [u32; 3],
-        buffers: &[B],
+        launch: &LaunchShape<'_, B>,
         id: impl Fn(&B) -> BufferId,
-        info: usize,
-        params: usize,
     ) -> bool {
-        let [x, y, z] = groups;
-        let [mx, my, mz] = max_groups;
+        let buffers = launch.buffers;
+        let [x, y, z] = launch.groups;
+        let [mx, my, mz] = launch.max_groups;
         // `exclusive` holds every pair only up to `MAX_BINDINGS` bindings.
         buffers.len() == self.bindings.len()
             && buffers.len() <= MAX_BINDINGS
-            && info == self.info_bytes as usize
-            && params == self.param_total as usize
+            && launch.info == self.info_bytes as usize
+            && launch.params == self.param_total as usize
             && x.wrapping_sub(1) < mx
             && y.wrapping_sub(1) < my
             && z.wrapping_sub(1) < mz
@@ -352,20 +347,23 @@ impl Signature {
             })
     }
 
-    /// What a launch gets wrong, the first thing in order (the binding
+    /// What `launch` gets wrong, the first thing in order (the binding
     /// count, info bytes, parameter bytes, the grid, then a written buffer
     /// bound twice); `None` when it matches. Every branch but the last is a
     /// compare of two numbers; the sentences are built only on a mismatch.
     #[cold]
-    fn mismatch<B>(
+    pub(crate) fn mismatch<B>(
         &self,
-        groups: [u32; 3],
-        max_groups: [u32; 3],
-        buffers: &[B],
+        launch: &LaunchShape<'_, B>,
         id: impl Fn(&B) -> BufferId,
-        info: usize,
-        params: usize,
     ) -> Option<String> {
+        let &LaunchShape {
+            groups,
+            max_groups,
+            buffers,
+            info,
+            params,
+        } = launch;
         let declared = self.bindings.as_slice();
         if buffers.len() != declared.len() {
             return Some(self.arity_mismatch(buffers.len()));
@@ -719,8 +717,15 @@ mod tests {
                             ([1, 1, 1], 7, 4),
                             ([1, 1, 1], 8, 5),
                         ] {
-                            let quick = sig.admits(groups, max, &ids, |id| *id, info, params);
-                            let reason = sig.mismatch(groups, max, &ids, |id| *id, info, params);
+                            let launch = LaunchShape {
+                                groups,
+                                max_groups: max,
+                                buffers: &ids,
+                                info,
+                                params,
+                            };
+                            let quick = sig.admits(&launch, |id| *id);
+                            let reason = sig.mismatch(&launch, |id| *id);
                             assert_eq!(
                                 quick,
                                 reason.is_none(),
@@ -745,7 +750,14 @@ mod tests {
         let sig = Signature::new("k").bindings(&accesses);
         let mut ids: Vec<BufferId> = (1..=accesses.len() as u64).map(BufferId).collect();
         let max = [1, 1, 1];
-        assert!(!sig.admits(max, max, &ids, |id| *id, 0, 0));
+        let launch = LaunchShape {
+            groups: max,
+            max_groups: max,
+            buffers: &ids,
+            info: 0,
+            params: 0,
+        };
+        assert!(!sig.admits(&launch, |id| *id));
         assert!(sig.check_launch(max, max, &ids, 0, 0).is_ok());
         ids[MAX_BINDINGS + 1] = ids[MAX_BINDINGS];
         let alias = mismatch(sig.check_launch(max, max, &ids, 0, 0));

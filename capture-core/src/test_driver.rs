@@ -321,6 +321,16 @@ mod tests {
             }
         }
 
+        /// [`Copying::new`] and a graph of one copy, captured.
+        fn with_graph() -> (Self, crate::GraphHandle<TestDriver>) {
+            let fx = Self::new();
+            let (graph, ()) = fx
+                .client
+                .capture(fx.stream, |_| fx.launch())
+                .expect("capture");
+            (fx, graph)
+        }
+
         /// Copy `src` into `dst`.
         fn launch(&self) -> Result<(), Error> {
             let buffers = [&self.src, &self.dst];
@@ -331,13 +341,9 @@ mod tests {
 
     #[test]
     fn a_buffer_or_graph_outliving_its_stream_keeps_nothing_of_the_driver() {
-        let fx = Copying::new();
+        let (fx, graph) = Copying::with_graph();
         let device = fx.client.device().clone();
         fx.launch().expect("a launch on a live stream");
-        let (graph, ()) = fx
-            .client
-            .capture(fx.stream, |_| fx.launch())
-            .expect("capture");
         graph.replay().expect("a replay on a live stream");
         assert_eq!(device.streams.load(Ordering::SeqCst), 1);
         fx.client.destroy_stream(fx.stream).expect("destroy");
@@ -358,11 +364,7 @@ mod tests {
 
     #[test]
     fn launches_and_handle_replays_never_wait_for_the_map_of_streams() {
-        let fx = Copying::new();
-        let (graph, ()) = fx
-            .client
-            .capture(fx.stream, |_| fx.launch())
-            .expect("capture");
+        let (fx, graph) = Copying::with_graph();
         let held = fx.client.server().expect("server").hold_streams();
         let (done, finished) = std::sync::mpsc::channel();
         std::thread::scope(|scope| {
@@ -419,6 +421,52 @@ mod tests {
         );
         assert!(launched.is_ok(), "{launched:?}");
         assert_eq!(fx.client.device().streams.load(Ordering::SeqCst), 0);
+    }
+
+    // The one call that runs the caller's code under a stream's lock is the
+    // benches' raw access.
+    #[cfg(feature = "raw")]
+    #[test]
+    fn a_panic_under_a_streams_lock_poisons_that_stream_alone() {
+        // `with_raw_stream` runs the caller's closure under the stream's
+        // lock: a panic there leaves the stream's state unknown, so every
+        // later call on it is refused, by whichever path it takes to the
+        // lock (a launch through its buffers, a replay through its handle,
+        // the rest through the map), while other streams carry on.
+        let (fx, graph) = Copying::with_graph();
+        let device = fx.client.device().clone();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            fx.client
+                .with_raw_stream(fx.stream, &[&fx.src], |_, _| panic!("the caller's code"))
+        }));
+        assert!(panicked.is_err());
+        let launched = fx.launch();
+        assert!(matches!(launched, Err(Error::Poisoned)), "{launched:?}");
+        let replayed = graph.replay();
+        assert!(matches!(replayed, Err(Error::Poisoned)), "{replayed:?}");
+        let synced = fx.client.sync(fx.stream);
+        assert!(matches!(synced, Err(Error::Poisoned)), "{synced:?}");
+
+        let other = fx.client.create_stream().expect("another stream");
+        let src = fx.client.create(other, &[7; 16]).expect("src");
+        let dst = fx.client.create(other, &[0; 16]).expect("dst");
+        fx.client
+            .launch(other, &fx.kernel, [1, 1, 1], &[&src, &dst], &[], &[])
+            .expect("a launch on another stream");
+        assert_eq!(fx.client.read(&dst).expect("read"), vec![7; 16]);
+
+        // Destroying the poisoned stream still gives its driver stream back.
+        assert_eq!(device.streams.load(Ordering::SeqCst), 2);
+        fx.client.destroy_stream(fx.stream).expect("destroy");
+        assert_eq!(device.streams.load(Ordering::SeqCst), 1);
+        // Gone, not poisoned, by every path: the buffers and the handle keep
+        // the stream's slot, whose lock the panic poisoned.
+        let gone = fx.launch();
+        assert!(matches!(gone, Err(Error::UnknownStream(_))), "{gone:?}");
+        let gone = graph.replay();
+        assert!(matches!(gone, Err(Error::UnknownGraph(_))), "{gone:?}");
+        let gone = fx.client.sync(fx.stream);
+        assert!(matches!(gone, Err(Error::UnknownStream(_))), "{gone:?}");
     }
 
     #[test]
@@ -598,11 +646,7 @@ mod tests {
 
     #[test]
     fn a_handle_replaying_while_its_stream_is_destroyed_ends_unknown() {
-        let fx = Copying::new();
-        let (graph, ()) = fx
-            .client
-            .capture(fx.stream, |_| fx.launch())
-            .expect("capture");
+        let (fx, graph) = Copying::with_graph();
         let replays = race_the_destroy(
             &fx,
             || graph.replay(),

@@ -135,59 +135,55 @@ impl<D: GraphDriver> Server<D> {
 
     /// Replay graph `id` on `lane`, the lane of `stream`.
     fn replay_in(lane: &mut Lane<D>, id: GraphId, stream: StreamId) -> Result<(), Error> {
-        {
-            lane.check_recorder()?;
-            if lane.state.capture.is_recording() {
-                return lane.refused(Error::ReplayWhileRecording(stream));
+        lane.check_recorder()?;
+        if lane.state.capture.is_recording() {
+            return lane.refused(Error::ReplayWhileRecording(stream));
+        }
+        let Lane { state, graphs, .. } = lane;
+        // Not `ok_or`: the error would be built, and dropped, on every
+        // replay.
+        let Some(graph) = graphs.get_mut(id) else {
+            return Err(Error::UnknownGraph(id));
+        };
+        let failures = &mut state.failures;
+        // A claimed input: the replay would compute from bytes nobody
+        // wrote. The one exception is a claim this graph's own failed
+        // replay left on a buffer it reads and rewrites (`x += y`):
+        // retrying is how that claim is repaired, and the design's rule
+        // for a failed replay.
+        let poisoned = if failures.is_empty() {
+            None
+        } else {
+            graph.read.iter().find_map(|buffer| {
+                let own_failed_replay = failures.check(*buffer).is_some_and(
+                    |cause| matches!(**cause, Error::ReplayFailed { graph, .. } if graph == id),
+                );
+                if own_failed_replay {
+                    None
+                } else {
+                    failures.read_error(*buffer)
+                }
+            })
+        };
+        let outcome = match poisoned {
+            Some(err) => Err(err),
+            None => D::replay(&graph.exec, &mut state.raw).map_err(|cause| Error::ReplayFailed {
+                graph: id,
+                cause: Arc::new(cause.into()),
+            }),
+        };
+        match outcome {
+            Ok(()) => {
+                state.issued();
+                graph.info.replays += 1;
+                state.failures.settle(graph.written.iter().copied(), None);
+                Ok(())
             }
-            let Lane { state, graphs, .. } = lane;
-            // Not `ok_or`: the error would be built, and dropped, on every
-            // replay.
-            let Some(graph) = graphs.get_mut(id) else {
-                return Err(Error::UnknownGraph(id));
-            };
-            let failures = &mut state.failures;
-            // A claimed input: the replay would compute from bytes nobody
-            // wrote. The one exception is a claim this graph's own failed
-            // replay left on a buffer it reads and rewrites (`x += y`):
-            // retrying is how that claim is repaired, and the design's rule
-            // for a failed replay.
-            let poisoned = if failures.is_empty() {
-                None
-            } else {
-                graph.read.iter().find_map(|buffer| {
-                    let own_failed_replay = failures.check(*buffer).is_some_and(
-                        |cause| matches!(**cause, Error::ReplayFailed { graph, .. } if graph == id),
-                    );
-                    if own_failed_replay {
-                        None
-                    } else {
-                        failures.read_error(*buffer)
-                    }
-                })
-            };
-            let outcome = match poisoned {
-                Some(err) => Err(err),
-                None => {
-                    D::replay(&graph.exec, &mut state.raw).map_err(|cause| Error::ReplayFailed {
-                        graph: id,
-                        cause: Arc::new(cause.into()),
-                    })
-                }
-            };
-            match outcome {
-                Ok(()) => {
-                    state.issued();
-                    graph.info.replays += 1;
-                    state.failures.settle(graph.written.iter().copied(), None);
-                    Ok(())
-                }
-                Err(err) => {
-                    state
-                        .failures
-                        .settle(graph.written.iter().copied(), Some(&err));
-                    Err(err)
-                }
+            Err(err) => {
+                state
+                    .failures
+                    .settle(graph.written.iter().copied(), Some(&err));
+                Err(err)
             }
         }
     }

@@ -16,7 +16,7 @@ use crate::error::Error;
 use crate::graph_log::Entry;
 use crate::ids::{BufferId, StreamId};
 use crate::pool::Place;
-use crate::signature::{MAX_BINDINGS, Signature};
+use crate::signature::{LaunchShape, MAX_BINDINGS, Signature};
 use crate::stream::StreamState;
 
 /// One launch as its caller asked for it, with its kernel's signature.
@@ -30,6 +30,19 @@ struct Request<'a, D: Driver, B> {
 }
 
 impl<D: Driver, B: Bound> Request<'_, D, B> {
+    /// The launch as its signature checks it, on a device that allows
+    /// `max_groups`.
+    #[inline]
+    fn shape(&self, max_groups: [u32; 3]) -> LaunchShape<'_, B> {
+        LaunchShape {
+            groups: self.groups,
+            max_groups,
+            buffers: self.args,
+            info: self.info.len(),
+            params: self.params.len(),
+        }
+    }
+
     /// The buffers the launch writes.
     fn written(&self) -> impl Iterator<Item = BufferId> + '_ {
         self.args
@@ -234,14 +247,10 @@ fn check_launch<D: Driver, B: Bound>(
 ) -> Result<(), Error> {
     let args = request.args;
     // `admits` also holds the bindings to `MAX_BINDINGS`.
-    let fits = request.signature.admits(
-        request.groups,
-        max_groups,
-        args,
-        |buffer| buffer.id(),
-        request.info.len(),
-        request.params.len(),
-    ) && args.iter().all(|buffer| buffer.stream() == stream);
+    let fits = request
+        .signature
+        .admits(&request.shape(max_groups), |buffer| buffer.id())
+        && args.iter().all(|buffer| buffer.stream() == stream);
     if fits {
         return Ok(());
     }
@@ -260,19 +269,12 @@ fn explain_launch<D: Driver, B: Bound>(
     if args.len() > MAX_BINDINGS {
         return Err(too_many_bindings(signature, args.len()));
     }
-    signature
-        .check_launch_of(
-            request.groups,
-            max_groups,
-            args,
-            |buffer| buffer.id(),
-            request.info.len(),
-            request.params.len(),
-        )
-        .map_err(|reason| Error::KernelMismatch {
+    if let Some(reason) = signature.mismatch(&request.shape(max_groups), |buffer| buffer.id()) {
+        return Err(Error::KernelMismatch {
             kernel: signature.to_string(),
             reason,
-        })?;
+        });
+    }
     args.iter()
         .try_for_each(|buffer| check_owner(buffer.id(), buffer.stream(), stream))
 }

@@ -187,7 +187,8 @@ fn main() -> ExitCode {
     println!("- {}", validation.describe());
     println!(
         "- per-call figures: median of {reps} repetitions of {calls} calls, core and raw \
-         interleaved, each going first every other time, the stream synced every {sync} calls outside the timing; the time \
+         interleaved, each going first every other time, the stream synced every {sync} \
+         calls outside the timing; the time \
          the core adds to an eager launch or a replay is judged fastest repetition to \
          fastest, the ones least disturbed by other work; allocations: fewest in any of \
          {rounds} rounds of {round} calls per side, counted on the calling thread only; \
