@@ -27,6 +27,7 @@ use crate::capture_state::Phase;
 use crate::driver::DeviceSlice;
 use crate::driver::{DeviceInfo, Driver, GraphDriver};
 use crate::error::Error;
+use crate::graph::GraphKey;
 use crate::graph_log::GraphInfo;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
 use crate::pool::{Place, SliceHandle};
@@ -250,6 +251,8 @@ pub struct GraphHandle<D: GraphDriver> {
 
 struct GraphInner<D: GraphDriver> {
     id: GraphId,
+    /// Where its stream holds it.
+    key: GraphKey,
     stream: StreamId,
     /// Its stream, kept: a replay finds it without the device's map.
     at: StreamRef<D>,
@@ -295,7 +298,9 @@ impl<D: GraphDriver> GraphHandle<D> {
             return Err(Error::UnknownGraph(self.inner.id));
         };
         let inner = &*self.inner;
-        shared.server.replay_at(inner.id, inner.stream, &inner.at)
+        shared
+            .server
+            .replay_at(inner.id, inner.key, inner.stream, &inner.at)
     }
 }
 
@@ -566,10 +571,11 @@ impl<D: GraphDriver> Client<D> {
     /// Close `window` and make a graph of what it recorded. The stream
     /// leaves capture mode whatever the answer.
     pub fn instantiate(&self, stream: StreamId, window: WindowId) -> Result<GraphHandle<D>, Error> {
-        let id = self.server()?.instantiate(stream, window)?;
+        let (id, key) = self.server()?.instantiate(stream, window)?;
         Ok(GraphHandle {
             inner: Arc::new(GraphInner {
                 id,
+                key,
                 stream,
                 at: self.shared.server.stream_ref(stream),
                 shared: Arc::downgrade(&self.shared),
@@ -700,7 +706,8 @@ impl<D: GraphDriver> Client<D> {
     pub fn replay(&self, graph: &GraphHandle<D>) -> Result<(), Error> {
         let id = self.graph_id(graph)?;
         let inner = &*graph.inner;
-        self.server()?.replay_at(id, inner.stream, &inner.at)
+        self.server()?
+            .replay_at(id, inner.key, inner.stream, &inner.at)
     }
 
     /// Replay graph `id`, which may be unknown or destroyed.
@@ -874,7 +881,7 @@ impl<D: GraphDriver> Drop for CloseOnUnwind<'_, D> {
         let server = &self.client.shared.server;
         if self.updating {
             server.discard(self.stream, self.window);
-        } else if let Ok(graph) = server.instantiate(self.stream, self.window) {
+        } else if let Ok((graph, _)) = server.instantiate(self.stream, self.window) {
             server.destroy_graph(graph);
         }
     }

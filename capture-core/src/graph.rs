@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use slab::Slab;
+
 use crate::driver::GraphDriver;
 use crate::error::Error;
 use crate::graph_log::{Entry, GraphInfo};
@@ -92,15 +94,26 @@ pub struct Refused {
     pub written: Vec<BufferId>,
 }
 
-/// The graphs of a device, by id.
+/// Where a live graph lies in its stream's [`Captures`]: kept by the graph's
+/// handle, so that a replay finds the graph by index instead of hashing its
+/// id. A place is reused once its graph goes, so what is found there is
+/// taken only if it is the same graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GraphKey(usize);
+
+/// The graphs of one stream, by id; by [`GraphKey`] too, for a handle.
 pub struct Captures<D: GraphDriver> {
-    graphs: FastMap<GraphId, Graph<D>>,
+    /// The graphs, each with its id (a place is reused, an id never is).
+    table: Slab<(GraphId, Graph<D>)>,
+    /// Each graph's place in `table`.
+    keys: FastMap<GraphId, usize>,
 }
 
 impl<D: GraphDriver> Default for Captures<D> {
     fn default() -> Self {
         Self {
-            graphs: FastMap::default(),
+            table: Slab::new(),
+            keys: FastMap::default(),
         }
     }
 }
@@ -109,50 +122,66 @@ impl<D: GraphDriver> fmt::Debug for Captures<D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Executables are opaque driver handles; the count is all there is.
         f.debug_struct("Captures")
-            .field("graphs", &self.graphs.len())
+            .field("graphs", &self.keys.len())
             .finish()
     }
 }
 
 impl<D: GraphDriver> Captures<D> {
-    /// Register a graph under `id`.
-    pub fn insert(&mut self, id: GraphId, graph: Graph<D>) {
-        self.graphs.insert(id, graph);
+    /// Register a graph under `id` (not yet held); where it lies.
+    pub(crate) fn insert(&mut self, id: GraphId, graph: Graph<D>) -> GraphKey {
+        // Ids are counters, handed out once: `id` is not held yet.
+        let key = self.table.insert((id, graph));
+        self.keys.insert(id, key);
+        GraphKey(key)
     }
 
     /// The live graph `id`.
     pub fn get(&self, id: GraphId) -> Option<&Graph<D>> {
-        self.graphs.get(&id)
+        let key = *self.keys.get(&id)?;
+        self.table.get(key).map(|(_, graph)| graph)
     }
 
     /// The live graph `id`, to update.
     pub fn get_mut(&mut self, id: GraphId) -> Option<&mut Graph<D>> {
-        self.graphs.get_mut(&id)
+        let key = *self.keys.get(&id)?;
+        self.table.get_mut(key).map(|(_, graph)| graph)
+    }
+
+    /// The live graph `id`, found at `key` (where it was registered)
+    /// without hashing; `None` once it is gone, whatever lies there since.
+    #[inline]
+    pub(crate) fn at_mut(&mut self, key: GraphKey, id: GraphId) -> Option<&mut Graph<D>> {
+        match self.table.get_mut(key.0) {
+            Some((held, graph)) if *held == id => Some(graph),
+            _ => None,
+        }
     }
 
     /// Whether `id` names a live graph.
     pub fn contains(&self, id: GraphId) -> bool {
-        self.graphs.contains_key(&id)
+        self.keys.contains_key(&id)
     }
 
     /// Take graph `id` out, to be dropped once its stream is synced. `None`
     /// for an unknown id, which makes a double destroy a no-op.
     pub fn remove(&mut self, id: GraphId) -> Option<Graph<D>> {
-        self.graphs.remove(&id)
+        let key = self.keys.remove(&id)?;
+        self.table.try_remove(key).map(|(_, graph)| graph)
     }
 
     /// The ids of every graph held.
     pub fn ids(&self) -> Vec<GraphId> {
-        self.graphs.keys().copied().collect()
+        self.keys.keys().copied().collect()
     }
 
     /// Live graphs.
     pub fn len(&self) -> usize {
-        self.graphs.len()
+        self.keys.len()
     }
 
     /// Whether no graph is live.
     pub fn is_empty(&self) -> bool {
-        self.graphs.is_empty()
+        self.keys.is_empty()
     }
 }

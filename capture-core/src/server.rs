@@ -161,20 +161,6 @@ impl<D: GraphDriver> Server<D> {
         Self::with_slot(&slot, id, f)
     }
 
-    /// [`Server::with`] for a caller that kept stream `id`'s slot: the
-    /// device's map of streams is not asked.
-    fn with_at<R>(
-        &self,
-        at: &StreamRef<D>,
-        id: StreamId,
-        f: impl FnOnce(&mut Lane<D>) -> Result<R, Error>,
-    ) -> Result<R, Error> {
-        match &at.0 {
-            Some(slot) => Self::with_slot(slot, id, f),
-            None => Err(Error::UnknownStream(id)),
-        }
-    }
-
     #[inline]
     fn with_slot<R>(
         slot: &Slot<D>,

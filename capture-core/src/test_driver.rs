@@ -657,6 +657,35 @@ mod tests {
     }
 
     #[test]
+    fn a_destroyed_graphs_handle_never_replays_the_graph_in_its_place() {
+        // A handle finds its graph at the place the stream held it, and a
+        // place is reused: the next graph lands where the destroyed one was.
+        let (fx, old) = Copying::with_graph();
+        fx.client.destroy(&old).expect("destroy");
+        let fill = fx.client.create(fx.stream, &[0; 16]).expect("fill");
+        let (new, ()) = fx
+            .client
+            .capture(fx.stream, |_| {
+                let buffers = [&fx.src, &fill];
+                fx.client
+                    .launch(fx.stream, &fx.kernel, [1, 1, 1], &buffers, &[], &[])
+            })
+            .expect("capture");
+        fx.client
+            .write(&fill, &[0; 16])
+            .expect("undo the warmup's copy");
+        for replay in [old.replay(), fx.client.replay(&old)] {
+            assert!(
+                matches!(replay, Err(Error::UnknownGraph(id)) if id == old.id()),
+                "{replay:?}"
+            );
+        }
+        assert_eq!(fx.client.read(&fill).expect("read"), vec![0; 16], "not run");
+        new.replay().expect("the new graph replays");
+        assert_eq!(fx.client.read(&fill).expect("read"), vec![5; 16]);
+    }
+
+    #[test]
     fn a_panicking_capture_body_closes_its_window() {
         let client = client();
         let stream = client.create_stream().expect("stream");

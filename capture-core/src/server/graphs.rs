@@ -6,9 +6,10 @@ use std::sync::Arc;
 use super::{Ids, Lane, Server, StreamRef};
 use crate::driver::GraphDriver;
 use crate::error::Error;
-use crate::graph::Refused;
+use crate::graph::{Captures, Graph, GraphKey, Refused};
 use crate::graph_log::{self, GraphInfo};
 use crate::ids::{GraphId, StreamId, WindowId};
+use crate::stream::StreamState;
 use crate::window::{Update, Window};
 
 impl<D: GraphDriver> Server<D> {
@@ -53,16 +54,21 @@ impl<D: GraphDriver> Server<D> {
     /// A refusal claims every buffer the recording would have written, so a
     /// later read of one fails with the refusal instead of returning bytes
     /// nobody wrote.
-    pub fn instantiate(&self, stream: StreamId, window: WindowId) -> Result<GraphId, Error> {
+    /// The graph's id, and where its stream holds it (for its handle).
+    pub(crate) fn instantiate(
+        &self,
+        stream: StreamId,
+        window: WindowId,
+    ) -> Result<(GraphId, GraphKey), Error> {
         self.with(stream, |lane| {
             let id = GraphId(Ids::next(&self.ids.graph));
             let result = Window::on(&mut lane.state).instantiate(window, id);
             let deferred = std::mem::take(&mut lane.state.deferred_destroys);
             let result = match result {
                 Ok(graph) => {
-                    lane.graphs.insert(id, graph);
+                    let key = lane.graphs.insert(id, graph);
                     self.graph_registry().insert(id, stream);
-                    Ok(id)
+                    Ok((id, key))
                 }
                 Err(Refused { error, written }) => {
                     lane.state.failures.settle(written, Some(&error));
@@ -117,24 +123,48 @@ impl<D: GraphDriver> Server<D> {
     /// make cheap, and the core must add nothing the driver does not.
     pub fn replay(&self, id: GraphId) -> Result<(), Error> {
         let stream = self.stream_of(id).ok_or(Error::UnknownGraph(id))?;
-        let found = self.with(stream, |lane| Self::replay_in(lane, id, stream));
-        self.replayed(id, found)
+        let found = self.with(stream, |lane| {
+            Self::replay_in(lane, id, stream, |graphs| graphs.get_mut(id))
+        });
+        match found {
+            // Destroyed since it was looked up, and its graphs with it.
+            Err(Error::UnknownStream(_)) => Err(Error::UnknownGraph(id)),
+            other => other,
+        }
     }
 
-    /// [`Server::replay`] of a handle's graph, on the stream it kept.
+    /// [`Server::replay`] of a handle's graph: on the stream it kept, at
+    /// the place it kept. Neither the device's map of streams nor the
+    /// stream's map of graphs is asked.
     #[inline]
     pub(crate) fn replay_at(
         &self,
         id: GraphId,
+        key: GraphKey,
         stream: StreamId,
         at: &StreamRef<D>,
     ) -> Result<(), Error> {
-        let found = self.with_at(at, stream, |lane| Self::replay_in(lane, id, stream));
-        self.replayed(id, found)
+        // A graph handle names its stream, and a stream destroyed since
+        // means the graph went with it.
+        let Some(slot) = &at.0 else {
+            return Err(Error::UnknownGraph(id));
+        };
+        let mut guard = slot.lane.lock().map_err(|_| Error::Poisoned)?;
+        let Ok(lane) = Self::open(slot, &mut guard, stream) else {
+            return Err(Error::UnknownGraph(id));
+        };
+        Self::replay_in(lane, id, stream, |graphs| graphs.at_mut(key, id))
     }
 
-    /// Replay graph `id` on `lane`, the lane of `stream`.
-    fn replay_in(lane: &mut Lane<D>, id: GraphId, stream: StreamId) -> Result<(), Error> {
+    /// Replay graph `id` on `lane`, the lane of `stream`, the graph being
+    /// what `find` finds among the lane's.
+    #[inline]
+    fn replay_in(
+        lane: &mut Lane<D>,
+        id: GraphId,
+        stream: StreamId,
+        find: impl FnOnce(&mut Captures<D>) -> Option<&mut Graph<D>>,
+    ) -> Result<(), Error> {
         lane.check_recorder()?;
         if lane.state.capture.is_recording() {
             return lane.refused(Error::ReplayWhileRecording(stream));
@@ -142,61 +172,21 @@ impl<D: GraphDriver> Server<D> {
         let Lane { state, graphs, .. } = lane;
         // Not `ok_or`: the error would be built, and dropped, on every
         // replay.
-        let Some(graph) = graphs.get_mut(id) else {
+        let Some(graph) = find(graphs) else {
             return Err(Error::UnknownGraph(id));
         };
-        let failures = &mut state.failures;
-        // A claimed input: the replay would compute from bytes nobody
-        // wrote. The one exception is a claim this graph's own failed
-        // replay left on a buffer it reads and rewrites (`x += y`):
-        // retrying is how that claim is repaired, and the design's rule
-        // for a failed replay.
-        let poisoned = if failures.is_empty() {
-            None
-        } else {
-            graph.read.iter().find_map(|buffer| {
-                let own_failed_replay = failures.check(*buffer).is_some_and(
-                    |cause| matches!(**cause, Error::ReplayFailed { graph, .. } if graph == id),
-                );
-                if own_failed_replay {
-                    None
-                } else {
-                    failures.read_error(*buffer)
+        if state.failures.is_empty() {
+            return match D::replay(&graph.exec, &mut state.raw) {
+                Ok(()) => {
+                    state.issued();
+                    graph.info.replays += 1;
+                    Ok(())
                 }
-            })
-        };
-        let outcome = match poisoned {
-            Some(err) => Err(err),
-            None => D::replay(&graph.exec, &mut state.raw).map_err(|cause| Error::ReplayFailed {
-                graph: id,
-                cause: Arc::new(cause.into()),
-            }),
-        };
-        match outcome {
-            Ok(()) => {
-                state.issued();
-                graph.info.replays += 1;
-                state.failures.settle(graph.written.iter().copied(), None);
-                Ok(())
-            }
-            Err(err) => {
-                state
-                    .failures
-                    .settle(graph.written.iter().copied(), Some(&err));
-                Err(err)
-            }
+                Err(cause) => replay_failed(state, graph, id, cause.into()),
+            };
         }
+        replay_with_claims(state, graph, id)
     }
-
-    /// What a replay of graph `id` answers: a graph handle names its
-    /// stream, and a stream destroyed since means the graph went with it.
-    fn replayed(&self, id: GraphId, found: Result<(), Error>) -> Result<(), Error> {
-        match found {
-            Err(Error::UnknownStream(_)) => Err(Error::UnknownGraph(id)),
-            other => other,
-        }
-    }
-
     /// Destroy graph `id`: sync its stream (a replay may still run), drop the
     /// executable and its pins, and free the info-cache entries no other
     /// graph pins. A no-op for an unknown id. Deferred to the window's close
@@ -259,4 +249,63 @@ impl<D: GraphDriver> Server<D> {
             Ok(graph.info())
         })
     }
+}
+
+/// [`Server::replay`] on a stream whose failure store holds claims: refused
+/// if the graph reads a claimed buffer. The one exception is a claim this
+/// graph's own failed replay left on a buffer it reads and rewrites
+/// (`x += y`): retrying is how that claim is repaired, and the design's
+/// rule for a failed replay. A replay that runs clears the claims on what
+/// it writes.
+#[cold]
+fn replay_with_claims<D: GraphDriver>(
+    state: &mut StreamState<D>,
+    graph: &mut Graph<D>,
+    id: GraphId,
+) -> Result<(), Error> {
+    let failures = &state.failures;
+    let poisoned = graph.read.iter().find_map(|buffer| {
+        let own_failed_replay = failures.check(*buffer).is_some_and(
+            |cause| matches!(**cause, Error::ReplayFailed { graph, .. } if graph == id),
+        );
+        if own_failed_replay {
+            None
+        } else {
+            failures.read_error(*buffer)
+        }
+    });
+    if let Some(err) = poisoned {
+        state
+            .failures
+            .settle(graph.written.iter().copied(), Some(&err));
+        return Err(err);
+    }
+    match D::replay(&graph.exec, &mut state.raw) {
+        Ok(()) => {
+            state.issued();
+            graph.info.replays += 1;
+            state.failures.settle(graph.written.iter().copied(), None);
+            Ok(())
+        }
+        Err(cause) => replay_failed(state, graph, id, cause.into()),
+    }
+}
+
+/// A replay the driver refused with `cause`: none of it runs, so what it
+/// writes is claimed by the failure.
+#[cold]
+fn replay_failed<D: GraphDriver>(
+    state: &mut StreamState<D>,
+    graph: &Graph<D>,
+    id: GraphId,
+    cause: Error,
+) -> Result<(), Error> {
+    let err = Error::ReplayFailed {
+        graph: id,
+        cause: Arc::new(cause),
+    };
+    state
+        .failures
+        .settle(graph.written.iter().copied(), Some(&err));
+    Err(err)
 }
