@@ -529,10 +529,13 @@ impl<D: GraphDriver> Client<D> {
         info: &[u8],
         params: &[u8],
     ) -> Result<(), Error> {
-        self.check_clients(buffers)
-            .map_err(|err| self.shared.server.refuse(stream, err))?;
+        let owned = self.on(stream, buffers, |_| true);
+        if !owned {
+            self.check_clients(buffers)
+                .map_err(|err| self.shared.server.refuse(stream, err))?;
+        }
         self.server()?
-            .launch(stream, &kernel.0, groups, buffers, info, params)
+            .launch(stream, &kernel.0, groups, buffers, info, params, owned)
     }
 
     /// Refuse buffers of another client: see [`Client::buffer_ref`].
@@ -541,6 +544,24 @@ impl<D: GraphDriver> Client<D> {
             Some(other) => Err(Error::OtherClient(other.id())),
             None => Ok(()),
         }
+    }
+
+    /// Whether every one of `buffers` is this client's buffer of `stream`
+    /// and passes `also`, in one pass: a launch's quick check. Each buffer
+    /// keeps its stream's slot, one per stream of one client, so buffers
+    /// that keep the first one's slot are where the first one is. Which
+    /// buffer is wrong, and how, is for the checks that explain.
+    #[inline]
+    fn on(&self, stream: StreamId, buffers: &[&Buffer], also: impl Fn(&Buffer) -> bool) -> bool {
+        let Some(first) = buffers.first() else {
+            return true;
+        };
+        let first = &first.inner;
+        first.client == self.shared.id
+            && first.stream == stream
+            && buffers
+                .iter()
+                .all(|b| Arc::ptr_eq(&b.inner.slot, &first.slot) && also(b))
     }
 
     /// Open a capture window on `stream` and arm its pools: run the warmup
@@ -816,18 +837,16 @@ impl<D: GraphDriver + Builtins> Client<D> {
         // One pass over the buffers on the hot path; which check failed,
         // and the first compile of the kernel, are the cold path's.
         let need = u64::from(n) * 4;
-        let fits = buffers.len() == which.accesses().len()
-            && buffers
-                .iter()
-                .all(|b| b.inner.client == self.shared.id && b.len() >= need);
+        let owned = buffers.len() == which.accesses().len()
+            && self.on(stream, buffers, |b| b.len() >= need);
         let kernel = match server.compiled(which) {
-            Some(kernel) if fits => kernel,
+            Some(kernel) if owned => kernel,
             _ => self
                 .check_builtin(server, which, buffers, n)
                 .map_err(|err| server.refuse(stream, err))?,
         };
         let info = BuiltinInfo::new(n, scalar).to_bytes();
-        server.launch(stream, kernel, groups_for(n), buffers, &info, &[])
+        server.launch(stream, kernel, groups_for(n), buffers, &info, &[], owned)
     }
 
     /// [`Client::run_builtin`]'s checks one by one, in the order their

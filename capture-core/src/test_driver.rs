@@ -548,6 +548,16 @@ mod tests {
             .launch(stream, &fx.kernel, [1, 1, 1], &[src, &foreign], &[], &[])
             .expect_err("another stream's buffer");
         assert!(matches!(err, Error::ForeignBuffer { .. }), "{err}");
+        // All of them another stream's, and the first of them: the launch
+        // names `stream`, so the buffers' own stream is not where it goes.
+        let also_foreign = client.create(other, &[0; 16]).expect("also foreign");
+        for buffers in [[&foreign, &also_foreign], [&foreign, &fx.dst]] {
+            let err = client
+                .launch(stream, &fx.kernel, [1, 1, 1], &buffers, &[], &[])
+                .expect_err("another stream's buffers");
+            assert!(matches!(err, Error::ForeignBuffer { .. }), "{err}");
+        }
+        assert_eq!(client.read(&also_foreign).expect("read"), vec![0; 16]);
         let stranger =
             Client::<TestDriver>::with_device(std::sync::Arc::default(), Config::default());
         let theirs = stranger.create_stream().expect("their stream");

@@ -67,8 +67,10 @@ impl<D: GraphDriver> Server<D> {
     ///
     /// The caller has refused buffers of another client (see
     /// [`Client::launch`](crate::Client::launch)): their ids and streams
-    /// would name this server's memory.
+    /// would name this server's memory. `owned` says it found every buffer
+    /// to be `stream`'s too, which spares the launch that check.
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn launch<B: Bound>(
         &self,
         stream: StreamId,
@@ -77,6 +79,7 @@ impl<D: GraphDriver> Server<D> {
         args: &[B],
         info: &[u8],
         params: &[u8],
+        owned: bool,
     ) -> Result<(), Error> {
         let request = Request::<D, B> {
             kernel,
@@ -86,7 +89,7 @@ impl<D: GraphDriver> Server<D> {
             info,
             params,
         };
-        if let Err(err) = check_launch(&request, self.max_groups, stream) {
+        if let Err(err) = check_launch(&request, self.max_groups, stream, owned) {
             return self.refuse_launch(stream, err);
         }
         // The stream's slot, from the first buffer when it is the stream's
@@ -244,13 +247,14 @@ fn check_launch<D: Driver, B: Bound>(
     request: &Request<'_, D, B>,
     max_groups: [u32; 3],
     stream: StreamId,
+    owned: bool,
 ) -> Result<(), Error> {
     let args = request.args;
     // `admits` also holds the bindings to `MAX_BINDINGS`.
     let fits = request
         .signature
         .admits(&request.shape(max_groups), |buffer| buffer.id())
-        && args.iter().all(|buffer| buffer.stream() == stream);
+        && (owned || args.iter().all(|buffer| buffer.stream() == stream));
     if fits {
         return Ok(());
     }
