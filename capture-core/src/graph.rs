@@ -174,14 +174,4 @@ impl<D: GraphDriver> Captures<D> {
     pub fn ids(&self) -> Vec<GraphId> {
         self.keys.keys().copied().collect()
     }
-
-    /// Live graphs.
-    pub fn len(&self) -> usize {
-        self.keys.len()
-    }
-
-    /// Whether no graph is live.
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
-    }
 }

@@ -136,6 +136,11 @@ pub fn rule_12_refused_replay_claims_then_good_replay_clears<D: UserKernels>(
         f.fx.client.claimed_buffers() == 0,
         "the good replay cleared the claim"
     );
+    let replays = f.fx.client.graph_info(&graph).step("graph info")?.replays;
+    ensure!(
+        replays == 1,
+        "the good replay counts, the refused one not: {replays}"
+    );
     f.recovered(1)
 }
 
