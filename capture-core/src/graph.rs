@@ -101,7 +101,7 @@ pub struct Refused {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct GraphKey(usize);
 
-/// The graphs of one stream, by id; by [`GraphKey`] too, for a handle.
+/// The graphs of one stream, by id, and by the place a graph handle kept.
 pub struct Captures<D: GraphDriver> {
     /// The graphs, each with its id (a place is reused, an id never is).
     table: Slab<(GraphId, Graph<D>)>,
