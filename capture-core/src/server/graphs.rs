@@ -150,6 +150,7 @@ impl<D: GraphDriver> Server<D> {
             return Err(Error::UnknownGraph(id));
         };
         let mut guard = slot.lane.lock().map_err(|_| Error::Poisoned)?;
+        // `open` refuses only a destroyed stream.
         let Ok(lane) = Self::open(slot, &mut guard, stream) else {
             return Err(Error::UnknownGraph(id));
         };
@@ -187,6 +188,7 @@ impl<D: GraphDriver> Server<D> {
         }
         replay_with_claims(state, graph, id)
     }
+
     /// Destroy graph `id`: sync its stream (a replay may still run), drop the
     /// executable and its pins, and free the info-cache entries no other
     /// graph pins. A no-op for an unknown id. Deferred to the window's close
