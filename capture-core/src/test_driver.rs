@@ -494,44 +494,21 @@ mod tests {
         let dst = client.create(stream, &[0; 16]).expect("dst");
         let mut buffers = vec![&src, &dst];
         buffers.resize(MAX_BINDINGS, &src);
-        client
-            .launch(
-                stream,
-                &copy_kernel(MAX_BINDINGS),
-                [1, 1, 1],
-                &buffers,
-                &[],
-                &[],
-            )
-            .expect("the most bindings a kernel may have");
+        let kernel = copy_kernel(MAX_BINDINGS);
+        let launch = |buffers: &[&crate::Buffer], info: &[u8]| {
+            client.launch(stream, &kernel, [1, 1, 1], buffers, info, &[])
+        };
+        launch(&buffers, &[]).expect("the most bindings a kernel may have");
         assert_eq!(client.read(&dst).expect("read"), vec![5; 16]);
         // As many with info bytes the kernel does not read: refused for
         // those, the count being fine.
-        let err = client
-            .launch(
-                stream,
-                &copy_kernel(MAX_BINDINGS),
-                [1, 1, 1],
-                &buffers,
-                &[0; 4],
-                &[],
-            )
-            .expect_err("info bytes the kernel does not read");
+        let err = launch(&buffers, &[0; 4]).expect_err("info bytes the kernel does not read");
         assert!(
             matches!(&err, Error::KernelMismatch { reason, .. } if reason.contains("info bytes")),
             "{err}"
         );
         buffers.push(&src);
-        let err = client
-            .launch(
-                stream,
-                &copy_kernel(MAX_BINDINGS),
-                [1, 1, 1],
-                &buffers,
-                &[],
-                &[],
-            )
-            .expect_err("one binding too many");
+        let err = launch(&buffers, &[]).expect_err("one binding too many");
         assert!(
             matches!(&err, Error::KernelMismatch { reason, .. } if reason.contains("at most")),
             "{err}"

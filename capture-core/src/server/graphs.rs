@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{Ids, Lane, Server, StreamRef};
+use super::{Ids, Lane, Server, Slot, StreamRef};
 use crate::driver::GraphDriver;
 use crate::error::Error;
 use crate::graph::{Captures, Graph, GraphKey, Refused};
@@ -53,8 +53,8 @@ impl<D: GraphDriver> Server<D> {
     ///
     /// A refusal claims every buffer the recording would have written, so a
     /// later read of one fails with the refusal instead of returning bytes
-    /// nobody wrote.
-    /// The graph's id, and where its stream holds it (for its handle).
+    /// nobody wrote. Answers the graph's id, and where its stream holds it
+    /// (for its handle).
     pub(crate) fn instantiate(
         &self,
         stream: StreamId,
@@ -123,14 +123,13 @@ impl<D: GraphDriver> Server<D> {
     /// make cheap, and the core must add nothing the driver does not.
     pub fn replay(&self, id: GraphId) -> Result<(), Error> {
         let stream = self.stream_of(id).ok_or(Error::UnknownGraph(id))?;
-        let found = self.with(stream, |lane| {
-            Self::replay_in(lane, id, stream, |graphs| graphs.get_mut(id))
-        });
-        match found {
+        let slot = match self.slot(stream) {
+            Ok(slot) => slot,
             // Destroyed since it was looked up, and its graphs with it.
-            Err(Error::UnknownStream(_)) => Err(Error::UnknownGraph(id)),
-            other => other,
-        }
+            Err(Error::UnknownStream(_)) => return Err(Error::UnknownGraph(id)),
+            Err(err) => return Err(err),
+        };
+        Self::replay_on(&slot, id, stream, |graphs| graphs.get_mut(id))
     }
 
     /// [`Server::replay`] of a handle's graph: on the stream it kept, at
@@ -144,28 +143,27 @@ impl<D: GraphDriver> Server<D> {
         stream: StreamId,
         at: &StreamRef<D>,
     ) -> Result<(), Error> {
-        // A graph handle names its stream, and a stream destroyed since
-        // means the graph went with it.
-        let Some(slot) = &at.0 else {
-            return Err(Error::UnknownGraph(id));
-        };
+        match &at.0 {
+            Some(slot) => Self::replay_on(slot, id, stream, |graphs| graphs.at_mut(key, id)),
+            None => Err(Error::UnknownGraph(id)),
+        }
+    }
+
+    /// Replay graph `id` on `stream`, whose slot is `slot`, the graph being
+    /// what `find` finds among the stream's. A stream destroyed since the
+    /// graph was made took the graph with it.
+    #[inline]
+    fn replay_on(
+        slot: &Slot<D>,
+        id: GraphId,
+        stream: StreamId,
+        find: impl FnOnce(&mut Captures<D>) -> Option<&mut Graph<D>>,
+    ) -> Result<(), Error> {
         let mut guard = slot.lane.lock().map_err(|_| Error::Poisoned)?;
         // `open` refuses only a destroyed stream.
         let Ok(lane) = Self::open(slot, &mut guard, stream) else {
             return Err(Error::UnknownGraph(id));
         };
-        Self::replay_in(lane, id, stream, |graphs| graphs.at_mut(key, id))
-    }
-
-    /// Replay graph `id` on `lane`, the lane of `stream`, the graph being
-    /// what `find` finds among the lane's.
-    #[inline]
-    fn replay_in(
-        lane: &mut Lane<D>,
-        id: GraphId,
-        stream: StreamId,
-        find: impl FnOnce(&mut Captures<D>) -> Option<&mut Graph<D>>,
-    ) -> Result<(), Error> {
         lane.check_recorder()?;
         if lane.state.capture.is_recording() {
             return lane.refused(Error::ReplayWhileRecording(stream));
@@ -176,17 +174,24 @@ impl<D: GraphDriver> Server<D> {
         let Some(graph) = find(graphs) else {
             return Err(Error::UnknownGraph(id));
         };
-        if state.failures.is_empty() {
-            return match D::replay(&graph.exec, &mut state.raw) {
-                Ok(()) => {
-                    state.issued();
-                    graph.info.replays += 1;
-                    Ok(())
-                }
-                Err(cause) => replay_failed(state, graph, id, cause.into()),
-            };
+        if !state.failures.is_empty() {
+            refuse_claimed_input(state, graph, id)?;
         }
-        replay_with_claims(state, graph, id)
+        match D::replay(&graph.exec, &mut state.raw) {
+            Ok(()) => {
+                state.issued();
+                graph.info.replays += 1;
+                state.failures.settle(graph.written.iter().copied(), None);
+                Ok(())
+            }
+            Err(cause) => {
+                let err = Error::ReplayFailed {
+                    graph: id,
+                    cause: Arc::new(cause.into()),
+                };
+                Err(claim_written(state, graph, err))
+            }
+        }
     }
 
     /// Destroy graph `id`: sync its stream (a replay may still run), drop the
@@ -253,20 +258,19 @@ impl<D: GraphDriver> Server<D> {
     }
 }
 
-/// [`Server::replay`] on a stream whose failure store holds claims: refused
-/// if the graph reads a claimed buffer. The one exception is a claim this
+/// A replay of graph `id` that would read a claimed buffer is refused: it
+/// would compute from bytes nobody wrote. The one exception is a claim this
 /// graph's own failed replay left on a buffer it reads and rewrites
 /// (`x += y`): retrying is how that claim is repaired, and the design's
-/// rule for a failed replay. A replay that runs clears the claims on what
-/// it writes.
+/// rule for a failed replay.
 #[cold]
-fn replay_with_claims<D: GraphDriver>(
+fn refuse_claimed_input<D: GraphDriver>(
     state: &mut StreamState<D>,
-    graph: &mut Graph<D>,
+    graph: &Graph<D>,
     id: GraphId,
 ) -> Result<(), Error> {
     let failures = &state.failures;
-    let poisoned = graph.read.iter().find_map(|buffer| {
+    let claimed = graph.read.iter().find_map(|buffer| {
         let own_failed_replay = failures.check(*buffer).is_some_and(
             |cause| matches!(**cause, Error::ReplayFailed { graph, .. } if graph == id),
         );
@@ -276,38 +280,22 @@ fn replay_with_claims<D: GraphDriver>(
             failures.read_error(*buffer)
         }
     });
-    if let Some(err) = poisoned {
-        state
-            .failures
-            .settle(graph.written.iter().copied(), Some(&err));
-        return Err(err);
-    }
-    match D::replay(&graph.exec, &mut state.raw) {
-        Ok(()) => {
-            state.issued();
-            graph.info.replays += 1;
-            state.failures.settle(graph.written.iter().copied(), None);
-            Ok(())
-        }
-        Err(cause) => replay_failed(state, graph, id, cause.into()),
+    match claimed {
+        Some(err) => Err(claim_written(state, graph, err)),
+        None => Ok(()),
     }
 }
 
-/// A replay the driver refused with `cause`: none of it runs, so what it
-/// writes is claimed by the failure.
+/// A replay of `graph` that does not run, failing with `err`: what it
+/// writes is claimed by the failure. Returns `err`.
 #[cold]
-fn replay_failed<D: GraphDriver>(
+fn claim_written<D: GraphDriver>(
     state: &mut StreamState<D>,
     graph: &Graph<D>,
-    id: GraphId,
-    cause: Error,
-) -> Result<(), Error> {
-    let err = Error::ReplayFailed {
-        graph: id,
-        cause: Arc::new(cause),
-    };
+    err: Error,
+) -> Error {
     state
         .failures
         .settle(graph.written.iter().copied(), Some(&err));
-    Err(err)
+    err
 }
