@@ -10,15 +10,16 @@ use benches::{CAPTURE_LENGTHS, SEQUENCE_LENGTHS};
 pub const REPETITIONS: usize = 9;
 
 /// Repetitions of the per-call measurements; times are their median, and
-/// the time the core adds is judged fastest repetition to fastest. One is a
-/// few milliseconds on the host, so there are many: with few, the fastest
-/// of a side is still a disturbed one, the more so for the side whose calls
-/// take longer, and the difference measures the disturbance. One run of
-/// them all takes under a second on the host and about ten on lavapipe.
-pub const PER_CALL_REPETITIONS: usize = 100;
+/// the time the core adds is judged fastest repetition to fastest.
+/// Repetitions are short ([`CALLS`]: four syncs of the stream, a fraction of
+/// a millisecond on the host) and many. A long one is rarely undisturbed
+/// from end to end on a shared machine, the less so for the side whose
+/// calls take longer, so that the difference of the fastest would measure
+/// the disturbance; among many short ones each side has undisturbed ones.
+pub const PER_CALL_REPETITIONS: usize = 1600;
 
 /// Calls per repetition of the per-call measurements.
-pub const CALLS: u64 = 16_384;
+pub const CALLS: u64 = 1024;
 
 /// Rounds of the allocation count, each side's fewest taken: enough that an
 /// allocation the driver makes every so many calls (a queue growing in
