@@ -167,7 +167,7 @@ impl<D: GraphDriver> Server<D> {
         id: StreamId,
         f: impl FnOnce(&mut Lane<D>) -> Result<R, Error>,
     ) -> Result<R, Error> {
-        let mut lane = slot.lane.lock().map_err(|_| Error::Poisoned)?;
+        let mut lane = slot.lock()?;
         f(Self::open(slot, &mut lane, id)?)
     }
 

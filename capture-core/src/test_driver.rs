@@ -673,6 +673,58 @@ mod tests {
     }
 
     #[test]
+    fn a_handle_replaying_while_its_place_is_refilled_never_finds_the_newcomer() {
+        // The deterministic case above, raced: one thread replays through
+        // the handle while this one destroys its graph and captures graph
+        // after graph into the place it left. From the first time it is told
+        // its graph is gone, it never replays again, whichever graph lies
+        // there.
+        let (fx, old) = Copying::with_graph();
+        let started = AtomicBool::new(false);
+        let finished = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let replayer = scope.spawn(|| {
+                let mut gone = false;
+                loop {
+                    started.store(true, Ordering::SeqCst);
+                    let last = finished.load(Ordering::SeqCst);
+                    match old.replay() {
+                        Ok(()) if gone => return Err("replayed after its graph went".to_owned()),
+                        Ok(()) => {}
+                        Err(Error::UnknownGraph(id)) if id == old.id() => gone = true,
+                        // Refused while this thread's capture records: the
+                        // graph is not looked for then.
+                        Err(Error::NotRecorder { .. }) => {}
+                        Err(other) => return Err(other.to_string()),
+                    }
+                    if last {
+                        return Ok(gone);
+                    }
+                }
+            });
+            while !started.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            fx.client.destroy(&old).expect("destroy");
+            for _ in 0..32 {
+                let (new, ()) = fx
+                    .client
+                    .capture(fx.stream, |_| fx.launch())
+                    .expect("capture into the place left");
+                for _ in 0..16 {
+                    std::thread::yield_now();
+                }
+                fx.client.destroy(&new).expect("destroy the newcomer");
+            }
+            finished.store(true, Ordering::SeqCst);
+            let gone = replayer
+                .join()
+                .expect("the replaying thread does not panic");
+            assert_eq!(gone, Ok(true));
+        });
+    }
+
+    #[test]
     fn a_panicking_capture_body_closes_its_window() {
         let client = client();
         let stream = client.create_stream().expect("stream");

@@ -159,7 +159,7 @@ impl<D: GraphDriver> Server<D> {
         stream: StreamId,
         find: impl FnOnce(&mut Captures<D>) -> Option<&mut Graph<D>>,
     ) -> Result<(), Error> {
-        let mut guard = slot.lane.lock().map_err(|_| Error::Poisoned)?;
+        let mut guard = slot.lock()?;
         // `open` refuses only a destroyed stream.
         let Ok(lane) = Self::open(slot, &mut guard, stream) else {
             return Err(Error::UnknownGraph(id));

@@ -107,7 +107,7 @@ impl<D: GraphDriver> Server<D> {
             }
         };
         // Not `Server::with_slot`: its closure would be a frame of its own.
-        let mut guard = slot.lane.lock().map_err(|_| Error::Poisoned)?;
+        let mut guard = slot.lock()?;
         let lane = Self::open(slot, &mut guard, stream)?;
         lane.check_recorder()?;
         let state = &mut lane.state;

@@ -11,11 +11,11 @@ pub const REPETITIONS: usize = 9;
 
 /// Repetitions of the per-call measurements; times are their median, and
 /// the time the core adds is judged fastest repetition to fastest.
-/// Repetitions are short ([`CALLS`]: four syncs of the stream, a fraction of
-/// a millisecond on the host) and many. A long one is rarely undisturbed
-/// from end to end on a shared machine, the less so for the side whose
-/// calls take longer, so that the difference of the fastest would measure
-/// the disturbance; among many short ones each side has undisturbed ones.
+/// Repetitions are short ([`CALLS`] calls, a fraction of a millisecond on
+/// the host) and many. A long one is rarely undisturbed from end to end on a
+/// shared machine, the less so for the side whose calls take longer, so that
+/// the difference of the fastest would measure the disturbance; among many
+/// short ones each side has undisturbed ones.
 pub const PER_CALL_REPETITIONS: usize = 1600;
 
 /// Calls per repetition of the per-call measurements.
