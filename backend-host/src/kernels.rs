@@ -219,26 +219,44 @@ impl View<'_> {
         self.len() == 0
     }
 
-    /// The buffer as `f32`s; an error when its length is not a multiple of 4.
+    /// The buffer's whole `f32`s: a length that is not a multiple of 4
+    /// leaves its last bytes out of the view, as a GPU array of `f32` over
+    /// the same binding does.
     pub fn f32(&self) -> Result<&[f32], String> {
-        bytemuck::try_cast_slice(self.bytes()).map_err(|e| format!("not an f32 array: {e}"))
-    }
-
-    /// The buffer as `f32`s, to write.
-    pub fn f32_mut(&mut self) -> Result<&mut [f32], String> {
-        bytemuck::try_cast_slice_mut(self.bytes_mut()?)
+        bytemuck::try_cast_slice(whole::<4>(self.bytes()))
             .map_err(|e| format!("not an f32 array: {e}"))
     }
 
-    /// The buffer as `u32`s.
-    pub fn u32(&self) -> Result<&[u32], String> {
-        bytemuck::try_cast_slice(self.bytes()).map_err(|e| format!("not a u32 array: {e}"))
+    /// The buffer's whole `f32`s, to write; the bytes past them stay as
+    /// they are.
+    pub fn f32_mut(&mut self) -> Result<&mut [f32], String> {
+        bytemuck::try_cast_slice_mut(whole_mut::<4>(self.bytes_mut()?))
+            .map_err(|e| format!("not an f32 array: {e}"))
     }
 
-    /// The buffer as `u32`s, to write.
-    pub fn u32_mut(&mut self) -> Result<&mut [u32], String> {
-        bytemuck::try_cast_slice_mut(self.bytes_mut()?).map_err(|e| format!("not a u32 array: {e}"))
+    /// The buffer's whole `u32`s.
+    pub fn u32(&self) -> Result<&[u32], String> {
+        bytemuck::try_cast_slice(whole::<4>(self.bytes()))
+            .map_err(|e| format!("not a u32 array: {e}"))
     }
+
+    /// The buffer's whole `u32`s, to write; the bytes past them stay as
+    /// they are.
+    pub fn u32_mut(&mut self) -> Result<&mut [u32], String> {
+        bytemuck::try_cast_slice_mut(whole_mut::<4>(self.bytes_mut()?))
+            .map_err(|e| format!("not a u32 array: {e}"))
+    }
+}
+
+/// The first bytes of `bytes` that make whole elements of `N` bytes.
+fn whole<const N: usize>(bytes: &[u8]) -> &[u8] {
+    &bytes[..bytes.len() - bytes.len() % N]
+}
+
+/// [`whole`], to write.
+fn whole_mut<const N: usize>(bytes: &mut [u8]) -> &mut [u8] {
+    let len = bytes.len() - bytes.len() % N;
+    &mut bytes[..len]
 }
 
 /// One launch as the worker runs it.

@@ -23,8 +23,10 @@ use crate::pool::SliceHandle;
 /// Which signal covers a freed slice's last use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stamp<S> {
-    /// The newest batch's: no work was issued since it was taken.
-    Newest,
+    /// The newest signal, taken before: no work was issued since. Joins
+    /// the newest stamped batch, or opens one with it when none waits (as
+    /// after a sync released them all).
+    Newest(S),
     /// A signal just taken, after the last use: opens a new batch.
     New(S),
     /// None could be taken (the stream records, or the signal failed): the
@@ -78,16 +80,14 @@ impl<S: Copy> DropQueue<S> {
     /// The batch a free with `stamp` belongs to.
     fn batch(&mut self, stamp: Stamp<S>) -> &mut Batch<S> {
         let reuse = match stamp {
-            Stamp::Newest => self.batches.back().is_some_and(|b| b.stamp.is_some()),
+            Stamp::Newest(_) => self.batches.back().is_some_and(|b| b.stamp.is_some()),
             Stamp::Unstamped => self.batches.back().is_some_and(|b| b.stamp.is_none()),
             Stamp::New(_) => false,
         };
         if !reuse {
             let fresh = match stamp {
-                Stamp::New(signal) => Some(signal),
-                // With no stamped batch to join, the slice waits for the
-                // next stamp like an unstamped one.
-                Stamp::Newest | Stamp::Unstamped => None,
+                Stamp::New(signal) | Stamp::Newest(signal) => Some(signal),
+                Stamp::Unstamped => None,
             };
             self.batches.push_back(Batch::new(fresh));
         }
@@ -212,7 +212,7 @@ mod tests {
         let mut s = slices(&mut pool, 5).into_iter();
         let mut queue = DropQueue::<u32>::new(3);
         queue.push(s.next().unwrap(), Stamp::New(1));
-        queue.push(s.next().unwrap(), Stamp::Newest);
+        queue.push(s.next().unwrap(), Stamp::Newest(1));
         queue.push(s.next().unwrap(), Stamp::New(2));
         assert!(queue.wants_flush());
         queue.push(s.next().unwrap(), Stamp::New(3));
@@ -269,8 +269,7 @@ mod tests {
         let mut pool = Pool::new(4096);
         let mut s = slices(&mut pool, 4).into_iter();
         let mut queue = DropQueue::<u32>::new(64);
-        // Newest with nothing stamped to join waits for a stamp.
-        queue.push(s.next().unwrap(), Stamp::Newest);
+        queue.push(s.next().unwrap(), Stamp::Unstamped);
         queue.push(s.next().unwrap(), Stamp::Unstamped);
         assert!(queue.has_unstamped());
         assert_eq!(
@@ -290,6 +289,28 @@ mod tests {
         queue.release_fenced();
         assert!(queue.is_empty());
         assert_eq!(queue.len(), 0);
+        assert_eq!(pool.usage().in_use_bytes, 0);
+    }
+
+    #[test]
+    fn a_free_after_a_sync_is_stamped_with_the_newest_signal() {
+        let mut pool = Pool::new(4096);
+        let mut s = slices(&mut pool, 3).into_iter();
+        let mut queue = DropQueue::<u32>::new(64);
+        queue.push(s.next().unwrap(), Stamp::New(4));
+        // A sync released everything; the signal it took is the newest.
+        queue.release_fenced();
+        queue.push(s.next().unwrap(), Stamp::Newest(4));
+        assert!(!queue.has_unstamped(), "a free after a sync has a stamp");
+        assert_eq!(queue.reclaim(|stamp| Ok::<_, ()>(stamp <= 4)), Ok(1));
+        assert!(queue.is_empty());
+        // Behind an unstamped batch, the newest signal opens its own batch.
+        queue.push(s.next().unwrap(), Stamp::Unstamped);
+        let mut more = slices(&mut pool, 1).into_iter();
+        queue.push(more.next().unwrap(), Stamp::Newest(5));
+        assert_eq!(queue.wait_oldest(|_| Ok::<_, ()>(())), Ok(false));
+        queue.stamp_unstamped(6);
+        assert_eq!(queue.reclaim(|stamp| Ok::<_, ()>(stamp <= 6)), Ok(2));
         assert_eq!(pool.usage().in_use_bytes, 0);
     }
 

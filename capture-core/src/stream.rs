@@ -125,8 +125,10 @@ impl<D: Driver> StreamState<D> {
         if self.capture.is_recording() {
             return Stamp::Unstamped;
         }
-        if !self.work_since_signal && self.last_signal.is_some() {
-            return Stamp::Newest;
+        if !self.work_since_signal
+            && let Some(signal) = self.last_signal
+        {
+            return Stamp::Newest(signal);
         }
         match self.take_signal() {
             Ok(signal) => Stamp::New(signal),

@@ -360,3 +360,35 @@ pub fn axpy_is_not_fused<D: UserKernels>(session: &Session<D>) -> Outcome {
     );
     Ok(())
 }
+
+/// A binding whose length is not a whole number of elements: a builtin sees
+/// its whole elements, eagerly and replayed, and the bytes past them stay
+/// as they were. The stream stays usable after.
+pub fn a_kernel_sees_the_whole_elements_of_its_binding<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    use capture_core::Builtin;
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let before = [0xAB_u8; 10];
+    let x = client.create(stream, &before).step("x, 10 bytes")?;
+    let y = client.create(stream, &before).step("y, 10 bytes")?;
+    client
+        .run_builtin(stream, Builtin::Fill, &[&x], 2, 3.0)
+        .step("fill 2 elements of 10 bytes")?;
+    let (graph, ()) = client
+        .capture(stream, |_| {
+            client.run_builtin(stream, Builtin::Fill, &[&y], 2, 5.0)
+        })
+        .step("capture a fill of 10 bytes")?;
+    client.write(&y, &before).step("rewrite y")?;
+    client.replay(&graph).step("replay")?;
+    for (buffer, value, what) in [(&x, 3.0_f32, "eager"), (&y, 5.0, "replayed")] {
+        let got = client.read(buffer).step(what)?;
+        let mut want = value.to_le_bytes().repeat(2);
+        want.extend_from_slice(&before[8..]);
+        ensure!(got == want, "{what} fill over 10 bytes gave {got:?}, expected {want:?}");
+    }
+    client.sync(stream).step("sync after")?;
+    usable(&client, stream)
+}

@@ -166,3 +166,31 @@ pub fn capture_across_threads<D: UserKernels>(session: &Session<D>) -> Outcome {
     busy?;
     fx.expect_x(5.0, "warmup and four replays")
 }
+
+/// Capture and destroy cycles leave the pools as the first cycle left them:
+/// what a destroy frees after its sync is reclaimable by the next warmup,
+/// which so takes no page although the device is idle.
+pub fn capture_destroy_cycles_keep_usage_flat<D: UserKernels>(session: &Session<D>) -> Outcome {
+    const CYCLES: usize = 10_000;
+    let fx = Fixture::new(session.client())?;
+    let (client, stream) = (&fx.client, fx.stream);
+    let mut after_first = None;
+    for cycle in 1..=CYCLES {
+        // The graph's info entry is the only slice its destroy frees: no
+        // other slice's room hides a free the next warmup cannot reclaim.
+        let graph = fx.capture_add()?;
+        client.replay(&graph).step("replay")?;
+        client.destroy(&graph).step("destroy")?;
+        let usage = client.usage(stream).step("usage")?;
+        let pools = (usage.device, usage.host);
+        match &after_first {
+            None => after_first = Some(pools),
+            Some(first) => ensure!(
+                *first == pools,
+                "after cycle {cycle} the pools (device, host) are {pools:?}, after cycle 1 {first:?}"
+            ),
+        }
+    }
+    fx.expect_x(2.0 * CYCLES as f32, "a warmup and a replay per cycle")?;
+    usable(client, stream)
+}
