@@ -37,6 +37,9 @@ fn build_stubs() -> Result<(), String> {
     let full = out.join("cuda-stub-full");
     build_stub(&compiler, &full, &["-DCUDA_STUB_FULL"])?;
     println!("cargo:rustc-env=CUDA_FULL_STUB_DIR={}", full.display());
+    let runs = out.join("cuda-stub-runs");
+    build_stub(&compiler, &runs, &["-DCUDA_STUB_FULL", "-DCUDA_STUB_RUNS"])?;
+    println!("cargo:rustc-env=CUDA_RUNS_STUB_DIR={}", runs.display());
     Ok(())
 }
 

@@ -1,5 +1,5 @@
 //! The opened GPU: its primary context, made current around every call, and
-//! the device-wide count of streams recording, behind which frees wait.
+//! the GPU-wide count of streams recording, behind which frees wait.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -34,7 +34,8 @@ pub struct Device {
     compute: (c_int, c_int),
     limits: BlockLimits,
     info: DeviceInfo,
-    recording: Mutex<Recorders>,
+    /// Shared by every `Device` opened on this ordinal (see [`recorders_of`]).
+    recording: Arc<Mutex<Recorders>>,
 }
 
 /// The largest block the device runs, which every kernel's signature is
@@ -47,12 +48,28 @@ pub(crate) struct BlockLimits {
     pub(crate) max_threads_per_block: u32,
 }
 
-/// Streams of the device recording now, and the releases waiting for the
+/// Streams of the GPU recording now, and the releases waiting for the
 /// last of them to end.
 #[derive(Default)]
 struct Recorders {
     streams: usize,
     deferred: Vec<Release>,
+}
+
+/// The recording state of GPU `ordinal`, one per process.
+///
+/// Every `Device` opened on an ordinal shares its primary context, so a free
+/// made through one would invalidate a capture open on a stream of another;
+/// the count and the deferred releases belong to the GPU, not to the handle.
+fn recorders_of(ordinal: c_int) -> Arc<Mutex<Recorders>> {
+    static ALL: Mutex<Vec<(c_int, Arc<Mutex<Recorders>>)>> = Mutex::new(Vec::new());
+    let mut all = ALL.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, found)) = all.iter().find(|(o, _)| *o == ordinal) {
+        return Arc::clone(found);
+    }
+    let fresh = Arc::new(Mutex::new(Recorders::default()));
+    all.push((ordinal, Arc::clone(&fresh)));
+    fresh
 }
 
 /// Memory or code given back to the driver, which may wait for the device
@@ -188,7 +205,7 @@ impl Device {
             compute,
             limits,
             info,
-            recording: Mutex::new(Recorders::default()),
+            recording: recorders_of(ordinal),
         }))
     }
 
@@ -275,12 +292,12 @@ impl Device {
     }
 
     /// Give memory or code back to the driver: now, or once the last stream
-    /// recording on the device has ended.
+    /// recording on the GPU has ended, whichever `Device` opened it.
     ///
     /// `cuMemFree`, `cuMemFreeHost` and `cuModuleUnload` may synchronize the
     /// device implicitly, which invalidates any capture in progress on it;
     /// capture-core releases nothing on the recording stream itself, but
-    /// another stream of the same device may be freeing meanwhile.
+    /// another stream of the same GPU may be freeing meanwhile.
     pub(crate) fn release(&self, release: Release) {
         let mut recording = self.recording();
         if recording.streams > 0 {
@@ -331,19 +348,14 @@ impl Device {
 
 impl Drop for Device {
     fn drop(&mut self) {
-        // Every stream held an Arc of the device, so none records now and
-        // nothing is deferred; this is for a release made while the last
-        // stream was still recording and never ended.
-        let deferred = std::mem::take(
-            &mut self
-                .recording
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner)
-                .deferred,
-        );
-        if deferred.is_empty() {
+        // A stream of another `Device` on this GPU may still be recording,
+        // and performs what waits when it ends. Otherwise this is for a
+        // release made while the last stream was recording and never ended.
+        let mut recording = self.recording();
+        if recording.streams > 0 || recording.deferred.is_empty() {
             return;
         }
+        let deferred = std::mem::take(&mut recording.deferred);
         match self.enter() {
             Ok(current) => {
                 for release in deferred {

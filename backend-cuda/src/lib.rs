@@ -238,3 +238,8 @@ pub const TEST_STUB_DIR: Option<&str> = option_env!("CUDA_STUB_DIR");
 /// whose devices can be listed but not opened.
 #[doc(hidden)]
 pub const TEST_FULL_STUB_DIR: Option<&str> = option_env!("CUDA_FULL_STUB_DIR");
+
+/// Directory holding the stub whose streams, events, captures and memory
+/// work on host memory, for tests of the recording bookkeeping.
+#[doc(hidden)]
+pub const TEST_RUNS_STUB_DIR: Option<&str> = option_env!("CUDA_RUNS_STUB_DIR");

@@ -326,6 +326,13 @@ impl Stream {
         const OP: &str = "begin capture";
         let api = self.device.api();
         let _current = self.device.enter()?;
+        // A point after everything enqueued so far, taken while the stream
+        // still runs work: a capture left open cannot record one, and a
+        // stream replacing this one (see `leave_capture`) waits for it.
+        if self.unsignalled {
+            self.latest = self.events.record(self.raw)?;
+            self.unsignalled = false;
+        }
         let raw = self.raw;
         self.device.begin_recording(|| {
             // SAFETY: the stream is live and its context current.
@@ -379,8 +386,10 @@ impl Stream {
 
     /// Make sure the stream is not capturing after a failed end: ask the
     /// driver, and replace a stream it still counts as capturing with a
-    /// fresh one, ordered after every signal the old one gave. Says what
-    /// was done, if anything.
+    /// fresh one, ordered after everything the old one held: the newest
+    /// event, which `begin` recorded after the last work enqueued before
+    /// the capture (a capturing stream can record none that a stream
+    /// outside the capture may wait for). Says what was done, if anything.
     fn leave_capture(&mut self) -> Option<String> {
         let api = self.device.api();
         let mut status = sys::CU_STREAM_CAPTURE_STATUS_NONE;
@@ -400,7 +409,7 @@ impl Stream {
         }
         if let Some(event) = self.events.latest() {
             // SAFETY: both handles are live; the event was recorded before
-            // the capture began, outside it.
+            // the capture began, outside it, after all the stream's work.
             let waited = unsafe { (api.stream_wait_event)(fresh, event, 0) };
             if let Err(e) = api.check("order the fresh stream", waited) {
                 log::warn!("{e}");

@@ -18,6 +18,13 @@
  *   CUDA_STUB_DRIVER_VERSION  what cuDriverGetVersion reports (12040);
  *   CUDA_STUB_DEVICE_COUNT    devices the full stub lists (1);
  *   CUDA_STUB_RETAIN_RESULT   what cuDevicePrimaryCtxRetain returns (0).
+ *
+ * Built a third time with CUDA_STUB_RUNS defined as well: streams, events,
+ * captures and memory then work on host memory (copies run at once, a
+ * capture's graph has no nodes), and cuStub* functions let a test count
+ * the frees and unloads performed, make the next end of a capture fail
+ * with the stream left capturing, and ask whether a stream replacing one
+ * left capturing waited for all the old one's work.
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -149,6 +156,137 @@ CUresult cuCtxPopCurrent_v2(void **context) {
 #define UNSUPPORTED(name) \
     CUresult name() { return CUDA_ERROR_NOT_SUPPORTED; }
 
+#ifdef CUDA_STUB_RUNS
+
+/* A stream's capture state and the clock tick of its latest work run
+ * outside a capture; an event's stream and tick. */
+typedef struct { int capturing; long last_work; } Stream;
+typedef struct { Stream *stream; long at; int captured; } Event;
+
+static long ticks = 0;
+static int releases = 0;
+static int fail_next_end = 0;
+static Event *last_waited = NULL;
+static Stream *last_waiter = NULL;
+static int replaced_covered = -1;
+
+int cuStubReleases(void) { return releases; }
+void cuStubFailNextEnd(int code) { fail_next_end = code; }
+/* -1 while no capturing stream was destroyed; then 1 when, before the
+ * latest was, another stream waited on an event recorded on it outside the
+ * capture after all its work, else 0. */
+int cuStubReplacedCovered(void) { return replaced_covered; }
+
+static void worked(void *stream) {
+    Stream *s = stream;
+    if (s != NULL && !s->capturing) s->last_work = ++ticks;
+}
+
+CUresult cuMemAlloc_v2(unsigned long long *pointer, size_t bytes) {
+    if (pointer == NULL) return CUDA_ERROR_INVALID_VALUE;
+    *pointer = (unsigned long long)(size_t)malloc(bytes);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemFree_v2(unsigned long long pointer) {
+    free((void *)(size_t)pointer);
+    releases += 1;
+    return CUDA_SUCCESS;
+}
+CUresult cuMemHostAlloc(void **pointer, size_t bytes, unsigned flags) {
+    (void)flags;
+    if (pointer == NULL) return CUDA_ERROR_INVALID_VALUE;
+    *pointer = malloc(bytes);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemFreeHost(void *pointer) {
+    free(pointer);
+    releases += 1;
+    return CUDA_SUCCESS;
+}
+CUresult cuModuleUnload(void *module) {
+    (void)module;
+    releases += 1;
+    return CUDA_SUCCESS;
+}
+CUresult cuMemcpyHtoDAsync_v2(unsigned long long dst, const void *src, size_t bytes, void *stream) {
+    memcpy((void *)(size_t)dst, src, bytes);
+    worked(stream);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemcpyDtoHAsync_v2(void *dst, unsigned long long src, size_t bytes, void *stream) {
+    memcpy(dst, (const void *)(size_t)src, bytes);
+    worked(stream);
+    return CUDA_SUCCESS;
+}
+CUresult cuStreamCreate(void **stream, unsigned flags) {
+    (void)flags;
+    if (stream == NULL) return CUDA_ERROR_INVALID_VALUE;
+    *stream = calloc(1, sizeof(Stream));
+    return CUDA_SUCCESS;
+}
+CUresult cuStreamSynchronize(void *stream) { (void)stream; return CUDA_SUCCESS; }
+/* Streams and events are never freed, so that a destroyed one is still
+ * there to compare with. */
+CUresult cuStreamDestroy_v2(void *stream) {
+    Stream *s = stream;
+    if (s->capturing) {
+        replaced_covered = last_waited != NULL && last_waited->stream == s &&
+                           last_waiter != s && !last_waited->captured &&
+                           last_waited->at >= s->last_work;
+    }
+    return CUDA_SUCCESS;
+}
+CUresult cuStreamWaitEvent(void *stream, void *event, unsigned flags) {
+    (void)flags;
+    last_waiter = stream;
+    last_waited = event;
+    return CUDA_SUCCESS;
+}
+CUresult cuStreamBeginCapture_v2(void *stream, int mode) {
+    (void)mode;
+    ((Stream *)stream)->capturing = 1;
+    return CUDA_SUCCESS;
+}
+CUresult cuStreamEndCapture(void *stream, void **graph) {
+    if (fail_next_end != 0) {
+        CUresult code = fail_next_end;
+        fail_next_end = 0;
+        *graph = NULL;
+        return code;
+    }
+    ((Stream *)stream)->capturing = 0;
+    *graph = malloc(1);
+    return CUDA_SUCCESS;
+}
+CUresult cuStreamIsCapturing(void *stream, int *status) {
+    *status = ((Stream *)stream)->capturing;
+    return CUDA_SUCCESS;
+}
+CUresult cuEventCreate(void **event, unsigned flags) {
+    (void)flags;
+    *event = calloc(1, sizeof(Event));
+    return CUDA_SUCCESS;
+}
+CUresult cuEventRecord(void *event, void *stream) {
+    Event *e = event;
+    e->stream = stream;
+    e->at = ++ticks;
+    e->captured = ((Stream *)stream)->capturing;
+    return CUDA_SUCCESS;
+}
+CUresult cuEventQuery(void *event) { (void)event; return CUDA_SUCCESS; }
+CUresult cuEventSynchronize(void *event) { (void)event; return CUDA_SUCCESS; }
+CUresult cuEventDestroy_v2(void *event) { (void)event; return CUDA_SUCCESS; }
+CUresult cuGraphGetNodes(void *graph, void **nodes, size_t *count) {
+    (void)graph;
+    (void)nodes;
+    *count = 0;
+    return CUDA_SUCCESS;
+}
+CUresult cuGraphDestroy(void *graph) { free(graph); return CUDA_SUCCESS; }
+
+#else
+
 UNSUPPORTED(cuMemAlloc_v2)
 UNSUPPORTED(cuMemFree_v2)
 UNSUPPORTED(cuMemHostAlloc)
@@ -167,19 +305,22 @@ UNSUPPORTED(cuEventRecord)
 UNSUPPORTED(cuEventQuery)
 UNSUPPORTED(cuEventSynchronize)
 UNSUPPORTED(cuEventDestroy_v2)
+UNSUPPORTED(cuModuleUnload)
+UNSUPPORTED(cuGraphGetNodes)
+UNSUPPORTED(cuGraphDestroy)
+
+#endif /* CUDA_STUB_RUNS */
+
 UNSUPPORTED(cuLinkCreate_v2)
 UNSUPPORTED(cuLinkAddData_v2)
 UNSUPPORTED(cuLinkComplete)
 UNSUPPORTED(cuLinkDestroy)
 UNSUPPORTED(cuModuleLoadDataEx)
 UNSUPPORTED(cuModuleGetFunction)
-UNSUPPORTED(cuModuleUnload)
 UNSUPPORTED(cuFuncGetAttribute)
 UNSUPPORTED(cuLaunchKernel)
-UNSUPPORTED(cuGraphGetNodes)
 UNSUPPORTED(cuGraphNodeGetType)
 UNSUPPORTED(cuGraphInstantiateWithFlags)
-UNSUPPORTED(cuGraphDestroy)
 UNSUPPORTED(cuGraphExecDestroy)
 UNSUPPORTED(cuGraphUpload)
 UNSUPPORTED(cuGraphLaunch)
