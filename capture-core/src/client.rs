@@ -610,6 +610,13 @@ impl<D: GraphDriver> Client<D> {
     ///
     /// `body` must issue the same work in both passes; whatever it
     /// allocates in the recorded run must have been allocated in warmup.
+    ///
+    /// # Errors
+    ///
+    /// A body that fails in either pass seals nothing: its error comes
+    /// back (or the window's own refusal, when an operation inside it
+    /// failed first), the window is closed, and what the recorded run would
+    /// have written is claimed by that error until something writes it.
     pub fn capture<T>(
         &self,
         stream: StreamId,
@@ -652,17 +659,12 @@ impl<D: GraphDriver> Client<D> {
         }
         let recorded = body(Pass::Record);
         std::mem::forget(guard);
-        let sealed = seal(window);
-        match (recorded, sealed) {
-            (Ok(value), Ok(sealed)) => Ok((sealed, value)),
-            (Ok(_), Err(refusal)) => Err(refusal),
-            // The window's refusal names the failed operation and its
-            // consequence; the body's error stands if the window sealed.
-            (Err(body_err), Err(refusal)) => Err(match refusal {
-                Error::Doomed(_) => refusal,
-                _ => body_err,
-            }),
-            (Err(body_err), Ok(_sealed)) => Err(body_err),
+        match recorded {
+            Ok(value) => Ok((seal(window)?, value)),
+            // A run that failed recorded only part of its work, or work the
+            // caller disowns: nothing of it may seal, a graph updated least
+            // of all.
+            Err(err) => Err(self.shared.server.abandon(stream, window, err)),
         }
     }
 
@@ -711,7 +713,8 @@ impl<D: GraphDriver> Client<D> {
     ///
     /// # Errors
     ///
-    /// As [`Client::capture`]; a refusal leaves `graph` as it was.
+    /// As [`Client::capture`]: a refusal, or a body that fails, leaves
+    /// `graph` as it was, replaying its old work.
     pub fn recapture<T>(
         &self,
         graph: &GraphHandle<D>,

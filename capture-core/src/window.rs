@@ -332,10 +332,35 @@ impl<'a, D: GraphDriver> Window<'a, D> {
     /// Close the window and drop what it recorded: for a window whose
     /// graph went away before it closed.
     pub fn discard(&mut self, closer: WindowId) {
-        if let Ok(closed) = self.close(closer) {
-            drop(closed);
-            let stream = &mut *self.stream;
-            stream.discard_window_info();
+        drop(self.close_unsealed(closer));
+    }
+
+    /// Close the window and drop its recording and its new info entries;
+    /// what it would have written.
+    fn close_unsealed(&mut self, closer: WindowId) -> Result<Vec<BufferId>, Refused> {
+        let closed = self.close(closer)?;
+        self.stream.discard_window_info();
+        Ok(closed.written)
+    }
+
+    /// Close the window without sealing anything, because the run it
+    /// recorded failed with `cause`: the recording is dropped, and what it
+    /// would have written is handed back for the caller to claim (none of
+    /// it ran). Answers `cause`, unless the window refused to close for a
+    /// reason of its own that names a failed operation ([`Error::Doomed`]).
+    pub fn abandon(&mut self, closer: WindowId, cause: Error) -> Refused {
+        match self.close_unsealed(closer) {
+            Ok(written) => Refused {
+                error: cause,
+                written,
+            },
+            Err(Refused { error, written }) => Refused {
+                error: match error {
+                    Error::Doomed(_) => error,
+                    _ => cause,
+                },
+                written,
+            },
         }
     }
 

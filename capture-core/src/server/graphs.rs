@@ -63,7 +63,6 @@ impl<D: GraphDriver> Server<D> {
         self.with(stream, |lane| {
             let id = GraphId(Ids::next(&self.ids.graph));
             let result = Window::on(&mut lane.state).instantiate(window, id);
-            let deferred = std::mem::take(&mut lane.state.deferred_destroys);
             let result = match result {
                 Ok(graph) => {
                     let key = lane.graphs.insert(id, graph);
@@ -75,9 +74,7 @@ impl<D: GraphDriver> Server<D> {
                     Err(error)
                 }
             };
-            for graph in deferred {
-                self.destroy_in(lane, graph);
-            }
+            self.destroy_deferred(lane);
             result
         })
     }
@@ -100,10 +97,7 @@ impl<D: GraphDriver> Server<D> {
                     Err(Error::UnknownGraph(id))
                 }
             };
-            let deferred = std::mem::take(&mut lane.state.deferred_destroys);
-            for graph in deferred {
-                self.destroy_in(lane, graph);
-            }
+            self.destroy_deferred(lane);
             result
         })
     }
@@ -112,9 +106,40 @@ impl<D: GraphDriver> Server<D> {
     pub(crate) fn discard(&self, stream: StreamId, window: WindowId) {
         let closed = self.with(stream, |lane| {
             Window::on(&mut lane.state).discard(window);
+            self.destroy_deferred(lane);
             Ok(())
         });
         drop(closed);
+    }
+
+    /// Close `window` on `stream` without sealing anything, because the run
+    /// it recorded failed with `cause`. What the recording would have
+    /// written is claimed, as for any refused window. Answers the error
+    /// the caller reports: `cause`, or the window's own refusal when the
+    /// window was doomed.
+    pub(crate) fn abandon(&self, stream: StreamId, window: WindowId, cause: Error) -> Error {
+        let mut cause = Some(cause);
+        let closed = self.with(stream, |lane| {
+            let cause = cause.take().unwrap_or(Error::UnknownStream(stream));
+            let Refused { error, written } = Window::on(&mut lane.state).abandon(window, cause);
+            lane.state.failures.settle(written, Some(&error));
+            self.destroy_deferred(lane);
+            Ok(error)
+        });
+        match (closed, cause) {
+            (Ok(error), _) => error,
+            // The stream went before the window could close: the body's
+            // error still says what the caller did wrong.
+            (Err(_), Some(cause)) => cause,
+            (Err(err), None) => err,
+        }
+    }
+
+    /// The destroys that waited for the window to close.
+    fn destroy_deferred(&self, lane: &mut Lane<D>) {
+        for graph in std::mem::take(&mut lane.state.deferred_destroys) {
+            self.destroy_in(lane, graph);
+        }
     }
 
     /// Enqueue graph `id`'s recorded work on its stream, found from the id.

@@ -67,6 +67,7 @@ suite![
     updates::rule_18_recapture_in_place_gives_the_new_results,
     updates::rule_18_recapture_with_another_shape_reinstantiates,
     updates::rule_18_a_refused_update_leaves_the_old_graph,
+    updates::a_failed_body_seals_nothing,
     updates::rule_18_old_pins_are_released_after_the_old_replays,
     updates::graph_cache_counts_and_evicts,
     updates::a_graph_draws_its_dependencies,

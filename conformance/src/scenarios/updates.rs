@@ -5,12 +5,14 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use capture_core::{Builtin, Error, GraphCache, Served, Update};
+use capture_core::{Builtin, Error, GraphCache, Pass, Served, Update};
 
 use crate::ensure;
 use crate::faulty::Primitive;
 use crate::session::Session;
-use crate::support::{Fixture, N, NU, Outcome, Step, back_to, expect_all, in_use, refused, usable};
+use crate::support::{
+    Fixture, N, NU, Outcome, Step, back_to, expect_all, expect_claimed, in_use, refused, usable,
+};
 use crate::workload::UserKernels;
 
 /// A re-capture with the same kernels in the same order updates the graph
@@ -160,6 +162,67 @@ pub fn rule_18_a_refused_update_leaves_the_old_graph<D: UserKernels>(
         );
     }
     ensure!(client.live_graphs() == 1, "still one graph");
+    usable(client, stream)
+}
+
+/// A body that launches its work and then fails in the recorded run seals
+/// nothing: `capture` makes no graph, `recapture` and the cache leave the
+/// old graph replaying its old work, and what the failed run would have
+/// written is claimed by its error until a run writes it.
+pub fn a_failed_body_seals_nothing<D: UserKernels>(session: &Session<D>) -> Outcome {
+    let fx = Fixture::new(session.client())?;
+    let (client, stream, x) = (&fx.client, fx.stream, &fx.x);
+    let failing = |value: f32| {
+        move |pass: Pass| {
+            client.run_builtin(stream, Builtin::Fill, &[x], N, value)?;
+            match pass {
+                Pass::Warmup => Ok(()),
+                Pass::Record => Err(Error::BadLaunch("the body's own error".into())),
+            }
+        }
+    };
+    let own = |result: Result<(), Error>, what: &str| -> Outcome {
+        let err = refused(result, what)?;
+        ensure!(
+            err.to_string().contains("the body's own error"),
+            "{what}: refused with {err}, not the body's error"
+        );
+        Ok(())
+    };
+    own(client.capture(stream, failing(5.0)).map(drop), "a failed capture")?;
+    ensure!(client.live_graphs() == 0, "a failed capture made a graph");
+    expect_claimed(client, &fx.x, "the body's own error", "after a failed capture")?;
+    let (graph, ()) = client
+        .capture(stream, |_| {
+            client.run_builtin(stream, Builtin::Fill, &[&fx.x], N, 1.0)
+        })
+        .step("capture")?;
+    for round in 0..2 {
+        own(client.recapture(&graph, failing(2.0)).map(drop), "a failed recapture")?;
+        expect_claimed(client, &fx.x, "the body's own error", "after a failed recapture")?;
+        client.replay(&graph).step("replay after a failed recapture")?;
+        fx.expect_x(1.0, &format!("round {round}: the old graph's work, not the failed run's"))?;
+    }
+    let info = client.graph_info(&graph).step("info")?;
+    ensure!(
+        info.updates_in_place == 0 && info.reinstantiations == 0,
+        "a failed recapture counted as an update: {info:?}"
+    );
+    drop(graph);
+    let mut cache = GraphCache::new(client, stream, 4, None);
+    let fill = |value: f32| {
+        move |_: Pass| client.run_builtin(stream, Builtin::Fill, &[x], N, value)
+    };
+    ensure!(cache.run(7, 1, fill(3.0)).step("miss")? == Served::Miss, "first run is a miss");
+    own(cache.run(7, 2, failing(4.0)).map(drop), "a failed recapture in the cache")?;
+    ensure!(cache.run(7, 1, fill(3.0)).step("hit")? == Served::Hit, "the old key still hits");
+    fx.expect_x(3.0, "the cache replays the old graph")?;
+    own(cache.run(7, 2, failing(4.0)).map(drop), "the failed key again")?;
+    ensure!(
+        cache.stats().updates_in_place == 0 && cache.stats().reinstantiations == 0,
+        "{:?}",
+        cache.stats()
+    );
     usable(client, stream)
 }
 
