@@ -709,6 +709,9 @@ impl<D: GraphDriver> Client<D> {
     ///     assert_eq!(client.read_f32(&x)?, vec![2.0; 256]);
     ///     Ok(())
     /// }
+    ///
+    /// grow(&Client::<backend_host::Host>::open()?)?;
+    /// # Ok::<(), Error>(())
     /// ```
     ///
     /// # Errors

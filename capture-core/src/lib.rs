@@ -15,18 +15,24 @@
 //! ```
 //! use capture_core::{Builtin, Builtins, Client, Error, GraphDriver};
 //!
-//! fn double_a_thousand_times<D: GraphDriver + Builtins>(client: &Client<D>) -> Result<Vec<f32>, Error> {
+//! fn count_a_thousand_replays<D: GraphDriver + Builtins>(client: &Client<D>) -> Result<Vec<f32>, Error> {
 //!     let stream = client.create_stream()?;
-//!     let x = client.create_f32(stream, &[1.0; 256])?;
+//!     let x = client.create_f32(stream, &[0.0; 256])?;
+//!     let one = client.create_f32(stream, &[1.0; 256])?;
 //!     // Runs the body once for real (warming the pools), then records it.
 //!     let (graph, ()) = client.capture(stream, |_pass| {
-//!         client.run_builtin(stream, Builtin::Add, &[&x, &x], 256, 0.0)
+//!         client.run_builtin(stream, Builtin::Add, &[&x, &one], 256, 0.0)
 //!     })?;
 //!     for _ in 0..1000 {
 //!         client.replay(&graph)?;
 //!     }
 //!     client.read_f32(&x)
 //! }
+//!
+//! // On the host backend; a GPU backend's client is opened the same way.
+//! let client = Client::<backend_host::Host>::open()?;
+//! assert_eq!(count_a_thousand_replays(&client)?, vec![1001.0; 256]);
+//! # Ok::<(), Error>(())
 //! ```
 #![forbid(unsafe_code)]
 
