@@ -2,10 +2,9 @@
 //! executes its secondary command buffer.
 //!
 //! Both command buffers are simultaneous-use, so a replay may be submitted
-//! while an earlier one is still pending. An update is always in place: the
-//! executable takes the new recording, and the old one waits on the
-//! stream's retired list until the device is past every replay that
-//! executed it.
+//! while an earlier one is still pending. An executable is never updated:
+//! a re-capture instantiates its new recording, and the old executable
+//! waits for its replays when it drops.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -89,29 +88,6 @@ impl Executable {
             Some((_, last)) => *last = value,
             None => state.uses.push((Arc::clone(timeline), value)),
         }
-        Ok(())
-    }
-
-    /// Makes the executable replay `recording` from here on. Replays
-    /// already enqueued finish with the old recording, which `stream`
-    /// keeps until the device is past them. On an error the executable is
-    /// as it was.
-    pub(crate) fn update(
-        &mut self,
-        stream: &mut Stream,
-        mut recording: Recording,
-    ) -> Result<(), DriverError> {
-        const OP: &str = "update";
-        same_device(&self.device, stream, OP)?;
-        if !Arc::ptr_eq(recording.device(), &self.device) {
-            return Err(error(OP, "the recording belongs to another device"));
-        }
-        // The only step that can fail, taken before anything changes.
-        recording.primary()?;
-        let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
-        let old = std::mem::replace(&mut state.recording, recording);
-        let uses = std::mem::take(&mut state.uses);
-        stream.retire(old, uses);
         Ok(())
     }
 }

@@ -224,14 +224,16 @@ impl GraphDriver for Vulkan {
         Ok(Executable::new(recording))
     }
 
-    /// Always in place: the executable takes the new recording, and the old
-    /// one waits on `stream` until the device is past its replays.
+    /// Never in place: a closed recording is already a complete command
+    /// buffer, so an executable made over it costs less than moving it into
+    /// the old one. The core swaps the new executable in behind the same
+    /// graph and keeps the old one until the device is past its replays.
     fn update(
-        stream: &mut Stream,
-        exec: &mut Executable,
+        _stream: &mut Stream,
+        _exec: &mut Executable,
         recording: Recording,
     ) -> Result<Updated<Recording>, DriverError> {
-        exec.update(stream, recording).map(|()| Updated::InPlace)
+        Ok(Updated::Topology(recording))
     }
 
     fn upload(exec: &Executable, stream: &mut Stream) -> Result<(), DriverError> {

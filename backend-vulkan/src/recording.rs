@@ -527,10 +527,10 @@ impl Recorder {
 ///
 /// Open on its stream while the window records, closed by
 /// [`GraphDriver::end`](capture_core::GraphDriver::end), then instantiated
-/// or taken by an executable's update. Its own pool lets an executable
-/// free it on whatever thread drops it. Dropping it destroys all of it:
-/// whoever holds it drops it only once no submission that executed it is
-/// pending (an executable and a stream's retired list wait for that).
+/// by an executable. Its own pool lets an executable free it on whatever
+/// thread drops it. Dropping it destroys all of it: whoever holds it drops
+/// it only once no submission that executed it is pending (an executable
+/// waits for that).
 pub struct Recording {
     device: Arc<Device>,
     pool: vk::CommandPool,

@@ -65,19 +65,6 @@ impl Drop for Timeline {
 /// its latest replay there.
 pub(crate) type Uses = Vec<(Arc<Timeline>, u64)>;
 
-/// Whether the device is past every use in `uses`. A timeline that cannot
-/// be read counts as not past: what waits for it stays until a wait.
-fn past(uses: &Uses) -> bool {
-    uses.iter()
-        .all(|(timeline, value)| match timeline.reached() {
-            Ok(reached) => reached >= *value,
-            Err(e) => {
-                log::warn!("vulkan: reading a timeline failed: {e:?}");
-                false
-            }
-        })
-}
-
 /// Blocks until the device is past every use in `uses`.
 pub(crate) fn wait_past(uses: &Uses) {
     for (timeline, value) in uses {
@@ -86,13 +73,6 @@ pub(crate) fn wait_past(uses: &Uses) {
             log::warn!("vulkan: waiting for a replay failed: {e:?}");
         }
     }
-}
-
-/// A recording an executable replaced, kept until its replays are done;
-/// dropping the entry releases it.
-struct Retired {
-    _recording: Recording,
-    uses: Uses,
 }
 
 /// One in-order queue of work on a device.
@@ -112,9 +92,6 @@ pub struct Stream {
     idle: Vec<Recorder>,
     /// The capture window being recorded, if any.
     recording: Option<Recording>,
-    /// Recordings executables updated on this stream replaced, released
-    /// once the device is past their replays.
-    retired: Vec<Retired>,
     /// A batch that failed to submit: its work had already been accepted,
     /// so the failure is asynchronous and surfaces at the next signal,
     /// fence or check, as the contract says such failures do.
@@ -153,7 +130,6 @@ impl Stream {
             in_flight: VecDeque::with_capacity(BATCHES),
             idle: Vec::with_capacity(BATCHES),
             recording: None,
-            retired: Vec::new(),
             lost: None,
         };
         for _ in 0..BATCHES {
@@ -177,8 +153,7 @@ impl Stream {
     }
 
     /// Releases what the device is done with, the timeline having reached
-    /// `reached`: completed batches become idle, retired recordings whose
-    /// replays are all past go.
+    /// `reached`: completed batches become idle.
     fn reclaim_to(&mut self, reached: u64) {
         while let Some((value, _)) = self.in_flight.front() {
             if *value > reached {
@@ -189,14 +164,11 @@ impl Stream {
                 self.idle.push(batch);
             }
         }
-        if !self.retired.is_empty() {
-            self.retired.retain(|retired| !past(&retired.uses));
-        }
     }
 
     /// As [`Stream::reclaim_to`], reading how far the timeline is.
     fn reclaim(&mut self) {
-        if self.in_flight.is_empty() && self.retired.is_empty() {
+        if self.in_flight.is_empty() {
             return;
         }
         match self.timeline.reached() {
@@ -414,17 +386,6 @@ impl Stream {
         recording.finish()?;
         Ok(recording)
     }
-
-    /// Keeps `recording`, which an executable replaced, until the device is
-    /// past `uses`, its replays.
-    pub(crate) fn retire(&mut self, recording: Recording, uses: Uses) {
-        if !past(&uses) {
-            self.retired.push(Retired {
-                _recording: recording,
-                uses,
-            });
-        }
-    }
 }
 
 impl Drop for Stream {
@@ -434,10 +395,6 @@ impl Drop for Stream {
         if let Err(e) = self.timeline.wait(self.last) {
             log::warn!("vulkan: waiting for a dropped stream failed: {e:?}");
         }
-        for retired in &self.retired {
-            wait_past(&retired.uses);
-        }
-        self.retired.clear();
         self.recording = None;
         let batches = self
             .batch

@@ -1100,9 +1100,9 @@ fn signal_submits_nothing_and_is_done_turns_true_only_once_slow_work_completes()
 }
 
 #[test]
-fn an_update_in_place_runs_the_new_work_while_an_old_replay_finishes_the_old() {
+fn an_update_hands_the_recording_back_and_the_old_executable_finishes_its_replay() {
     run(
-        "an_update_in_place_runs_the_new_work_while_an_old_replay_finishes_the_old",
+        "an_update_hands_the_recording_back_and_the_old_executable_finishes_its_replay",
         |f| {
             let chain = AddChain::filled(f, SLOW);
             let shown = 256usize;
@@ -1115,55 +1115,40 @@ fn an_update_in_place_runs_the_new_work_while_an_old_replay_finishes_the_old() {
                 chain.add(f);
             }
             f.enqueue_download(&chain.page, 0, shown, old_out);
-            let mut exec = close(&mut f.stream);
-            Vulkan::replay(&exec, &mut f.stream).expect("replay");
+            let mut old = close(&mut f.stream);
+            Vulkan::replay(&old, &mut f.stream).expect("replay");
             let old_replay = Vulkan::signal(&mut f.stream).expect("signal");
 
-            // The new window: one add, then x's head elsewhere.
+            // The new window: one add, then x's head elsewhere. The update
+            // hands it back whole, for a new executable.
             Vulkan::begin(&mut f.stream).expect("begin");
             chain.add(f);
             f.enqueue_download(&chain.page, 0, shown, new_out);
             let recording = Vulkan::end(&mut f.stream).expect("end");
-            match Vulkan::update(&mut f.stream, &mut exec, recording) {
-                Ok(Updated::InPlace) => {}
-                other => panic!("expected an update in place, got {other:?}"),
-            }
-            // The old replay was still running while its recording was
-            // replaced, so it must have been kept alive.
-            assert!(!Vulkan::is_done(&mut f.stream, old_replay).expect("is_done"));
-
-            Vulkan::replay(&exec, &mut f.stream).expect("replay");
+            let recording = match Vulkan::update(&mut f.stream, &mut old, recording) {
+                Ok(Updated::Topology(recording)) => recording,
+                other => panic!("expected the recording back, got {other:?}"),
+            };
+            let new = Vulkan::instantiate(&mut f.stream, recording).expect("instantiate");
+            Vulkan::replay(&new, &mut f.stream).expect("replay the new executable");
+            // Dropping the old executable while its replay may still run
+            // waits for that replay.
+            drop(old);
+            assert!(Vulkan::is_done(&mut f.stream, old_replay).expect("is_done"));
             f.sync();
             assert!(f.read(old_out, shown).iter().all(|&v| v == 48.0));
             assert!(f.read(new_out, shown).iter().all(|&v| v == 49.0));
-
-            // Only the new work replays from here: the old output stays.
-            Vulkan::write_host(&f.host, old_out, &to_bytes(&vec![-1.0; shown]));
-            Vulkan::replay(&exec, &mut f.stream).expect("replay");
+            Vulkan::replay(&new, &mut f.stream).expect("replay");
             f.sync();
-            assert!(f.read(old_out, shown).iter().all(|&v| v == -1.0));
             assert!(f.read(new_out, shown).iter().all(|&v| v == 50.0));
-
-            // Updated again while its replays may run, then dropped.
-            Vulkan::replay(&exec, &mut f.stream).expect("replay");
-            Vulkan::begin(&mut f.stream).expect("begin");
-            chain.add(f);
-            let recording = Vulkan::end(&mut f.stream).expect("end");
-            assert!(matches!(
-                Vulkan::update(&mut f.stream, &mut exec, recording),
-                Ok(Updated::InPlace)
-            ));
-            Vulkan::replay(&exec, &mut f.stream).expect("replay");
-            drop(exec);
-            assert!(f.download(&chain.page, 0, shown).iter().all(|&v| v == 52.0));
         },
     );
 }
 
 #[test]
-fn an_executable_replayed_on_two_streams_and_updated_keeps_both_replays_whole() {
+fn an_executable_replayed_on_another_stream_waits_for_it_when_dropped() {
     run(
-        "an_executable_replayed_on_two_streams_and_updated_keeps_both_replays_whole",
+        "an_executable_replayed_on_another_stream_waits_for_it_when_dropped",
         |f| {
             let chain = AddChain::filled(f, SLOW);
             f.sync();
@@ -1171,25 +1156,13 @@ fn an_executable_replayed_on_two_streams_and_updated_keeps_both_replays_whole() 
             for _ in 0..16 {
                 chain.add(f);
             }
-            let mut exec = close(&mut f.stream);
+            let exec = close(&mut f.stream);
             let mut other = Vulkan::create_stream(&f.device).expect("second stream");
             Vulkan::replay(&exec, &mut other).expect("replay on the other stream");
             let on_other = Vulkan::signal(&mut other).expect("signal");
-            Vulkan::begin(&mut f.stream).expect("begin");
-            chain.add(f);
-            let recording = Vulkan::end(&mut f.stream).expect("end");
-            assert!(matches!(
-                Vulkan::update(&mut f.stream, &mut exec, recording),
-                Ok(Updated::InPlace)
-            ));
-            // Reclaiming on this stream must not release what the other
-            // stream's replay still runs.
-            for _ in 0..4 {
-                f.sync();
-            }
-            Vulkan::fence(&mut other, on_other).expect("fence");
-            Vulkan::replay(&exec, &mut f.stream).expect("replay");
-            assert!(f.download(&chain.page, 0, 16).iter().all(|&v| v == 17.0));
+            drop(exec);
+            assert!(Vulkan::is_done(&mut other, on_other).expect("is_done"));
+            assert!(f.download(&chain.page, 0, 16).iter().all(|&v| v == 16.0));
             drop(other);
         },
     );

@@ -298,8 +298,9 @@ pub enum Updated<R> {
     /// consumed.
     InPlace,
     /// The recording's shape differs from the executable's (other kernels,
-    /// another order, other node kinds), so it cannot be updated in place:
-    /// the recording is handed back, untouched, to be instantiated instead.
+    /// another order, other node kinds), or the backend has no in-place
+    /// update cheaper than a new executable: the recording is handed back,
+    /// untouched, to be instantiated instead.
     Topology(R),
 }
 
@@ -359,7 +360,12 @@ pub trait GraphDriver: Driver {
     ) -> Result<Self::Executable, DriverError>;
 
     /// Make `exec` run `recording`'s work instead of its own, in place where
-    /// the two have the same shape (CUDA's `cuGraphExecUpdate`).
+    /// the two have the same shape (CUDA's `cuGraphExecUpdate`) and that
+    /// costs less than a new executable. Otherwise hand the recording back
+    /// ([`Updated::Topology`]): capture-core instantiates it and swaps the
+    /// new executable in, keeping the old one until its replays are past.
+    /// Which backends update in place: CUDA and HIP (natively), the host
+    /// (the reference of that path); Vulkan always hands back.
     ///
     /// On an error `exec` must be left as it was: still replayable, with its
     /// old work.

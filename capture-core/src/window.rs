@@ -281,18 +281,22 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         let updated =
             D::update(&mut stream.raw, &mut graph.exec, closed.recording).and_then(|updated| {
                 match updated {
-                    Updated::InPlace => Ok(Update::InPlace),
+                    Updated::InPlace => Ok(None),
                     Updated::Topology(recording) => {
-                        let exec = D::instantiate(&mut stream.raw, recording)?;
-                        // Replays enqueued before may still run the old one.
-                        let old = std::mem::replace(&mut graph.exec, exec);
-                        stream.queue_keep(Box::new(old));
-                        Ok(Update::Reinstantiated)
+                        D::instantiate(&mut stream.raw, recording).map(Some)
                     }
                 }
             });
+        // The driver's part alone, as `instantiate` times it.
+        let update_time = started.elapsed();
         let how = match updated {
-            Ok(how) => how,
+            Ok(None) => Update::InPlace,
+            Ok(Some(exec)) => {
+                // Replays enqueued before may still run the old one.
+                let old = std::mem::replace(&mut graph.exec, exec);
+                stream.queue_keep(Box::new(old));
+                Update::Reinstantiated
+            }
             Err(err) => {
                 stream.discard_window_info();
                 return Err(Refused {
@@ -319,7 +323,7 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         graph.info.device_bytes = device_bytes;
         graph.info.host_bytes = host_bytes;
         graph.info.touched_bytes = touched_bytes;
-        graph.info.instantiate_time = started.elapsed();
+        graph.info.instantiate_time = update_time;
         match how {
             Update::InPlace => graph.info.updates_in_place += 1,
             Update::Reinstantiated => graph.info.reinstantiations += 1,

@@ -15,8 +15,10 @@ use crate::support::{
 };
 use crate::workload::UserKernels;
 
-/// A re-capture with the same kernels in the same order updates the graph
-/// in place: the same handle replays the new work.
+/// A re-capture with the same kernels in the same order lands in the same
+/// graph: the same handle replays the new work. A backend whose in-place
+/// update pays updates in place; Vulkan swaps in a new executable. Either
+/// way the report says which, and the graph's counters agree.
 pub fn rule_18_recapture_in_place_gives_the_new_results<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
@@ -33,7 +35,6 @@ pub fn rule_18_recapture_in_place_gives_the_new_results<D: UserKernels>(
             client.run_builtin(stream, Builtin::Add, &[&fx.x, &two], N, 0.0)
         })
         .step("recapture")?;
-    ensure!(how == Update::InPlace, "updated {how:?}");
     ensure!(
         client.live_graphs() == graphs,
         "the same graph, not a new one"
@@ -42,17 +43,20 @@ pub fn rule_18_recapture_in_place_gives_the_new_results<D: UserKernels>(
     graph.replay().step("replay the updated graph")?;
     fx.expect_x(6.0, "a replay adds 2 now")?;
     let info = client.graph_info(&graph).step("info")?;
+    let counted = match how {
+        Update::InPlace => (1, 0),
+        Update::Reinstantiated => (0, 1),
+    };
     ensure!(
-        info.updates_in_place == 1 && info.reinstantiations == 0 && info.replays == 2,
-        "{info:?}"
+        (info.updates_in_place, info.reinstantiations) == counted && info.replays == 2,
+        "updated {how:?}, counted {info:?}"
     );
     usable(client, stream)
 }
 
 /// A re-capture of other work (more launches) still lands in the same
-/// graph: a new executable behind the same handle, or the old one updated
-/// where the backend can update any recording in place (Vulkan re-records
-/// the command buffer an executable runs).
+/// graph, as a new executable behind the same handle, and every backend
+/// reports it so.
 pub fn rule_18_recapture_with_another_shape_reinstantiates<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
@@ -68,11 +72,10 @@ pub fn rule_18_recapture_with_another_shape_reinstantiates<D: UserKernels>(
         .step("recapture")?;
     let info = client.graph_info(&graph).step("info")?;
     ensure!(
-        match how {
-            Update::Reinstantiated => info.reinstantiations == 1,
-            Update::InPlace => info.updates_in_place == 1,
-        },
-        "updated {how:?}, recorded as {info:?}"
+        how == Update::Reinstantiated
+            && info.reinstantiations == 1
+            && info.updates_in_place == 0,
+        "another shape reported {how:?}, counted {info:?}"
     );
     fx.expect_x(3.0, "the first warmup and the second's two adds")?;
     for _ in 0..3 {
@@ -121,14 +124,9 @@ pub fn rule_18_a_refused_update_leaves_the_old_graph<D: UserKernels>(
         let fired = plan.injected() > injected;
         match result {
             Err(_) if fired => {}
-            // A backend that updates any recording in place never
-            // instantiates: the update went through, as it should.
-            Ok((Update::InPlace, ())) if !fired && primitive == Primitive::Instantiate => {
-                ensure!(
-                    client.graph_info(&graph).step("info")?.launches == 2,
-                    "the graph holds the new recording"
-                );
-                break;
+            // Every backend instantiates a recording of another shape.
+            Ok(how) if !fired && primitive == Primitive::Instantiate => {
+                return Err(format!("another shape updated {how:?} without instantiating"));
             }
             Ok(_) if !fired => {}
             Ok(how) => {
@@ -244,10 +242,9 @@ pub fn rule_18_old_pins_are_released_after_the_old_replays<D: UserKernels>(
         client.replay(&graph).step("replay")?;
     }
     // Re-capture through a new intermediate while those replays may run.
-    let (how, ()) = client
+    client
         .recapture(&graph, |_| fx.add_through_intermediate().map(drop))
         .step("recapture")?;
-    ensure!(how == Update::InPlace, "updated {how:?}");
     let usage = client.usage(stream).step("usage")?;
     ensure!(
         usage.pending_drops > 0,
@@ -281,8 +278,16 @@ pub fn graph_cache_counts_and_evicts<D: UserKernels>(session: &Session<D>) -> Ou
     .collect::<Result<_, Error>>()
     .step("cache run")?;
     use Served::*;
+    // The changed fingerprint updates as the backend updates (see rule 18's
+    // in-place scenario); the counters agree with what was served.
+    let updated = served[3];
+    let counted = match updated {
+        UpdatedInPlace => (1, 0),
+        _ => (0, 1),
+    };
     ensure!(
-        served == [Miss, Hit, Miss, UpdatedInPlace, Hit, Miss, Miss],
+        served == [Miss, Hit, Miss, updated, Hit, Miss, Miss]
+            && matches!(updated, UpdatedInPlace | Reinstantiated),
         "served {served:?}"
     );
     let stats = cache.stats();
@@ -290,10 +295,9 @@ pub fn graph_cache_counts_and_evicts<D: UserKernels>(session: &Session<D>) -> Ou
         (
             stats.hits,
             stats.misses,
-            stats.updates_in_place,
-            stats.reinstantiations,
+            (stats.updates_in_place, stats.reinstantiations),
             stats.evictions
-        ) == (2, 4, 1, 0, 2),
+        ) == (2, 4, counted, 2),
         "{stats:?}"
     );
     ensure!(
