@@ -1,11 +1,11 @@
 //! Opening a HIP device: every reason it can be missing, said once, in the
 //! order a person would fix them (runtime, device, compiler); listing the
 //! devices; making one current for a call and putting the caller's back; and
-//! the frees a recording on the device holds back.
+//! the frees and unloads a recording on the GPU holds back.
 
 use std::env;
 use std::ffi::{CStr, OsString, c_int, c_void};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use capture_core::{DeviceInfo, DriverError};
 
@@ -35,13 +35,16 @@ const FIRST_CAPTURING_RUNTIME: c_int = 50_300_000;
 ///
 /// # Frees while a stream records
 ///
-/// `hipFree` and `hipHostFree` may synchronize the whole device, which a
-/// stream capture forbids: on some releases the capture is invalidated, on
-/// others the free waits for work that cannot finish. So the device counts
-/// its streams that are recording, and while any is, a page released on any
-/// stream of the device is queued here instead of freed; the stream whose
-/// recording ends last frees the queue. A page is only released once no
-/// enqueued work uses it, so holding it longer is always safe.
+/// `hipFree`, `hipHostFree` and `hipModuleUnload` may synchronize the whole
+/// device, which a stream capture forbids: on some releases the capture is
+/// invalidated, on others the free waits for work that cannot finish. So
+/// the streams recording on the GPU are counted, and while any is, a page
+/// or module released on any stream of the GPU is queued instead of freed;
+/// the stream whose recording ends last frees the queue. The count and the
+/// queue belong to the GPU's ordinal, shared by every `Device` opened on it,
+/// since they all share its primary context. A page or module is only
+/// released once no enqueued work uses it, so holding it longer is always
+/// safe.
 pub struct Device {
     pub(crate) api: &'static Api,
     pub(crate) ordinal: c_int,
@@ -54,7 +57,8 @@ pub struct Device {
     arch: Option<String>,
     /// Why a capture cannot record on this runtime, when it cannot.
     pub(crate) capture_refusal: Option<String>,
-    recorders: Mutex<Recorders>,
+    /// Shared by every `Device` opened on this ordinal (see [`recorders_of`]).
+    recorders: Arc<Mutex<Recorders>>,
 }
 
 /// Which allocator a page came from, and so which free it takes.
@@ -66,22 +70,38 @@ pub(crate) enum Memory {
     Host,
 }
 
-/// A page whose free waits for the device's recordings to end.
-struct Deferred {
-    ptr: *mut c_void,
-    bytes: u64,
-    memory: Memory,
+/// A page or module whose release waits for the GPU's recordings to end.
+enum Deferred {
+    Page {
+        ptr: *mut c_void,
+        bytes: u64,
+        memory: Memory,
+    },
+    Module(ffi::Module),
 }
 
-// SAFETY: a device or pinned host address with no thread affinity; it is
-// freed once, by whichever thread drains the queue.
+// SAFETY: a device or pinned host address, or a loaded module, with no
+// thread affinity; it is released once, by whichever thread drains the
+// queue.
 unsafe impl Send for Deferred {}
 
-/// The device's recording streams and the frees they hold back.
+/// The GPU's recording streams and the releases they hold back.
 #[derive(Default)]
 struct Recorders {
     streams: usize,
     deferred: Vec<Deferred>,
+}
+
+/// The recording state of GPU `ordinal`, one per process.
+fn recorders_of(ordinal: c_int) -> Arc<Mutex<Recorders>> {
+    static ALL: Mutex<Vec<(c_int, Arc<Mutex<Recorders>>)>> = Mutex::new(Vec::new());
+    let mut all = ALL.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, found)) = all.iter().find(|(o, _)| *o == ordinal) {
+        return Arc::clone(found);
+    }
+    let fresh = Arc::new(Mutex::new(Recorders::default()));
+    all.push((ordinal, Arc::clone(&fresh)));
+    fresh
 }
 
 /// The device made current on the calling thread for the length of one
@@ -159,16 +179,26 @@ impl Device {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Free a page now, or once the device's recordings have ended (see
-    /// [`Device`]). The lock is held across the free, so no recording can
-    /// begin while one runs.
+    /// Free a page now, or once the GPU's recordings have ended (see
+    /// [`Device`]).
     pub(crate) fn free(&self, memory: Memory, ptr: *mut c_void, bytes: u64) {
+        self.release(Deferred::Page { ptr, bytes, memory });
+    }
+
+    /// Unload a module now, or once the GPU's recordings have ended.
+    pub(crate) fn unload(&self, module: ffi::Module) {
+        self.release(Deferred::Module(module));
+    }
+
+    /// The lock is held across the release, so no recording can begin while
+    /// one runs.
+    fn release(&self, release: Deferred) {
         let mut recorders = self.recorders();
         if recorders.streams > 0 {
-            recorders.deferred.push(Deferred { ptr, bytes, memory });
+            recorders.deferred.push(release);
             return;
         }
-        self.free_now(&Deferred { ptr, bytes, memory });
+        self.free_now(&release);
     }
 
     /// A stream of this device is about to record.
@@ -188,34 +218,58 @@ impl Device {
         }
     }
 
-    fn free_now(&self, page: &Deferred) {
-        let (op, free) = match page.memory {
-            Memory::Device => ("release device page", self.api.free),
-            Memory::Host => ("release host page", self.api.host_free),
+    fn free_now(&self, release: &Deferred) {
+        let (op, bytes, result) = match *release {
+            Deferred::Page { ptr, bytes, memory } => {
+                let (op, free) = match memory {
+                    Memory::Device => ("release device page", self.api.free),
+                    Memory::Host => ("release host page", self.api.host_free),
+                };
+                let result = self.enter(op).and_then(|_current| {
+                    // SAFETY: the pointer came from hipMalloc (or
+                    // hipHostMalloc) on this GPU and reaches here once, from
+                    // its page's Drop: no enqueued work touches it any more
+                    // (capture-core's promise for a released page; a page
+                    // dropped without that promise is still safe to free,
+                    // since the free synchronizes the device, as ROCm
+                    // documents).
+                    let code = unsafe { free(ptr) };
+                    error::check(self.api, op, code)
+                });
+                (op, Some(bytes), result)
+            }
+            Deferred::Module(module) => {
+                const OP: &str = "unload kernels";
+                let result = self.enter(OP).and_then(|_current| {
+                    // SAFETY: the module came from hipModuleLoadData on this
+                    // GPU and reaches here once, from its Drop; every kernel
+                    // and recording of it held an Arc to it, so no launch or
+                    // graph outlives it.
+                    let code = unsafe { (self.api.module_unload)(module) };
+                    error::check(self.api, OP, code)
+                });
+                (OP, None, result)
+            }
         };
-        let result = self.enter(op).and_then(|_current| {
-            // SAFETY: the pointer came from hipMalloc (or hipHostMalloc) on
-            // this device and reaches here once, from its page's Drop: no
-            // enqueued work touches it any more (capture-core's promise for a
-            // released page; a page dropped without that promise is still
-            // safe to free, since the free synchronizes the device, as ROCm
-            // documents).
-            let code = unsafe { free(page.ptr) };
-            error::check(self.api, op, code)
-        });
         if let Err(error) = result {
-            log::warn!("{error}; {} bytes may leak", page.bytes);
+            match bytes {
+                Some(bytes) => log::warn!("{error}; {bytes} bytes may leak"),
+                None => log::warn!("{error}; {op}: the module may stay loaded"),
+            }
         }
     }
 }
 
 impl Drop for Device {
     fn drop(&mut self) {
-        // Every stream and page holds the device, so nothing can still be
-        // recording here; free whatever a recording left queued all the same.
-        let deferred = std::mem::take(&mut self.recorders().deferred);
-        for page in &deferred {
-            self.free_now(page);
+        // A stream of another `Device` on this GPU may still be recording,
+        // and releases what waits when it ends.
+        let mut recorders = self.recorders();
+        if recorders.streams > 0 {
+            return;
+        }
+        for release in std::mem::take(&mut recorders.deferred) {
+            self.free_now(&release);
         }
     }
 }
@@ -470,7 +524,7 @@ fn open_ordinal(runtime: &Runtime, ordinal: c_int) -> Result<Device, String> {
         max_threads: properties.max_threads,
         arch: properties.arch,
         capture_refusal: capture_refusal(runtime.version),
-        recorders: Mutex::new(Recorders::default()),
+        recorders: recorders_of(ordinal),
     })
 }
 

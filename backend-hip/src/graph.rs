@@ -11,6 +11,16 @@ use crate::error::{self, describe, other};
 use crate::ffi;
 use crate::stream::{Recording, Stream};
 
+/// In-place updates one executable takes before the next update hands the
+/// recording back for a fresh instantiation instead.
+///
+/// ROCm's runtime (6.1 and later) writes each updated kernel node's
+/// arguments to fresh kernel-argument space that is only given back when
+/// the executable is destroyed, so an executable updated without end grows
+/// without end; re-instantiating every this many updates bounds what one
+/// holds, at the cost of one instantiation per this many updates.
+pub const IN_PLACE_UPDATES_PER_INSTANCE: u32 = 128;
+
 /// An instantiated HIP graph, destroyed when dropped.
 ///
 /// It keeps the recording it runs: the graph it was instantiated from (what
@@ -23,6 +33,9 @@ pub struct Executable {
     /// can still run.
     retired: Vec<ffi::GraphExec>,
     recording: Recording,
+    /// In-place updates made to `exec` so far (see
+    /// [`IN_PLACE_UPDATES_PER_INSTANCE`]).
+    updates: u32,
 }
 
 // SAFETY: a graph executable is a runtime object usable from any thread (the
@@ -124,17 +137,24 @@ pub(crate) fn instantiate(
         exec,
         retired: Vec::new(),
         recording,
+        updates: 0,
     })
 }
 
-/// Results of `hipGraphExecUpdate` that mean the graphs differ in shape, so
-/// that the recording is to be instantiated instead.
-fn shape_changed(result: ffi::GraphExecUpdateResult) -> bool {
+/// Results of `hipGraphExecUpdate` that mean the recording cannot be put
+/// into the executable in place, so that it is to be instantiated instead:
+/// a different shape, parameters an update may not change (ROCm answers
+/// "parameters changed" for some a fresh graph takes without complaint),
+/// or an update the runtime does not support. The CUDA backend treats the
+/// same answers alike.
+fn instantiate_instead(result: ffi::GraphExecUpdateResult) -> bool {
     matches!(
         result,
         ffi::GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED
             | ffi::GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED
             | ffi::GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED
+            | ffi::GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED
+            | ffi::GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED
             | ffi::GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE
     )
 }
@@ -165,7 +185,10 @@ fn exec_update(
 /// its old work.
 ///
 /// The runtime writes updated kernel arguments to fresh argument space, so
-/// replays enqueued before the update finish with their old work.
+/// replays enqueued before the update finish with their old work; that
+/// space lives as long as the executable, so after
+/// [`IN_PLACE_UPDATES_PER_INSTANCE`] updates the recording is handed back
+/// for a fresh executable instead.
 pub(crate) fn update(
     stream: &mut Stream,
     exec: &mut Executable,
@@ -178,7 +201,7 @@ pub(crate) fn update(
     let Some(graph_exec_update) = api.graph_exec_update else {
         return Ok(Updated::Topology(recording));
     };
-    if recording.work != exec.recording.work {
+    if recording.work != exec.recording.work || exec.updates >= IN_PLACE_UPDATES_PER_INSTANCE {
         return Ok(Updated::Topology(recording));
     }
     let (code, result) = exec_update(graph_exec_update, exec.exec, recording.graph);
@@ -186,10 +209,11 @@ pub(crate) fn update(
         // The same functions, so the same modules: the old recording's
         // modules stay loaded through the new one for earlier replays.
         exec.recording = recording;
+        exec.updates += 1;
         return Ok(Updated::InPlace);
     }
     restore(graph_exec_update, exec);
-    if shape_changed(result) {
+    if instantiate_instead(result) {
         return Ok(Updated::Topology(recording));
     }
     let result = match ffi::graph_exec_update_result_name(result) {
@@ -240,7 +264,9 @@ pub(crate) fn upload(exec: &Executable, stream: &mut Stream) -> Result<(), Drive
     let _current = stream.device.enter(OP)?;
     // SAFETY: the executable and the stream are live and on the same device.
     let code = unsafe { graph_upload(exec.exec, stream.raw()) };
-    error::check(api, OP, code)
+    error::check(api, OP, code)?;
+    stream.enqueued();
+    Ok(())
 }
 
 pub(crate) fn replay(exec: &Executable, stream: &mut Stream) -> Result<(), DriverError> {
@@ -250,7 +276,9 @@ pub(crate) fn replay(exec: &Executable, stream: &mut Stream) -> Result<(), Drive
     let _current = stream.device.enter(OP)?;
     // SAFETY: the executable and the stream are live and on the same device.
     let code = unsafe { (api.graph_launch)(exec.exec, stream.raw()) };
-    error::check(api, OP, code)
+    error::check(api, OP, code)?;
+    stream.enqueued();
+    Ok(())
 }
 
 /// A graph replays only on a stream of the device it was made on.

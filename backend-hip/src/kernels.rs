@@ -15,8 +15,9 @@ use capture_core::{Builtin, DriverError, Error, Signature};
 use capture_core::{MAX_BINDINGS, MAX_PARAM_BYTES};
 
 use crate::device::Device;
-use crate::error::{self, describe, into_driver};
+use crate::error::{describe, into_driver};
 use crate::ffi;
+use crate::image;
 use crate::metadata::{self, KernelInterface};
 use crate::rtc;
 
@@ -49,19 +50,9 @@ unsafe impl Sync for Module {}
 
 impl Drop for Module {
     fn drop(&mut self) {
-        const OP: &str = "unload kernels";
-        let api = self.device.api;
-        let current = self.device.enter(OP);
-        if let Err(error) = &current {
-            log::warn!("{error}; unloading on whichever device is current");
-        }
-        // SAFETY: the module came from hipModuleLoadData and is unloaded once,
-        // here; every kernel and every recording of one holds an Arc to it,
-        // so no launch or graph outlives it.
-        let code = unsafe { (api.module_unload)(self.raw) };
-        if let Err(error) = error::check(api, OP, code) {
-            log::warn!("{error}");
-        }
+        // hipModuleUnload may synchronize the device, so it waits for the
+        // GPU's recordings to end, as frees do.
+        self.device.unload(self.raw);
     }
 }
 
@@ -155,10 +146,19 @@ impl Kernel {
     /// (it writes no binding declared read). The library checks the
     /// interface where it can, never what the code does.
     ///
+    /// The image's own bounds are not the caller's to promise:
+    /// `hipModuleLoadData` takes no length and sizes the image from its
+    /// headers, so before it is called every byte those headers name (an
+    /// ELF's header tables, sections and segments; an offload bundle's entry
+    /// table and entries) is checked to lie in `image`, and an image that
+    /// is truncated or points past its end is refused without loading.
+    ///
     /// # Errors
     ///
     /// [`Error::Compile`] when the signature is invalid or beyond the
-    /// device's limits, when the runtime refuses the image (its answer is
+    /// device's limits, when the image is not an ELF code object or an
+    /// uncompressed offload bundle whose headers stay within the slice,
+    /// when the runtime refuses the image (its answer is
     /// the log), when it has no kernel `entry`, or when the kernel's
     /// metadata disagrees with the signature; [`Error::Driver`] when the
     /// device cannot be made current.
@@ -169,6 +169,10 @@ impl Kernel {
         signature: Signature,
     ) -> Result<Self, Error> {
         check_limits(device, entry, &signature)?;
+        image::check(image).map_err(|log| Error::Compile {
+            kernel: entry.to_owned(),
+            log,
+        })?;
         let module = load(device, image, entry)?;
         find(device, module, entry, signature)
     }

@@ -40,8 +40,9 @@
 //! run in relaxed mode so that `begin` and `end` may come from different
 //! threads. That gives up no protection: what the stricter modes guard
 //! against, an allocation or a host sync while recording, capture-core
-//! refuses itself, and a page freed while any stream of the device records
-//! is freed once the last recording ends (see [`Device`]).
+//! refuses itself, and a page freed or a module unloaded while any stream
+//! of the GPU records (through any `Device` opened on it) is released once
+//! the last recording ends (see [`Device`]).
 //!
 //! Graphs need ROCm 5.3 or later: before it a kernel launched on a capturing
 //! stream runs at once and is missing from the graph, so `begin` refuses on
@@ -79,6 +80,7 @@ mod device;
 mod error;
 pub mod ffi;
 mod graph;
+mod image;
 mod kernels;
 mod loader;
 mod memory;
@@ -87,7 +89,7 @@ mod rtc;
 mod stream;
 
 pub use device::{DEVICE_ENV, Device};
-pub use graph::Executable;
+pub use graph::{Executable, IN_PLACE_UPDATES_PER_INSTANCE};
 pub use kernels::{Kernel, check_code_object};
 pub use loader::LIBRARY_ENV;
 pub use memory::{DevicePage, HostPage};

@@ -2,13 +2,13 @@
 //! signals and fences, and their recording into a HIP graph (opening and
 //! closing a capture are stream transitions).
 //!
-//! Captures run in `hipStreamCaptureModeRelaxed`. capture-core drives the
-//! backend under a lock from whichever thread calls, so `begin` and `end`
-//! may arrive on different threads; the global and thread-local modes refuse
-//! that (`hipErrorStreamCaptureWrongThread`). What those modes guard
-//! against, a device allocation or a host sync while a capture records,
-//! capture-core refuses itself, and a page freed on the device while any of
-//! its streams records waits for the recording to end (see
+//! Captures run in `hipStreamCaptureModeRelaxed`. capture-core drives a
+//! stream from whichever thread calls, so `begin` and `end` may arrive on
+//! different threads; the global and thread-local modes refuse that
+//! (`hipErrorStreamCaptureWrongThread`). What those modes guard against, a
+//! device allocation or a host sync while a capture records, capture-core
+//! refuses itself, and a page freed or a module unloaded on the GPU while
+//! any of its streams records waits for the recording to end (see
 //! [`Device`](crate::Device)). Relaxed mode therefore gives up no protection
 //! here.
 
@@ -113,6 +113,8 @@ pub struct Stream {
     spare: Vec<ffi::Event>,
     /// The capture `begin` opened, until `end` closes it.
     capture: Option<Capture>,
+    /// Whether work was enqueued since the newest event was recorded.
+    unsignalled: bool,
 }
 
 // SAFETY: the stream and event handles are runtime objects usable from any
@@ -136,6 +138,14 @@ impl Stream {
         self.raw
     }
 
+    /// Work was enqueued (a capture's work is recorded, not run, so it
+    /// needs no event).
+    pub(crate) fn enqueued(&mut self) {
+        if self.capture.is_none() {
+            self.unsignalled = true;
+        }
+    }
+
     pub(crate) fn create(device: &Arc<Device>) -> Result<Self, DriverError> {
         const OP: &str = "create stream";
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -149,6 +159,7 @@ impl Stream {
             pending: VecDeque::new(),
             spare: Vec::new(),
             capture: None,
+            unsignalled: false,
         })
     }
 
@@ -212,6 +223,7 @@ impl Stream {
         }
         self.last_seq += 1;
         self.pending.push_back((self.last_seq, event));
+        self.unsignalled = false;
         Ok(Signal {
             stream: self.id,
             seq: self.last_seq,
@@ -285,6 +297,7 @@ impl Stream {
         // passes it.
         let code = unsafe { (api.memcpy_htod_async)(device, host.cast(), len, self.raw) };
         error::check(api, OP, code)?;
+        self.enqueued();
         if let Some(capture) = &mut self.capture {
             capture.work.push(Work::ToDevice);
         }
@@ -305,6 +318,7 @@ impl Stream {
         // SAFETY: as for copy_to_device, in the other direction.
         let code = unsafe { (api.memcpy_dtoh_async)(host.cast(), device, len, self.raw) };
         error::check(api, OP, code)?;
+        self.enqueued();
         if let Some(capture) = &mut self.capture {
             capture.work.push(Work::ToHost);
         }
@@ -378,6 +392,7 @@ impl Stream {
             )
         };
         error::check(api, OP, code)?;
+        self.enqueued();
         if let Some(capture) = &mut self.capture {
             capture.kernel(kernel);
         }
@@ -395,8 +410,14 @@ impl Stream {
         }
         let api = self.device.api;
         let _current = self.device.enter(OP)?;
-        // Counted before the capture opens, so that no free on the device
-        // can run once it is open.
+        // A point after everything enqueued so far, taken while the stream
+        // still runs work: a capture left open cannot record one, and a
+        // stream replacing this one (see `replace`) waits for it.
+        if self.unsignalled {
+            self.signal()?;
+        }
+        // Counted before the capture opens, so that no free on the GPU can
+        // run once it is open.
         self.device.recording_starts();
         // SAFETY: the stream is live; the mode is a documented one.
         let code = unsafe { (api.stream_begin_capture)(self.raw, ffi::CAPTURE_MODE_RELAXED) };
@@ -469,7 +490,8 @@ impl Stream {
 
     /// Put a fresh stream in place of this one, which a broken capture left
     /// capturing. The new stream first waits for the newest event of the old
-    /// one; destroying the old stream ends its capture and (on ROCm's
+    /// one, which `begin` recorded after everything enqueued before the
+    /// capture; destroying the old stream ends its capture and (on ROCm's
     /// runtime) waits for the work issued on it before the capture opened.
     /// Events recorded on the old stream stay valid, so earlier signals
     /// still fence.

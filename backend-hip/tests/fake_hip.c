@@ -11,6 +11,17 @@
  * capture and the next graph updates go, and how many nodes a graph gains
  * or loses.
  *
+ * Graph executables model ROCm 6.1's kernel-argument space: every in-place
+ * update takes fresh space per node, given back only when the executable is
+ * destroyed (fake_kernarg_bytes says how much is held). Streams and events
+ * keep a clock tick of their latest work and recording, so that
+ * fake_replaced_covered can say whether a stream replacing one left
+ * capturing waited for all the old one's work.
+ *
+ * A code object is an ELF whose e_ident padding (bytes 9 to 12) holds a
+ * four-letter tag, which hipModuleLoadData logs; "BAD!" is refused. Any
+ * other image (hiprtc's output here) is logged by its first four bytes.
+ *
  * A kernel's parameter layout comes from its name: the builtins' is known,
  * and any other name ends in `__` and one letter per parameter, `p` for a
  * pointer or the byte size of a value (`mixed__pp48`: two pointers, a 4-byte
@@ -39,10 +50,32 @@ static void* handle(void) { return (void*)(next_handle += 0x10); }
 
 #define MAX_HANDLES 256
 
-/* Streams with their capture state, and graphs with their node counts. */
-static struct { void* handle; int capturing; long nodes; } streams[MAX_HANDLES];
+/* Streams with their capture state, graphs with their node counts,
+ * executables with the kernel-argument bytes their updates took, events
+ * with the stream and tick of their latest recording. */
+static struct { void* handle; int capturing; long nodes; long last_work; } streams[MAX_HANDLES];
 static struct { void* handle; long nodes; } graphs[MAX_HANDLES];
-static int stream_count = 0, graph_count = 0;
+static struct { void* handle; long nodes; long kernarg; } execs[MAX_HANDLES];
+static struct { void* handle; void* stream; long at; int captured; } events[MAX_HANDLES];
+static int stream_count = 0, graph_count = 0, exec_count = 0, event_count = 0;
+static long ticks = 0, kernarg_bytes = 0;
+static void* last_waited_event = 0;
+static void* last_waiting_stream = 0;
+static int replaced_covered = -1;
+/* Kernel-argument bytes one node's update takes. */
+#define KERNARG_PER_NODE 256
+
+long fake_kernarg_bytes(void) { return kernarg_bytes; }
+/* -1 while no capturing stream was destroyed; then 1 when, before the
+ * latest was, another stream waited on an event recorded on it outside the
+ * capture after all its work, else 0. */
+int fake_replaced_covered(void) { return replaced_covered; }
+
+static int find_event(void* handle) {
+    for (int i = 0; i < event_count; i++)
+        if (events[i].handle == handle) return i;
+    return -1;
+}
 
 static int find_stream(void* handle) {
     for (int i = 0; i < stream_count; i++)
@@ -50,10 +83,15 @@ static int find_stream(void* handle) {
     return -1;
 }
 
-/* A launch or copy on a capturing stream is a node of its graph. */
+/* A launch or copy on a capturing stream is a node of its graph; one on
+ * another stream is work it runs. */
 static int captured(void* stream) {
     int i = find_stream(stream);
-    if (i < 0 || !streams[i].capturing) return 0;
+    if (i < 0) return 0;
+    if (!streams[i].capturing) {
+        streams[i].last_work = ++ticks;
+        return 0;
+    }
     streams[i].nodes++;
     return 1;
 }
@@ -137,13 +175,18 @@ int hipStreamCreateWithFlags(void** stream, unsigned flags) {
 }
 int hipStreamDestroy(void* stream) {
     int i = find_stream(stream);
+    if (i >= 0 && streams[i].capturing) {
+        int e = find_event(last_waited_event);
+        replaced_covered = e >= 0 && events[e].stream == stream && last_waiting_stream != stream &&
+                           !events[e].captured && events[e].at >= streams[i].last_work;
+    }
     if (i >= 0) streams[i].capturing = 0;
     say("hipStreamDestroy");
     return 0;
 }
 int hipStreamWaitEvent(void* stream, void* event, unsigned flags) {
-    (void)stream;
-    (void)event;
+    last_waiting_stream = stream;
+    last_waited_event = event;
     say("hipStreamWaitEvent flags=%u", flags);
     return 0;
 }
@@ -180,8 +223,10 @@ int hipMemcpyDtoHAsync(void* dst, void* src, size_t bytes, void* stream) {
 
 /* An image starting "BAD!" is refused, as the runtime refuses a broken one. */
 int hipModuleLoadData(void** module, const void* image) {
-    say("hipModuleLoadData %.4s", (const char*)image);
-    if (memcmp(image, "BAD!", 4) == 0) return 200;
+    const char* tag = (const char*)image;
+    if (memcmp(image, "\x7f" "ELF", 4) == 0) tag += 9;
+    say("hipModuleLoadData %.4s", tag);
+    if (memcmp(tag, "BAD!", 4) == 0) return 200;
     *module = handle();
     return 0;
 }
@@ -225,14 +270,32 @@ int hipModuleLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz,
 }
 
 int hipEventCreateWithFlags(void** event, unsigned flags) {
+    if (event_count == MAX_HANDLES) return 2;
     *event = handle();
+    events[event_count].handle = *event;
+    events[event_count].stream = 0;
+    event_count++;
     say("hipEventCreateWithFlags flags=%u", flags);
     return 0;
 }
-int hipEventRecord(void* event, void* stream) { (void)event; (void)stream; say("hipEventRecord"); return 0; }
+int hipEventRecord(void* event, void* stream) {
+    int e = find_event(event), i = find_stream(stream);
+    if (e >= 0) {
+        events[e].stream = stream;
+        events[e].at = ++ticks;
+        events[e].captured = i >= 0 && streams[i].capturing;
+    }
+    say("hipEventRecord");
+    return 0;
+}
 int hipEventSynchronize(void* event) { (void)event; say("hipEventSynchronize"); return 0; }
 int hipEventQuery(void* event) { (void)event; return events_ready ? 0 : 600; }
-int hipEventDestroy(void* event) { (void)event; say("hipEventDestroy"); return 0; }
+int hipEventDestroy(void* event) {
+    int e = find_event(event);
+    if (e >= 0) events[e] = events[--event_count];
+    say("hipEventDestroy");
+    return 0;
+}
 
 int hipStreamBeginCapture(void* stream, int mode) {
     int i = find_stream(stream);
@@ -274,9 +337,17 @@ int hipGraphGetNodes(void* graph, void** nodes, size_t* count) {
     *count = filled;
     return 0;
 }
+static long graph_nodes(void* graph) {
+    for (int i = 0; i < graph_count; i++)
+        if (graphs[i].handle == graph) return graphs[i].nodes;
+    return 0;
+}
+static int find_exec(void* exec) {
+    for (int i = 0; i < exec_count; i++)
+        if (execs[i].handle == exec) return i;
+    return -1;
+}
 int hipGraphExecUpdate(void* exec, void* graph, void** error_node, int* result) {
-    (void)exec;
-    (void)graph;
     *error_node = 0;
     int code = 0;
     *result = 0;
@@ -287,21 +358,52 @@ int hipGraphExecUpdate(void* exec, void* graph, void** error_node, int* result) 
         memmove(update_codes, update_codes + 1, (size_t)update_count * sizeof(int));
         memmove(update_results, update_results + 1, (size_t)update_count * sizeof(int));
     }
+    int x = find_exec(exec);
+    if (code == 0 && x >= 0) {
+        long bytes = graph_nodes(graph) * KERNARG_PER_NODE;
+        execs[x].kernarg += bytes;
+        kernarg_bytes += bytes;
+    }
     say("hipGraphExecUpdate -> %d, %d", code, *result);
     return code;
 }
 int hipGraphInstantiate(void** exec, void* graph, void** error_node, char* log, size_t size) {
-    (void)graph;
     (void)error_node;
     (void)log;
     (void)size;
+    if (exec_count == MAX_HANDLES) return 2;
     *exec = handle();
+    execs[exec_count].handle = *exec;
+    execs[exec_count].nodes = graph_nodes(graph);
+    execs[exec_count].kernarg = 0;
+    exec_count++;
     say("hipGraphInstantiate");
     return 0;
 }
-int hipGraphDestroy(void* graph) { (void)graph; say("hipGraphDestroy"); return 0; }
-int hipGraphExecDestroy(void* exec) { (void)exec; say("hipGraphExecDestroy"); return 0; }
-int hipGraphLaunch(void* exec, void* stream) { (void)exec; (void)stream; say("hipGraphLaunch"); return 0; }
+int hipGraphDestroy(void* graph) {
+    for (int i = 0; i < graph_count; i++)
+        if (graphs[i].handle == graph) {
+            graphs[i] = graphs[--graph_count];
+            break;
+        }
+    say("hipGraphDestroy");
+    return 0;
+}
+int hipGraphExecDestroy(void* exec) {
+    int x = find_exec(exec);
+    if (x >= 0) {
+        kernarg_bytes -= execs[x].kernarg;
+        execs[x] = execs[--exec_count];
+    }
+    say("hipGraphExecDestroy");
+    return 0;
+}
+int hipGraphLaunch(void* exec, void* stream) {
+    (void)exec;
+    captured(stream);
+    say("hipGraphLaunch");
+    return 0;
+}
 
 /* A program remembers whether its source asks to fail (`#error`). */
 struct program { int broken; };

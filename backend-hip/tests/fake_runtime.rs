@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use backend_hip::{Device, Hip, Kernel, LIBRARY_ENV};
+use backend_hip::{Device, Hip, IN_PLACE_UPDATES_PER_INSTANCE, Kernel, LIBRARY_ENV, Stream};
 use capture_core::{
     Access, Availability, Binding, Builtin, Builtins, DeviceSlice, Driver, Error, GraphDriver,
     HostSlice, Launch, Params, Signature, Updated,
@@ -200,6 +200,27 @@ fn compile_error(result: Result<Kernel, Error>) -> (String, String) {
         Err(other) => panic!("expected a compile error, got {other}"),
         Ok(kernel) => panic!("expected a compile error, got {kernel:?}"),
     }
+}
+
+/// The smallest ELF64 code object: a header and nothing else, with `tag`
+/// in its identification padding, which the fake logs on loading.
+fn code_object(tag: &[u8; 4]) -> Vec<u8> {
+    let mut image = vec![0u8; 64];
+    image[..4].copy_from_slice(b"\x7fELF");
+    image[4] = 2;
+    image[5] = 1;
+    image[6] = 1;
+    image[9..13].copy_from_slice(tag);
+    image
+}
+
+/// The calls from the first one starting with `first` on.
+fn after(calls: &[String], first: &str) -> Vec<String> {
+    let at = calls
+        .iter()
+        .position(|call| call.starts_with(first))
+        .unwrap_or_else(|| panic!("no {first} in {calls:?}"));
+    calls[at..].to_vec()
 }
 
 /// A user kernel through the fake hiprtc.
@@ -465,7 +486,7 @@ fn run_scenario(library: &Path, log: &Path) {
     let loaded = unsafe {
         Kernel::from_code_object(
             &device,
-            b"FAKE-IMAGE",
+            &code_object(b"FAKE"),
             "mixed__ppp148",
             mixed_signature.clone(),
         )
@@ -476,7 +497,9 @@ fn run_scenario(library: &Path, log: &Path) {
 
     // What the runtime refuses is a compile error carrying its answer.
     // SAFETY: as for `hip`.
-    let bad = unsafe { Kernel::from_code_object(&device, b"BAD!", "k", Signature::new("k")) };
+    let bad = unsafe {
+        Kernel::from_code_object(&device, &code_object(b"BAD!"), "k", Signature::new("k"))
+    };
     let (kernel, log) = compile_error(bad);
     assert_eq!(kernel, "k");
     assert!(log.contains("hipErrorInvalidImage"), "{log}");
@@ -552,7 +575,8 @@ fn run_scenario(library: &Path, log: &Path) {
     drop(elsewhere);
     calls.take();
 
-    // A capture in relaxed mode, opened with nothing recorded before it; the
+    // A capture in relaxed mode, opened after an event marking the work
+    // enqueued before it (what a replacement stream would wait for); the
     // recording is instantiated, staged (no hipGraphUpload in this runtime:
     // nothing to do) and replayed.
     ok(Hip::begin(&mut stream));
@@ -569,6 +593,7 @@ fn run_scenario(library: &Path, log: &Path) {
     assert_eq!(
         names(&calls.take()),
         [
+            "hipEventRecord",
             "hipStreamBeginCapture",
             "hipModuleLaunchKernel",
             "hipMemcpyHtoDAsync",
@@ -641,6 +666,7 @@ fn run_scenario(library: &Path, log: &Path) {
     assert_eq!(
         names(&calls.take()),
         [
+            "hipEventRecord",
             "hipStreamBeginCapture",
             "hipModuleLaunchKernel",
             "hipMemcpyHtoDAsync",
@@ -672,34 +698,36 @@ fn run_scenario(library: &Path, log: &Path) {
         ]
     );
 
-    // The runtime refuses an update of the same shape: an error, and the
-    // executable updated back from its own graph, still replayable.
-    fake.push_update(910, 5);
-    ok(Hip::begin(&mut stream));
-    ok(Hip::launch(&mut stream, launch(&add)));
-    ok(Hip::copy_to_device(
-        &mut stream,
-        pinned(16, 4),
-        slice(32, 4),
-    ));
-    let refused = ok(Hip::end(&mut stream));
-    let message = refusal(Hip::update(&mut stream, &mut exec, refused));
-    assert!(
-        message.contains("hipErrorGraphExecUpdateFailure")
-            && message.contains("hipGraphExecUpdateErrorParametersChanged"),
-        "{message}"
-    );
-    ok(Hip::replay(&exec, &mut stream));
-    assert_eq!(
-        calls.take()[3..],
-        [
-            "hipStreamEndCapture",
-            "hipGraphExecUpdate -> 910, 5",
-            "hipGraphExecUpdate -> 0, 0",
-            "hipGraphDestroy",
-            "hipGraphLaunch"
-        ]
-    );
+    // The runtime answers "parameters changed" or "not supported" for an
+    // update of the same shape: the executable is updated back from its own
+    // graph, still replayable, and the recording handed back for a fresh
+    // instantiation, as for a shape change.
+    for result in [5, 6] {
+        fake.push_update(910, result);
+        ok(Hip::begin(&mut stream));
+        ok(Hip::launch(&mut stream, launch(&add)));
+        ok(Hip::copy_to_device(
+            &mut stream,
+            pinned(16, 4),
+            slice(32, 4),
+        ));
+        let refused = ok(Hip::end(&mut stream));
+        match Hip::update(&mut stream, &mut exec, refused) {
+            Ok(Updated::Topology(recording)) => drop(recording),
+            other => panic!("expected the recording back, got {:?}", other.map(|_| ())),
+        }
+        ok(Hip::replay(&exec, &mut stream));
+        assert_eq!(
+            after(&calls.take(), "hipStreamEndCapture"),
+            [
+                "hipStreamEndCapture",
+                &format!("hipGraphExecUpdate -> 910, {result}"),
+                "hipGraphExecUpdate -> 0, 0",
+                "hipGraphDestroy",
+                "hipGraphLaunch"
+            ]
+        );
+    }
 
     // The runtime finds the topology changed and cannot be updated back
     // either: the executable is instantiated anew from its own graph (the
@@ -722,7 +750,7 @@ fn run_scenario(library: &Path, log: &Path) {
     ok(Hip::replay(&exec, &mut stream));
     drop(exec);
     assert_eq!(
-        names(&calls.take()[3..]),
+        names(&after(&calls.take(), "hipStreamEndCapture")),
         [
             "hipStreamEndCapture",
             "hipGraphExecUpdate",
@@ -751,7 +779,7 @@ fn run_scenario(library: &Path, log: &Path) {
             "{message}"
         );
         assert_eq!(
-            names(&calls.take()),
+            names(&after(&calls.take(), "hipStreamBeginCapture")),
             [
                 "hipStreamBeginCapture",
                 "hipModuleLaunchKernel",
@@ -865,7 +893,12 @@ fn run_scenario(library: &Path, log: &Path) {
     // an executable made from it lives.
     // SAFETY: as for `hip`.
     let loaded = unsafe {
-        Kernel::from_code_object(&device, b"FAKE-IMAGE", "fill", Builtin::Fill.signature())
+        Kernel::from_code_object(
+            &device,
+            &code_object(b"FAKE"),
+            "fill",
+            Builtin::Fill.signature(),
+        )
     }
     .unwrap_or_else(|e| panic!("{e}"));
     ok(Hip::begin(&mut stream));
@@ -965,18 +998,19 @@ fn fill_on<'a>(
     }
 }
 
-#[test]
-fn driver_contract_on_fake_runtime() {
+/// Run `scenario` in a child process (this test binary, re-run as `test`)
+/// with the fake runtime, built for this test, as the one to load.
+fn in_child(test: &str, scenario: fn(&Path, &Path)) {
     if env::var_os(CHILD_VAR).is_some() {
         let library = env::var_os(LIBRARY_ENV)
             .map(PathBuf::from)
             .unwrap_or_default();
         let log = env::var_os(LOG_VAR).map(PathBuf::from).unwrap_or_default();
-        run_scenario(&library, &log);
+        scenario(&library, &log);
         return;
     }
 
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake-hip");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fake-hip-{test}"));
     fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
     let library = dir.join("libamdhip64.so");
     let log = dir.join("calls.log");
@@ -1002,21 +1036,297 @@ fn driver_contract_on_fake_runtime() {
 
     let exe = env::current_exe().unwrap_or_else(|e| panic!("no path to this test binary: {e}"));
     let output = Command::new(exe)
-        .args([
-            "--exact",
-            "driver_contract_on_fake_runtime",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env(CHILD_VAR, "1")
         .env(LIBRARY_ENV, &library)
         .env(LOG_VAR, &log)
         .output()
         .unwrap_or_else(|e| panic!("cannot re-run this test binary: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
-        output.status.success(),
-        "the scenario failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
+        output.status.success() && stdout.contains("1 passed"),
+        "the scenario failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn driver_contract_on_fake_runtime() {
+    in_child("driver_contract_on_fake_runtime", run_scenario);
+}
+
+impl Fake {
+    /// One of the fake's queries that take nothing and return an int.
+    fn query(&self, name: &str) -> c_int {
+        // SAFETY: every fake query used this way takes nothing and returns
+        // an int.
+        let get = unsafe { self.get::<unsafe extern "C" fn() -> c_int>(name) };
+        // SAFETY: no arguments.
+        unsafe { get() }
+    }
+
+    /// Kernel-argument bytes the live executables' updates hold.
+    fn kernarg_bytes(&self) -> std::ffi::c_long {
+        // SAFETY: `long fake_kernarg_bytes(void)`.
+        let get =
+            unsafe { self.get::<unsafe extern "C" fn() -> std::ffi::c_long>("fake_kernarg_bytes") };
+        // SAFETY: no arguments.
+        unsafe { get() }
+    }
+}
+
+/// A `fill` kernel loaded from a code object on `device`.
+fn fill_kernel(device: &Arc<Device>) -> Kernel {
+    // SAFETY: the fake runtime runs no GPU code.
+    unsafe {
+        Kernel::from_code_object(
+            device,
+            &code_object(b"FAKE"),
+            "fill",
+            Builtin::Fill.signature(),
+        )
+    }
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Two `Device`s opened on one ordinal: a page freed and a module unloaded
+/// through B wait while a stream of A records.
+fn releases_wait_for_the_gpu(library: &Path, log: &Path) {
+    let _fake = Fake::open(library);
+    let mut calls = Calls {
+        path: log.to_owned(),
+        seen: 0,
+    };
+    let a = ok(Hip::open_index(0));
+    let b = ok(Hip::open_index(0));
+    let mut recording = ok(Hip::create_stream(&a));
+    let mut other = ok(Hip::create_stream(&b));
+    let page = ok(Hip::allocate_device_page(&mut other, 64));
+    let host = ok(Hip::allocate_host_page(&mut other, 64));
+    let kernel = fill_kernel(&b);
+    ok(Hip::begin(&mut recording));
+    calls.take();
+    Hip::release_device_page(&mut other, page);
+    Hip::release_host_page(&mut other, host);
+    drop(kernel);
+    let released = calls.take();
+    assert!(
+        names(&released)
+            .iter()
+            .all(|name| !name.contains("Free") && !name.contains("Unload")),
+        "released through B while a stream of A recorded: {released:?}"
+    );
+    let graph = ok(Hip::end(&mut recording));
+    assert_eq!(
+        names(&calls.take()),
+        [
+            "hipStreamEndCapture",
+            "hipFree",
+            "hipHostFree",
+            "hipModuleUnload"
+        ]
+    );
+    drop(graph);
+    // With nothing recording, a release runs at once.
+    let page = ok(Hip::allocate_device_page(&mut other, 64));
+    calls.take();
+    Hip::release_device_page(&mut other, page);
+    assert_eq!(names(&calls.take()), ["hipFree"]);
+}
+
+#[test]
+fn frees_and_unloads_wait_for_a_recording_through_any_device_of_the_gpu() {
+    in_child(
+        "frees_and_unloads_wait_for_a_recording_through_any_device_of_the_gpu",
+        releases_wait_for_the_gpu,
+    );
+}
+
+/// Work enqueued after the latest signal, then a capture whose end fails
+/// and leaves the stream capturing: the fresh stream waits for all of it.
+fn replacement_is_ordered(library: &Path, _log: &Path) {
+    let fake = Fake::open(library);
+    let device = ok(Hip::open());
+    let mut stream = ok(Hip::create_stream(&device));
+    let page = ok(Hip::allocate_device_page(&mut stream, 64));
+    let host = ok(Hip::allocate_host_page(&mut stream, 64));
+    let copy = |stream: &mut Stream| {
+        ok(Hip::copy_to_device(
+            stream,
+            HostSlice::<Hip> {
+                page: &host,
+                offset: 0,
+                len: 64,
+            },
+            DeviceSlice::<Hip> {
+                page: &page,
+                offset: 0,
+                len: 64,
+            },
+        ));
+    };
+    copy(&mut stream);
+    ok(Hip::signal(&mut stream));
+    // Enqueued after the latest signal: only a point taken later covers it.
+    copy(&mut stream);
+    ok(Hip::begin(&mut stream));
+    fake.fail_next_end(901, true);
+    let message = refusal(Hip::end(&mut stream));
+    assert!(message.contains("replaced by a fresh one"), "{message}");
+    assert_eq!(
+        fake.query("fake_replaced_covered"),
+        1,
+        "the fresh stream did not wait for all the old stream's work"
+    );
+    copy(&mut stream);
+    drop(stream);
+}
+
+#[test]
+fn a_replacement_stream_waits_for_all_the_old_streams_work() {
+    in_child(
+        "a_replacement_stream_waits_for_all_the_old_streams_work",
+        replacement_is_ordered,
+    );
+}
+
+/// 10,000 updates of one graph's recording: every
+/// `IN_PLACE_UPDATES_PER_INSTANCE` in-place updates the recording comes
+/// back for a fresh executable, and the kernel-argument space the updates
+/// take stays bounded.
+fn updates_stay_flat(library: &Path, _log: &Path) {
+    let fake = Fake::open(library);
+    let device = ok(Hip::open());
+    let mut stream = ok(Hip::create_stream(&device));
+    let page = ok(Hip::allocate_device_page(&mut stream, 256));
+    let kernel = fill_kernel(&device);
+    let slice = |offset, len| DeviceSlice::<Hip> {
+        page: &page,
+        offset,
+        len,
+    };
+    let one = [Binding {
+        slice: slice(0, 32),
+        access: Access::Write,
+    }];
+    let record = |stream: &mut Stream| {
+        ok(Hip::begin(stream));
+        ok(Hip::launch(stream, fill_on(&kernel, &one, slice(64, 16))));
+        ok(Hip::end(stream))
+    };
+    let first = record(&mut stream);
+    let mut exec = ok(Hip::instantiate(&mut stream, first));
+    let per_instance = IN_PLACE_UPDATES_PER_INSTANCE;
+    let (mut in_place, mut fresh, mut peak) = (0u32, 0u32, 0);
+    for _ in 0..10_000 {
+        let recording = record(&mut stream);
+        match ok(Hip::update(&mut stream, &mut exec, recording)) {
+            Updated::InPlace => in_place += 1,
+            Updated::Topology(recording) => {
+                assert_eq!(in_place, per_instance, "re-instantiated early or late");
+                in_place = 0;
+                fresh += 1;
+                exec = ok(Hip::instantiate(&mut stream, recording));
+            }
+        }
+        peak = peak.max(fake.kernarg_bytes());
+    }
+    assert_eq!(fresh, 10_000 / (per_instance + 1));
+    // One node's 256 bytes per in-place update, for one executable at most.
+    assert!(
+        peak <= std::ffi::c_long::from(per_instance) * 256,
+        "kernel-argument space grew to {peak} bytes"
+    );
+    drop(exec);
+    assert_eq!(fake.kernarg_bytes(), 0);
+}
+
+#[test]
+fn in_place_updates_are_bounded_per_executable() {
+    in_child(
+        "in_place_updates_are_bounded_per_executable",
+        updates_stay_flat,
+    );
+}
+
+/// Truncated and overreaching code objects are refused before the
+/// runtime is asked to load them.
+fn truncated_images_are_refused(library: &Path, log: &Path) {
+    let _fake = Fake::open(library);
+    let mut calls = Calls {
+        path: log.to_owned(),
+        seen: 0,
+    };
+    let device = ok(Hip::open());
+    // An ELF with one section of 64 bytes at `offset`, its header at 64.
+    let elf = |offset: u64| {
+        let mut image = code_object(b"FAKE");
+        image.resize(192, 0);
+        image[40..48].copy_from_slice(&64u64.to_le_bytes());
+        image[58..60].copy_from_slice(&64u16.to_le_bytes());
+        image[60..62].copy_from_slice(&1u16.to_le_bytes());
+        image[68..72].copy_from_slice(&1u32.to_le_bytes());
+        image[88..96].copy_from_slice(&offset.to_le_bytes());
+        image[96..104].copy_from_slice(&64u64.to_le_bytes());
+        image
+    };
+    // A bundle of one entry claiming `claimed` bytes of `entry`.
+    let bundle = |entry: &[u8], claimed: u64| {
+        let triple = b"hipv4-amdgcn-amd-amdhsa--gfx90a";
+        let mut image = b"__CLANG_OFFLOAD_BUNDLE__".to_vec();
+        image.extend_from_slice(&1u64.to_le_bytes());
+        let offset = (image.len() + 24 + triple.len()) as u64;
+        image.extend_from_slice(&offset.to_le_bytes());
+        image.extend_from_slice(&claimed.to_le_bytes());
+        image.extend_from_slice(&(triple.len() as u64).to_le_bytes());
+        image.extend_from_slice(triple);
+        image.extend_from_slice(entry);
+        image
+    };
+    let load = |image: &[u8]| {
+        // SAFETY: the fake runtime runs no GPU code.
+        unsafe { Kernel::from_code_object(&device, image, "fill", Builtin::Fill.signature()) }
+    };
+    let whole = elf(128);
+    let whole_bundle = bundle(&whole, whole.len() as u64);
+    calls.take();
+    let cases: [(&str, &[u8], &str); 4] = [
+        ("truncated ELF", &whole[..100], "section header table"),
+        ("section past the end", &elf(160), "section 0"),
+        (
+            "truncated bundle",
+            &whole_bundle[..whole_bundle.len() - 10],
+            "entry 0",
+        ),
+        (
+            "bundle entry past the end",
+            &bundle(&whole, 4096),
+            "4096 bytes at offset",
+        ),
+    ];
+    for (what, image, says) in cases {
+        let (kernel, log) = compile_error(load(image));
+        assert_eq!(kernel, "fill");
+        assert!(log.contains(says), "{what}: {log}");
+        assert!(calls.take().is_empty(), "{what} reached the runtime");
+    }
+    drop(ok(load(&whole)));
+    drop(ok(load(&whole_bundle)));
+    assert_eq!(
+        calls.take(),
+        [
+            "hipModuleLoadData FAKE",
+            "hipModuleUnload",
+            "hipModuleLoadData __CL",
+            "hipModuleUnload"
+        ]
+    );
+}
+
+#[test]
+fn truncated_code_objects_are_refused_without_loading() {
+    in_child(
+        "truncated_code_objects_are_refused_without_loading",
+        truncated_images_are_refused,
     );
 }
