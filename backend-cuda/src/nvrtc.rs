@@ -17,7 +17,11 @@ use capture_core::{DriverError, Error};
 use crate::error::BACKEND;
 
 /// The variable naming the NVRTC library to load (a path, or a name the
-/// dynamic loader resolves). When it is set, nothing else is tried.
+/// dynamic loader resolves). When it is set, nothing else is tried; when
+/// unset, NVRTC is looked for on the loader's path, then under `CUDA_HOME`
+/// and `CUDA_PATH` (`lib64`) and `/usr/local/cuda/lib64`, then in NVIDIA's
+/// wheels (`nvidia/cuda_nvrtc/lib`, `nvidia/cu13/lib`) under the
+/// site-packages of the `python3` on the PATH.
 pub const NVRTC_ENV: &str = "CAPTURE_NVRTC_LIBRARY";
 
 /// Names tried on the loader's search path when [`NVRTC_ENV`] is unset:
@@ -31,8 +35,21 @@ const NAMES: &[&str] = &[
 ];
 
 /// Where a toolkit installed in the default place keeps NVRTC, tried after
-/// the search path.
+/// the search path and the toolkit the environment names.
 const TOOLKIT_DIR: &str = "/usr/local/cuda/lib64";
+
+/// Variables naming a toolkit's root, whose `lib64` holds NVRTC.
+const TOOLKIT_VARS: &[&str] = &["CUDA_HOME", "CUDA_PATH"];
+
+/// Where NVIDIA's PyPI wheels put NVRTC under a site-packages directory:
+/// CUDA 12's `nvidia-cuda-nvrtc-cu12`, and CUDA 13's `nvidia-cuda-nvrtc`.
+const WHEEL_DIRS: &[&str] = &["nvidia/cuda_nvrtc/lib", "nvidia/cu13/lib"];
+
+/// Asks the Python on the PATH for its site-packages directories.
+const SITE_PACKAGES: &str = "import site, sys\n\
+    paths = site.getsitepackages() if hasattr(site, 'getsitepackages') else []\n\
+    paths.append(site.getusersitepackages())\n\
+    print('\\n'.join(p for p in paths + sys.path if p))";
 
 /// The operation name of every failure to find or use NVRTC.
 pub(crate) const LOAD_OP: &str = "load NVRTC";
@@ -305,25 +322,33 @@ fn library() -> Result<&'static Library, Error> {
 }
 
 fn load() -> Result<Library, String> {
-    let (candidates, chosen) = match std::env::var_os(NVRTC_ENV) {
-        Some(path) => (vec![path], true),
-        None => {
-            let mut candidates: Vec<OsString> = NAMES.iter().map(OsString::from).collect();
-            candidates.extend(
-                NAMES
-                    .iter()
-                    .map(|name| Path::new(TOOLKIT_DIR).join(name).into()),
-            );
-            (candidates, false)
+    let chosen = std::env::var_os(NVRTC_ENV);
+    let stages: Vec<Box<dyn Fn() -> Vec<OsString>>> = match &chosen {
+        Some(path) => {
+            let path = path.clone();
+            vec![Box::new(move || vec![path.clone()])]
         }
+        // Each stage only when the ones before found nothing, since asking
+        // Python costs a process.
+        None => vec![
+            Box::new(|| NAMES.iter().map(OsString::from).collect()),
+            Box::new(toolkit_paths),
+            Box::new(wheel_paths),
+        ],
     };
+    let chosen = chosen.is_some();
     let mut failures = Vec::new();
-    for candidate in &candidates {
-        // SAFETY: opening the library runs its initialisers, which is what
-        // using NVRTC at all requires; NVRTC's do nothing but set itself up.
-        match unsafe { libloading::Library::new(candidate) } {
-            Ok(library) => return resolve(library, candidate.to_string_lossy().into_owned()),
-            Err(e) => failures.push((candidate.to_string_lossy().into_owned(), e.to_string())),
+    for stage in &stages {
+        for candidate in stage() {
+            // SAFETY: opening the library runs its initialisers, which is
+            // what using NVRTC at all requires; NVRTC's do nothing but set
+            // itself up.
+            match unsafe { libloading::Library::new(&candidate) } {
+                Ok(library) => {
+                    return resolve(library, candidate.to_string_lossy().into_owned());
+                }
+                Err(e) => failures.push((candidate.to_string_lossy().into_owned(), e.to_string())),
+            }
         }
     }
     let tried: Vec<&str> = failures.iter().map(|(name, _)| name.as_str()).collect();
@@ -352,6 +377,54 @@ fn load() -> Result<Library, String> {
         message.push_str(&reasons.join("; "));
     }
     Err(message)
+}
+
+/// NVRTC under the toolkits `CUDA_HOME` and `CUDA_PATH` name, then under
+/// the default install place.
+fn toolkit_paths() -> Vec<OsString> {
+    let dirs = TOOLKIT_VARS
+        .iter()
+        .filter_map(std::env::var_os)
+        .filter(|root| !root.is_empty())
+        .map(|root| Path::new(&root).join("lib64"))
+        .chain(std::iter::once(Path::new(TOOLKIT_DIR).to_owned()));
+    dirs.flat_map(|dir| {
+        NAMES
+            .iter()
+            .map(move |name| dir.join(name).into_os_string())
+    })
+    .collect()
+}
+
+/// NVRTC in NVIDIA's wheels under the site-packages of the `python3` on
+/// the PATH; none when there is no such Python.
+fn wheel_paths() -> Vec<OsString> {
+    let Ok(output) = std::process::Command::new("python3")
+        .args(["-c", SITE_PACKAGES])
+        .stderr(std::process::Stdio::null())
+        .output()
+    else {
+        return Vec::new();
+    };
+    if !output.status.success() {
+        return Vec::new();
+    }
+    let mut paths: Vec<OsString> = Vec::new();
+    for site in String::from_utf8_lossy(&output.stdout).lines() {
+        for dir in WHEEL_DIRS {
+            let dir = Path::new(site.trim()).join(dir);
+            if !dir.is_dir() {
+                continue;
+            }
+            for name in NAMES {
+                let path = dir.join(name).into_os_string();
+                if !paths.contains(&path) {
+                    paths.push(path);
+                }
+            }
+        }
+    }
+    paths
 }
 
 /// Look up every function in `library`, and ask it its version and

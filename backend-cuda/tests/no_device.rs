@@ -80,6 +80,9 @@ fn run_with(test: &str, var: &str, built: Option<&str>, vars: &[(&str, &str)]) -
         .env_remove("CUDA_STUB_DEVICE_COUNT")
         .env_remove("CUDA_STUB_RETAIN_RESULT")
         .env_remove(DEVICE_ENV)
+        .env_remove(NVRTC_ENV)
+        .env_remove("CUDA_HOME")
+        .env_remove("CUDA_PATH")
         .envs(vars.iter().copied())
         .output()
         .expect("the test binary runs again");
@@ -402,4 +405,88 @@ fn an_nvrtc_that_cannot_be_loaded_is_an_error_naming_the_path_tried() {
     );
     assert!(reason.contains("tried only that path"), "{reason}");
     assert!(reason.contains("No such file"), "{reason}");
+}
+
+/// In the child: hand the path NVRTC was loaded from, or why none was, to
+/// the parent.
+fn report_nvrtc_path() {
+    match nvrtc_info() {
+        Ok(info) => println!("\n{REASON}loaded {}", info.path),
+        Err(error) => println!("\n{REASON}{error}"),
+    }
+}
+
+/// The CUDA 12 NVRTC of NVIDIA's wheel in the `python3` on the PATH.
+fn wheel_nvrtc() -> Option<std::path::PathBuf> {
+    let script = "import nvidia\nfor p in nvidia.__path__: print(p)";
+    let out = Command::new("python3").args(["-c", script]).output().ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|dir| std::path::Path::new(dir.trim()).join("cuda_nvrtc/lib/libnvrtc.so.12"))
+        .find(|path| path.exists())
+}
+
+#[test]
+fn nvrtc_is_found_under_cuda_home() {
+    if in_child() {
+        return report_nvrtc_path();
+    }
+    let Some(wheel) = wheel_nvrtc() else {
+        println!("skipped: no NVRTC wheel in the python3 on the PATH");
+        return;
+    };
+    let home = env::temp_dir().join(format!("capture-cuda-home-{}", std::process::id()));
+    let lib64 = home.join("lib64");
+    std::fs::create_dir_all(&lib64).expect("a temporary directory");
+    let link = lib64.join("libnvrtc.so.12");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&wheel, &link).expect("a symlink");
+    let home_text = home.to_string_lossy().into_owned();
+    // No Python on the PATH: only CUDA_HOME can lead to it.
+    let said = probe_with_stub(
+        "nvrtc_is_found_under_cuda_home",
+        &[("CUDA_HOME", home_text.as_str()), ("PATH", "/nonexistent")],
+    );
+    let _ = std::fs::remove_dir_all(&home);
+    assert_eq!(said, format!("loaded {}", link.display()));
+}
+
+#[test]
+fn nvrtc_not_found_lists_every_path_tried() {
+    if in_child() {
+        return report_nvrtc_path();
+    }
+    let said = probe_with_stub(
+        "nvrtc_not_found_lists_every_path_tried",
+        &[
+            ("CUDA_HOME", "/nonexistent/home"),
+            ("CUDA_PATH", "/nonexistent/path"),
+            ("PATH", "/nonexistent"),
+        ],
+    );
+    println!("reason: {said}");
+    for tried in [
+        "tried libnvrtc.so, libnvrtc.so.12",
+        "/nonexistent/home/lib64/libnvrtc.so.13",
+        "/nonexistent/path/lib64/libnvrtc.so.12",
+        "/usr/local/cuda/lib64/libnvrtc.so",
+    ] {
+        assert!(said.contains(tried), "{tried} missing from: {said}");
+    }
+}
+
+#[test]
+fn nvrtc_is_found_in_the_python_wheels() {
+    if in_child() {
+        return report_nvrtc_path();
+    }
+    if wheel_nvrtc().is_none() || std::path::Path::new("/usr/local/cuda/lib64").exists() {
+        println!("skipped: no NVRTC wheel, or a toolkit in /usr/local/cuda found first");
+        return;
+    }
+    let said = probe_with_stub("nvrtc_is_found_in_the_python_wheels", &[]);
+    assert!(
+        said.starts_with("loaded ") && said.contains("/nvidia/"),
+        "{said}"
+    );
 }
