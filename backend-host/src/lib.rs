@@ -403,8 +403,10 @@ impl GraphDriver for Host {
             return Ok(Updated::Topology(recording));
         }
         // Replays already sent hold the old work's `Arc`: they finish with
-        // it, as a GPU finishes the graph it launched.
-        exec.program = Arc::new(recording.program);
+        // it, as a GPU finishes the graph it launched. The worker drops it
+        // after them.
+        let old = std::mem::replace(&mut exec.program, Arc::new(recording.program));
+        stream.worker.send(Command::Release(old));
         Ok(Updated::InPlace)
     }
 

@@ -17,6 +17,9 @@ const QUEUE_DEPTH: usize = 1024;
 pub(crate) enum Command {
     Op(Op),
     Replay(Arc<Program>),
+    /// A program an update replaced: dropped on the worker, after the
+    /// replays queued before it, so the update does not pay for it.
+    Release(Arc<Program>),
     Signal(u64),
 }
 
@@ -127,6 +130,7 @@ fn run(receiver: Receiver<Command>, progress: Shared) {
                     fail(err);
                 }
             }
+            Command::Release(program) => drop(program),
             Command::Signal(value) => {
                 if let Ok(mut progress) = lock.lock() {
                     progress.completed = progress.completed.max(value);

@@ -276,3 +276,88 @@ fn a_panicking_kernel_is_a_fault_not_a_dead_worker() {
             .expect("enqueued");
     });
 }
+
+/// Launch `kernel` over the first 16 bytes of each of `pages`, in the
+/// signature's access order, with 16 bytes of info.
+fn launch_over(
+    stream: &mut Stream,
+    kernel: &backend_host::Kernel,
+    pages: &[&backend_host::DevicePage],
+    info: &backend_host::DevicePage,
+) {
+    let accesses = Host::signature(kernel).accesses();
+    let bindings: Vec<Binding<'_, Host>> = pages
+        .iter()
+        .zip(accesses)
+        .map(|(page, access)| Binding {
+            slice: DeviceSlice {
+                page: *page,
+                offset: 0,
+                len: 16,
+            },
+            access: *access,
+        })
+        .collect();
+    Host::launch(
+        stream,
+        Launch {
+            kernel,
+            groups: [1, 1, 1],
+            bindings: &bindings,
+            info: Some(DeviceSlice {
+                page: info,
+                offset: 0,
+                len: 16,
+            }),
+            params: &[],
+        },
+    )
+    .expect("launch recorded");
+}
+
+#[test]
+fn an_update_is_in_place_only_for_the_same_kernels_in_the_same_order() {
+    let (device, mut stream) = stream();
+    let fill = Host::builtin(&device, Builtin::Fill).expect("fill");
+    let copy = Host::builtin(&device, Builtin::Copy).expect("copy");
+    let pages: Vec<_> = (0..3)
+        .map(|_| Host::allocate_device_page(&mut stream, 16).expect("page"))
+        .collect();
+    let info = Host::allocate_device_page(&mut stream, 16).expect("info");
+    upload_info(&mut stream, &info, 1.0);
+    let (a, b, c) = (&pages[0], &pages[1], &pages[2]);
+    let mut record = |first: &backend_host::Kernel, second: &backend_host::Kernel, out: &_| {
+        Host::begin(&mut stream).expect("begin");
+        let one = |k: &backend_host::Kernel| {
+            if Host::signature(k).accesses().len() == 1 {
+                vec![out]
+            } else {
+                vec![a, out]
+            }
+        };
+        launch_over(&mut stream, first, &one(first), &info);
+        launch_over(&mut stream, second, &one(second), &info);
+        Host::end(&mut stream).expect("end")
+    };
+    let recordings = [
+        record(&fill, &copy, b),
+        record(&fill, &copy, c),
+        record(&copy, &fill, b),
+        record(&fill, &fill, b),
+    ];
+    let [first, other_buffers, swapped, other_kernel] = recordings;
+    let mut exec = Host::instantiate(&mut stream, first).expect("instantiate");
+    assert!(matches!(
+        Host::update(&mut stream, &mut exec, other_buffers),
+        Ok(capture_core::Updated::InPlace)
+    ));
+    for (recording, what) in [(swapped, "the order"), (other_kernel, "a kernel")] {
+        assert!(
+            matches!(
+                Host::update(&mut stream, &mut exec, recording),
+                Ok(capture_core::Updated::Topology(_))
+            ),
+            "a recording differing in {what} must be instantiated anew"
+        );
+    }
+}

@@ -387,7 +387,10 @@ pub fn a_kernel_sees_the_whole_elements_of_its_binding<D: UserKernels>(
         let got = client.read(buffer).step(what)?;
         let mut want = value.to_le_bytes().repeat(2);
         want.extend_from_slice(&before[8..]);
-        ensure!(got == want, "{what} fill over 10 bytes gave {got:?}, expected {want:?}");
+        ensure!(
+            got == want,
+            "{what} fill over 10 bytes gave {got:?}, expected {want:?}"
+        );
     }
     client.sync(stream).step("sync after")?;
     usable(&client, stream)

@@ -24,6 +24,9 @@ static ALLOCATOR: CountingAlloc = CountingAlloc;
 /// Measures and prints each backend in turn.
 #[derive(Default)]
 struct Summary {
+    /// Measure only the re-capture rows (`--recapture`): a quick look at
+    /// one section without the full run's quarter of an hour.
+    recapture_only: bool,
     failed: bool,
     held: usize,
     judged: usize,
@@ -31,8 +34,9 @@ struct Summary {
     decode: Vec<String>,
     /// The decode step's pool and graph footprint, per backend.
     memory: Vec<(String, bool)>,
-    /// Instantiate against update in place, per backend and size.
-    updates: Vec<String>,
+    /// Instantiate against update, capture against re-capture, per backend
+    /// and size, and whether the re-capture's target held.
+    updates: Vec<(String, bool)>,
     /// The threaded stress workload's row of each backend.
     threads: Vec<String>,
 }
@@ -52,6 +56,10 @@ impl Visit for Summary {
                 return;
             }
         };
+        if self.recapture_only {
+            self.updates.extend(update_rows::<D>(&mut self.failed));
+            return;
+        }
         match report::measure::<D>(device) {
             Ok(report) => {
                 let (text, verdicts) = table::render(D::NAME, &report);
@@ -71,10 +79,15 @@ impl Visit for Summary {
     }
 }
 
+/// Repetitions of each end-to-end capture and re-capture; the median is
+/// reported.
+const RECAPTURE_REPETITIONS: usize = 11;
+
 /// Capture a decode-shaped step of `launches` launches, then capture it
-/// again into the same graph: the driver's instantiate against its update.
-fn update_rows<D: Backend>(failed: &mut bool) -> Vec<String> {
-    let measure = |launches: u32| -> Result<String, capture_core::Error> {
+/// again into the same graph: the driver's instantiate against its update,
+/// and what the user waits for, `capture` against `recapture` end to end.
+fn update_rows<D: Backend>(failed: &mut bool) -> Vec<(String, bool)> {
+    let measure = |launches: u32| -> Result<(String, bool), capture_core::Error> {
         let client = capture_core::Client::<D>::open()?;
         let stream = client.create_stream()?;
         let shape = Shape {
@@ -87,24 +100,59 @@ fn update_rows<D: Backend>(failed: &mut bool) -> Vec<String> {
         let instantiate = client.graph_info(&graph)?.instantiate_time;
         let (how, ()) = client.recapture(&graph, |_| decoder.step())?;
         let update = client.graph_info(&graph)?.instantiate_time;
-        Ok(format!(
-            "| {} | {} | {:.1} | {:.1} | {:.2}x | {how:?} |",
+        let mut captures = Vec::new();
+        let mut recaptures = Vec::new();
+        // Each side starts on an idle stream, the graph dropped before it
+        // destroyed (a dropped graph is destroyed, with a sync, at the next
+        // call on its stream).
+        for _ in 0..RECAPTURE_REPETITIONS {
+            client.sync(stream)?;
+            let started = std::time::Instant::now();
+            let fresh = decoder.capture()?;
+            captures.push(started.elapsed());
+            drop(fresh);
+            client.sync(stream)?;
+            let started = std::time::Instant::now();
+            client.recapture(&graph, |_| decoder.step())?;
+            recaptures.push(started.elapsed());
+        }
+        let (capture, recapture) = (median(&mut captures), median(&mut recaptures));
+        let ratio = recapture.as_secs_f64() / capture.as_secs_f64().max(1e-9);
+        let holds = ratio <= RECAPTURE_TARGET;
+        let verdict = if holds { "PASS" } else { "FAIL" };
+        let row = format!(
+            "| {} | {} | {:.1} | {:.1} | {how:?} | {:.2} | {:.2} | {ratio:.2}x — {verdict} (≤ {RECAPTURE_TARGET}) |",
             D::NAME,
             shape.launches(),
             instantiate.as_secs_f64() * 1e6,
             update.as_secs_f64() * 1e6,
-            instantiate.as_secs_f64() / update.as_secs_f64().max(1e-9),
-        ))
+            capture.as_secs_f64() * 1e3,
+            recapture.as_secs_f64() * 1e3,
+        );
+        Ok((row, holds))
     };
     [100, 1000]
         .into_iter()
         .map(|n| {
             measure(n).unwrap_or_else(|err| {
                 *failed = true;
-                format!("| {} | {n} | failed: {err} | | | |", D::NAME)
+                (
+                    format!("| {} | {n} | failed: {err} | | | | | |", D::NAME),
+                    false,
+                )
             })
         })
         .collect()
+}
+
+/// Most a re-capture may take against a fresh capture, end to end: it
+/// does the same work, and an update is there to cost no more.
+const RECAPTURE_TARGET: f64 = 1.1;
+
+/// The middle of `times`.
+fn median(times: &mut [std::time::Duration]) -> std::time::Duration {
+    times.sort();
+    times[times.len() / 2]
 }
 
 /// The stress workload on one thread, then on four (a stream each): the
@@ -209,8 +257,15 @@ fn main() -> ExitCode {
         "- capture: prepare, warmup run, begin, N recorded launches (timed), \
          instantiate (timed apart)\n"
     );
-    let mut summary = Summary::default();
+    let mut summary = Summary {
+        recapture_only: std::env::args().skip(1).any(|arg| arg == "--recapture"),
+        ..Summary::default()
+    };
     each_backend(&mut summary);
+    if summary.recapture_only {
+        print_recapture(&mut summary);
+        return finish(&summary);
+    }
     let shape = Shape::DECODE;
     println!(
         "### decode step\n\n{} layers, hidden {}, ffn {}: {} user-kernel launches a step, \
@@ -242,17 +297,7 @@ fn main() -> ExitCode {
         summary.held += usize::from(*holds);
     }
     println!();
-    println!(
-        "### update in place against instantiate\n\nA decode-shaped step (hidden 64, ffn \
-         128) captured, then captured again into the same graph: the time the driver takes \
-         to instantiate it, and to update the executable in place\n"
-    );
-    println!("| backend | launches | instantiate µs | update µs | instantiate/update | how |");
-    println!("|---|---|---|---|---|---|");
-    for row in &summary.updates {
-        println!("{row}");
-    }
-    println!();
+    print_recapture(&mut summary);
     println!(
         "### threads\n\nThe stress workload ({STRESS_OPERATIONS} mixed operations per thread, \
          every read checked against a CPU model) on one thread, then on four threads with a \
@@ -266,6 +311,32 @@ fn main() -> ExitCode {
         println!("{row}");
     }
     println!();
+    finish(&summary)
+}
+
+/// The re-capture section: its table, each row's target counted.
+fn print_recapture(summary: &mut Summary) {
+    println!(
+        "### re-capture against capture\n\nA decode-shaped step (hidden 64, ffn 128) \
+         captured, then captured again into the same graph: the driver's instantiate and \
+         its update (the new executable swapped in, where the backend takes that path), \
+         then `capture` and `recapture` end to end, median of {RECAPTURE_REPETITIONS}\n"
+    );
+    println!(
+        "| backend | launches | instantiate µs | update µs | how | capture ms | recapture ms | recapture/capture |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for (row, holds) in &summary.updates {
+        println!("{row}");
+        summary.judged += 1;
+        summary.held += usize::from(*holds);
+    }
+    println!();
+}
+
+/// The closing count, and the exit status: failure only when a measurement
+/// failed.
+fn finish(summary: &Summary) -> ExitCode {
     println!("targets held: {} of {}", summary.held, summary.judged);
     if summary.failed {
         ExitCode::FAILURE
