@@ -72,9 +72,7 @@ pub fn rule_18_recapture_with_another_shape_reinstantiates<D: UserKernels>(
         .step("recapture")?;
     let info = client.graph_info(&graph).step("info")?;
     ensure!(
-        how == Update::Reinstantiated
-            && info.reinstantiations == 1
-            && info.updates_in_place == 0,
+        how == Update::Reinstantiated && info.reinstantiations == 1 && info.updates_in_place == 0,
         "another shape reported {how:?}, counted {info:?}"
     );
     fx.expect_x(3.0, "the first warmup and the second's two adds")?;
@@ -126,7 +124,9 @@ pub fn rule_18_a_refused_update_leaves_the_old_graph<D: UserKernels>(
             Err(_) if fired => {}
             // Every backend instantiates a recording of another shape.
             Ok(how) if !fired && primitive == Primitive::Instantiate => {
-                return Err(format!("another shape updated {how:?} without instantiating"));
+                return Err(format!(
+                    "another shape updated {how:?} without instantiating"
+                ));
             }
             Ok(_) if !fired => {}
             Ok(how) => {
@@ -187,19 +187,40 @@ pub fn a_failed_body_seals_nothing<D: UserKernels>(session: &Session<D>) -> Outc
         );
         Ok(())
     };
-    own(client.capture(stream, failing(5.0)).map(drop), "a failed capture")?;
+    own(
+        client.capture(stream, failing(5.0)).map(drop),
+        "a failed capture",
+    )?;
     ensure!(client.live_graphs() == 0, "a failed capture made a graph");
-    expect_claimed(client, &fx.x, "the body's own error", "after a failed capture")?;
+    expect_claimed(
+        client,
+        &fx.x,
+        "the body's own error",
+        "after a failed capture",
+    )?;
     let (graph, ()) = client
         .capture(stream, |_| {
             client.run_builtin(stream, Builtin::Fill, &[&fx.x], N, 1.0)
         })
         .step("capture")?;
     for round in 0..2 {
-        own(client.recapture(&graph, failing(2.0)).map(drop), "a failed recapture")?;
-        expect_claimed(client, &fx.x, "the body's own error", "after a failed recapture")?;
-        client.replay(&graph).step("replay after a failed recapture")?;
-        fx.expect_x(1.0, &format!("round {round}: the old graph's work, not the failed run's"))?;
+        own(
+            client.recapture(&graph, failing(2.0)).map(drop),
+            "a failed recapture",
+        )?;
+        expect_claimed(
+            client,
+            &fx.x,
+            "the body's own error",
+            "after a failed recapture",
+        )?;
+        client
+            .replay(&graph)
+            .step("replay after a failed recapture")?;
+        fx.expect_x(
+            1.0,
+            &format!("round {round}: the old graph's work, not the failed run's"),
+        )?;
     }
     let info = client.graph_info(&graph).step("info")?;
     ensure!(
@@ -208,14 +229,25 @@ pub fn a_failed_body_seals_nothing<D: UserKernels>(session: &Session<D>) -> Outc
     );
     drop(graph);
     let mut cache = GraphCache::new(client, stream, 4, None);
-    let fill = |value: f32| {
-        move |_: Pass| client.run_builtin(stream, Builtin::Fill, &[x], N, value)
-    };
-    ensure!(cache.run(7, 1, fill(3.0)).step("miss")? == Served::Miss, "first run is a miss");
-    own(cache.run(7, 2, failing(4.0)).map(drop), "a failed recapture in the cache")?;
-    ensure!(cache.run(7, 1, fill(3.0)).step("hit")? == Served::Hit, "the old key still hits");
+    let fill =
+        |value: f32| move |_: Pass| client.run_builtin(stream, Builtin::Fill, &[x], N, value);
+    ensure!(
+        cache.run(7, 1, fill(3.0)).step("miss")? == Served::Miss,
+        "first run is a miss"
+    );
+    own(
+        cache.run(7, 2, failing(4.0)).map(drop),
+        "a failed recapture in the cache",
+    )?;
+    ensure!(
+        cache.run(7, 1, fill(3.0)).step("hit")? == Served::Hit,
+        "the old key still hits"
+    );
     fx.expect_x(3.0, "the cache replays the old graph")?;
-    own(cache.run(7, 2, failing(4.0)).map(drop), "the failed key again")?;
+    own(
+        cache.run(7, 2, failing(4.0)).map(drop),
+        "the failed key again",
+    )?;
     ensure!(
         cache.stats().updates_in_place == 0 && cache.stats().reinstantiations == 0,
         "{:?}",
