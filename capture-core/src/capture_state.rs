@@ -223,6 +223,11 @@ impl StreamCapture {
         self.failure.get_or_insert(error);
     }
 
+    /// Operations logged so far by the open recording.
+    pub fn logged(&self) -> usize {
+        self.log.len()
+    }
+
     /// The first failure inside the window, if any.
     pub fn take_failure(&mut self) -> Option<Error> {
         self.failure.take()

@@ -146,6 +146,22 @@ pub enum Error {
          warmup run between prepare and begin that allocates what the recorded run will"
     )]
     AllocationWhileRecording(StreamId),
+    /// A launch of the recorded run passed info bytes no launch of its
+    /// warmup passed, more of them than the room kept for such launches,
+    /// so its info needed a page while the window recorded.
+    #[error(
+        "operation {operation} of {stream}'s recording, a launch of `{kernel}`, passes info \
+         bytes its warmup never passed, and the room kept for such launches was used up; \
+         pass the same info bytes in the warmup run"
+    )]
+    InfoFirstSeenWhileRecording {
+        /// The recording stream.
+        stream: StreamId,
+        /// The launch's kernel.
+        kernel: String,
+        /// The launch's place among the recording's operations, from 0.
+        operation: usize,
+    },
     /// Work inside the window failed or was skipped, so the recording is
     /// missing an operation and cannot become a graph.
     #[error(

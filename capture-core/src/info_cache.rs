@@ -205,6 +205,11 @@ impl InfoCache {
         self.entries.len()
     }
 
+    /// Distinct info contents the open window has used so far.
+    pub fn window_entries(&self) -> usize {
+        self.entries.values().filter(|entry| entry.window).count()
+    }
+
     /// Graphs pinning the entry for `bytes` (0 when uncached).
     #[cfg(test)]
     pub fn pins(&self, bytes: &[u8]) -> usize {

@@ -5,10 +5,11 @@ use crate::driver::{DeviceSlice, Driver, DriverError, HostSlice};
 use crate::drop_queue::{DropQueue, Stamp};
 use crate::error::Error;
 use crate::failure::FailureStore;
-use crate::ids::{BufferId, GraphId, StreamId};
+use crate::ids::{BufferId, GraphId, StreamId, WindowId};
 use crate::info_cache::InfoCache;
 use crate::phase::Phase;
 use crate::pool::{Place, Pool, PoolUsage, SliceHandle};
+use crate::signature::MAX_INFO_BYTES;
 
 /// Sizes and limits of a device's pools and queues.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -230,6 +231,48 @@ impl<D: Driver> StreamState<D> {
             raw, device, drops, ..
         } = self;
         allocate::<D, _>(device, raw, drops, phase, id, len, D::allocate_device_page)
+    }
+
+    /// Keep room for `slots` info entries the recorded run of `window` may
+    /// meet first (info bytes its warmup never passed): a device slice and
+    /// its staging slice each, taken as warmup's are and given back with
+    /// them, so the recording finds them free instead of needing a page.
+    pub(crate) fn keep_info_room(
+        &mut self,
+        window: WindowId,
+        slots: usize,
+        ids: &mut impl FnMut() -> BufferId,
+    ) -> Result<(), Error> {
+        let phase = Phase::Prepared(window);
+        let len = u64::from(MAX_INFO_BYTES);
+        let Self {
+            raw,
+            device,
+            host,
+            drops,
+            ..
+        } = self;
+        for _ in 0..slots {
+            drop(allocate::<D, _>(
+                device,
+                raw,
+                drops,
+                phase,
+                ids(),
+                len,
+                D::allocate_device_page,
+            )?);
+            drop(allocate::<D, _>(
+                host,
+                raw,
+                drops,
+                phase,
+                ids(),
+                len,
+                D::allocate_host_page,
+            )?);
+        }
+        Ok(())
     }
 
     /// A pinned host slice of `len` bytes for allocation `id`.

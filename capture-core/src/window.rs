@@ -17,6 +17,9 @@ use crate::ids::{BufferId, GraphId, WindowId};
 use crate::pool::SliceHandle;
 use crate::stream::StreamState;
 
+/// Info entries a recording has room for, whatever its warmup used.
+const MIN_INFO_ROOM: usize = 4;
+
 /// How a re-capture reached its graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Update {
@@ -106,7 +109,11 @@ impl<'a, D: GraphDriver> Window<'a, D> {
     /// On the driver's refusal the stream is left as it was found (pools
     /// disarmed, info-cache pins discarded, state `None`), so the whole
     /// prepare-then-begin sequence can be retried.
-    pub fn begin(&mut self, window: WindowId) -> Result<(), Error> {
+    pub fn begin(
+        &mut self,
+        window: WindowId,
+        ids: &mut impl FnMut() -> BufferId,
+    ) -> Result<(), Error> {
         let stream = &mut *self.stream;
         // Checked before the drain below: a fenced flush on a stream that is
         // already recording would abort its live recording.
@@ -120,6 +127,14 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         if let Err(err) = stream.drain_drops() {
             self.unwind();
             return Err(err.into());
+        }
+        // A recorded launch may pass info bytes warmup never did; its entry
+        // then needs a slice. Room for as many as warmup used, so a run that
+        // changes every info content still records without a page.
+        let slots = stream.info.window_entries().max(MIN_INFO_ROOM);
+        if let Err(err) = stream.keep_info_room(window, slots, ids) {
+            self.unwind();
+            return Err(err);
         }
         // Warmup is over: release what it retained so the recorded run
         // reuses those slices.

@@ -30,7 +30,7 @@ impl<D: GraphDriver> Server<D> {
     pub fn begin(&self, stream: StreamId, window: WindowId) -> Result<(), Error> {
         self.with(stream, |lane| {
             lane.check_recorder()?;
-            Window::on(&mut lane.state).begin(window)
+            Window::on(&mut lane.state).begin(window, &mut || self.ids.buffer())
         })
     }
 

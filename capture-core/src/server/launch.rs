@@ -207,7 +207,7 @@ fn record_launch<D: Driver, B: Bound>(
 ) -> Result<(), Error> {
     let info_slice = match request.info {
         [] => None,
-        bytes => Some(state.info_slice(bytes, ids)?),
+        bytes => Some(recorded_info(state, request, bytes, ids)?),
     };
     let info_place = info_slice.as_ref().map(|slice| slice.place());
     enqueue_launch(state, request, info_place)?;
@@ -239,6 +239,34 @@ fn record_launch<D: Driver, B: Bound>(
         }
     }
     Ok(())
+}
+
+/// The device slice of a recorded launch's info `bytes`. Bytes the warmup
+/// never passed take a new entry; when that needs a page, the window is
+/// doomed with the launch named, rather than with the bare page count the
+/// close would report.
+fn recorded_info<D: Driver, B: Bound>(
+    state: &mut StreamState<D>,
+    request: &Request<'_, D, B>,
+    bytes: &[u8],
+    ids: &mut impl FnMut() -> BufferId,
+) -> Result<crate::pool::SliceHandle, Error> {
+    let grown = |state: &StreamState<D>| {
+        state.device.grew_while_recording() || state.host.grew_while_recording()
+    };
+    let before = grown(state);
+    let slice = state.info_slice(bytes, ids)?;
+    if !before && grown(state) {
+        let operation = state.capture.logged();
+        state
+            .capture
+            .record_failure(Error::InfoFirstSeenWhileRecording {
+                stream: state.id,
+                kernel: request.signature.name().to_string(),
+                operation,
+            });
+    }
+    Ok(slice)
 }
 
 /// Whether a launch matches its kernel's signature and binds only

@@ -33,6 +33,59 @@ pub fn rule_07_page_allocated_while_recording_is_refused<D: UserKernels>(
     fx.expect_x(3.0, "replay of the warmed capture")
 }
 
+/// A recorded run may pass info bytes its warmup never passed: the window
+/// keeps room for as many new contents as warmup used (a few at least).
+/// Past that room, the refusal names the launch and why.
+pub fn a_recording_may_pass_info_its_warmup_did_not<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    use capture_core::Pass;
+    let fx = Fixture::new(session.client())?;
+    let (client, stream, x) = (&fx.client, fx.stream, &fx.x);
+    // Warmup fills with 1, the recording with 2: another info content.
+    let (graph, ()) = client
+        .capture(stream, |pass| {
+            let value = if pass == Pass::Warmup { 1.0 } else { 2.0 };
+            client.run_builtin(stream, Builtin::Fill, &[x], N, value)
+        })
+        .step("capture with new info in the recording")?;
+    fx.expect_x(1.0, "the warmup's fill")?;
+    client.replay(&graph).step("replay")?;
+    fx.expect_x(2.0, "the recorded info")?;
+    drop(graph);
+    // Every launch of the recording passes a content of its own.
+    const LAUNCHES: usize = 64;
+    let err = refused(
+        client.capture(stream, |pass| {
+            for i in 0..LAUNCHES {
+                let value = match pass {
+                    Pass::Warmup => 0.0,
+                    Pass::Record => 100.0 + i as f32,
+                };
+                client.run_builtin(stream, Builtin::Fill, &[x], N, value)?;
+            }
+            Ok(())
+        }),
+        "a recording of 64 new info contents",
+    )?;
+    match err.root() {
+        Error::InfoFirstSeenWhileRecording {
+            kernel, operation, ..
+        } => ensure!(
+            kernel == "fill" && (4..LAUNCHES).contains(operation),
+            "named {kernel} at operation {operation}: {err}"
+        ),
+        other => return Err(format!("refused for {other}, expected the launch named")),
+    }
+    expect_claimed(
+        client,
+        x,
+        "warmup never passed",
+        "the refused recording's output",
+    )?;
+    usable(client, stream)
+}
+
 /// A launch inside the window on a claimed input dooms the window, and the
 /// refusal carries both reasons: the doom and the original failure.
 pub fn rule_05_claimed_input_dooms_the_window<D: UserKernels>(session: &Session<D>) -> Outcome {

@@ -73,6 +73,7 @@ suite![
     updates::a_graph_draws_its_dependencies,
     updates::two_clients_on_two_devices,
     graphs::rule_07_page_allocated_while_recording_is_refused,
+    graphs::a_recording_may_pass_info_its_warmup_did_not,
     graphs::rule_05_claimed_input_dooms_the_window,
     graphs::rule_09_refusal_claims_the_written_set,
     graphs::rule_11_replay_of_a_destroyed_graph_is_refused,
