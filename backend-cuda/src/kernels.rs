@@ -15,10 +15,11 @@ use capture_core::{Builtin, DriverError, Error, Signature};
 
 use crate::device::{Device, Release};
 use crate::error::refuse;
+use crate::image;
+use crate::nvrtc::{self, NvrtcOutput};
 use crate::sys::{
     self, Api, CUfunction, CUfunction_attribute, CUjit_option, CUlinkState, CUmodule,
 };
-use crate::{image, nvrtc};
 
 /// The builtins' body; the header naming the PTX version and target is
 /// chosen per device by [`ptx_for`].
@@ -285,7 +286,13 @@ impl Drop for Kernel {
 #[derive(Clone, Copy)]
 enum Origin {
     Caller,
-    Nvrtc { version: (u32, u32) },
+    /// NVRTC of `version` made it: a cubin for `sm_<arch>`, or PTX for
+    /// `compute_<arch>` when `ptx`.
+    Nvrtc {
+        version: (u32, u32),
+        arch: u32,
+        ptx: bool,
+    },
 }
 
 impl Kernel {
@@ -419,9 +426,15 @@ impl Kernel {
     }
 
     /// Compile CUDA C++ `source` with NVRTC for the device's compute
-    /// capability (or the newest architecture NVRTC knows below it), with
-    /// `--fmad=false` so that `a * x + y` rounds as the host does, and take
-    /// its entry point `entry` as a kernel with `signature`.
+    /// capability, with `--fmad=false` so that `a * x + y` rounds as the
+    /// host does, and take its entry point `entry` as a kernel with
+    /// `signature`.
+    ///
+    /// NVRTC makes a cubin for the device's architecture (`sm_XY`) when it
+    /// knows it, which any driver of the same major release loads whatever
+    /// PTX version it reads. Only for a device NVRTC does not know does the
+    /// driver get PTX, for the newest architecture NVRTC knows below the
+    /// device's (see [`nvrtc_compile_for`](crate::nvrtc_compile_for)).
     ///
     /// The entry point must be declared `extern "C"`, or its name is
     /// mangled. NVRTC is found as [`NVRTC_ENV`](crate::NVRTC_ENV) says.
@@ -464,20 +477,35 @@ impl Kernel {
         signature: Signature,
     ) -> Result<Kernel, Error> {
         check_signature(device, &signature)?;
-        let arch = nvrtc::arch_for(signature.name(), device.compute_capability())?;
-        let ptx = nvrtc::compile(source, signature.name(), &arch)?;
+        let output = nvrtc::compile_for(source, signature.name(), device.compute_capability())?;
         let version = nvrtc::nvrtc_info()?.version;
-        let text = CString::new(ptx).map_err(|_| Error::Compile {
+        let fail = |log: String| Error::Compile {
             kernel: signature.name().to_owned(),
-            log: "NVRTC's PTX holds a NUL byte".to_owned(),
-        })?;
-        load(
-            device,
-            text.as_bytes_with_nul(),
-            entry,
-            signature,
-            Origin::Nvrtc { version },
-        )
+            log,
+        };
+        match output {
+            NvrtcOutput::Cubin { arch, image } => {
+                // The driver reads a cubin without its length: its headers
+                // must lie inside what NVRTC handed out.
+                image::classify(&image).map_err(|why| fail(format!("NVRTC's cubin: {why}")))?;
+                let origin = Origin::Nvrtc {
+                    version,
+                    arch,
+                    ptx: false,
+                };
+                load(device, &image, entry, signature, origin)
+            }
+            NvrtcOutput::Ptx { arch, text } => {
+                let text =
+                    CString::new(text).map_err(|_| fail("NVRTC's PTX holds a NUL byte".into()))?;
+                let origin = Origin::Nvrtc {
+                    version,
+                    arch,
+                    ptx: true,
+                };
+                load(device, text.as_bytes_with_nul(), entry, signature, origin)
+            }
+        }
     }
 
     /// What the kernel takes.
@@ -605,22 +633,52 @@ fn load(
 }
 
 /// The words of a failed module load: the driver's code, the JIT's logs,
-/// and what to do about a PTX version the driver does not know.
+/// and, for what NVRTC made, which NVRTC and driver disagree.
 fn load_failure(device: &Device, logs: &JitLogs, code: i32, origin: Origin) -> String {
     let mut message = logs.failure(device.api(), code);
-    if code == sys::CUDA_ERROR_UNSUPPORTED_PTX_VERSION
-        && let Origin::Nvrtc {
-            version: (major, minor),
-        } = origin
-    {
-        message.push_str(&format!(
-            "\nthe PTX came from NVRTC {major}.{minor}, newer than driver {} compiles; point {} \
-             at an NVRTC no newer than the driver",
-            device.info().driver_version,
-            nvrtc::NVRTC_ENV
+    if let Origin::Nvrtc { version, arch, ptx } = origin {
+        message.push_str(&nvrtc_mismatch(
+            version,
+            arch,
+            ptx,
+            &device.info().driver_version,
+            code,
         ));
     }
     message
+}
+
+/// What to say when driver `driver` refuses with `code` what NVRTC
+/// `version` made: nothing for a refusal that is not about the image.
+fn nvrtc_mismatch(version: (u32, u32), arch: u32, ptx: bool, driver: &str, code: i32) -> String {
+    let (major, minor) = version;
+    let fix = format!(
+        "point {} at an NVRTC no newer than the driver, or update the driver",
+        nvrtc::NVRTC_ENV
+    );
+    let ptx_refused = [
+        sys::CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
+        sys::CUDA_ERROR_INVALID_PTX,
+        sys::CUDA_ERROR_JIT_COMPILER_NOT_FOUND,
+        sys::CUDA_ERROR_INVALID_IMAGE,
+        sys::CUDA_ERROR_NO_BINARY_FOR_GPU,
+    ];
+    if !ptx_refused.contains(&code) {
+        return String::new();
+    }
+    if ptx {
+        format!(
+            "\nNVRTC {major}.{minor} and driver {driver} disagree: NVRTC {major}.{minor} does not \
+             know this device's architecture, so it made PTX for compute_{arch}, and driver \
+             {driver} cannot compile that PTX (its PTX version is likely newer than the driver \
+             reads); {fix}"
+        )
+    } else {
+        format!(
+            "\nNVRTC {major}.{minor} and driver {driver} disagree: driver {driver} refuses the \
+             cubin NVRTC {major}.{minor} made for sm_{arch}; {fix}"
+        )
+    }
 }
 
 fn function_attribute(
@@ -697,6 +755,30 @@ fn check_parameters(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_image_refusal_names_the_nvrtc_and_the_driver() {
+        let ptx = nvrtc_mismatch(
+            (13, 5),
+            90,
+            true,
+            "13.0",
+            sys::CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
+        );
+        assert!(ptx.contains("NVRTC 13.5 and driver 13.0 disagree"), "{ptx}");
+        assert!(ptx.contains("PTX for compute_90"), "{ptx}");
+        let cubin = nvrtc_mismatch((13, 5), 90, false, "12.4", sys::CUDA_ERROR_INVALID_IMAGE);
+        assert!(
+            cubin.contains("NVRTC 13.5 and driver 12.4 disagree"),
+            "{cubin}"
+        );
+        assert!(cubin.contains("sm_90"), "{cubin}");
+        // A refusal that is not about the image says nothing of versions.
+        assert_eq!(
+            nvrtc_mismatch((13, 5), 90, true, "13.0", sys::CUDA_ERROR_INVALID_VALUE),
+            ""
+        );
+    }
 
     /// The PTX as a Turing-or-newer device loads it.
     const PTX: &str = PTX_BODY;

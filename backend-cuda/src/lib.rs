@@ -55,7 +55,9 @@ pub use device::{DEVICE_ENV, Device};
 pub use graph::{Executable, Recording};
 pub use kernels::{Kernel, builtin_ptx_variants};
 pub use memory::{DevicePage, HostPage};
-pub use nvrtc::{NVRTC_ENV, NvrtcInfo, nvrtc_compile_ptx, nvrtc_info};
+pub use nvrtc::{
+    NVRTC_ENV, NvrtcInfo, NvrtcOutput, nvrtc_compile_for, nvrtc_compile_ptx, nvrtc_info,
+};
 pub use stream::{Signal, Stream};
 
 /// The CUDA backend, named in generic code as `D = Cuda`.

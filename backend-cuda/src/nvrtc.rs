@@ -5,7 +5,13 @@
 //! Only the handful of functions the compiler needs are declared, with
 //! plain integer results: a Rust enum for `nvrtcResult` would be undefined
 //! behaviour for a code a newer NVRTC adds. NVRTC needs no GPU, so
-//! [`nvrtc_compile_ptx`] works on any machine that has the library.
+//! [`nvrtc_compile_ptx`] and [`nvrtc_compile_for`] work on any machine that
+//! has the library.
+//!
+//! A kernel is compiled to a cubin for the device's exact architecture
+//! whenever NVRTC knows it: a cubin carries no PTX, so no PTX version newer
+//! than the driver's can reach it. PTX is made only for a device NVRTC does
+//! not know, and the driver's JIT compiles it.
 
 use std::ffi::{CString, OsString, c_char, c_int, c_void};
 use std::path::Path;
@@ -21,7 +27,8 @@ use crate::error::BACKEND;
 /// unset, NVRTC is looked for on the loader's path, then under `CUDA_HOME`
 /// and `CUDA_PATH` (`lib64`) and `/usr/local/cuda/lib64`, then in NVIDIA's
 /// wheels (`nvidia/cuda_nvrtc/lib`, `nvidia/cu13/lib`) under the
-/// site-packages of the `python3` on the PATH.
+/// site-packages of the Python `PYTHON` names, or else of the `python3`
+/// on the PATH.
 pub const NVRTC_ENV: &str = "CAPTURE_NVRTC_LIBRARY";
 
 /// Names tried on the loader's search path when [`NVRTC_ENV`] is unset:
@@ -45,7 +52,11 @@ const TOOLKIT_VARS: &[&str] = &["CUDA_HOME", "CUDA_PATH"];
 /// CUDA 12's `nvidia-cuda-nvrtc-cu12`, and CUDA 13's `nvidia-cuda-nvrtc`.
 const WHEEL_DIRS: &[&str] = &["nvidia/cuda_nvrtc/lib", "nvidia/cu13/lib"];
 
-/// Asks the Python on the PATH for its site-packages directories.
+/// The variable naming the Python whose site-packages hold NVIDIA's wheels,
+/// asked before the `python3` on the PATH.
+const PYTHON_ENV: &str = "PYTHON";
+
+/// Asks a Python for its site-packages directories.
 const SITE_PACKAGES: &str = "import site, sys\n\
     paths = site.getsitepackages() if hasattr(site, 'getsitepackages') else []\n\
     paths.append(site.getusersitepackages())\n\
@@ -90,6 +101,9 @@ struct Library {
     get_log: GetText,
     get_ptx_size: GetSize,
     get_ptx: GetText,
+    /// `nvrtcGetCUBINSize` and `nvrtcGetCUBIN`, which NVRTC has from 11.1
+    /// on; without them every kernel goes through PTX.
+    cubin: Option<(GetSize, GetText)>,
     error_string: ErrorString,
 }
 
@@ -120,6 +134,27 @@ pub fn nvrtc_info() -> Result<NvrtcInfo, Error> {
     })
 }
 
+/// What NVRTC made for a device: a cubin for its own architecture where
+/// NVRTC knows it, PTX otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NvrtcOutput {
+    /// An ELF cubin for `sm_<arch>`, which the driver loads as it is.
+    Cubin {
+        /// The architecture number (`90` for `sm_90`).
+        arch: u32,
+        /// The cubin's bytes.
+        image: Vec<u8>,
+    },
+    /// PTX text for `compute_<arch>`, without a trailing NUL, which the
+    /// driver's JIT compiles for the device.
+    Ptx {
+        /// The virtual architecture number (`90` for `compute_90`).
+        arch: u32,
+        /// The PTX.
+        text: String,
+    },
+}
+
 /// Compile CUDA C++ `source` to PTX text for the virtual architecture
 /// `arch` (`"compute_80"`), with `--fmad=false` so that `a * x + y` is
 /// rounded twice, as the host computes it. Needs NVRTC, but no GPU.
@@ -142,12 +177,85 @@ pub fn nvrtc_info() -> Result<NvrtcInfo, Error> {
 /// compile (or `arch` is not one NVRTC knows); [`Error::Driver`] when NVRTC
 /// is unavailable.
 pub fn nvrtc_compile_ptx(source: &str, arch: &str) -> Result<String, Error> {
-    compile(source, "program", arch)
+    let program = compile(source, "program", arch)?;
+    program.ptx()
 }
 
-/// Compile `source` for `arch`; `name` names the program in NVRTC's log and
-/// the kernel in an error.
-pub(crate) fn compile(source: &str, name: &str, arch: &str) -> Result<String, Error> {
+/// Compile CUDA C++ `source` for a device of compute capability
+/// `major.minor`, as [`Kernel::from_cuda`](crate::Kernel::from_cuda) does:
+/// a cubin for `sm_XY` when NVRTC knows that architecture, otherwise PTX
+/// for the newest `compute_XY` NVRTC knows below it. Needs NVRTC, but no
+/// GPU.
+///
+/// ```no_run
+/// let source = r#"extern "C" __global__ void twice(float* x, unsigned n) {
+///     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+///     if (i < n) x[i] *= 2.0f;
+/// }"#;
+/// match backend_cuda::nvrtc_compile_for(source, (9, 0))? {
+///     backend_cuda::NvrtcOutput::Cubin { arch, image } => {
+///         assert_eq!(arch, 90);
+///         assert!(image.starts_with(b"\x7fELF"));
+///     }
+///     backend_cuda::NvrtcOutput::Ptx { arch, .. } => println!("PTX for compute_{arch}"),
+/// }
+/// # Ok::<(), capture_core::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// [`Error::Compile`] with NVRTC's program log when the source does not
+/// compile, or when every architecture NVRTC knows is newer than the
+/// device; [`Error::Driver`] when NVRTC is unavailable.
+pub fn nvrtc_compile_for(
+    source: &str,
+    compute_capability: (i32, i32),
+) -> Result<NvrtcOutput, Error> {
+    compile_for(source, "program", compute_capability)
+}
+
+/// Compile `source` for a device of `compute_capability`; `name` names the
+/// program in NVRTC's log and the kernel in an error.
+pub(crate) fn compile_for(
+    source: &str,
+    name: &str,
+    (major, minor): (i32, i32),
+) -> Result<NvrtcOutput, Error> {
+    let nvrtc = library()?;
+    let fail = |log: String| Error::Compile {
+        kernel: name.to_owned(),
+        log,
+    };
+    let device = u32::try_from(major * 10 + minor).map_err(|_| {
+        fail(format!(
+            "the device reports compute capability {major}.{minor}"
+        ))
+    })?;
+    if nvrtc.cubin.is_some() && nvrtc.archs.contains(&device) {
+        let program = compile(source, name, &format!("sm_{device}"))?;
+        return Ok(NvrtcOutput::Cubin {
+            arch: device,
+            image: program.cubin()?,
+        });
+    }
+    let arch = pick_arch(&nvrtc.archs, nvrtc.version, major, minor).map_err(fail)?;
+    log::debug!(
+        "NVRTC {}.{} does not know sm_{device}; {name} goes to the driver as PTX for \
+         compute_{arch}",
+        nvrtc.version.0,
+        nvrtc.version.1
+    );
+    let program = compile(source, name, &format!("compute_{arch}"))?;
+    Ok(NvrtcOutput::Ptx {
+        arch,
+        text: program.ptx()?,
+    })
+}
+
+/// Compile `source` for `arch` (`compute_XY` or `sm_XY`); `name` names the
+/// program in NVRTC's log and the kernel in an error. The compiled program
+/// comes back, to read its PTX or cubin.
+fn compile(source: &str, name: &str, arch: &str) -> Result<ProgramGuard, Error> {
     let nvrtc = library()?;
     let fail = |log: String| Error::Compile {
         kernel: name.to_owned(),
@@ -182,7 +290,11 @@ pub(crate) fn compile(source: &str, name: &str, arch: &str) -> Result<String, Er
             nvrtc.describe(created)
         )));
     }
-    let program = ProgramGuard { nvrtc, raw };
+    let program = ProgramGuard {
+        nvrtc,
+        raw,
+        name: name.to_owned(),
+    };
 
     let count = c_int::try_from(options.len()).unwrap_or(c_int::MAX);
     // SAFETY: the program is live; `options` holds `count` NUL-terminated
@@ -205,30 +317,13 @@ pub(crate) fn compile(source: &str, name: &str, arch: &str) -> Result<String, Er
     {
         log::debug!("NVRTC compiled {name} for {arch}: {}", log.trim());
     }
-    program
-        .text(nvrtc.get_ptx_size, nvrtc.get_ptx)
-        .map_err(|why| fail(format!("the PTX could not be read: {why}")))
+    Ok(program)
 }
 
 /// The `compute_XY` NVRTC should target for a device of compute capability
-/// `major.minor`: the device's own where NVRTC knows it, otherwise the
-/// newest NVRTC knows below it (the driver compiles PTX of an older target
-/// for a newer GPU).
-///
-/// # Errors
-///
-/// [`Error::Compile`] for `name` when every architecture NVRTC knows is
-/// newer than the device; [`Error::Driver`] when NVRTC is unavailable.
-pub(crate) fn arch_for(name: &str, (major, minor): (i32, i32)) -> Result<String, Error> {
-    let nvrtc = library()?;
-    let arch =
-        pick_arch(&nvrtc.archs, nvrtc.version, major, minor).map_err(|log| Error::Compile {
-            kernel: name.to_owned(),
-            log,
-        })?;
-    Ok(format!("compute_{arch}"))
-}
-
+/// `major.minor` when it cannot make a cubin for it: the device's own where
+/// NVRTC knows it, otherwise the newest NVRTC knows below it (the driver
+/// compiles PTX of an older target for a newer GPU).
 fn pick_arch(archs: &[u32], version: (u32, u32), major: i32, minor: i32) -> Result<u32, String> {
     let device = u32::try_from(major * 10 + minor).unwrap_or(0);
     if archs.is_empty() {
@@ -249,16 +344,54 @@ fn pick_arch(archs: &[u32], version: (u32, u32), major: i32, minor: i32) -> Resu
         })
 }
 
-/// A program, destroyed on every path out of [`compile`].
+/// A compiled program, destroyed on every path out of [`compile`] and of
+/// its callers.
 struct ProgramGuard {
     nvrtc: &'static Library,
     raw: Program,
+    /// The kernel's name, for an error.
+    name: String,
 }
 
 impl ProgramGuard {
-    /// The program's log or PTX: the size query, then the text, without the
-    /// NUL NVRTC counts in the size.
+    /// The program's PTX.
+    fn ptx(&self) -> Result<String, Error> {
+        self.text(self.nvrtc.get_ptx_size, self.nvrtc.get_ptx)
+            .map_err(|why| self.fail(format!("the PTX could not be read: {why}")))
+    }
+
+    /// The program's cubin, which NVRTC makes only for an `sm_XY` target.
+    fn cubin(&self) -> Result<Vec<u8>, Error> {
+        let Some((size_of, read)) = self.nvrtc.cubin else {
+            return Err(self.fail("this NVRTC cannot hand out a cubin".to_owned()));
+        };
+        let image = self
+            .bytes(size_of, read)
+            .map_err(|why| self.fail(format!("the cubin could not be read: {why}")))?;
+        if image.is_empty() {
+            return Err(self.fail("NVRTC made no cubin".to_owned()));
+        }
+        Ok(image)
+    }
+
+    fn fail(&self, log: String) -> Error {
+        Error::Compile {
+            kernel: self.name.clone(),
+            log,
+        }
+    }
+
+    /// The program's log or PTX, without the NUL NVRTC counts in the size.
     fn text(&self, size_of: GetSize, read: GetText) -> Result<String, String> {
+        let mut buffer = self.bytes(size_of, read)?;
+        let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
+        buffer.truncate(end);
+        String::from_utf8(buffer).map_err(|e| format!("the text is not UTF-8: {e}"))
+    }
+
+    /// The size query, then the bytes NVRTC writes: all of them, as a cubin
+    /// holds NUL bytes of its own.
+    fn bytes(&self, size_of: GetSize, read: GetText) -> Result<Vec<u8>, String> {
         let mut size = 0usize;
         // SAFETY: the program is live; `size` is a valid place for the answer.
         let sized = unsafe { size_of(self.raw, &mut size) };
@@ -272,9 +405,8 @@ impl ProgramGuard {
         if read_code != SUCCESS {
             return Err(self.nvrtc.describe(read_code));
         }
-        let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
-        buffer.truncate(end);
-        String::from_utf8(buffer).map_err(|e| format!("the text is not UTF-8: {e}"))
+        buffer.truncate(size);
+        Ok(buffer)
     }
 }
 
@@ -396,10 +528,27 @@ fn toolkit_paths() -> Vec<OsString> {
     .collect()
 }
 
-/// NVRTC in NVIDIA's wheels under the site-packages of the `python3` on
-/// the PATH; none when there is no such Python.
-fn wheel_paths() -> Vec<OsString> {
-    let Ok(output) = std::process::Command::new("python3")
+/// The Pythons asked for their site-packages, in order: the one
+/// [`PYTHON_ENV`] names, then the `python3` on the PATH.
+fn pythons() -> Vec<OsString> {
+    pythons_from(std::env::var_os(PYTHON_ENV))
+}
+
+fn pythons_from(named: Option<OsString>) -> Vec<OsString> {
+    let mut pythons: Vec<OsString> = named
+        .filter(|python| !python.is_empty())
+        .into_iter()
+        .collect();
+    let default = OsString::from("python3");
+    if !pythons.contains(&default) {
+        pythons.push(default);
+    }
+    pythons
+}
+
+/// The site-packages directories `python` names; none when it cannot run.
+fn site_packages(python: &OsString) -> Vec<String> {
+    let Ok(output) = std::process::Command::new(python)
         .args(["-c", SITE_PACKAGES])
         .stderr(std::process::Stdio::null())
         .output()
@@ -409,10 +558,25 @@ fn wheel_paths() -> Vec<OsString> {
     if !output.status.success() {
         return Vec::new();
     }
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| line.trim().to_owned())
+        .filter(|line| !line.is_empty())
+        .collect()
+}
+
+/// NVRTC in NVIDIA's wheels under the site-packages of each of
+/// [`pythons`], in that order; none when there is no such Python.
+fn wheel_paths() -> Vec<OsString> {
+    wheel_paths_of(&pythons())
+}
+
+fn wheel_paths_of(pythons: &[OsString]) -> Vec<OsString> {
+    let sites = pythons.iter().flat_map(site_packages);
     let mut paths: Vec<OsString> = Vec::new();
-    for site in String::from_utf8_lossy(&output.stdout).lines() {
+    for site in sites {
         for dir in WHEEL_DIRS {
-            let dir = Path::new(site.trim()).join(dir);
+            let dir = Path::new(&site).join(dir);
             if !dir.is_dir() {
                 continue;
             }
@@ -456,6 +620,9 @@ fn resolve(library: libloading::Library, path: String) -> Result<Library, String
         get_log: symbol(&library, &path, "nvrtcGetProgramLog")?,
         get_ptx_size: symbol(&library, &path, "nvrtcGetPTXSize")?,
         get_ptx: symbol(&library, &path, "nvrtcGetPTX")?,
+        cubin: symbol(&library, &path, "nvrtcGetCUBINSize")
+            .and_then(|size| Ok((size, symbol(&library, &path, "nvrtcGetCUBIN")?)))
+            .ok(),
         error_string: symbol(&library, &path, "nvrtcGetErrorString")?,
         version: (
             u32::try_from(major).unwrap_or(0),
@@ -505,7 +672,27 @@ fn supported_archs(library: &libloading::Library) -> Vec<u32> {
 
 #[cfg(test)]
 mod tests {
-    use super::pick_arch;
+    use std::ffi::OsString;
+
+    use super::{pick_arch, pythons_from};
+
+    #[test]
+    fn the_python_named_is_asked_before_python3() {
+        let named = OsString::from("/opt/venv/bin/python3");
+        assert_eq!(
+            pythons_from(Some(named.clone())),
+            [named, OsString::from("python3")]
+        );
+        assert_eq!(pythons_from(None), [OsString::from("python3")]);
+        assert_eq!(
+            pythons_from(Some(OsString::new())),
+            [OsString::from("python3")]
+        );
+        assert_eq!(
+            pythons_from(Some(OsString::from("python3"))),
+            [OsString::from("python3")]
+        );
+    }
 
     #[test]
     fn the_device_arch_is_taken_when_nvrtc_knows_it() {

@@ -2,8 +2,10 @@
 //! unavailable is a reason from `probe` and an error from `open`, never a
 //! panic; so is an NVRTC that cannot be loaded. With the full stub, which
 //! lists devices but runs nothing, devices are listed and opened by index,
-//! driver codes are named or printed as numbers, and every call leaves the
-//! calling thread's context stack as it found it.
+//! driver codes are named or printed as numbers, every call leaves the
+//! calling thread's context stack as it found it, and CUDA C++ reaches the
+//! driver as a cubin for the device's architecture, or as PTX only for one
+//! NVRTC does not know.
 //!
 //! The stub cases run in a child process (this test binary, run again with
 //! a stub first on the library path), because the driver library, once
@@ -13,8 +15,11 @@
 use std::env;
 use std::process::Command;
 
-use backend_cuda::{Cuda, DEVICE_ENV, NVRTC_ENV, nvrtc_compile_ptx, nvrtc_info};
-use capture_core::{Availability, Builtin, Builtins, Driver, Error};
+#[allow(dead_code)]
+mod common;
+
+use backend_cuda::{Cuda, DEVICE_ENV, Kernel, NVRTC_ENV, nvrtc_compile_ptx, nvrtc_info};
+use capture_core::{Access, Availability, Builtin, Builtins, Driver, Error, Signature};
 
 /// Set in the child: run the probe and print its reason instead of
 /// spawning.
@@ -79,6 +84,10 @@ fn run_with(test: &str, var: &str, built: Option<&str>, vars: &[(&str, &str)]) -
         .env_remove("CUDA_STUB_DRIVER_VERSION")
         .env_remove("CUDA_STUB_DEVICE_COUNT")
         .env_remove("CUDA_STUB_RETAIN_RESULT")
+        .env_remove("CUDA_STUB_CC_MAJOR")
+        .env_remove("CUDA_STUB_CC_MINOR")
+        .env_remove("CUDA_STUB_MODULE_RESULT")
+        .env_remove("PYTHON")
         .env_remove(DEVICE_ENV)
         .env_remove(NVRTC_ENV)
         .env_remove("CUDA_HOME")
@@ -489,4 +498,183 @@ fn nvrtc_is_found_in_the_python_wheels() {
         said.starts_with("loaded ") && said.contains("/nvidia/"),
         "{said}"
     );
+}
+
+/// The Python the `python3` on the PATH runs, by its full path.
+fn python_executable() -> Option<String> {
+    let script = "import sys\nprint(sys.executable)";
+    let out = Command::new("python3").args(["-c", script]).output().ok()?;
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    (out.status.success() && !path.is_empty()).then_some(path)
+}
+
+#[test]
+fn nvrtc_is_found_through_the_python_that_python_names() {
+    if in_child() {
+        return report_nvrtc_path();
+    }
+    if std::path::Path::new("/usr/local/cuda/lib64").exists() {
+        println!("skipped: a toolkit in /usr/local/cuda is found first");
+        return;
+    }
+    let (Some(_), Some(python)) = (wheel_nvrtc(), python_executable()) else {
+        println!("skipped: no NVRTC wheel in the python3 on the PATH");
+        return;
+    };
+    // No python3 on the PATH: only PYTHON can lead to the wheels.
+    let said = probe_with_stub(
+        "nvrtc_is_found_through_the_python_that_python_names",
+        &[("PYTHON", python.as_str()), ("PATH", "/nonexistent")],
+    );
+    assert!(
+        said.starts_with("loaded ") && said.contains("/nvidia/"),
+        "{said}"
+    );
+}
+
+// ---- what NVRTC hands the driver -------------------------------------------
+
+/// Said by the child when it has no NVRTC to compile with.
+const NO_NVRTC: &str = "no NVRTC: ";
+
+/// What the stub's last cuModuleLoadDataEx was handed: 1 an ELF image, 2
+/// text.
+fn last_image() -> i32 {
+    // SAFETY: the library is the full stub this process already loaded (the
+    // same name resolves to the same handle), whose cuStubLastImage takes
+    // nothing and returns an int.
+    unsafe {
+        let library = libloading::Library::new("libcuda.so.1").expect("the stub is loaded");
+        let last = library
+            .get::<unsafe extern "C" fn() -> i32>(b"cuStubLastImage\0")
+            .expect("the full stub records images");
+        last()
+    }
+}
+
+/// In the child with the full stub, whose module load refuses every image:
+/// build a CUDA C++ kernel and hand the parent what the stub was given and
+/// the error, on one line.
+fn report_from_cuda() {
+    if let Err(error) = nvrtc_info() {
+        println!("\n{REASON}{NO_NVRTC}{error}");
+        return;
+    }
+    let device = Cuda::open().expect("the full stub opens its device");
+    let source = r#"
+        extern "C" __global__ void __launch_bounds__(64) twice(float* x, unsigned n) {
+            unsigned i = blockIdx.x * 64 + threadIdx.x;
+            if (i < n) x[i] *= 2.0f;
+        }"#;
+    let signature = Signature::new("twice").binding(Access::ReadWrite).param(4);
+    // SAFETY: the stub loads no module, so the kernel is never launched.
+    let built = unsafe { Kernel::from_cuda(&device, source, "twice", signature) };
+    let Err(Error::Compile { log, .. }) = built else {
+        panic!("the stub's refusal was not a compile error: {built:?}");
+    };
+    let image = match last_image() {
+        1 => "cubin",
+        2 => "ptx",
+        _ => "nothing",
+    };
+    println!("\n{REASON}{image}: {}", log.replace('\n', " | "));
+}
+
+/// Run [`report_from_cuda`] as `test` with the full stub and `vars`, with
+/// the parent's NVRTC; `None` (after saying why) when there is no NVRTC.
+fn from_cuda_with_stub(test: &str, vars: &[(&str, &str)]) -> Option<String> {
+    let chosen = env::var(NVRTC_ENV).ok();
+    let mut all: Vec<(&str, &str)> = vars.to_vec();
+    if let Some(path) = &chosen {
+        all.push((NVRTC_ENV, path));
+    }
+    let said = with_full_stub(test, &all);
+    if let Some(why) = said.strip_prefix(NO_NVRTC) {
+        common::missing(&format!("no NVRTC to compile with ({why})"));
+        return None;
+    }
+    Some(said)
+}
+
+#[test]
+fn cuda_cpp_reaches_the_driver_as_a_cubin_for_the_devices_architecture() {
+    if in_child() {
+        return report_from_cuda();
+    }
+    // sm_80 is known to every NVRTC from 11.0 to 13.x.
+    let Some(said) = from_cuda_with_stub(
+        "cuda_cpp_reaches_the_driver_as_a_cubin_for_the_devices_architecture",
+        &[
+            ("CUDA_STUB_CC_MAJOR", "8"),
+            ("CUDA_STUB_CC_MINOR", "0"),
+            ("CUDA_STUB_DRIVER_VERSION", "13000"),
+            // CUDA_ERROR_NO_BINARY_FOR_GPU
+            ("CUDA_STUB_MODULE_RESULT", "209"),
+        ],
+    ) else {
+        return;
+    };
+    println!("said: {said}");
+    assert!(said.starts_with("cubin: "), "{said}");
+    assert!(said.contains("CUDA_ERROR_NO_BINARY_FOR_GPU"), "{said}");
+    assert!(said.contains("and driver 13.0 disagree"), "{said}");
+    assert!(said.contains("the cubin NVRTC 1"), "{said}");
+    assert!(said.contains("made for sm_80"), "{said}");
+}
+
+#[test]
+fn an_architecture_nvrtc_does_not_know_reaches_the_driver_as_ptx_and_a_refusal_names_both_versions()
+{
+    if in_child() {
+        return report_from_cuda();
+    }
+    let test = "an_architecture_nvrtc_does_not_know_reaches_the_driver_as_ptx_and_a_refusal_names_both_versions";
+    // CUDA_ERROR_UNSUPPORTED_PTX_VERSION, then CUDA_ERROR_INVALID_PTX.
+    for (code, name) in [
+        ("222", "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"),
+        ("218", "CUDA_ERROR_INVALID_PTX"),
+    ] {
+        // No NVRTC knows sm_99, and every one from 11.8 on knows compute_90.
+        let Some(said) = from_cuda_with_stub(
+            test,
+            &[
+                ("CUDA_STUB_CC_MAJOR", "9"),
+                ("CUDA_STUB_CC_MINOR", "9"),
+                ("CUDA_STUB_DRIVER_VERSION", "13000"),
+                ("CUDA_STUB_MODULE_RESULT", code),
+            ],
+        ) else {
+            return;
+        };
+        println!("said: {said}");
+        assert!(said.starts_with("ptx: "), "{said}");
+        assert!(said.contains(name), "{said}");
+        assert!(said.contains("and driver 13.0 disagree"), "{said}");
+        assert!(said.contains("PTX for compute_90"), "{said}");
+        let version = nvrtc_version_said(&said);
+        assert!(version.starts_with("NVRTC 1"), "{said}");
+    }
+    // A refusal that is not about the image says nothing of versions.
+    let Some(said) = from_cuda_with_stub(
+        test,
+        &[
+            ("CUDA_STUB_CC_MAJOR", "9"),
+            ("CUDA_STUB_CC_MINOR", "9"),
+            ("CUDA_STUB_MODULE_RESULT", "2"),
+        ],
+    ) else {
+        return;
+    };
+    assert!(said.starts_with("ptx: "), "{said}");
+    assert!(!said.contains("disagree"), "{said}");
+}
+
+/// The `NVRTC X.Y` a mismatch message names first.
+fn nvrtc_version_said(said: &str) -> &str {
+    let at = said
+        .find("NVRTC ")
+        .unwrap_or_else(|| panic!("no NVRTC named: {said}"));
+    let rest = &said[at..];
+    let end = rest[6..].find(' ').map_or(rest.len(), |space| space + 6);
+    &rest[..end]
 }

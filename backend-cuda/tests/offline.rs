@@ -1,7 +1,9 @@
 //! Checks that need NVIDIA's compilers but no GPU: every PTX text the crate
 //! can hand a driver assembles for every GPU generation it may meet, the
-//! workload's CUDA C++ compiles with NVRTC and assembles too, and each
-//! assembled kernel takes exactly the parameters a launch passes.
+//! workload's CUDA C++ compiles with NVRTC and assembles too, each
+//! assembled kernel takes exactly the parameters a launch passes, and NVRTC
+//! makes a cubin for an architecture it knows and PTX only for one it does
+//! not.
 //!
 //! The tools come from `CAPTURE_PTXAS` (a `:`-separated list) and
 //! `CAPTURE_NVRTC_LIBRARY` when set, and otherwise from NVIDIA's PyPI
@@ -22,7 +24,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use backend_cuda::{NVRTC_ENV, builtin_ptx_variants, check_module_image, nvrtc_compile_ptx};
+use backend_cuda::{
+    NVRTC_ENV, NvrtcOutput, builtin_ptx_variants, check_module_image, nvrtc_compile_for,
+    nvrtc_compile_ptx,
+};
 use capture_core::{Builtin, Error};
 
 /// Set to `1` to make a missing tool a failure.
@@ -298,7 +303,166 @@ fn entry_info(cubin: &[u8], entry: &str) -> EntryInfo {
     result
 }
 
+/// `EM_CUDA`, the ELF machine of a cubin.
+const EM_CUDA: u16 = 190;
+/// `EI_OSABI` of a cubin of the older ABI (ABI version 7), whose `e_flags`
+/// holds the `sm_XY` in its low byte.
+const ELFOSABI_CUDA_V7: u8 = 0x33;
+/// `EI_OSABI` of a cubin of the newer ABI (ABI version 8, CUDA 13 and
+/// Blackwell), whose `e_flags` holds the `sm_XY` in its second byte.
+const ELFOSABI_CUDA_V8: u8 = 0x41;
+
+/// The `sm_XY` number a cubin's ELF header names, after checking that it
+/// is a 64-bit little-endian ELF for `EM_CUDA`.
+fn cubin_arch(cubin: &[u8]) -> u32 {
+    assert!(cubin.len() > 0x40, "a cubin of {} bytes", cubin.len());
+    assert_eq!(&cubin[..4], b"\x7fELF", "not an ELF image");
+    assert_eq!(cubin[4], 2, "not a 64-bit ELF");
+    assert_eq!(cubin[5], 1, "not a little-endian ELF");
+    assert_eq!(u16_at(cubin, 18), EM_CUDA, "not a CUDA ELF");
+    let flags = u32_at(cubin, 48);
+    match cubin[7] {
+        ELFOSABI_CUDA_V7 => flags & 0xff,
+        ELFOSABI_CUDA_V8 => (flags >> 8) & 0xff,
+        other => panic!("a cubin of an unknown ABI: EI_OSABI {other:#x}, e_flags {flags:#x}"),
+    }
+}
+
 // ---- the checks --------------------------------------------------------
+
+/// The cubin reader agrees with ptxas: what ptxas made for `sm_XY` names
+/// `sm_XY`, in either ABI.
+#[test]
+fn cubin_headers_name_the_architecture_ptxas_assembled_for() {
+    let tools = ptxas_tools();
+    if tools.is_empty() {
+        return missing("no ptxas found (CAPTURE_PTXAS, the nvidia-cuda-nvcc wheels, PATH)");
+    }
+    let (label, ptx) = builtin_ptx_variants().pop().expect("a variant");
+    for tool in &tools {
+        for arch in [75, 80, 90, 100, 120] {
+            match assemble(tool, &ptx, arch, &label) {
+                Assembled::Cubin(cubin) => {
+                    assert_eq!(cubin_arch(&cubin), arch, "ptxas {}", tool.release);
+                    println!(
+                        "ptxas {}: sm_{arch}, EI_OSABI {:#x}, e_flags {:#x}",
+                        tool.release,
+                        cubin[7],
+                        u32_at(&cubin, 48)
+                    );
+                }
+                Assembled::Unsupported(why) => {
+                    println!("ptxas {} skips sm_{arch}: {why}", tool.release);
+                }
+            }
+        }
+    }
+}
+
+/// NVRTC makes a cubin for an architecture it knows, whose header names
+/// that architecture and which holds the kernels with their parameters; for
+/// one it does not know it makes PTX for the newest it knows below. Each
+/// NVRTC found is loaded in a child process of its own.
+#[test]
+fn nvrtc_makes_a_cubin_for_a_known_architecture_and_ptx_for_an_unknown_one() {
+    let test = "nvrtc_makes_a_cubin_for_a_known_architecture_and_ptx_for_an_unknown_one";
+    if env::var_os(CHILD).is_some() {
+        return check_nvrtc_outputs();
+    }
+    let mut checked = 0;
+    let mut absent = Vec::new();
+    for library in nvrtc_libraries() {
+        let (stdout, _) = run_child(test, library.as_deref());
+        for line in stdout.lines() {
+            if let Some(why) = line.strip_prefix(MISSING) {
+                absent.push(why.to_owned());
+            } else if line.starts_with(COVERED) {
+                checked += 1;
+            } else if !line.trim().is_empty()
+                && line.trim() != "ok"
+                && !line.starts_with("running ")
+                && !line.starts_with("test ")
+            {
+                println!("{line}");
+            }
+        }
+    }
+    if checked == 0 {
+        missing(&format!("no NVRTC was checked ({})", absent.join("; ")));
+    }
+}
+
+/// In the child: the cubin and the PTX path with the NVRTC this process
+/// loads.
+fn check_nvrtc_outputs() {
+    let info = match backend_cuda::nvrtc_info() {
+        Ok(info) => info,
+        Err(e) => {
+            println!("\n{MISSING}{e}");
+            return;
+        }
+    };
+    let nvrtc = format!("NVRTC {}.{}", info.version.0, info.version.1);
+    println!("{nvrtc} ({}): {:?}", info.path, info.archs);
+    assert!(!info.archs.is_empty(), "{nvrtc} lists no architectures");
+    let mut cubins = 0;
+    for (major, minor) in [(8, 0), (9, 0), (10, 0), (12, 0)] {
+        let arch = major * 10 + minor;
+        if !info.archs.contains(&arch) {
+            println!("{nvrtc} does not know sm_{arch}");
+            continue;
+        }
+        let output = nvrtc_compile_for(WORKLOAD, (major as i32, minor as i32))
+            .unwrap_or_else(|e| panic!("{nvrtc} could not compile the workload: {e}"));
+        let NvrtcOutput::Cubin { arch: made, image } = output else {
+            panic!("{nvrtc} knows sm_{arch} and made PTX: {output:?}");
+        };
+        assert_eq!(made, arch);
+        assert_eq!(cubin_arch(&image), arch, "{nvrtc}'s cubin for sm_{arch}");
+        assert_eq!(check_module_image(&image), Ok("cubin"));
+        for &(entry, params) in WORKLOAD_PARAMS {
+            assert_eq!(
+                entry_info(&image, entry).params,
+                params,
+                "{nvrtc}, sm_{arch}: {entry}"
+            );
+        }
+        println!("{nvrtc}: a cubin for sm_{arch}, EI_OSABI {:#x}", image[7]);
+        cubins += 1;
+    }
+    assert!(cubins >= 2, "{nvrtc} made a cubin for sm_80 and sm_90");
+
+    // A made-up sm_99 between Hopper and Blackwell, and an sm_250 from the
+    // future: PTX for the newest architecture NVRTC knows below each.
+    for (major, minor) in [(9, 9), (25, 0)] {
+        let device = major * 10 + minor;
+        assert!(!info.archs.contains(&device), "{nvrtc} knows sm_{device}");
+        let expected = info
+            .archs
+            .iter()
+            .copied()
+            .filter(|&arch| arch <= device)
+            .max()
+            .expect("an older architecture");
+        let output = nvrtc_compile_for(WORKLOAD, (major as i32, minor as i32))
+            .unwrap_or_else(|e| panic!("{nvrtc} could not compile the workload: {e}"));
+        let NvrtcOutput::Ptx { arch, text } = output else {
+            panic!("{nvrtc} made a cubin for the unknown sm_{device}");
+        };
+        assert_eq!(arch, expected, "{nvrtc} for sm_{device}");
+        assert_eq!(ptx_target(&text), expected, "{nvrtc} for sm_{device}");
+        println!("{nvrtc}: PTX for compute_{arch} for the unknown sm_{device}");
+    }
+
+    // A device older than every architecture NVRTC knows is refused.
+    match nvrtc_compile_for(WORKLOAD, (1, 0)) {
+        Err(Error::Compile { log, .. }) => {
+            assert!(log.contains("sm_10"), "{log}");
+        }
+        other => panic!("{nvrtc} compiled for sm_10: {other:?}"),
+    }
+    println!("\n{COVERED}{}", info.version.0);
+}
 
 /// The builtins' PTX, every variant, for every generation at or past its
 /// target: it assembles without a warning, each entry takes one pointer per
@@ -374,20 +538,14 @@ fn workload_compiles_with_nvrtc_and_assembles_with_its_parameters() {
     if env::var_os(CHILD).is_some() {
         return check_workload_with_loaded_nvrtc();
     }
-    let libraries: Vec<Option<PathBuf>> = if env::var_os(NVRTC_ENV).is_some() {
-        vec![None]
-    } else {
-        let found = pip_nvrtc_libraries();
-        if found.is_empty() {
-            vec![None]
-        } else {
-            found.into_iter().map(Some).collect()
-        }
-    };
+    let libraries = nvrtc_libraries();
     let mut covered: BTreeSet<u32> = BTreeSet::new();
     let mut absent = Vec::new();
     for library in libraries {
-        let (stdout, stderr) = run_child(library.as_deref());
+        let (stdout, stderr) = run_child(
+            "workload_compiles_with_nvrtc_and_assembles_with_its_parameters",
+            library.as_deref(),
+        );
         for line in stdout.lines() {
             if let Some(arch) = line.strip_prefix(COVERED) {
                 covered.insert(arch.trim().parse().expect("an arch number"));
@@ -424,18 +582,28 @@ fn workload_compiles_with_nvrtc_and_assembles_with_its_parameters() {
     }
 }
 
-/// Run the workload check again in a child, with `library` as its NVRTC
-/// (or this process's own setting), and return what it printed.
-fn run_child(library: Option<&Path>) -> (String, String) {
+/// The NVRTC libraries to check, one child each: this process's own
+/// setting when [`NVRTC_ENV`] is set or no wheel is found, else every
+/// wheel's.
+fn nvrtc_libraries() -> Vec<Option<PathBuf>> {
+    if env::var_os(NVRTC_ENV).is_some() {
+        return vec![None];
+    }
+    let found = pip_nvrtc_libraries();
+    if found.is_empty() {
+        vec![None]
+    } else {
+        found.into_iter().map(Some).collect()
+    }
+}
+
+/// Run `test` again in a child, with `library` as its NVRTC (or this
+/// process's own setting), and return what it printed.
+fn run_child(test: &str, library: Option<&Path>) -> (String, String) {
     let exe = env::current_exe().expect("the test binary knows its path");
     let mut command = Command::new(exe);
     command
-        .args([
-            "workload_compiles_with_nvrtc_and_assembles_with_its_parameters",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD, "1");
     if let Some(library) = library {
         command.env(NVRTC_ENV, library);

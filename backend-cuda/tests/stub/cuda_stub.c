@@ -17,7 +17,12 @@
  *                             CUDA_ERROR_NO_DEVICE; full: 0);
  *   CUDA_STUB_DRIVER_VERSION  what cuDriverGetVersion reports (12040);
  *   CUDA_STUB_DEVICE_COUNT    devices the full stub lists (1);
- *   CUDA_STUB_RETAIN_RESULT   what cuDevicePrimaryCtxRetain returns (0).
+ *   CUDA_STUB_RETAIN_RESULT   what cuDevicePrimaryCtxRetain returns (0);
+ *   CUDA_STUB_CC_MAJOR, CUDA_STUB_CC_MINOR
+ *                             the devices' compute capability (9.0);
+ *   CUDA_STUB_MODULE_RESULT   what cuModuleLoadDataEx returns (801), which
+ *                             also records whether it was handed an ELF
+ *                             image or text (cuStubLastImage).
  *
  * Built a third time with CUDA_STUB_RUNS defined as well: streams, events,
  * captures and memory then work on host memory (copies run at once, a
@@ -76,6 +81,14 @@ CUresult cuGetErrorString(CUresult error, const char **text) {
     }
 }
 
+/* NVRTC opens the driver when it compiles and asks it for this table; a
+ * stub without it makes NVRTC call through a null pointer. */
+CUresult cuGetExportTable(const void **table, const void *id) {
+    (void)id;
+    if (table != NULL) *table = NULL;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 #ifdef CUDA_STUB_FULL
 
 /* Contexts pushed and not yet popped on the calling thread. */
@@ -117,8 +130,8 @@ CUresult cuDeviceGetAttribute(int *value, int attribute, int device) {
     case 4: *value = 64; break;         /* MAX_BLOCK_DIM_Z */
     case 5: *value = 2147483647; break; /* MAX_GRID_DIM_X */
     case 6: case 7: *value = 65535; break;
-    case 75: *value = 9; break;         /* COMPUTE_CAPABILITY_MAJOR */
-    case 76: *value = 0; break;         /* COMPUTE_CAPABILITY_MINOR */
+    case 75: *value = env_int("CUDA_STUB_CC_MAJOR", 9); break; /* COMPUTE_CAPABILITY_MAJOR */
+    case 76: *value = env_int("CUDA_STUB_CC_MINOR", 0); break; /* COMPUTE_CAPABILITY_MINOR */
     default: return CUDA_ERROR_INVALID_VALUE;
     }
     return CUDA_SUCCESS;
@@ -315,7 +328,26 @@ UNSUPPORTED(cuLinkCreate_v2)
 UNSUPPORTED(cuLinkAddData_v2)
 UNSUPPORTED(cuLinkComplete)
 UNSUPPORTED(cuLinkDestroy)
-UNSUPPORTED(cuModuleLoadDataEx)
+
+/* What the last cuModuleLoadDataEx was handed: 0 nothing yet, 1 an ELF
+ * image (a cubin), 2 anything else (PTX text). */
+static int last_image = 0;
+
+int cuStubLastImage(void) { return last_image; }
+
+CUresult cuModuleLoadDataEx(void **module, const void *image, unsigned int count,
+                            int *options, void **values) {
+    (void)module;
+    (void)count;
+    (void)options;
+    (void)values;
+    if (image == NULL) return CUDA_ERROR_INVALID_VALUE;
+    /* Compared byte by byte, stopping at the first difference, so that a
+     * text shorter than the magic is not read past its NUL. */
+    const unsigned char *bytes = image;
+    last_image = bytes[0] == 0x7f && bytes[1] == 'E' && bytes[2] == 'L' && bytes[3] == 'F' ? 1 : 2;
+    return env_int("CUDA_STUB_MODULE_RESULT", CUDA_ERROR_NOT_SUPPORTED);
+}
 UNSUPPORTED(cuModuleGetFunction)
 UNSUPPORTED(cuFuncGetAttribute)
 UNSUPPORTED(cuLaunchKernel)
