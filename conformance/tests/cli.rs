@@ -305,6 +305,24 @@ fn every_trial_line_fits_80_columns() {
 }
 
 #[test]
+fn every_line_of_a_run_fits_100_columns() {
+    // Every backend compiled into this build, available or not, with the
+    // reasons of those that are not (a driver's message, paths tried).
+    for args in [&["--exact", ONE][..], &["--devices"]] {
+        let run = conformance(args);
+        assert!(run.ok, "{}{}", run.stdout, run.stderr);
+        // A markdown table row cannot wrap; everything else does.
+        for line in run.stdout.lines().filter(|l| !l.starts_with('|')) {
+            assert!(
+                line.chars().count() <= conformance::runner::report::WRAP_WIDTH,
+                "{} columns: {line}",
+                line.chars().count()
+            );
+        }
+    }
+}
+
+#[test]
 fn a_command_line_it_cannot_follow_is_refused() {
     for args in [
         &["--backend", "metal"][..],

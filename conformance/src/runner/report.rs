@@ -18,6 +18,53 @@ pub const LINE_WIDTH: usize = 79;
 /// space, the duration (`FAILED 123.45s`).
 const AFTER_NAME: usize = 1 + 6 + 1 + 7;
 
+/// The widest any other line of a run is: a backend's reason for being
+/// unavailable (a driver's message, a list of paths tried) wraps under the
+/// line that names the backend.
+pub const WRAP_WIDTH: usize = 100;
+
+/// `text` broken at spaces into lines of at most [`WRAP_WIDTH`] columns, the
+/// lines after the first indented by `indent`; a word too long for a line
+/// of its own is cut. A line that fits keeps its spacing as it is.
+pub fn wrap(text: &str, indent: &str) -> String {
+    let indented = WRAP_WIDTH.saturating_sub(indent.chars().count()).max(1);
+    let mut lines: Vec<String> = Vec::new();
+    for paragraph in text.split('\n') {
+        lines.push(String::new());
+        for (index, token) in paragraph.split(' ').enumerate() {
+            let (mut word, mut spaced) = (token, index > 0);
+            loop {
+                let room = if lines.len() == 1 {
+                    WRAP_WIDTH
+                } else {
+                    indented
+                };
+                let Some(line) = lines.last_mut() else { break };
+                let used = line.chars().count();
+                let gap = usize::from(spaced);
+                if used + gap + word.chars().count() <= room {
+                    if gap == 1 {
+                        line.push(' ');
+                    }
+                    line.push_str(word);
+                    break;
+                }
+                if used == 0 {
+                    let cut = word
+                        .char_indices()
+                        .nth(room)
+                        .map_or(word.len(), |(at, _)| at);
+                    line.push_str(&word[..cut]);
+                    word = &word[cut..];
+                }
+                lines.push(String::new());
+                spaced = false;
+            }
+        }
+    }
+    lines.join(&format!("\n{indent}"))
+}
+
 /// What became of one trial.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -146,10 +193,11 @@ pub fn trial_line(name: &str, outcome: &Outcome, duration: Duration, width: usiz
 /// outcome without running: `cuda: 57 trials ignored, unavailable: ...`.
 pub fn group_line(backend: &str, count: usize, outcome: &Outcome) -> String {
     let trials = if count == 1 { "trial" } else { "trials" };
-    match outcome.message() {
+    let line = match outcome.message() {
         Some(why) => format!("{backend}: {count} {trials} {}, {why}", outcome.word()),
         None => format!("{backend}: {count} {trials} {}", outcome.word()),
-    }
+    };
+    wrap(&line, "  ")
 }
 
 /// The line naming the device a backend runs its trials on (its driver is
@@ -173,7 +221,11 @@ pub fn device_listing(
     let mut out = String::new();
     match devices {
         Err(why) => {
-            let _ = writeln!(out, "{backend}: no devices: {why}");
+            let _ = writeln!(
+                out,
+                "{}",
+                wrap(&format!("{backend}: no devices: {why}"), "  ")
+            );
         }
         Ok(devices) if devices.is_empty() => {
             let _ = writeln!(out, "{backend}: no devices: the driver sees none");
@@ -193,17 +245,18 @@ pub fn device_listing(
                 } else {
                     &info.kind
                 };
-                let _ = writeln!(
-                    out,
+                let line = format!(
                     "  {mark}{:>2}  {}; {kind}, {}, driver {}",
                     info.index,
                     info.name,
                     memory(info.memory_bytes),
                     info.driver_version,
                 );
+                let _ = writeln!(out, "{}", wrap(&line, "      "));
             }
             if let Err(why) = default {
-                let _ = writeln!(out, "  the default device does not open: {why}");
+                let line = format!("  the default device does not open: {why}");
+                let _ = writeln!(out, "{}", wrap(&line, "    "));
             }
         }
     }
@@ -344,7 +397,7 @@ impl Report {
                     info.driver_version.clone(),
                 ),
                 State::Unavailable(why) => {
-                    notes.push(format!("- {} unavailable: {why}", row.name));
+                    notes.push(wrap(&format!("- {} unavailable: {why}", row.name), "  "));
                     ("unavailable (below)".to_string(), "-".to_string())
                 }
                 State::NotCompiledIn(how) => (format!("not compiled in ({how})"), "-".to_string()),
@@ -370,11 +423,11 @@ impl Report {
                     (true, false) => "on",
                     (true, true) => "on, with synchronization validation",
                 };
-                let _ = writeln!(
-                    out,
-                    "\n{} validation: {state}; {} error(s), {} warning(s) over {} trial(s)",
+                let line = format!(
+                    "{} validation: {state}; {} error(s), {} warning(s) over {} trial(s)",
                     row.name, v.errors, v.warnings, t.validated
                 );
+                let _ = writeln!(out, "\n{}", wrap(&line, "  "));
             }
         }
         out
@@ -454,7 +507,8 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::{
-        LINE_WIDTH, Outcome, Record, Report, Row, State, group_line, name_width, trial_line,
+        LINE_WIDTH, Outcome, Record, Report, Row, State, WRAP_WIDTH, group_line, name_width,
+        trial_line, wrap,
     };
     use capture_core::DeviceInfo;
     use std::time::Duration;
@@ -538,6 +592,44 @@ mod tests {
     }
 
     #[test]
+    fn long_lines_wrap_under_their_first_at_word_breaks() {
+        let reason = "no HIP device: hipGetDeviceCount answered hipErrorNoDevice (100): \
+                      no ROCm-capable device is detected; tried /opt/rocm/lib/libamdhip64.so, \
+                      /usr/lib/x86_64-linux-gnu/libamdhip64.so.5 and the loader path";
+        let line = group_line(
+            "hip",
+            71,
+            &Outcome::Ignored(format!("unavailable: {reason}")),
+        );
+        let lines: Vec<_> = line.lines().collect();
+        assert!(lines.len() > 1, "{line}");
+        assert!(lines[0].starts_with("hip: 71 trials ignored, unavailable: no HIP"));
+        for rest in &lines[1..] {
+            assert!(rest.starts_with("  ") && !rest.starts_with("   "), "{line}");
+        }
+        assert!(
+            lines.iter().all(|l| l.chars().count() <= WRAP_WIDTH),
+            "{line}"
+        );
+        let words: Vec<_> = line.split_whitespace().collect();
+        let want: Vec<_> = format!("hip: 71 trials ignored, unavailable: {reason}")
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        assert_eq!(words, want, "no word is lost or broken");
+        // A word longer than a line is cut; a short text stays one line.
+        let long = wrap(&"x".repeat(250), "  ");
+        assert_eq!(
+            long.lines().map(str::len).collect::<Vec<_>>(),
+            [100, 100, 54]
+        );
+        assert_eq!(wrap("a b", "  "), "a b");
+        assert_eq!(wrap("  * 0  host", "    "), "  * 0  host", "spacing kept");
+        assert_eq!(wrap("why:\nlog line", "  "), "why:\n  log line");
+        assert_eq!(wrap("", "  "), "");
+    }
+
+    #[test]
     fn the_table_keeps_reasons_out_of_its_rows() {
         let reason = "r".repeat(300);
         let report = Report {
@@ -560,8 +652,15 @@ mod tests {
         let table = report.table();
         let rows: Vec<_> = table.lines().filter(|l| l.starts_with('|')).collect();
         assert_eq!(rows.len(), 4, "{table}");
-        assert!(rows.iter().all(|l| !l.contains(&reason)), "{table}");
-        assert_eq!(table.matches(&reason).count(), 1, "{table}");
+        assert!(rows.iter().all(|l| !l.contains("rr")), "{table}");
+        // Once under the table, wrapped under its backend.
+        let notes: String = table.lines().filter(|l| !l.starts_with('|')).collect();
+        assert_eq!(notes.matches('r').count(), 300, "{table}");
+        assert!(table.contains("- cuda unavailable:\n  rrr"), "{table}");
+        assert!(
+            table.lines().all(|l| l.chars().count() <= WRAP_WIDTH),
+            "{table}"
+        );
         assert!(rows[2].contains("| 1 | 0 | 0 | 0.25s |"), "{table}");
         let json = report.json();
         assert_eq!(json["backends"][1]["ignored"], 1);
