@@ -17,9 +17,6 @@ use crate::ids::{BufferId, GraphId, WindowId};
 use crate::pool::SliceHandle;
 use crate::stream::StreamState;
 
-/// Info entries a recording has room for, whatever its warmup used.
-const MIN_INFO_ROOM: usize = 4;
-
 /// How a re-capture reached its graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Update {
@@ -130,8 +127,9 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         }
         // A recorded launch may pass info bytes warmup never did; its entry
         // then needs a slice. Room for as many as warmup used, so a run that
-        // changes every info content still records without a page.
-        let slots = stream.info.window_entries().max(MIN_INFO_ROOM);
+        // changes every info content still records without a page, and a
+        // window whose launches pass no info keeps none.
+        let slots = stream.info.window_entries();
         if let Err(err) = stream.keep_info_room(window, slots, ids) {
             self.unwind();
             return Err(err);
