@@ -119,13 +119,14 @@ pub fn rule_09_refusal_claims_the_written_set<D: UserKernels>(session: &Session<
     let b = client.create_f32(stream, &[1.0; NU]).step("b")?;
     let window = client.prepare(stream).step("prepare")?;
     client.begin(stream, window).step("begin")?;
+    // Unwarmed: the page this takes is what the window is refused for.
+    let grow = client.allocate(stream, 32 << 20).step("grow")?;
     client
         .run_builtin(stream, Builtin::Add, &[a, read_only], N, 0.0)
         .step("add")?;
     client
         .run_builtin(stream, Builtin::Axpy, &[read_only, &b], N, 1.0)
         .step("axpy")?;
-    let grow = client.allocate(stream, 32 << 20).step("grow")?;
     refused(client.instantiate(stream, window), "instantiate")?;
     drop(grow);
     expect_claimed(client, a, "allocated while", "a")?;
