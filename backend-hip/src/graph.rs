@@ -24,8 +24,8 @@ pub const IN_PLACE_UPDATES_PER_INSTANCE: u32 = 128;
 /// An instantiated HIP graph, destroyed when dropped.
 ///
 /// It keeps the recording it runs: the graph it was instantiated from (what
-/// a failed update puts back) and the modules its kernel nodes run, which
-/// stay loaded while it lives.
+/// a failed update puts back). The modules its kernel nodes run stay loaded
+/// while it lives because capture-core holds their kernels until it drops.
 pub struct Executable {
     exec: ffi::GraphExec,
     /// Executables a failed update could not put back in order, replaced by
@@ -60,7 +60,7 @@ impl Drop for Executable {
                 log::warn!("{error}");
             }
         }
-        // The recording drops after this: its graph, then its modules.
+        // The recording, its graph, drops after this.
     }
 }
 
@@ -206,8 +206,8 @@ pub(crate) fn update(
     }
     let (code, result) = exec_update(graph_exec_update, exec.exec, recording.graph);
     if code == ffi::SUCCESS && result == ffi::GRAPH_EXEC_UPDATE_SUCCESS {
-        // The same functions, so the same modules: the old recording's
-        // modules stay loaded through the new one for earlier replays.
+        // The same functions: the old recording's kernels are held by
+        // capture-core until the replays enqueued before are past.
         exec.recording = recording;
         exec.updates += 1;
         return Ok(Updated::InPlace);

@@ -23,7 +23,7 @@ use capture_core::DriverError;
 use crate::device::Device;
 use crate::error::{self, describe, other};
 use crate::ffi;
-use crate::kernels::{Kernel, MAX_POINTERS, MAX_VALUES, Module};
+use crate::kernels::{Kernel, MAX_POINTERS, MAX_VALUES};
 
 /// Most idle events a stream keeps for reuse; beyond that they are destroyed,
 /// so a burst of signals does not pin events for the stream's whole life.
@@ -58,27 +58,21 @@ pub(crate) enum Work {
 #[derive(Default)]
 struct Capture {
     work: Vec<Work>,
-    modules: Vec<Arc<Module>>,
 }
 
 impl Capture {
     fn kernel(&mut self, kernel: &Kernel) {
         self.work.push(Work::Kernel(kernel.function() as usize));
-        let module = kernel.module();
-        if !self.modules.iter().any(|held| Arc::ptr_eq(held, module)) {
-            self.modules.push(Arc::clone(module));
-        }
     }
 }
 
 /// A closed recording: the captured `hipGraph_t` (destroyed when this
-/// drops), what was recorded into it, and the modules its kernel nodes run,
-/// kept loaded for as long as the recording or an executable made from it
-/// lives.
+/// drops) and what was recorded into it. The modules its kernel nodes run
+/// stay loaded because capture-core holds their kernels for as long as the
+/// recording or an executable made from it may run (its rule 19).
 pub struct Recording {
     pub(crate) graph: ffi::Graph,
     pub(crate) work: Vec<Work>,
-    _modules: Vec<Arc<Module>>,
     pub(crate) device: Arc<Device>,
 }
 
@@ -451,7 +445,6 @@ impl Stream {
         let recording = (!graph.is_null()).then(|| Recording {
             graph,
             work: capture.work,
-            _modules: capture.modules,
             device: Arc::clone(&self.device),
         });
         let result = if code != ffi::SUCCESS {

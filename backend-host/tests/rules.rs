@@ -94,3 +94,58 @@ fn rule_15_other_streams_are_not_recorded_or_blocked() {
 fn rule_16_thousand_replays_keep_usage_flat() {
     run("rule_16_thousand_replays_keep_usage_flat");
 }
+
+#[test]
+fn rule_19_a_graph_keeps_every_kernel_it_recorded() {
+    run("rule_19_a_graph_keeps_its_kernels");
+    // The closure itself is what stays alive: it holds a token whose count
+    // says so, with every handle of the kernel dropped.
+    use capture_core::{Access, Client, Kernel, Params, Signature};
+    let token = std::sync::Arc::new(());
+    let held = token.clone();
+    let kernel = backend_host::Kernel::new(
+        Signature::new("add_one").binding(Access::ReadWrite),
+        move |group, buffers| {
+            let _alive = &held;
+            let x = buffers[0].f32_mut()?;
+            for i in group.elements_x(x.len()) {
+                x[i] += 1.0;
+            }
+            Ok(())
+        },
+    )
+    .expect("kernel");
+    let client = Client::<Host>::open().expect("open");
+    let stream = client.create_stream().expect("stream");
+    let x = client.create_f32(stream, &[0.0]).expect("x");
+    let kernel = Kernel::new(kernel);
+    let (graph, ()) = client
+        .capture(stream, |_| {
+            client.launch(
+                stream,
+                &kernel,
+                [1, 1, 1],
+                &[&x],
+                &[],
+                Params::new().as_bytes(),
+            )
+        })
+        .expect("capture");
+    drop(kernel);
+    assert_eq!(
+        std::sync::Arc::strong_count(&token),
+        2,
+        "the closure is alive"
+    );
+    for _ in 0..100 {
+        graph.replay().expect("replay");
+    }
+    assert_eq!(client.read_f32(&x).expect("read"), [101.0]);
+    drop(graph);
+    client.sync(stream).expect("sync");
+    assert_eq!(
+        std::sync::Arc::strong_count(&token),
+        1,
+        "the destroyed graph let it go"
+    );
+}

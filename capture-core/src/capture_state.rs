@@ -6,6 +6,8 @@
 //! how every unwinding path (a driver that refused to begin, a window closed
 //! before it opened) leaves the stream usable.
 
+use std::any::Any;
+use std::sync::Arc;
 use std::thread::ThreadId;
 
 use crate::error::Error;
@@ -60,6 +62,9 @@ pub struct StreamCapture {
     /// or before it, each once.
     touched: Vec<SliceHandle>,
     touched_seen: FastSet<BufferId>,
+    /// Every kernel the recorded work launches, each once.
+    kernels: Vec<KeptKernel>,
+    kernels_seen: FastSet<usize>,
     /// Every operation recorded, in order.
     log: Vec<Entry>,
     /// Operations the last window recorded: the next reserves room for as
@@ -80,6 +85,8 @@ impl Default for StreamCapture {
             read_seen: FastSet::default(),
             touched: Vec::new(),
             touched_seen: FastSet::default(),
+            kernels: Vec::new(),
+            kernels_seen: FastSet::default(),
             log: Vec::new(),
             last_len: 0,
             failure: None,
@@ -96,9 +103,15 @@ pub struct Recorded {
     pub read: Vec<BufferId>,
     /// Device slices the recorded work touches.
     pub touched: Vec<SliceHandle>,
+    /// Kernels the recorded work launches.
+    pub kernels: Vec<KeptKernel>,
     /// Every operation recorded, in order.
     pub log: Vec<Entry>,
 }
+
+/// A kernel a recording launched, held for as long as the recorded work
+/// may run (rule 19): a backend may unload its code when the last hold goes.
+pub type KeptKernel = Arc<dyn Any + Send + Sync>;
 
 impl StreamCapture {
     /// The current phase.
@@ -223,6 +236,13 @@ impl StreamCapture {
         self.failure.get_or_insert(error);
     }
 
+    /// Hold `kernel`, which the recorded work launches.
+    pub fn record_kernel<K: Send + Sync + 'static>(&mut self, kernel: &Arc<K>) {
+        if self.kernels_seen.insert(Arc::as_ptr(kernel).addr()) {
+            self.kernels.push(kernel.clone());
+        }
+    }
+
     /// Operations logged so far by the open recording.
     pub fn logged(&self) -> usize {
         self.log.len()
@@ -238,6 +258,7 @@ impl StreamCapture {
         self.written_seen.clear();
         self.read_seen.clear();
         self.touched_seen.clear();
+        self.kernels_seen.clear();
         if !self.log.is_empty() {
             self.last_len = self.log.len();
         }
@@ -250,6 +271,7 @@ impl StreamCapture {
             written: std::mem::take(&mut self.written),
             read: std::mem::take(&mut self.read),
             touched: std::mem::take(&mut self.touched),
+            kernels: std::mem::take(&mut self.kernels),
             log: std::mem::take(&mut self.log),
         }
     }

@@ -212,7 +212,7 @@ impl Placement {
 /// Vulkan, PTX or CUDA C++ on CUDA, a code object or HIP C++ on HIP), those
 /// for GPU code `unsafe`, since only the caller can promise what the code
 /// does.
-pub struct Kernel<D: Driver>(Arc<D::Kernel>);
+pub struct Kernel<D: Driver>(pub(crate) Arc<D::Kernel>);
 
 impl<D: Driver> Kernel<D> {
     /// Wrap a kernel the backend built.

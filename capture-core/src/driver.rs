@@ -326,6 +326,11 @@ pub enum Updated<R> {
 ///   running: they must finish the work they were enqueued with (a backend
 ///   that replaces resources keeps the old ones alive until then).
 /// - An executable is dropped only once no replay of it can still run.
+/// - Every kernel a recording launched stays alive (capture-core holds its
+///   `Arc`) until the recording, every executable made from it and every
+///   replay of those are gone, whatever the user dropped (rule 19): a
+///   backend may unload a kernel's code when its last reference drops, and
+///   holds nothing of a kernel's for a recording's sake.
 ///
 /// The host backend checks all of this anyway, as a tripwire: being strict
 /// is its job.

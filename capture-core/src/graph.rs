@@ -4,6 +4,7 @@ use std::fmt;
 
 use slab::Slab;
 
+use crate::capture_state::KeptKernel;
 use crate::driver::GraphDriver;
 use crate::error::Error;
 use crate::graph_log::{Entry, GraphInfo};
@@ -17,7 +18,11 @@ use crate::pool::SliceHandle;
 /// can reach the executable, so it is only touched under the server's lock
 /// and only destroyed after its stream was synced.
 pub struct Graph<D: GraphDriver> {
+    /// Declared first, so it drops before the kernels its work launches.
     pub(crate) exec: D::Executable,
+    /// Every kernel the recording launched (rule 19): the user may drop
+    /// their handles, and a backend unloads a kernel's code with the last.
+    pub(crate) kernels: Vec<KeptKernel>,
     pub(crate) stream: StreamId,
     /// Every device and host slice the recording touched. A replay re-runs
     /// the recorded work against these exact addresses, and a recorded copy

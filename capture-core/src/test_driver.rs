@@ -290,6 +290,50 @@ mod tests {
         assert!(matches!(gone, Err(Error::UnknownGraph(_))), "{gone:?}");
     }
 
+    #[test]
+    fn a_graph_keeps_the_kernels_it_launches_until_its_work_is_done() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let src = client.create(stream, &[7; 32]).expect("src");
+        let dst = client.create(stream, &[0; 32]).expect("dst");
+        let (first, second) = (copy_kernel(2), copy_kernel(2));
+        let held =
+            |kernel: &crate::client::Kernel<TestDriver>| std::sync::Arc::downgrade(&kernel.0);
+        let (first_held, second_held) = (held(&first), held(&second));
+        let (graph, ()) = client
+            .capture(stream, |_| {
+                for _ in 0..3 {
+                    client.launch(stream, &first, [1, 1, 1], &[&src, &dst], &[], &[])?;
+                }
+                Ok(())
+            })
+            .expect("capture");
+        drop(first);
+        assert_eq!(first_held.strong_count(), 1, "the graph holds it, once");
+        client
+            .replay(&graph)
+            .expect("replay with the handle dropped");
+        // A recapture launching another kernel swaps the holds, the old one
+        // kept until the device is past the replays enqueued before.
+        client
+            .recapture(&graph, |_| {
+                client.launch(stream, &second, [1, 1, 1], &[&src, &dst], &[], &[])
+            })
+            .expect("recapture");
+        drop(second);
+        assert_eq!(second_held.strong_count(), 1, "the graph holds the new one");
+        client.sync(stream).expect("sync");
+        client.replay(&graph).expect("replay");
+        client.sync(stream).expect("past the old work");
+        assert_eq!(first_held.strong_count(), 0, "the old work's kernel went");
+        client.destroy(&graph).expect("destroy");
+        assert_eq!(
+            second_held.strong_count(),
+            0,
+            "a destroyed graph holds none"
+        );
+    }
+
     fn copy_kernel(bindings: usize) -> crate::client::Kernel<TestDriver> {
         let mut accesses = vec![Access::Read; bindings];
         accesses[1] = Access::Write;

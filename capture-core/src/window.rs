@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::capture_state::KeptKernel;
 use crate::driver::{GraphDriver, Updated};
 use crate::error::Error;
 use crate::graph::{Graph, Refused};
@@ -31,6 +32,7 @@ pub enum Update {
 struct Closed<D: GraphDriver> {
     recording: D::Recording,
     retained: Vec<SliceHandle>,
+    kernels: Vec<KeptKernel>,
     written: Vec<BufferId>,
     read: Vec<BufferId>,
     log: Vec<Entry>,
@@ -207,6 +209,7 @@ impl<'a, D: GraphDriver> Window<'a, D> {
                 return Ok(Closed {
                     recording,
                     retained,
+                    kernels: recorded.kernels,
                     written: recorded.written,
                     read: recorded.read,
                     log: recorded.log,
@@ -241,6 +244,7 @@ impl<'a, D: GraphDriver> Window<'a, D> {
                 let (device_bytes, host_bytes, touched_bytes) = closed.bytes;
                 let mut graph = Graph {
                     exec,
+                    kernels: closed.kernels,
                     stream: stream.id,
                     _retained: closed.retained,
                     written: closed.written,
@@ -329,6 +333,10 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         for slice in old {
             stream.queue_drop(slice);
         }
+        // The old work's kernels, after its executable if that was replaced:
+        // a replay enqueued before may still launch them.
+        let old = std::mem::replace(&mut graph.kernels, closed.kernels);
+        stream.queue_keep(Box::new(old));
         graph.written = written;
         graph.read = closed.read;
         graph.log = closed.log;

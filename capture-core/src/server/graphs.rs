@@ -259,6 +259,7 @@ impl<D: GraphDriver> Server<D> {
                 for slice in graph._retained {
                     state.queue_drop(slice);
                 }
+                state.queue_keep(Box::new(graph.kernels));
             }
         }
         for slice in state.info.graph_release(id) {

@@ -9,6 +9,7 @@
 use arrayvec::ArrayVec;
 
 use std::any::Any;
+use std::sync::Arc;
 
 use super::{Bound, Lane, Server, Slot, check_owner};
 use crate::driver::{Binding, DeviceSlice, Driver, GraphDriver, Launch};
@@ -21,7 +22,7 @@ use crate::stream::StreamState;
 
 /// One launch as its caller asked for it, with its kernel's signature.
 struct Request<'a, D: Driver, B> {
-    kernel: &'a D::Kernel,
+    kernel: &'a Arc<D::Kernel>,
     signature: &'a Signature,
     groups: [u32; 3],
     args: &'a [B],
@@ -74,7 +75,7 @@ impl<D: GraphDriver> Server<D> {
     pub(crate) fn launch<B: Bound>(
         &self,
         stream: StreamId,
-        kernel: &D::Kernel,
+        kernel: &Arc<D::Kernel>,
         groups: [u32; 3],
         args: &[B],
         info: &[u8],
@@ -213,6 +214,7 @@ fn record_launch<D: Driver, B: Bound>(
     enqueue_launch(state, request, info_place)?;
     let accesses = request.signature.accesses();
     let capture = &mut state.capture;
+    capture.record_kernel(request.kernel);
     capture.record_entry(Entry::Launch {
         kernel: request.signature.shared_name(),
         groups: request.groups,
@@ -352,7 +354,7 @@ fn enqueue_launch<D: Driver, B: Bound>(
     D::launch(
         &mut state.raw,
         Launch {
-            kernel: request.kernel,
+            kernel: &**request.kernel,
             groups: request.groups,
             bindings: &bindings,
             info,

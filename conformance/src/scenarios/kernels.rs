@@ -395,3 +395,33 @@ pub fn a_kernel_sees_the_whole_elements_of_its_binding<D: UserKernels>(
     client.sync(stream).step("sync after")?;
     usable(&client, stream)
 }
+
+/// A graph keeps every kernel it recorded alive (rule 19): with every
+/// kernel handle and the input dropped, a hundred replays still run the
+/// recorded work.
+pub fn rule_19_a_graph_keeps_its_kernels<D: UserKernels>(session: &Session<D>) -> Outcome {
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let k = workload(session)?;
+    let x = client.create_f32(stream, &[1.0; N]).step("x")?;
+    let y = client.create_f32(stream, &[1.0; N]).step("y")?;
+    let (graph, ()) = client
+        .capture(stream, |_| {
+            k.residual(&client, stream, &x, &y, NU)?;
+            k.scale(&client, stream, grid(NU), &x, NU, 1.0, 0.5)
+        })
+        .step("capture")?;
+    // Every handle of every kernel goes, and the input with them.
+    drop((k, y));
+    for _ in 0..100 {
+        client.replay(&graph).step("replay")?;
+    }
+    // Warmup and each replay add 1.5 to each element, exactly.
+    expect(&client, &x, &[1.0 + 101.0 * 1.5; N], "after 100 replays")?;
+    ensure!(
+        client.graph_info(&graph).step("info")?.launches == 2,
+        "the graph holds its two launches"
+    );
+    drop(graph);
+    usable(&client, stream)
+}

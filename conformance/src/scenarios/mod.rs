@@ -64,6 +64,7 @@ suite![
     kernels::decode_step_replayed_matches_eager,
     kernels::axpy_is_not_fused,
     kernels::a_kernel_sees_the_whole_elements_of_its_binding,
+    kernels::rule_19_a_graph_keeps_its_kernels,
     updates::rule_18_recapture_in_place_gives_the_new_results,
     updates::rule_18_recapture_with_another_shape_reinstantiates,
     updates::rule_18_a_refused_update_leaves_the_old_graph,
