@@ -223,10 +223,11 @@ pub fn check_module_image(image: &[u8]) -> Result<&'static str, String> {
     image::classify(image).map(image::ImageKind::name)
 }
 
-/// The declarations the ABI test compares with `cuda.h`.
+/// The declarations the ABI test compares with `cuda.h` and `nvrtc.h`.
 #[doc(hidden)]
 pub mod abi {
     pub use crate::error::result_names;
+    pub use crate::nvrtc::{NVRTC_PROTOTYPES, NvrtcPrototype};
     pub use crate::sys::{AbiFact, PROTOTYPES, Prototype, abi_facts};
 }
 

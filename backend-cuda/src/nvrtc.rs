@@ -66,22 +66,58 @@ const SITE_PACKAGES: &str = "import site, sys\n\
 pub(crate) const LOAD_OP: &str = "load NVRTC";
 
 type Program = *mut c_void;
-type CreateProgram = unsafe extern "C" fn(
-    *mut Program,
-    *const c_char,
-    *const c_char,
-    c_int,
-    *const *const c_char,
-    *const *const c_char,
-) -> c_int;
-type CompileProgram = unsafe extern "C" fn(Program, c_int, *const *const c_char) -> c_int;
-type DestroyProgram = unsafe extern "C" fn(*mut Program) -> c_int;
-type GetSize = unsafe extern "C" fn(Program, *mut usize) -> c_int;
-type GetText = unsafe extern "C" fn(Program, *mut c_char) -> c_int;
-type ErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
-type Version = unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int;
-type NumArchs = unsafe extern "C" fn(*mut c_int) -> c_int;
-type Archs = unsafe extern "C" fn(*mut c_int) -> c_int;
+/// `nvrtcResult`, an enum in C, read as the int it is passed as.
+type NvrtcResult = c_int;
+
+/// One NVRTC function as declared here, for the ABI test to compare with
+/// `nvrtc.h`.
+#[derive(Debug, Clone, Copy)]
+pub struct NvrtcPrototype {
+    /// The exported symbol.
+    pub symbol: &'static str,
+    /// Each parameter's type as written in the declaration.
+    pub params: &'static [&'static str],
+    /// The result's type as written in the declaration.
+    pub result: &'static str,
+}
+
+/// Declares each function's pointer type and lists it in
+/// [`NVRTC_PROTOTYPES`], so the ABI test checks what is called.
+macro_rules! nvrtc_functions {
+    ($($alias:ident = $symbol:literal ($($param:ty),* $(,)?) -> $result:ty;)*) => {
+        $(type $alias = unsafe extern "C" fn($($param),*) -> $result;)*
+
+        /// Every NVRTC function this crate resolves.
+        pub const NVRTC_PROTOTYPES: &[NvrtcPrototype] = &[$(NvrtcPrototype {
+            symbol: $symbol,
+            params: &[$(stringify!($param)),*],
+            result: stringify!($result),
+        }),*];
+    };
+}
+
+nvrtc_functions! {
+    CreateProgram = "nvrtcCreateProgram"(
+        *mut Program,
+        *const c_char,
+        *const c_char,
+        c_int,
+        *const *const c_char,
+        *const *const c_char,
+    ) -> NvrtcResult;
+    CompileProgram = "nvrtcCompileProgram"(Program, c_int, *const *const c_char) -> NvrtcResult;
+    DestroyProgram = "nvrtcDestroyProgram"(*mut Program) -> NvrtcResult;
+    GetSize = "nvrtcGetProgramLogSize"(Program, *mut usize) -> NvrtcResult;
+    GetText = "nvrtcGetProgramLog"(Program, *mut c_char) -> NvrtcResult;
+    GetPtxSize = "nvrtcGetPTXSize"(Program, *mut usize) -> NvrtcResult;
+    GetPtx = "nvrtcGetPTX"(Program, *mut c_char) -> NvrtcResult;
+    GetCubinSize = "nvrtcGetCUBINSize"(Program, *mut usize) -> NvrtcResult;
+    GetCubin = "nvrtcGetCUBIN"(Program, *mut c_char) -> NvrtcResult;
+    ErrorString = "nvrtcGetErrorString"(NvrtcResult) -> *const c_char;
+    Version = "nvrtcVersion"(*mut c_int, *mut c_int) -> NvrtcResult;
+    NumArchs = "nvrtcGetNumSupportedArchs"(*mut c_int) -> NvrtcResult;
+    Archs = "nvrtcGetSupportedArchs"(*mut c_int) -> NvrtcResult;
+}
 
 /// `NVRTC_SUCCESS`.
 const SUCCESS: c_int = 0;
@@ -99,11 +135,11 @@ struct Library {
     destroy_program: DestroyProgram,
     get_log_size: GetSize,
     get_log: GetText,
-    get_ptx_size: GetSize,
-    get_ptx: GetText,
+    get_ptx_size: GetPtxSize,
+    get_ptx: GetPtx,
     /// `nvrtcGetCUBINSize` and `nvrtcGetCUBIN`, which NVRTC has from 11.1
     /// on; without them every kernel goes through PTX.
-    cubin: Option<(GetSize, GetText)>,
+    cubin: Option<(GetCubinSize, GetCubin)>,
     error_string: ErrorString,
 }
 

@@ -2,7 +2,9 @@
 //! with no GPU: a C compiler checks that every function the backend
 //! resolves has the prototype its Rust declaration spells, and that every
 //! constant, size and offset the backend relies on has the value it gives;
-//! the table naming result codes is compared with the header's enum.
+//! the table naming result codes is compared with the header's enum. The
+//! NVRTC functions of `src/nvrtc.rs` are checked the same way against
+//! `nvrtc.h` (`nvidia/cuda_nvrtc/include`, `nvidia/cu13/include`).
 //!
 //! The headers come from `CAPTURE_CUDA_INCLUDE` (directories separated by
 //! `:`) when set, and otherwise from NVIDIA's PyPI wheels:
@@ -23,7 +25,7 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use backend_cuda::abi::{PROTOTYPES, abi_facts, result_names};
+use backend_cuda::abi::{NVRTC_PROTOTYPES, PROTOTYPES, abi_facts, result_names};
 
 const INCLUDE_ENV: &str = "CAPTURE_CUDA_INCLUDE";
 
@@ -281,4 +283,98 @@ fn rust_types_are_spelled_in_c() {
     assert_eq!(c_type("*mut CUdeviceptr"), "CUdeviceptr *");
     assert_eq!(c_type("usize"), "size_t");
     assert_eq!(c_type("* mut * mut c_void"), "void * *");
+}
+
+// ---- nvrtc.h -------------------------------------------------------------
+
+/// Every directory holding an `nvrtc.h` of NVIDIA's wheels (or those
+/// `CAPTURE_CUDA_INCLUDE` names), with the release it declares.
+fn nvrtc_headers() -> Vec<(PathBuf, String)> {
+    let candidates: Vec<PathBuf> = match env::var_os(INCLUDE_ENV) {
+        Some(dirs) => env::split_paths(&dirs).collect(),
+        None => pip_nvidia_dirs()
+            .into_iter()
+            .flat_map(|dir| [dir.join("cuda_nvrtc/include"), dir.join("cu13/include")])
+            .collect(),
+    };
+    candidates
+        .into_iter()
+        .filter(|dir| dir.join("nvrtc.h").is_file())
+        .map(|dir| {
+            let release = dir.to_string_lossy().into_owned();
+            (dir, release)
+        })
+        .collect()
+}
+
+/// A Rust type of `src/nvrtc.rs`, spelled in C.
+fn nvrtc_c_type(rust: &str) -> String {
+    c_type(
+        &rust
+            .replace("NvrtcResult", "nvrtcResult")
+            .replace("Program", "nvrtcProgram"),
+    )
+}
+
+/// The C source asserting every NVRTC prototype, plus `extra` lines.
+fn nvrtc_assertions(extra: &str) -> String {
+    let mut c = String::from(
+        "#include <nvrtc.h>\n#include <stddef.h>\n\n\
+         _Static_assert(sizeof(nvrtcResult) == sizeof(int), \"nvrtcResult is an int in Rust\");\n\
+         _Static_assert(NVRTC_SUCCESS == 0, \"NVRTC_SUCCESS is 0 in Rust\");\n",
+    );
+    for prototype in NVRTC_PROTOTYPES {
+        let params: Vec<String> = prototype.params.iter().map(|p| nvrtc_c_type(p)).collect();
+        let spelled = format!(
+            "{} (*)({})",
+            nvrtc_c_type(prototype.result),
+            params.join(", ")
+        );
+        c.push_str(&format!(
+            "_Static_assert(__builtin_types_compatible_p(__typeof__(&{symbol}), {spelled}), \
+             \"{symbol} is {spelled} in Rust\");\n",
+            symbol = prototype.symbol
+        ));
+    }
+    c.push_str(extra);
+    c
+}
+
+#[test]
+fn nvrtc_declarations_agree_with_nvrtc_h() {
+    let headers = nvrtc_headers();
+    if headers.is_empty() {
+        return missing("no nvrtc.h found (nvidia-cuda-nvrtc-cu12 or nvidia-cuda-nvrtc)");
+    }
+    if Command::new(compiler()).arg("--version").output().is_err() {
+        return missing(&format!("no C compiler ({})", compiler()));
+    }
+    let symbols: Vec<&str> = NVRTC_PROTOTYPES.iter().map(|p| p.symbol).collect();
+    for needed in [
+        "nvrtcGetCUBINSize",
+        "nvrtcGetCUBIN",
+        "nvrtcGetSupportedArchs",
+    ] {
+        assert!(symbols.contains(&needed), "{needed} is not listed");
+    }
+    for (index, (include, release)) in headers.iter().enumerate() {
+        let header = Header {
+            include: include.clone(),
+            version: u32::try_from(index).unwrap_or(0),
+        };
+        if let Err(words) = compile(&header, &nvrtc_assertions(""), "nvrtc") {
+            panic!("the NVRTC declarations disagree with {release}/nvrtc.h:\n{words}");
+        }
+        println!(
+            "{release}/nvrtc.h: {} prototypes agree",
+            NVRTC_PROTOTYPES.len()
+        );
+        // The check can fail: a prototype made wrong on purpose is refused.
+        let wrong = nvrtc_assertions(
+            "_Static_assert(__builtin_types_compatible_p(__typeof__(&nvrtcGetCUBIN), \
+             nvrtcResult (*)(nvrtcProgram, size_t *)), \"a wrong prototype\");\n",
+        );
+        let refused = compile(&header, &wrong, "nvrtc-wrong").expect_err("a wrong one is refused");
+        assert!(refused.contains("a wrong prototype"), "{refused}");
+    }
 }
