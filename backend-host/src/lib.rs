@@ -97,6 +97,21 @@ pub struct Stream {
     last_recording: (usize, usize, usize),
 }
 
+/// A point on one host stream's worker that another's can wait for: the
+/// worker's progress and the signal it passes there.
+#[derive(Clone)]
+pub struct Event {
+    device: Arc<Device>,
+    progress: worker::Shared,
+    value: u64,
+}
+
+impl std::fmt::Debug for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Event({})", self.value)
+    }
+}
+
 /// An instantiated graph: the recorded work, replayed as one command.
 #[derive(Debug)]
 pub struct Executable {
@@ -204,6 +219,7 @@ impl Driver for Host {
     type HostPage = HostPage;
     type Signal = u64;
     type Kernel = Kernel;
+    type Event = Event;
 
     const NAME: &'static str = "host";
 
@@ -358,6 +374,39 @@ impl Driver for Host {
             .worker
             .passed(signal)
             .map_err(|err| error("query a signal", err))
+    }
+
+    fn record_event(stream: &mut Stream) -> Result<Event, DriverError> {
+        const OP: &str = "record an event";
+        if stream.recording.is_some() {
+            return Err(error(OP, "the stream is recording"));
+        }
+        let value = Self::signal(stream).map_err(|err| error(OP, err.message))?;
+        Ok(Event {
+            device: stream.device.clone(),
+            progress: stream.worker.progress.clone(),
+            value,
+        })
+    }
+
+    /// The worker waits; the caller does not.
+    fn wait_event(stream: &mut Stream, event: &Event) -> Result<(), DriverError> {
+        const OP: &str = "wait for an event";
+        if stream.recording.is_some() {
+            return Err(error(OP, "the stream is recording"));
+        }
+        if !Arc::ptr_eq(&event.device, &stream.device) {
+            return Err(error(OP, "the event was recorded on another device"));
+        }
+        if Arc::ptr_eq(&event.progress, &stream.worker.progress) {
+            return Err(error(OP, "the event was recorded on this stream"));
+        }
+        let command = Command::Wait(event.progress.clone(), event.value);
+        if stream.worker.send(command) {
+            Ok(())
+        } else {
+            Err(error(OP, "the stream's worker thread has stopped"))
+        }
     }
 }
 

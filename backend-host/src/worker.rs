@@ -21,6 +21,8 @@ pub(crate) enum Command {
     /// replays queued before it, so the update does not pay for it.
     Release(Arc<Program>),
     Signal(u64),
+    /// Wait until another stream's worker has passed a signal.
+    Wait(Shared, u64),
 }
 
 /// How far the worker got, and the first error it met (sticky, as a GPU's
@@ -29,6 +31,8 @@ pub(crate) enum Command {
 pub(crate) struct Progress {
     pub completed: u64,
     pub error: Option<String>,
+    /// The worker's thread has ended: nothing more will complete.
+    pub stopped: bool,
 }
 
 /// Progress shared between the worker and fences.
@@ -101,6 +105,43 @@ impl Worker {
     }
 }
 
+/// Block until the worker sharing `progress` has passed signal `value`; its
+/// first error if it met one. That worker passes every signal it was sent,
+/// even after an error or once its stream is dropped (it drains its queue).
+fn wait_for(progress: &Shared, value: u64) -> Result<(), String> {
+    let (lock, ready) = &**progress;
+    let mut progress = lock
+        .lock()
+        .map_err(|_| "worker state poisoned".to_string())?;
+    while progress.completed < value && progress.error.is_none() {
+        if progress.stopped {
+            return Err("its worker thread stopped before the event".into());
+        }
+        progress = ready
+            .wait(progress)
+            .map_err(|_| "worker state poisoned".to_string())?;
+    }
+    match &progress.error {
+        Some(err) => Err(err.clone()),
+        None => Ok(()),
+    }
+}
+
+/// Marks its worker stopped when the worker's loop ends, by return or by
+/// unwinding, and wakes whoever waits for it.
+struct Stopping<'a>(&'a Shared);
+
+impl Drop for Stopping<'_> {
+    fn drop(&mut self) {
+        let (lock, ready) = &**self.0;
+        let mut progress = lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        progress.stopped = true;
+        ready.notify_all();
+    }
+}
+
 impl Drop for Worker {
     fn drop(&mut self) {
         drop(self.sender.take());
@@ -111,6 +152,7 @@ impl Drop for Worker {
 }
 
 fn run(receiver: Receiver<Command>, progress: Shared) {
+    let _stopping = Stopping(&progress);
     let (lock, ready) = &*progress;
     let fail = |err: String| {
         if let Ok(mut progress) = lock.lock() {
@@ -131,6 +173,11 @@ fn run(receiver: Receiver<Command>, progress: Shared) {
                 }
             }
             Command::Release(program) => drop(program),
+            Command::Wait(other, value) => {
+                if let Err(err) = wait_for(&other, value) {
+                    fail(format!("a stream this one waited for failed: {err}"));
+                }
+            }
             Command::Signal(value) => {
                 if let Ok(mut progress) = lock.lock() {
                     progress.completed = progress.completed.max(value);

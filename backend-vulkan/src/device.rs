@@ -377,12 +377,20 @@ impl Device {
         cmds: &[vk::CommandBuffer],
         timeline: vk::Semaphore,
         value: u64,
+        waits: &[(vk::Semaphore, u64)],
     ) -> Result<(), vk::Result> {
         let semaphores = [timeline];
         let values = [value];
-        let mut timeline_info =
-            vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&values);
+        // Empty, and so allocation-free, unless the stream waits for another.
+        let wait_semaphores: Vec<_> = waits.iter().map(|&(semaphore, _)| semaphore).collect();
+        let wait_values: Vec<_> = waits.iter().map(|&(_, value)| value).collect();
+        let wait_stages = vec![vk::PipelineStageFlags::ALL_COMMANDS; waits.len()];
+        let mut timeline_info = vk::TimelineSemaphoreSubmitInfo::default()
+            .signal_semaphore_values(&values)
+            .wait_semaphore_values(&wait_values);
         let submit = vk::SubmitInfo::default()
+            .wait_semaphores(&wait_semaphores)
+            .wait_dst_stage_mask(&wait_stages)
             .command_buffers(cmds)
             .signal_semaphores(&semaphores)
             .push_next(&mut timeline_info);
@@ -390,7 +398,9 @@ impl Device {
         // SAFETY: the queue is externally synchronized by the guard; every
         // command buffer in `cmds` is executable, and `value` exceeds every
         // value signaled on `timeline` (each stream counts its own values up
-        // under `&mut`).
+        // under `&mut`). Each waited semaphore is a live timeline of this
+        // device whose value was submitted, kept alive by the waiting stream
+        // until this submission completes.
         unsafe {
             self.device
                 .queue_submit(*queue, std::slice::from_ref(&submit), vk::Fence::null())

@@ -48,7 +48,7 @@ pub use instance::{SYNC_VALIDATION_ENV, VALIDATION_ENV};
 pub use kernels::Kernel;
 pub use memory::{DevicePage, HostPage};
 pub use recording::Recording;
-pub use stream::{Signal, Stream};
+pub use stream::{Event, Signal, Stream};
 pub use validation::ValidationCounts;
 
 use crate::error::error;
@@ -76,6 +76,7 @@ impl Driver for Vulkan {
     type HostPage = HostPage;
     type Signal = Signal;
     type Kernel = Kernel;
+    type Event = Event;
 
     const NAME: &'static str = "vulkan";
 
@@ -199,6 +200,17 @@ impl Driver for Vulkan {
     /// submitting the pending batch when `signal` names it.
     fn is_done(stream: &mut Stream, signal: Signal) -> Result<bool, DriverError> {
         stream.is_done(signal)
+    }
+
+    /// Submits the stream's pending work, whose timeline value the event
+    /// names.
+    fn record_event(stream: &mut Stream) -> Result<Event, DriverError> {
+        stream.record_event()
+    }
+
+    /// The stream's next submission waits for the event's timeline value.
+    fn wait_event(stream: &mut Stream, event: &Event) -> Result<(), DriverError> {
+        stream.wait_event(event)
     }
 }
 

@@ -34,6 +34,20 @@ pub(crate) const BATCHES: usize = 4;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Signal(pub(crate) u64);
 
+/// A point on one stream's timeline that another stream's next submission
+/// waits for on the device.
+#[derive(Clone)]
+pub struct Event {
+    timeline: Arc<Timeline>,
+    value: u64,
+}
+
+impl std::fmt::Debug for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Event({})", self.value)
+    }
+}
+
 /// A timeline semaphore, shared with the executables replayed on it so they
 /// can wait for their last replay when they drop.
 pub(crate) struct Timeline {
@@ -92,6 +106,11 @@ pub struct Stream {
     idle: Vec<Recorder>,
     /// The capture window being recorded, if any.
     recording: Option<Recording>,
+    /// Other streams' points the next submission waits for.
+    waits: Vec<(Arc<Timeline>, u64)>,
+    /// Timelines a submission waits on, each kept alive until the value of
+    /// this stream's timeline that completes that submission.
+    waited: VecDeque<(u64, Arc<Timeline>)>,
     /// A batch that failed to submit: its work had already been accepted,
     /// so the failure is asynchronous and surfaces at the next signal,
     /// fence or check, as the contract says such failures do.
@@ -130,6 +149,8 @@ impl Stream {
             in_flight: VecDeque::with_capacity(BATCHES),
             idle: Vec::with_capacity(BATCHES),
             recording: None,
+            waits: Vec::new(),
+            waited: VecDeque::new(),
             lost: None,
         };
         for _ in 0..BATCHES {
@@ -155,6 +176,13 @@ impl Stream {
     /// Releases what the device is done with, the timeline having reached
     /// `reached`: completed batches become idle.
     fn reclaim_to(&mut self, reached: u64) {
+        while self
+            .waited
+            .front()
+            .is_some_and(|(value, _)| *value <= reached)
+        {
+            self.waited.pop_front();
+        }
         while let Some((value, _)) = self.in_flight.front() {
             if *value > reached {
                 break;
@@ -168,7 +196,7 @@ impl Stream {
 
     /// As [`Stream::reclaim_to`], reading how far the timeline is.
     fn reclaim(&mut self) {
-        if self.in_flight.is_empty() {
+        if self.in_flight.is_empty() && self.waited.is_empty() {
             return;
         }
         match self.timeline.reached() {
@@ -294,9 +322,20 @@ impl Stream {
             return Ok(self.last);
         };
         let value = self.last + 1;
-        match self.device.submit(cmds, self.timeline.semaphore, value) {
+        let waits: Vec<_> = self
+            .waits
+            .iter()
+            .map(|(timeline, value)| (timeline.semaphore, *value))
+            .collect();
+        match self
+            .device
+            .submit(cmds, self.timeline.semaphore, value, &waits)
+        {
             Ok(()) => {
                 self.last = value;
+                for (timeline, _) in self.waits.drain(..) {
+                    self.waited.push_back((value, timeline));
+                }
                 if let Some(batch) = batch {
                     self.in_flight.push_back((value, batch));
                 }
@@ -362,6 +401,47 @@ impl Stream {
         let reached = self.timeline.reached().map_err(|e| vk_error(OP, e))?;
         self.reclaim_to(reached);
         Ok(reached >= signal.0)
+    }
+
+    /// This stream's work so far, submitted, as a point another stream can
+    /// wait for.
+    pub(crate) fn record_event(&mut self) -> Result<Event, DriverError> {
+        const OP: &str = "record an event";
+        if self.recording.is_some() {
+            return Err(error(OP, "the stream is recording"));
+        }
+        let signal = self.signal()?;
+        self.submitted(OP, signal)?;
+        Ok(Event {
+            timeline: Arc::clone(&self.timeline),
+            value: signal.0,
+        })
+    }
+
+    /// Makes the work submitted from here wait for `event`. What is pending
+    /// goes first, so only later work waits.
+    pub(crate) fn wait_event(&mut self, event: &Event) -> Result<(), DriverError> {
+        const OP: &str = "wait for an event";
+        if self.recording.is_some() {
+            return Err(error(OP, "the stream is recording"));
+        }
+        if !Arc::ptr_eq(&event.timeline.device, &self.device) {
+            return Err(error(OP, "the event was recorded on another device"));
+        }
+        if Arc::ptr_eq(&event.timeline, &self.timeline) {
+            return Err(error(OP, "the event was recorded on this stream"));
+        }
+        self.take_lost()?;
+        self.submit()?;
+        match self
+            .waits
+            .iter_mut()
+            .find(|(timeline, _)| Arc::ptr_eq(timeline, &event.timeline))
+        {
+            Some((_, value)) => *value = (*value).max(event.value),
+            None => self.waits.push((Arc::clone(&event.timeline), event.value)),
+        }
+        Ok(())
     }
 
     /// Starts recording a capture window: from here every copy and launch

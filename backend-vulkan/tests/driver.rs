@@ -1167,3 +1167,47 @@ fn an_executable_replayed_on_another_stream_waits_for_it_when_dropped() {
         },
     );
 }
+
+#[test]
+fn a_stream_waiting_for_an_event_copies_what_the_other_wrote_before_it() {
+    run(
+        "a_stream_waiting_for_an_event_copies_what_the_other_wrote_before_it",
+        |f| {
+            let chain = AddChain::filled(f, SLOW);
+            f.sync();
+            for _ in 0..8 {
+                chain.add(f);
+            }
+            // The adds are pending in the eager batch: recording the event
+            // submits them, so the other stream never waits for a
+            // submission that is not coming.
+            let event = Vulkan::record_event(&mut f.stream).expect("record");
+            let mut other = Vulkan::create_stream(&f.device).expect("second stream");
+            Vulkan::wait_event(&mut other, &event).expect("wait");
+            drop(event);
+            enqueue_copy_out(&mut other, &chain.page, 0, 16, &f.host, 0);
+            sync_stream(&mut other);
+            assert!(
+                f.read(0, 16).iter().all(|&v| v == 8.0),
+                "{:?}",
+                f.read(0, 16)
+            );
+            // What the contract rules out is refused.
+            let event = Vulkan::record_event(&mut other).expect("record on the second");
+            assert!(
+                Vulkan::wait_event(&mut other, &event).is_err(),
+                "its own stream"
+            );
+            Vulkan::begin(&mut f.stream).expect("begin");
+            assert!(
+                Vulkan::wait_event(&mut f.stream, &event).is_err(),
+                "recording"
+            );
+            assert!(Vulkan::record_event(&mut f.stream).is_err(), "recording");
+            drop(Vulkan::end(&mut f.stream));
+            Vulkan::wait_event(&mut f.stream, &event).expect("after the window");
+            f.sync();
+            drop(other);
+        },
+    );
+}

@@ -171,9 +171,10 @@ impl<D: Driver> Debug for HostSlice<'_, D> {
 
 /// The primitives a backend provides.
 ///
-/// Every call may be made from any thread (capture-core serializes them under
-/// one lock per device), so a backend must not depend on the calling thread:
-/// CUDA and HIP make their context current on every entry.
+/// Every call may be made from any thread (capture-core serializes each
+/// stream's calls under that stream's lock), so a backend must not depend
+/// on the calling thread: CUDA and HIP make their context current on every
+/// entry.
 ///
 /// Nothing here may panic on a driver's answer: a failure is a [`DriverError`].
 pub trait Driver: Sized + Send + 'static {
@@ -190,6 +191,10 @@ pub trait Driver: Sized + Send + 'static {
     type Signal: Copy + Send + Debug + 'static;
     /// A compiled kernel, carrying its [`Signature`].
     type Kernel: Send + Sync + 'static;
+    /// A point recorded on one stream that another stream of the same device
+    /// can wait for on the device. Dropping it releases it, even while a
+    /// wait on it is still pending on the device.
+    type Event: Send + Sync + 'static;
 
     /// The backend's short name, used in trial names and reports.
     const NAME: &'static str;
@@ -289,6 +294,25 @@ pub trait Driver: Sized + Send + 'static {
     /// waiting: how the drop queue reclaims what the device is done with
     /// and fences only when it must. An error is reported as by `fence`.
     fn is_done(stream: &mut Self::Stream, signal: Self::Signal) -> Result<bool, DriverError>;
+
+    /// Record the current end of `stream`'s work as an event another stream
+    /// can wait for: it completes once everything enqueued on `stream`
+    /// before it has finished. The work before it is on its way to the
+    /// device when this returns (a backend that batches submits the batch),
+    /// so a wait on it never waits for a submission that is not coming.
+    ///
+    /// capture-core records an event only on a stream that is not
+    /// recording.
+    fn record_event(stream: &mut Self::Stream) -> Result<Self::Event, DriverError>;
+
+    /// Make the work enqueued on `stream` from here wait, on the device, for
+    /// `event`; the host does not wait.
+    ///
+    /// capture-core guarantees that `event` was recorded on another stream
+    /// of the same device, and that `stream` is not recording. Where the
+    /// work before `event` failed, the backend reports it no later than the
+    /// waiting stream's next fence, as for the stream's own work.
+    fn wait_event(stream: &mut Self::Stream, event: &Self::Event) -> Result<(), DriverError>;
 }
 
 /// What [`GraphDriver::update`] did with a recording.

@@ -35,11 +35,15 @@ pub enum Primitive {
     Fence,
     /// `GraphDriver::update`.
     Update,
+    /// `Driver::record_event`.
+    RecordEvent,
+    /// `Driver::wait_event`.
+    WaitEvent,
 }
 
 impl Primitive {
     /// Every primitive, in a fixed order.
-    pub const ALL: [Primitive; 9] = [
+    pub const ALL: [Primitive; 11] = [
         Primitive::Begin,
         Primitive::Instantiate,
         Primitive::Replay,
@@ -49,6 +53,8 @@ impl Primitive {
         Primitive::Copy,
         Primitive::Fence,
         Primitive::Update,
+        Primitive::RecordEvent,
+        Primitive::WaitEvent,
     ];
 
     fn index(self) -> usize {
@@ -59,7 +65,7 @@ impl Primitive {
 /// Which calls fail, and how many calls and executables there have been.
 #[derive(Debug, Default)]
 pub struct FaultPlan {
-    calls: [AtomicU64; 9],
+    calls: [AtomicU64; Primitive::ALL.len()],
     /// Per primitive, the call numbers (1-based, counted since creation)
     /// that fail.
     armed: Mutex<Vec<(Primitive, u64)>>,
@@ -135,6 +141,8 @@ fn primitive_name(primitive: Primitive) -> &'static str {
         Primitive::Copy => "copy",
         Primitive::Fence => "fence",
         Primitive::Update => "update",
+        Primitive::RecordEvent => "record event",
+        Primitive::WaitEvent => "wait event",
     }
 }
 
@@ -208,6 +216,7 @@ impl<D: Driver> Driver for Faulty<D> {
     type HostPage = D::HostPage;
     type Signal = D::Signal;
     type Kernel = D::Kernel;
+    type Event = D::Event;
 
     const NAME: &'static str = D::NAME;
 
@@ -326,6 +335,16 @@ impl<D: Driver> Driver for Faulty<D> {
     fn is_done(stream: &mut Self::Stream, signal: Self::Signal) -> Result<bool, DriverError> {
         stream.plan.call(Primitive::Fence)?;
         D::is_done(&mut stream.inner, signal)
+    }
+
+    fn record_event(stream: &mut Self::Stream) -> Result<Self::Event, DriverError> {
+        stream.plan.call(Primitive::RecordEvent)?;
+        D::record_event(&mut stream.inner)
+    }
+
+    fn wait_event(stream: &mut Self::Stream, event: &Self::Event) -> Result<(), DriverError> {
+        stream.plan.call(Primitive::WaitEvent)?;
+        D::wait_event(&mut stream.inner, event)
     }
 }
 
