@@ -1,5 +1,6 @@
 //! The events behind signals and fences, recycled so that a long-running
-//! stream does not create (or leak) one per signal.
+//! stream does not create (or leak) one per signal; and the [`Event`] one
+//! stream records for another to wait on.
 //!
 //! A signal is a sequence number; the ring maps each outstanding one to the
 //! event recorded for it. Work on a stream completes in order, so once a
@@ -10,9 +11,11 @@
 //! has yet to finish.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use capture_core::DriverError;
 
+use crate::device::Device;
 use crate::error::refuse;
 use crate::sys::{self, Api, CUevent, CUstream};
 
@@ -169,5 +172,91 @@ impl EventRing {
                 log::warn!("{e}");
             }
         }
+    }
+}
+
+/// A point recorded on one stream that other streams of the same device
+/// wait for on the device (`cuStreamWaitEvent`), never the host.
+///
+/// It holds its device, so it is destroyed in its own context even after
+/// every stream of the device is gone. Dropping it right after a wait is
+/// fine: the driver releases an event still pending on the device once the
+/// device reaches it.
+pub struct Event {
+    device: Arc<Device>,
+    raw: CUevent,
+}
+
+// SAFETY: a CUevent is a process-wide driver handle any thread may use once
+// its context is current, which every use here ensures; the handle itself
+// never changes after creation.
+unsafe impl Send for Event {}
+// SAFETY: shared access only passes the handle to `cuStreamWaitEvent`,
+// which the driver allows from several threads at once.
+unsafe impl Sync for Event {}
+
+impl std::fmt::Debug for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Event")
+            .field("device", &self.device)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Event {
+    /// Record a fresh event at the current end of `stream`, on `device`.
+    pub(crate) fn record(device: &Arc<Device>, stream: CUstream) -> Result<Self, DriverError> {
+        const OP: &str = "record an event";
+        let api = device.api();
+        let _current = device.enter()?;
+        let mut raw: CUevent = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid place for the handle; the context is
+        // current. Timing is disabled, as for the signals' events.
+        api.check(OP, unsafe {
+            (api.event_create)(&mut raw, sys::CU_EVENT_DISABLE_TIMING)
+        })?;
+        // Owned from here, so that a failed record still destroys it.
+        let event = Self {
+            device: Arc::clone(device),
+            raw,
+        };
+        // SAFETY: the event was just created and the stream is live, both
+        // in the current context.
+        api.check(OP, unsafe { (api.event_record)(event.raw, stream) })?;
+        Ok(event)
+    }
+
+    /// Make `stream`'s later work wait for this event, where the stream is
+    /// on `device`.
+    pub(crate) fn wait_on(&self, device: &Device, stream: CUstream) -> Result<(), DriverError> {
+        const OP: &str = "wait for an event";
+        if !self.device.same_context(device) {
+            return Err(refuse(OP, "the event was recorded on another device"));
+        }
+        let api = device.api();
+        let _current = device.enter()?;
+        // SAFETY: the stream and the event are live and belong to the
+        // current context; the flags are 0, the only documented value.
+        api.check(OP, unsafe { (api.stream_wait_event)(stream, self.raw, 0) })
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        let api = self.device.api();
+        let current = match self.device.enter() {
+            Ok(current) => current,
+            Err(e) => {
+                log::warn!("leaking an event: {e}");
+                return;
+            }
+        };
+        // SAFETY: the event is owned here and destroyed once; the driver
+        // defers the release of one a stream still waits for.
+        let destroyed = unsafe { (api.event_destroy)(self.raw) };
+        if let Err(e) = api.check("destroy event", destroyed) {
+            log::warn!("{e}");
+        }
+        drop(current);
     }
 }

@@ -52,6 +52,7 @@ use capture_core::{
 };
 
 pub use device::{DEVICE_ENV, Device};
+pub use event::Event;
 pub use graph::{Executable, Recording};
 pub use kernels::{Kernel, builtin_ptx_variants};
 pub use memory::{DevicePage, HostPage};
@@ -71,6 +72,7 @@ impl Driver for Cuda {
     type HostPage = HostPage;
     type Signal = Signal;
     type Kernel = Kernel;
+    type Event = Event;
 
     const NAME: &'static str = "cuda";
 
@@ -166,6 +168,18 @@ impl Driver for Cuda {
     /// `cuEventQuery` on the signal's event.
     fn is_done(stream: &mut Stream, signal: Signal) -> Result<bool, DriverError> {
         stream.is_done(signal)
+    }
+
+    /// A fresh event (`cuEventCreate`, timing disabled) recorded on the
+    /// stream with `cuEventRecord`; `cuEventDestroy` when it drops.
+    fn record_event(stream: &mut Stream) -> Result<Event, DriverError> {
+        stream.record_event()
+    }
+
+    /// `cuStreamWaitEvent`; an event of another device (context) is refused
+    /// before the driver sees it.
+    fn wait_event(stream: &mut Stream, event: &Event) -> Result<(), DriverError> {
+        stream.wait_event(event)
     }
 }
 

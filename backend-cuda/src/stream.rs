@@ -20,7 +20,7 @@ use capture_core::{MAX_BINDINGS, MAX_PARAM_BYTES};
 
 use crate::device::Device;
 use crate::error::refuse;
-use crate::event::EventRing;
+use crate::event::{Event, EventRing};
 use crate::graph::{Executable, Recording};
 use crate::kernels::Kernel;
 use crate::memory::{DevicePage, HostPage};
@@ -318,6 +318,21 @@ impl Stream {
         } else {
             Err(refuse(op, "the signal was given by another stream"))
         }
+    }
+
+    /// Record an event at the current end of the stream's work, for another
+    /// stream of the device to wait on.
+    pub(crate) fn record_event(&mut self) -> Result<Event, DriverError> {
+        Event::record(&self.device, self.raw)
+    }
+
+    /// Make the work enqueued from here wait, on the device, for `event`.
+    pub(crate) fn wait_event(&mut self, event: &Event) -> Result<(), DriverError> {
+        event.wait_on(&self.device, self.raw)?;
+        // The next signal is taken after the wait, so that a fence on it
+        // also covers the work the event stands for.
+        self.unsignalled = true;
+        Ok(())
     }
 
     /// Start recording: from here copies and launches are captured, and the

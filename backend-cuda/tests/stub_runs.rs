@@ -1,7 +1,11 @@
 //! The recording bookkeeping against the stub whose streams, events,
 //! captures and memory work on host memory: frees wait for every recording
 //! on the GPU, whichever `Device` opened it, and a stream replaced after a
-//! capture left it recording is ordered after all its work.
+//! capture left it recording is ordered after all its work. And events
+//! across streams, with the stub queuing each stream's work until something
+//! waits for it (`CUDA_STUB_DEFER`): a wait orders another stream's work,
+//! an event of another device is refused, and an event dropped right after
+//! a wait, or after its streams, is destroyed in its own context.
 //!
 //! Each case runs in a child process (this test binary, run again with the
 //! stub first on the library path), because the driver library, once
@@ -11,7 +15,7 @@
 use std::env;
 use std::process::Command;
 
-use backend_cuda::{Cuda, DEVICE_ENV};
+use backend_cuda::{Cuda, DEVICE_ENV, DevicePage, HostPage, Stream};
 use capture_core::{DeviceSlice, Driver, GraphDriver, HostSlice};
 
 const CHILD: &str = "BACKEND_CUDA_RUNS_CHILD";
@@ -27,6 +31,11 @@ fn in_child() -> bool {
 /// Run `test` again in a child with the stub first on the library path,
 /// and check that it finished.
 fn in_stub(test: &str) {
+    in_stub_with(test, &[]);
+}
+
+/// As [`in_stub`], with `vars` set for the stub.
+fn in_stub_with(test: &str, vars: &[(&str, &str)]) {
     let dir = env::var(STUB_DIR_ENV)
         .ok()
         .or(backend_cuda::TEST_RUNS_STUB_DIR.map(str::to_owned));
@@ -42,6 +51,9 @@ fn in_stub(test: &str) {
         .env(CHILD, "1")
         .env("LD_LIBRARY_PATH", &dir)
         .env_remove(DEVICE_ENV)
+        .env_remove("CUDA_STUB_DEFER")
+        .env_remove("CUDA_STUB_DEVICE_COUNT")
+        .envs(vars.iter().copied())
         .output()
         .expect("the test binary runs again");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -172,4 +184,212 @@ fn a_replacement_stream_waits_for_all_the_old_streams_work() {
         return check_replacement_is_ordered();
     }
     in_stub("a_replacement_stream_waits_for_all_the_old_streams_work");
+}
+
+/// The stub queues each stream's work until something waits for it.
+const DEFER: (&str, &str) = ("CUDA_STUB_DEFER", "1");
+
+/// A whole host page copied into a whole device page, on `stream`.
+fn upload(stream: &mut Stream, host: &HostPage, page: &DevicePage, len: u64) {
+    Cuda::copy_to_device(
+        stream,
+        HostSlice::<Cuda> {
+            page: host,
+            offset: 0,
+            len,
+        },
+        DeviceSlice::<Cuda> {
+            page,
+            offset: 0,
+            len,
+        },
+    )
+    .expect("the upload is enqueued");
+}
+
+/// A whole device page copied into a whole host page, on `stream`.
+fn download(stream: &mut Stream, page: &DevicePage, host: &HostPage, len: u64) {
+    Cuda::copy_to_host(
+        stream,
+        DeviceSlice::<Cuda> {
+            page,
+            offset: 0,
+            len,
+        },
+        HostSlice::<Cuda> {
+            page: host,
+            offset: 0,
+            len,
+        },
+    )
+    .expect("the download is enqueued");
+}
+
+/// Wait on the host for everything enqueued on `stream` so far.
+fn finish(stream: &mut Stream) {
+    let signal = Cuda::signal(stream).expect("a signal");
+    Cuda::fence(stream, signal).expect("the fence passes");
+}
+
+fn read(host: &HostPage, len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    Cuda::read_host(host, 0, &mut out);
+    out
+}
+
+/// In the child: A uploads, records an event; B waits for it and downloads.
+/// Without the wait B would read the page before A's upload has run, as the
+/// first half shows.
+fn check_a_wait_orders_another_streams_work() {
+    const LEN: u64 = 64;
+    let device = Cuda::open_index(0).expect("the stub opens device 0");
+    let mut a = Cuda::create_stream(&device).expect("stream A");
+    let mut b = Cuda::create_stream(&device).expect("stream B");
+    let source = Cuda::allocate_host_page(&mut a, LEN).expect("A's host page");
+    let target = Cuda::allocate_host_page(&mut b, LEN).expect("B's host page");
+    let page = Cuda::allocate_device_page(&mut a, LEN).expect("a device page");
+    Cuda::write_host(&source, 0, &[7; LEN as usize]);
+
+    // Unordered: B's download runs before A's upload.
+    upload(&mut a, &source, &page, LEN);
+    download(&mut b, &page, &target, LEN);
+    finish(&mut b);
+    assert_eq!(
+        read(&target, LEN as usize),
+        [0; LEN as usize],
+        "the stub ran A's work before anything waited for it"
+    );
+    finish(&mut a);
+
+    // Ordered by an event.
+    Cuda::write_host(&source, 0, &[9; LEN as usize]);
+    upload(&mut a, &source, &page, LEN);
+    let event = Cuda::record_event(&mut a).expect("A records an event");
+    Cuda::wait_event(&mut b, &event).expect("B waits for it");
+    download(&mut b, &page, &target, LEN);
+    finish(&mut b);
+    assert_eq!(
+        read(&target, LEN as usize),
+        [9; LEN as usize],
+        "B's download after the wait did not see A's upload"
+    );
+    drop(event);
+    assert_eq!(
+        stub_int("cuStubContextDepth"),
+        0,
+        "a context was left pushed"
+    );
+    finish(&mut a);
+    Cuda::release_device_page(&mut a, page);
+    Cuda::release_host_page(&mut a, source);
+    Cuda::release_host_page(&mut b, target);
+    println!("\n{DONE}");
+}
+
+#[test]
+fn a_wait_on_an_event_orders_another_streams_later_work() {
+    if in_child() {
+        return check_a_wait_orders_another_streams_work();
+    }
+    in_stub_with(
+        "a_wait_on_an_event_orders_another_streams_later_work",
+        &[DEFER],
+    );
+}
+
+/// In the child: the event is dropped right after the wait, before the
+/// work it orders has run, and before the recording stream is.
+fn check_drop_after_wait() {
+    const LEN: u64 = 16;
+    let device = Cuda::open_index(0).expect("the stub opens device 0");
+    let mut a = Cuda::create_stream(&device).expect("stream A");
+    let mut b = Cuda::create_stream(&device).expect("stream B");
+    let source = Cuda::allocate_host_page(&mut a, LEN).expect("A's host page");
+    let target = Cuda::allocate_host_page(&mut b, LEN).expect("B's host page");
+    let page = Cuda::allocate_device_page(&mut a, LEN).expect("a device page");
+    Cuda::write_host(&source, 0, &[5; LEN as usize]);
+    upload(&mut a, &source, &page, LEN);
+    let event = Cuda::record_event(&mut a).expect("A records an event");
+    Cuda::wait_event(&mut b, &event).expect("B waits for it");
+    let destroyed = stub_int("cuStubEventsDestroyed");
+    drop(event);
+    assert_eq!(
+        stub_int("cuStubEventsDestroyed"),
+        destroyed + 1,
+        "the event was not destroyed in its context"
+    );
+    download(&mut b, &page, &target, LEN);
+    finish(&mut b);
+    assert_eq!(read(&target, LEN as usize), [5; LEN as usize]);
+
+    // An event outliving every stream of its device is still destroyed in
+    // its own context.
+    let late = Cuda::record_event(&mut a).expect("A records another event");
+    finish(&mut a);
+    Cuda::release_device_page(&mut a, page);
+    Cuda::release_host_page(&mut a, source);
+    Cuda::release_host_page(&mut b, target);
+    drop(a);
+    drop(b);
+    drop(device);
+    let destroyed = stub_int("cuStubEventsDestroyed");
+    drop(late);
+    assert_eq!(
+        stub_int("cuStubEventsDestroyed"),
+        destroyed + 1,
+        "the event outliving its streams was not destroyed in its context"
+    );
+    assert_eq!(
+        stub_int("cuStubContextDepth"),
+        0,
+        "a context was left pushed"
+    );
+    println!("\n{DONE}");
+}
+
+#[test]
+fn an_event_dropped_right_after_the_wait_still_orders_and_is_destroyed() {
+    if in_child() {
+        return check_drop_after_wait();
+    }
+    in_stub_with(
+        "an_event_dropped_right_after_the_wait_still_orders_and_is_destroyed",
+        &[DEFER],
+    );
+}
+
+/// In the child: an event recorded on device 1 is refused by a stream of
+/// device 0 before the driver sees it; one of another `Device` opened on
+/// the same ordinal (the same context) is taken.
+fn check_other_device_refused() {
+    let zero = Cuda::open_index(0).expect("the stub opens device 0");
+    let one = Cuda::open_index(1).expect("the stub opens device 1");
+    let zero_again = Cuda::open_index(0).expect("the stub opens device 0 again");
+    let mut on_zero = Cuda::create_stream(&zero).expect("a stream of device 0");
+    let mut on_one = Cuda::create_stream(&one).expect("a stream of device 1");
+    let mut on_zero_again = Cuda::create_stream(&zero_again).expect("another stream of device 0");
+    let foreign = Cuda::record_event(&mut on_one).expect("device 1 records an event");
+    let refused = Cuda::wait_event(&mut on_zero, &foreign).expect_err("the wait is refused");
+    assert_eq!(refused.backend, "cuda");
+    assert_eq!(refused.op, "wait for an event");
+    assert!(refused.message.contains("another device"), "{refused}");
+    let same = Cuda::record_event(&mut on_zero_again).expect("device 0 records an event");
+    Cuda::wait_event(&mut on_zero, &same).expect("an event of the same context is waited for");
+    assert_eq!(
+        stub_int("cuStubContextDepth"),
+        0,
+        "a context was left pushed"
+    );
+    println!("\n{DONE}");
+}
+
+#[test]
+fn an_event_of_another_device_is_refused() {
+    if in_child() {
+        return check_other_device_refused();
+    }
+    in_stub_with(
+        "an_event_of_another_device_is_refused",
+        &[DEFER, ("CUDA_STUB_DEVICE_COUNT", "2")],
+    );
 }

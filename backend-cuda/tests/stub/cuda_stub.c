@@ -8,9 +8,9 @@
  * - the minimal stub exports only what is needed before and during cuInit,
  *   which answers like a driver finding no device;
  * - the full stub (CUDA_STUB_FULL defined) exports every function the
- *   backend resolves: it lists devices, retains a pretend context, keeps a
- *   per-thread count of contexts pushed (cuStubContextDepth), and answers
- *   CUDA_ERROR_NOT_SUPPORTED to everything that would need a GPU.
+ *   backend resolves: it lists devices, retains a pretend context for each,
+ *   keeps a per-thread stack of contexts pushed (cuStubContextDepth), and
+ *   answers CUDA_ERROR_NOT_SUPPORTED to everything that would need a GPU.
  *
  * Variables change the answers, to reach each check:
  *   CUDA_STUB_INIT_RESULT     what cuInit returns (minimal: 100,
@@ -30,6 +30,17 @@
  * the frees and unloads performed, make the next end of a capture fail
  * with the stream left capturing, and ask whether a stream replacing one
  * left capturing waited for all the old one's work.
+ *
+ * With CUDA_STUB_DEFER=1 as well, work outside a capture is queued on its
+ * stream instead of run at once, and runs in order when something waits
+ * for it: cuStreamSynchronize, cuEventSynchronize, or a queued
+ * cuStreamWaitEvent that another stream reaches, which first runs the
+ * event's stream up to the event. So a stream that does not wait for an
+ * event reads what another stream's earlier work has not written yet.
+ * Events must be created, recorded, waited for and destroyed with a
+ * context current, destroyed in the context they were created in
+ * (cuStubEventsDestroyed counts those), and a stream can wait only for an
+ * event of its own context.
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -44,6 +55,7 @@ enum {
     CUDA_ERROR_NO_DEVICE = 100,
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_NOT_READY = 600,
     CUDA_ERROR_NOT_SUPPORTED = 801,
 };
 
@@ -91,14 +103,25 @@ CUresult cuGetExportTable(const void **table, const void *id) {
 
 #ifdef CUDA_STUB_FULL
 
-/* Contexts pushed and not yet popped on the calling thread. */
+/* Contexts pushed and not yet popped on the calling thread, the current
+ * one last. */
+#define MAX_DEPTH 64
+static __thread void *context_stack[MAX_DEPTH];
 static __thread int context_depth = 0;
-/* The pretend primary context: any non-null address. */
-static int pretend_context;
+/* The pretend primary contexts, one per device: any distinct addresses. */
+#define MAX_DEVICES 8
+static int pretend_contexts[MAX_DEVICES];
 
 int cuStubContextDepth(void) { return context_depth; }
 
-static int device_count(void) { return env_int("CUDA_STUB_DEVICE_COUNT", 1); }
+static void *current_context(void) {
+    return context_depth > 0 ? context_stack[context_depth - 1] : NULL;
+}
+
+static int device_count(void) {
+    int count = env_int("CUDA_STUB_DEVICE_COUNT", 1);
+    return count < MAX_DEVICES ? count : MAX_DEVICES;
+}
 
 CUresult cuDeviceGetCount(int *count) {
     if (count == NULL) return CUDA_ERROR_INVALID_VALUE;
@@ -145,23 +168,25 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, int device) {
 }
 
 CUresult cuDevicePrimaryCtxRetain(void **context, int device) {
-    (void)device;
     if (context == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (device < 0 || device >= MAX_DEVICES) return CUDA_ERROR_INVALID_DEVICE;
     CUresult result = env_int("CUDA_STUB_RETAIN_RESULT", CUDA_SUCCESS);
-    if (result == CUDA_SUCCESS) *context = &pretend_context;
+    if (result == CUDA_SUCCESS) *context = &pretend_contexts[device];
     return result;
 }
 
 CUresult cuCtxPushCurrent_v2(void *context) {
-    if (context != &pretend_context) return CUDA_ERROR_INVALID_CONTEXT;
-    context_depth += 1;
+    int *c = context;
+    if (c < pretend_contexts || c >= pretend_contexts + MAX_DEVICES) return CUDA_ERROR_INVALID_CONTEXT;
+    if (context_depth == MAX_DEPTH) return CUDA_ERROR_INVALID_VALUE;
+    context_stack[context_depth++] = context;
     return CUDA_SUCCESS;
 }
 
 CUresult cuCtxPopCurrent_v2(void **context) {
     if (context_depth <= 0) return CUDA_ERROR_INVALID_CONTEXT;
     context_depth -= 1;
-    if (context != NULL) *context = &pretend_context;
+    if (context != NULL) *context = context_stack[context_depth];
     return CUDA_SUCCESS;
 }
 
@@ -171,10 +196,39 @@ CUresult cuCtxPopCurrent_v2(void **context) {
 
 #ifdef CUDA_STUB_RUNS
 
-/* A stream's capture state and the clock tick of its latest work run
- * outside a capture; an event's stream and tick. */
-typedef struct { int capturing; long last_work; } Stream;
-typedef struct { Stream *stream; long at; int captured; } Event;
+/* One piece of queued work: a copy, the record of an event, or a wait
+ * for another stream's work up to (and including) its entry `upto`. */
+struct Stream;
+typedef struct {
+    enum { COPY, RECORD, WAIT } kind;
+    void *dst;
+    const void *src;
+    size_t bytes;
+    long *reached;
+    long generation;
+    struct Stream *other;
+    size_t upto;
+} Op;
+
+/* A stream's capture state, the clock tick of its latest work run outside
+ * a capture, its context and its queue (entries before `ran` have run). An
+ * event's stream and tick; its context; where its latest record lies in
+ * its stream's queue, and which of its records have run. */
+typedef struct Stream {
+    int capturing;
+    long last_work;
+    void *context;
+    Op *ops;
+    size_t queued, ran, capacity;
+} Stream;
+typedef struct {
+    Stream *stream;
+    long at;
+    int captured;
+    void *context;
+    size_t index;
+    long generation, reached;
+} Event;
 
 static long ticks = 0;
 static int releases = 0;
@@ -182,8 +236,51 @@ static int fail_next_end = 0;
 static Event *last_waited = NULL;
 static Stream *last_waiter = NULL;
 static int replaced_covered = -1;
+static int events_destroyed = 0;
 
 int cuStubReleases(void) { return releases; }
+int cuStubEventsDestroyed(void) { return events_destroyed; }
+
+static int deferred(void) { return env_int("CUDA_STUB_DEFER", 0) != 0; }
+
+/* Append `op` to the stream's queue; its index, or -1 without memory. */
+static long enqueue(Stream *s, Op op) {
+    if (s->queued == s->capacity) {
+        size_t capacity = s->capacity ? s->capacity * 2 : 16;
+        Op *grown = realloc(s->ops, capacity * sizeof(Op));
+        if (grown == NULL) return -1;
+        s->ops = grown;
+        s->capacity = capacity;
+    }
+    s->ops[s->queued] = op;
+    return (long)s->queued++;
+}
+
+/* Run the stream's queue up to entry `upto`, exclusive. */
+static void run_until(Stream *s, size_t upto) {
+    while (s->ran < upto && s->ran < s->queued) {
+        Op op = s->ops[s->ran++];
+        switch (op.kind) {
+        case COPY: memcpy(op.dst, op.src, op.bytes); break;
+        case RECORD:
+            if (*op.reached < op.generation) *op.reached = op.generation;
+            break;
+        case WAIT: run_until(op.other, op.upto + 1); break;
+        }
+    }
+}
+
+/* A copy on `stream`: queued when deferring outside a capture, else run. */
+static CUresult copy(void *dst, const void *src, size_t bytes, void *stream) {
+    Stream *s = stream;
+    if (s != NULL && !s->capturing && deferred()) {
+        Op op = {COPY, dst, src, bytes, NULL, 0, NULL, 0};
+        if (enqueue(s, op) < 0) return CUDA_ERROR_INVALID_VALUE;
+    } else {
+        memcpy(dst, src, bytes);
+    }
+    return CUDA_SUCCESS;
+}
 void cuStubFailNextEnd(int code) { fail_next_end = code; }
 /* -1 while no capturing stream was destroyed; then 1 when, before the
  * latest was, another stream waited on an event recorded on it outside the
@@ -197,7 +294,7 @@ static void worked(void *stream) {
 
 CUresult cuMemAlloc_v2(unsigned long long *pointer, size_t bytes) {
     if (pointer == NULL) return CUDA_ERROR_INVALID_VALUE;
-    *pointer = (unsigned long long)(size_t)malloc(bytes);
+    *pointer = (unsigned long long)(size_t)calloc(1, bytes);
     return CUDA_SUCCESS;
 }
 CUresult cuMemFree_v2(unsigned long long pointer) {
@@ -222,26 +319,33 @@ CUresult cuModuleUnload(void *module) {
     return CUDA_SUCCESS;
 }
 CUresult cuMemcpyHtoDAsync_v2(unsigned long long dst, const void *src, size_t bytes, void *stream) {
-    memcpy((void *)(size_t)dst, src, bytes);
     worked(stream);
-    return CUDA_SUCCESS;
+    return copy((void *)(size_t)dst, src, bytes, stream);
 }
 CUresult cuMemcpyDtoHAsync_v2(void *dst, unsigned long long src, size_t bytes, void *stream) {
-    memcpy(dst, (const void *)(size_t)src, bytes);
     worked(stream);
-    return CUDA_SUCCESS;
+    return copy(dst, (const void *)(size_t)src, bytes, stream);
 }
 CUresult cuStreamCreate(void **stream, unsigned flags) {
     (void)flags;
     if (stream == NULL) return CUDA_ERROR_INVALID_VALUE;
-    *stream = calloc(1, sizeof(Stream));
+    Stream *s = calloc(1, sizeof(Stream));
+    if (s == NULL) return CUDA_ERROR_INVALID_VALUE;
+    s->context = current_context();
+    *stream = s;
     return CUDA_SUCCESS;
 }
-CUresult cuStreamSynchronize(void *stream) { (void)stream; return CUDA_SUCCESS; }
+CUresult cuStreamSynchronize(void *stream) {
+    Stream *s = stream;
+    run_until(s, s->queued);
+    return CUDA_SUCCESS;
+}
 /* Streams and events are never freed, so that a destroyed one is still
  * there to compare with. */
 CUresult cuStreamDestroy_v2(void *stream) {
     Stream *s = stream;
+    /* The driver lets a destroyed stream's work complete. */
+    run_until(s, s->queued);
     if (s->capturing) {
         replaced_covered = last_waited != NULL && last_waited->stream == s &&
                            last_waiter != s && !last_waited->captured &&
@@ -250,7 +354,16 @@ CUresult cuStreamDestroy_v2(void *stream) {
     return CUDA_SUCCESS;
 }
 CUresult cuStreamWaitEvent(void *stream, void *event, unsigned flags) {
-    (void)flags;
+    Stream *s = stream;
+    Event *e = event;
+    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (deferred()) {
+        if (current_context() == NULL || e->context != s->context) return CUDA_ERROR_INVALID_CONTEXT;
+        if (e->stream != NULL && !s->capturing) {
+            Op op = {WAIT, NULL, NULL, 0, NULL, 0, e->stream, e->index};
+            if (enqueue(s, op) < 0) return CUDA_ERROR_INVALID_VALUE;
+        }
+    }
     last_waiter = stream;
     last_waited = event;
     return CUDA_SUCCESS;
@@ -277,19 +390,45 @@ CUresult cuStreamIsCapturing(void *stream, int *status) {
 }
 CUresult cuEventCreate(void **event, unsigned flags) {
     (void)flags;
-    *event = calloc(1, sizeof(Event));
+    if (deferred() && current_context() == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+    Event *e = calloc(1, sizeof(Event));
+    if (e == NULL) return CUDA_ERROR_INVALID_VALUE;
+    e->context = current_context();
+    *event = e;
     return CUDA_SUCCESS;
 }
 CUresult cuEventRecord(void *event, void *stream) {
     Event *e = event;
+    Stream *s = stream;
+    if (deferred()) {
+        if (current_context() == NULL || e->context != s->context) return CUDA_ERROR_INVALID_CONTEXT;
+        if (!s->capturing) {
+            Op op = {RECORD, NULL, NULL, 0, &e->reached, e->generation + 1, NULL, 0};
+            long index = enqueue(s, op);
+            if (index < 0) return CUDA_ERROR_INVALID_VALUE;
+            e->index = (size_t)index;
+            e->generation += 1;
+        }
+    }
     e->stream = stream;
     e->at = ++ticks;
-    e->captured = ((Stream *)stream)->capturing;
+    e->captured = s->capturing;
     return CUDA_SUCCESS;
 }
-CUresult cuEventQuery(void *event) { (void)event; return CUDA_SUCCESS; }
-CUresult cuEventSynchronize(void *event) { (void)event; return CUDA_SUCCESS; }
-CUresult cuEventDestroy_v2(void *event) { (void)event; return CUDA_SUCCESS; }
+/* Whether the event's latest record has run; always, unless deferring. */
+static int reached(Event *e) { return e->stream == NULL || e->reached >= e->generation; }
+CUresult cuEventQuery(void *event) { return reached(event) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY; }
+CUresult cuEventSynchronize(void *event) {
+    Event *e = event;
+    if (!reached(e)) run_until(e->stream, e->index + 1);
+    return CUDA_SUCCESS;
+}
+CUresult cuEventDestroy_v2(void *event) {
+    Event *e = event;
+    if (deferred() && current_context() != e->context) return CUDA_ERROR_INVALID_CONTEXT;
+    events_destroyed += 1;
+    return CUDA_SUCCESS;
+}
 CUresult cuGraphGetNodes(void *graph, void **nodes, size_t *count) {
     (void)graph;
     (void)nodes;
