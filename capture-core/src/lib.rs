@@ -50,6 +50,7 @@ mod graveyard;
 mod hashing;
 mod ids;
 mod info_cache;
+mod ordering;
 mod phase;
 mod pool;
 mod server;
@@ -70,6 +71,7 @@ pub use graph::{Captures, Graph, Refused};
 pub use graph_cache::{CacheStats, GraphCache, Served};
 pub use graph_log::GraphInfo;
 pub use ids::{BufferId, GraphId, StreamId, WindowId};
+pub use ordering::{Point, StreamOrder, Wait};
 pub use phase::Phase;
 pub use pool::{PoolUsage, SLICE_ALIGN};
 pub use signature::{
