@@ -94,7 +94,7 @@ pub use kernels::{Kernel, check_code_object};
 pub use loader::LIBRARY_ENV;
 pub use memory::{DevicePage, HostPage};
 pub use rtc::hiprtc_compile;
-pub use stream::{Recording, Signal, Stream};
+pub use stream::{Event, Recording, Signal, Stream};
 
 /// The HIP backend, as a marker type: all its state lives in the device,
 /// stream and page types capture-core holds.
@@ -130,6 +130,7 @@ impl Driver for Hip {
     type HostPage = HostPage;
     type Signal = Signal;
     type Kernel = Kernel;
+    type Event = Event;
 
     const NAME: &'static str = "hip";
 
@@ -233,6 +234,18 @@ impl Driver for Hip {
 
     fn is_done(stream: &mut Stream, signal: Signal) -> Result<bool, DriverError> {
         stream.is_done(signal)
+    }
+
+    /// A fresh event (`hipEventCreateWithFlags`, timing disabled) recorded
+    /// on the stream with `hipEventRecord`; `hipEventDestroy` when it drops.
+    fn record_event(stream: &mut Stream) -> Result<Event, DriverError> {
+        stream.record_event()
+    }
+
+    /// `hipStreamWaitEvent`; an event of another device is refused before
+    /// the runtime sees it.
+    fn wait_event(stream: &mut Stream, event: &Event) -> Result<(), DriverError> {
+        stream.wait_event(event)
     }
 }
 

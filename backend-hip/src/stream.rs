@@ -511,6 +511,93 @@ impl Stream {
     }
 }
 
+/// A point recorded on one stream that other streams of the same device
+/// wait for on the device (`hipStreamWaitEvent`), never the host.
+///
+/// It holds its device, so it is destroyed on that device even after every
+/// stream of it is gone. Dropping it right after a wait is fine: the runtime
+/// releases an event still pending on the device once the device reaches it.
+pub struct Event {
+    device: Arc<Device>,
+    raw: ffi::Event,
+}
+
+// SAFETY: an event is a runtime object usable from any thread (its device
+// is made current on every use); the handle never changes after creation.
+unsafe impl Send for Event {}
+// SAFETY: shared access only passes the handle to `hipStreamWaitEvent`,
+// which the runtime allows from several threads at once.
+unsafe impl Sync for Event {}
+
+impl std::fmt::Debug for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Event")
+            .field("device", &self.device.ordinal)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        const OP: &str = "destroy event";
+        let current = self.device.enter(OP);
+        if let Err(error) = &current {
+            log::warn!("{error}; the event is destroyed on whichever device is current");
+        }
+        destroy_event(&self.device, self.raw);
+        drop(current);
+    }
+}
+
+impl Stream {
+    /// Record a fresh event at the current end of the stream's work, for
+    /// another stream of the device to wait on.
+    pub(crate) fn record_event(&mut self) -> Result<Event, DriverError> {
+        const OP: &str = "record an event";
+        let api = self.device.api;
+        let _current = self.device.enter(OP)?;
+        let mut raw = ptr::null_mut();
+        // SAFETY: the out-pointer is a live local; the flag is a documented
+        // one (timing disabled, as for the signals' events).
+        let code = unsafe { (api.event_create_with_flags)(&mut raw, ffi::EVENT_DISABLE_TIMING) };
+        error::check(api, OP, code)?;
+        // Owned from here, so that a failed record still destroys it.
+        let event = Event {
+            device: Arc::clone(&self.device),
+            raw,
+        };
+        // SAFETY: the event was just created and the stream is live, both on
+        // the current device.
+        let code = unsafe { (api.event_record)(event.raw, self.raw) };
+        error::check(api, OP, code)?;
+        Ok(event)
+    }
+
+    /// Make the work enqueued from here wait, on the device, for `event`.
+    pub(crate) fn wait_event(&mut self, event: &Event) -> Result<(), DriverError> {
+        const OP: &str = "wait for an event";
+        if event.device.ordinal != self.device.ordinal {
+            return Err(other(
+                OP,
+                format!(
+                    "the event was recorded on HIP device {} and the stream is on device {}",
+                    event.device.ordinal, self.device.ordinal
+                ),
+            ));
+        }
+        let api = self.device.api;
+        let _current = self.device.enter(OP)?;
+        // SAFETY: the stream and the event are live and on the current
+        // device; the flags are 0, the only documented value.
+        let code = unsafe { (api.stream_wait_event)(self.raw, event.raw, 0) };
+        error::check(api, OP, code)?;
+        // The next signal is taken after the wait, so that a fence on it
+        // also covers the work the event stands for.
+        self.enqueued();
+        Ok(())
+    }
+}
+
 fn destroy_event(device: &Device, event: ffi::Event) {
     let api = device.api;
     // SAFETY: the event is live and leaves every list before this call, so it

@@ -310,6 +310,20 @@ fn new_prototypes_match() {
         abi::<ffi::HipEventOp>(),
         abi_of(|| sys::hipEventQuery as unsafe extern "C" fn(_) -> _),
     );
+    // The calls behind `Driver::record_event`, `wait_event` and an event's
+    // drop (`hipStreamWaitEvent` is checked above).
+    same_type(
+        abi::<ffi::HipEventCreateWithFlags>(),
+        abi_of(|| sys::hipEventCreateWithFlags as unsafe extern "C" fn(_, _) -> _),
+    );
+    same_type(
+        abi::<ffi::HipEventRecord>(),
+        abi_of(|| sys::hipEventRecord as unsafe extern "C" fn(_, _) -> _),
+    );
+    same_type(
+        abi::<ffi::HipEventOp>(),
+        abi_of(|| sys::hipEventDestroy as unsafe extern "C" fn(_) -> _),
+    );
     same_type(
         abi::<ffi::HipStreamEndCapture>(),
         abi_of(|| sys::hipStreamEndCapture as unsafe extern "C" fn(_, _) -> _),

@@ -8,8 +8,8 @@
  * call that matters is appended as one line to the file named by
  * FAKE_HIP_LOG. The `fake_*` functions let a test change what the runtime
  * answers: its version, whether events are reached, how the next end of a
- * capture and the next graph updates go, and how many nodes a graph gains
- * or loses.
+ * capture and the next graph updates go, how many nodes a graph gains or
+ * loses, and which code the next call of an event function answers.
  *
  * Graph executables model ROCm 6.1's kernel-argument space: every in-place
  * update takes fresh space per node, given back only when the executable is
@@ -62,6 +62,9 @@ static long ticks = 0, kernarg_bytes = 0;
 static void* last_waited_event = 0;
 static void* last_waiting_stream = 0;
 static int replaced_covered = -1;
+/* The streams (by creation order) of the latest wait: the waiting one and
+ * the one its event was recorded on. */
+static int last_wait_waiter = -1, last_wait_recorder = -1;
 /* Kernel-argument bytes one node's update takes. */
 #define KERNARG_PER_NODE 256
 
@@ -106,6 +109,26 @@ static int update_codes[8], update_results[8], update_count = 0;
 void fake_set_runtime_version(int version) { runtime_version = version; }
 void fake_set_events_ready(int ready) { events_ready = ready; }
 void fake_set_node_skew(long skew) { node_skew = skew; }
+
+/* The next call of the function named `name` answers `code` and does
+ * nothing else (only the event functions look). */
+static char failing_name[64];
+static int failing_code = 0;
+void fake_fail_next_call(const char* name, int code) {
+    snprintf(failing_name, sizeof failing_name, "%s", name);
+    failing_code = code;
+}
+static int failing(const char* name) {
+    if (failing_code == 0 || strcmp(name, failing_name) != 0) return 0;
+    int code = failing_code;
+    failing_code = 0;
+    say("%s -> %d", name, code);
+    return code;
+}
+/* waiter * 100 + recorder for the latest wait, or -1 before any. */
+int fake_last_wait(void) {
+    return last_wait_waiter < 0 ? -1 : last_wait_waiter * 100 + last_wait_recorder;
+}
 /* The next hipStreamEndCapture answers `code`, leaving the stream capturing
  * when `leave_capturing` is set. */
 void fake_fail_next_end(int code, int leave_capturing) {
@@ -185,6 +208,11 @@ int hipStreamDestroy(void* stream) {
     return 0;
 }
 int hipStreamWaitEvent(void* stream, void* event, unsigned flags) {
+    int code = failing("hipStreamWaitEvent");
+    if (code) return code;
+    int e = find_event(event);
+    last_wait_waiter = find_stream(stream);
+    last_wait_recorder = e >= 0 ? find_stream(events[e].stream) : -1;
     last_waiting_stream = stream;
     last_waited_event = event;
     say("hipStreamWaitEvent flags=%u", flags);
@@ -270,6 +298,8 @@ int hipModuleLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz,
 }
 
 int hipEventCreateWithFlags(void** event, unsigned flags) {
+    int code = failing("hipEventCreateWithFlags");
+    if (code) return code;
     if (event_count == MAX_HANDLES) return 2;
     *event = handle();
     events[event_count].handle = *event;
@@ -279,6 +309,8 @@ int hipEventCreateWithFlags(void** event, unsigned flags) {
     return 0;
 }
 int hipEventRecord(void* event, void* stream) {
+    int code = failing("hipEventRecord");
+    if (code) return code;
     int e = find_event(event), i = find_stream(stream);
     if (e >= 0) {
         events[e].stream = stream;
@@ -291,6 +323,8 @@ int hipEventRecord(void* event, void* stream) {
 int hipEventSynchronize(void* event) { (void)event; say("hipEventSynchronize"); return 0; }
 int hipEventQuery(void* event) { (void)event; return events_ready ? 0 : 600; }
 int hipEventDestroy(void* event) {
+    int code = failing("hipEventDestroy");
+    if (code) return code;
     int e = find_event(event);
     if (e >= 0) events[e] = events[--event_count];
     say("hipEventDestroy");

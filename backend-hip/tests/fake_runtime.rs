@@ -1329,3 +1329,121 @@ fn truncated_code_objects_are_refused_without_loading() {
         truncated_images_are_refused,
     );
 }
+
+impl Fake {
+    /// Make the next call of the fake's function `name` answer `code`.
+    fn fail_next_call(&self, name: &str, code: c_int) {
+        let name = std::ffi::CString::new(name).unwrap_or_else(|e| panic!("{e}"));
+        // SAFETY: `void fake_fail_next_call(const char*, int)`.
+        let fail = unsafe {
+            self.get::<unsafe extern "C" fn(*const std::ffi::c_char, c_int)>("fake_fail_next_call")
+        };
+        // SAFETY: a NUL-terminated string the fake copies, and a value.
+        unsafe { fail(name.as_ptr(), code) };
+    }
+}
+
+/// An event recorded on stream A (the child's first stream) and waited
+/// for by B: the calls in order, the wait between the two streams, the
+/// destroy on drop; an event of the other device refused before the
+/// runtime sees it; and each refusal of the runtime as a `DriverError`.
+fn events_across_streams(library: &Path, log: &Path) {
+    let fake = Fake::open(library);
+    let mut calls = Calls {
+        path: log.to_owned(),
+        seen: 0,
+    };
+    let device = ok(Hip::open_index(0));
+    let mut a = ok(Hip::create_stream(&device));
+    let mut b = ok(Hip::create_stream(&device));
+    calls.take();
+
+    let event = ok(Hip::record_event(&mut a));
+    assert_eq!(
+        calls.take(),
+        ["hipEventCreateWithFlags flags=2", "hipEventRecord"]
+    );
+    ok(Hip::wait_event(&mut b, &event));
+    assert_eq!(calls.take(), ["hipStreamWaitEvent flags=0"]);
+    assert_eq!(
+        fake.query("fake_last_wait"),
+        100,
+        "B (stream 1) did not wait for an event recorded on A (stream 0)"
+    );
+    drop(event);
+    assert_eq!(calls.take(), ["hipEventDestroy"]);
+    // B's next signal is a fresh point after the wait, so a fence on it
+    // covers A's work too.
+    ok(Hip::signal(&mut b));
+    assert!(
+        names(&calls.take()).contains(&"hipEventRecord"),
+        "the signal after a wait recorded no event"
+    );
+
+    // An event of device 1, waited for on device 0.
+    let one = ok(Hip::open_index(1));
+    let mut on_one = ok(Hip::create_stream(&one));
+    let foreign = ok(Hip::record_event(&mut on_one));
+    calls.take();
+    let refused = match Hip::wait_event(&mut b, &foreign) {
+        Ok(()) => panic!("an event of another device was waited for"),
+        Err(error) => error,
+    };
+    assert_eq!(refused.backend, "hip");
+    assert_eq!(refused.op, "wait for an event");
+    assert!(refused.message.contains("device 1"), "{refused}");
+    assert!(
+        names(&calls.take())
+            .iter()
+            .all(|name| *name != "hipStreamWaitEvent"),
+        "the runtime was asked to wait for another device's event"
+    );
+    // Destroyed on its own device, the caller's put back after.
+    drop(foreign);
+    assert_eq!(
+        calls.take(),
+        ["hipSetDevice 1", "hipEventDestroy", "hipSetDevice 0"]
+    );
+
+    // The runtime's refusals, in its own words.
+    fake.fail_next_call("hipEventCreateWithFlags", 2);
+    let message = refusal(Hip::record_event(&mut a));
+    assert!(message.contains("record an event"), "{message}");
+    assert!(message.contains("hipErrorOutOfMemory"), "{message}");
+    assert_eq!(calls.take(), ["hipEventCreateWithFlags -> 2"]);
+
+    fake.fail_next_call("hipEventRecord", 400);
+    let message = refusal(Hip::record_event(&mut a));
+    assert!(message.contains("hipErrorInvalidHandle"), "{message}");
+    assert_eq!(
+        calls.take(),
+        [
+            "hipEventCreateWithFlags flags=2",
+            "hipEventRecord -> 400",
+            "hipEventDestroy"
+        ],
+        "the event whose record failed was not destroyed"
+    );
+
+    let event = ok(Hip::record_event(&mut a));
+    fake.fail_next_call("hipStreamWaitEvent", 400);
+    let message = refusal(Hip::wait_event(&mut b, &event));
+    assert!(message.contains("wait for an event"), "{message}");
+    assert!(message.contains("hipErrorInvalidHandle"), "{message}");
+    calls.take();
+    // A destroy the runtime refuses is logged, not a panic.
+    fake.fail_next_call("hipEventDestroy", 400);
+    drop(event);
+    assert_eq!(calls.take(), ["hipEventDestroy -> 400"]);
+    drop(on_one);
+    drop(a);
+    drop(b);
+}
+
+#[test]
+fn events_order_streams_and_refusals_are_errors() {
+    in_child(
+        "events_order_streams_and_refusals_are_errors",
+        events_across_streams,
+    );
+}
