@@ -18,7 +18,7 @@
 //!   to its stream's pool through the drop queue, and a graph is destroyed
 //!   after its stream is synced.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use crate::builtin::{Builtin, BuiltinInfo, Builtins, groups_for};
@@ -78,6 +78,9 @@ struct BufferInner {
     /// leaves the slice in its graveyard.
     slot: Arc<dyn AnySlot>,
     client: u64,
+    /// Set once another stream used the buffer: from then on every
+    /// operation on it is ordered across streams.
+    shared: AtomicBool,
 }
 
 impl Clone for Buffer {
@@ -125,6 +128,11 @@ impl Bound for &Buffer {
     fn stream_slot(&self) -> Option<&dyn AnySlot> {
         Some(&*self.inner.slot)
     }
+
+    #[inline]
+    fn shared(&self) -> &AtomicBool {
+        &self.inner.shared
+    }
 }
 
 impl Drop for BufferInner {
@@ -164,7 +172,9 @@ impl Buffer {
         self.len() == 0
     }
 
-    /// The stream it was allocated on, the only one it may be used on.
+    /// The stream it was allocated on, whose pool holds it. Any stream of
+    /// the client may use it: work on another stream is ordered after what
+    /// the buffer's last users did (rule 20).
     pub fn stream(&self) -> StreamId {
         self.inner.stream
     }
@@ -398,6 +408,7 @@ impl<D: GraphDriver> Client<D> {
         Ok(BufferRef {
             slice: buffer.slice(),
             stream: buffer.inner.stream,
+            shared: &buffer.inner.shared,
         })
     }
 
@@ -444,6 +455,7 @@ impl<D: GraphDriver> Client<D> {
                 stream,
                 slot,
                 client: self.shared.id,
+                shared: AtomicBool::new(false),
             }),
         })
     }
@@ -501,6 +513,19 @@ impl<D: GraphDriver> Client<D> {
     /// Wait for everything enqueued on `stream`.
     pub fn sync(&self, stream: StreamId) -> Result<(), Error> {
         self.server()?.sync(stream)
+    }
+
+    /// Order `stream` after `other`: the work issued on `stream` from here
+    /// runs after all the work issued on `other` so far, on the device (the
+    /// host does not wait). For a caller that orders streams itself; work
+    /// on shared buffers is ordered without it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WaitOnRecording`] when `other` records a capture window,
+    /// [`Error::UnknownStream`], or the driver's refusal.
+    pub fn wait(&self, stream: StreamId, other: StreamId) -> Result<(), Error> {
+        self.server()?.wait(stream, other)
     }
 
     /// Give back every page of `stream` that holds no live slice.

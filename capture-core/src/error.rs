@@ -39,15 +39,45 @@ pub enum Error {
     /// The graph id names no live graph; nothing was enqueued.
     #[error("{0} is unknown or already destroyed")]
     UnknownGraph(GraphId),
-    /// A buffer was used on a stream other than the one it was allocated on.
-    #[error("{buffer} belongs to {owner} and cannot be used on {used}")]
-    ForeignBuffer {
+    /// A stream would have to wait for a stream that records a capture
+    /// window: its recorded work has not run, and will run only when the
+    /// graph replays.
+    #[error(
+        "{stream} would wait for {recording}, which is recording a capture window; \
+         close the window first"
+    )]
+    WaitOnRecording {
+        /// The stream that would wait.
+        stream: StreamId,
+        /// The recording stream.
+        recording: StreamId,
+    },
+    /// A buffer of a stream with an open capture window was to be shared
+    /// with another stream: the work the window recorded on it would escape
+    /// the ordering, so the buffer is shared before the window opens or
+    /// after it closes.
+    #[error(
+        "{buffer} cannot be shared with another stream while its {stream} has a capture \
+         window open; share it before the window opens or after it closes"
+    )]
+    SharedWhileRecording {
         /// The buffer.
         buffer: BufferId,
-        /// The stream it was allocated on.
-        owner: StreamId,
-        /// The stream it was used on.
-        used: StreamId,
+        /// Its stream, whose window is open.
+        stream: StreamId,
+    },
+    /// A capture window recorded work on a buffer another stream uses (or
+    /// of another stream): a graph replays on its own stream only, ordered
+    /// after no other.
+    #[error(
+        "{stream} is recording a capture window and {buffer} is shared with another stream; \
+         a recording uses only buffers of its own stream that no other stream uses"
+    )]
+    SharedInWindow {
+        /// The buffer.
+        buffer: BufferId,
+        /// The recording stream.
+        stream: StreamId,
     },
     /// A buffer allocated by another client (another server, with its own
     /// pools and numbering) was passed to this one.

@@ -11,6 +11,7 @@ use crate::graph_log::{Entry, GraphInfo};
 use crate::hashing::FastMap;
 use crate::ids::{BufferId, GraphId, StreamId};
 use crate::pool::SliceHandle;
+use crate::signature::Access;
 
 /// An instantiated graph, and everything its window pinned for it.
 ///
@@ -56,6 +57,13 @@ impl<D: GraphDriver> Graph<D> {
     /// Buffers a replay reads.
     pub fn read(&self) -> &[BufferId] {
         &self.read
+    }
+
+    /// What a replay does to each buffer, as the stream order counts it: a
+    /// buffer read and written is both.
+    pub(crate) fn accesses(&self) -> impl Iterator<Item = (BufferId, Access)> + Clone + '_ {
+        let written = self.written.iter().map(|&b| (b, Access::Write));
+        written.chain(self.read.iter().map(|&b| (b, Access::Read)))
     }
 
     /// The driver's executable.

@@ -15,11 +15,21 @@
 //! write) lies past what `b` is already ordered after; otherwise it adds
 //! nothing, and a buffer only ever used on one stream costs no wait at all.
 
+use std::sync::{Mutex, MutexGuard};
+
 use smallvec::SmallVec;
 
 use crate::hashing::FastMap;
 use crate::ids::{BufferId, StreamId};
 use crate::signature::Access;
+
+/// `order`, locked. A panic under the lock leaves clocks that are at worst
+/// behind, which asks for waits that are not needed, never misses one.
+pub(crate) fn lock(order: &Mutex<StreamOrder>) -> MutexGuard<'_, StreamOrder> {
+    order
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// An operation's place in its stream: 1 for the stream's first.
 pub type Point = u64;
@@ -135,6 +145,23 @@ impl StreamOrder {
         }
     }
 
+    /// `stream` issued work this order did not see: from here its point is
+    /// past that work, so whoever waits for it now waits past the work.
+    pub fn advance(&mut self, stream: StreamId) -> Point {
+        self.issue(stream, [])
+    }
+
+    /// `buffer`, which only `stream` used so far, counts as written at
+    /// `stream`'s current point: what the stream did with it before is what
+    /// another stream must be ordered after.
+    pub fn adopt(&mut self, stream: StreamId, buffer: BufferId) {
+        let point = self.issued(stream);
+        let uses = self.buffers.entry(buffer).or_default();
+        if point > 0 {
+            uses.write = Some((stream, point));
+        }
+    }
+
     /// `stream` issued an operation making `accesses` (after the waits
     /// [`StreamOrder::needs`] asked for). Returns its point.
     pub fn issue(
@@ -158,6 +185,21 @@ impl StreamOrder {
             }
         }
         point
+    }
+
+    /// [`StreamOrder::issue`], recording only the buffers already ordered:
+    /// a buffer never shared needs none, and its first sharing counts all
+    /// its stream's work before as a write.
+    pub fn issue_tracked(
+        &mut self,
+        stream: StreamId,
+        accesses: impl IntoIterator<Item = (BufferId, Access)>,
+    ) -> Point {
+        let tracked: SmallVec<[(BufferId, Access); 8]> = accesses
+            .into_iter()
+            .filter(|(buffer, _)| self.buffers.contains_key(buffer))
+            .collect();
+        self.issue(stream, tracked)
     }
 
     /// The streams that used `buffer` since its last write (the writer

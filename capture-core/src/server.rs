@@ -38,16 +38,18 @@
 //! never becomes a graph. Capture calls out of order (a second `begin`) are
 //! the exception: they change nothing, as rule 1 says.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use crate::builtin::{Builtin, Builtins};
 use crate::capture_state::Phase;
-use crate::driver::{Driver, GraphDriver};
+use crate::driver::GraphDriver;
 use crate::error::Error;
 use crate::graph::Captures;
 use crate::graveyard::Graveyard;
 use crate::hashing::FastMap;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
+use crate::ordering::StreamOrder;
 use crate::pool::{Place, SliceHandle};
 use crate::stream::{Config, StreamState, StreamUsage};
 use crate::window::Window;
@@ -61,6 +63,7 @@ mod launch;
 mod memory;
 #[cfg(feature = "raw")]
 mod raw;
+mod shared;
 
 /// A buffer as the server sees it: the slice and the stream it belongs to.
 #[derive(Debug, Clone, Copy)]
@@ -69,6 +72,8 @@ pub struct BufferRef<'a> {
     pub slice: &'a SliceHandle,
     /// The stream it was allocated on.
     pub stream: StreamId,
+    /// Whether another stream used it.
+    pub shared: &'a AtomicBool,
 }
 
 /// What a launch binds: a buffer's slice and the stream it belongs to.
@@ -91,6 +96,8 @@ pub(crate) trait Bound {
     fn stream_slot(&self) -> Option<&dyn AnySlot> {
         None
     }
+    /// Whether it is shared with another stream, and the flag that says so.
+    fn shared(&self) -> &AtomicBool;
 }
 
 impl Bound for BufferRef<'_> {
@@ -100,6 +107,10 @@ impl Bound for BufferRef<'_> {
 
     fn stream(&self) -> StreamId {
         self.stream
+    }
+
+    fn shared(&self) -> &AtomicBool {
+        self.shared
     }
 }
 
@@ -117,6 +128,9 @@ pub struct Server<D: GraphDriver> {
     max_groups: [u32; 3],
     streams: RwLock<FastMap<StreamId, Arc<Slot<D>>>>,
     graphs: Mutex<FastMap<GraphId, StreamId>>,
+    /// Which stream waits for which around shared buffers; each stream's
+    /// slot holds it too, to forget the buffers it collects.
+    order: Arc<Mutex<StreamOrder>>,
     /// The builtins compiled so far, in [`Builtin::ALL`] order: read
     /// without a lock once built.
     kernels: [OnceLock<Arc<D::Kernel>>; 4],
@@ -133,6 +147,7 @@ impl<D: GraphDriver> Server<D> {
             max_groups,
             streams: RwLock::default(),
             graphs: Mutex::default(),
+            order: Arc::default(),
             kernels: Default::default(),
             ids: Ids::default(),
         }
@@ -183,7 +198,7 @@ impl<D: GraphDriver> Server<D> {
         let Some(lane) = lane.as_mut() else {
             return Err(Error::UnknownStream(id));
         };
-        collect_dead(&slot.graveyard, &mut lane.state);
+        collect_dead(slot, &mut lane.state);
         Ok(lane)
     }
 
@@ -218,6 +233,7 @@ impl<D: GraphDriver> Server<D> {
                 graphs: Captures::default(),
             })),
             graveyard: Graveyard::default(),
+            order: self.order.clone(),
         });
         self.streams
             .write()
@@ -290,6 +306,7 @@ impl<D: GraphDriver> Server<D> {
         for id in ids {
             drop(lane.graphs.remove(id));
         }
+        crate::ordering::lock(&self.order).forget_stream(lane.state.id);
         lane.state.release_all();
     }
 
@@ -389,30 +406,20 @@ impl<D: GraphDriver> Drop for Server<D> {
 }
 
 /// Queue every buffer of `state`'s stream dropped since its last call for a
-/// fence, and forget their claims: nothing can read them any more.
+/// fence, and forget their claims and, for a stream that shared buffers,
+/// their order: nothing can use them any more.
 #[inline]
-fn collect_dead<D: Driver>(graveyard: &Graveyard, state: &mut StreamState<D>) {
+fn collect_dead<D: GraphDriver>(slot: &Slot<D>, state: &mut StreamState<D>) {
     let mut any = false;
-    graveyard.exhume(|slice| {
+    slot.graveyard.exhume(|slice| {
         state.failures.forget(slice.id());
+        if state.shares {
+            crate::ordering::lock(&slot.order).forget(slice.id());
+        }
         state.queue_drop(slice);
         any = true;
     });
     if any {
         state.maybe_flush();
-    }
-}
-
-/// Refuse buffer `id` of stream `owner` on any stream but its own.
-#[inline]
-fn check_owner(id: BufferId, owner: StreamId, stream: StreamId) -> Result<(), Error> {
-    if owner == stream {
-        Ok(())
-    } else {
-        Err(Error::ForeignBuffer {
-            buffer: id,
-            owner,
-            used: stream,
-        })
     }
 }

@@ -83,6 +83,13 @@ pub struct StreamState<D: Driver> {
     /// syncs, which would abort the recording, so it waits for the close.
     pub(crate) deferred_destroys: Vec<GraphId>,
     pub(crate) upload_failures: usize,
+    /// Whether a buffer of this stream was used on another: its graphs'
+    /// replays then ask the order what they must wait for.
+    pub(crate) shares: bool,
+    /// Whether work was issued since the stream's last point in the order
+    /// of shared buffers: another stream that waits for it then waits past
+    /// a new point.
+    unordered: bool,
 }
 
 fn missing_page() -> Error {
@@ -111,6 +118,8 @@ impl<D: Driver> StreamState<D> {
             failures: FailureStore::default(),
             deferred_destroys: Vec::new(),
             upload_failures: 0,
+            shares: false,
+            unordered: false,
         }
     }
 
@@ -118,6 +127,13 @@ impl<D: Driver> StreamState<D> {
     #[inline]
     pub(crate) fn issued(&mut self) {
         self.work_since_signal = true;
+        self.unordered = true;
+    }
+
+    /// Whether work was issued since the stream's last point in the order
+    /// of shared buffers; from here there is none.
+    pub(crate) fn take_unordered(&mut self) -> bool {
+        std::mem::take(&mut self.unordered)
     }
 
     /// The stamp for something freed now: the newest signal if no work came

@@ -8,7 +8,8 @@ use crate::driver::GraphDriver;
 use crate::error::Error;
 use crate::graph::{Captures, Graph, GraphKey, Refused};
 use crate::graph_log::{self, GraphInfo};
-use crate::ids::{GraphId, StreamId, WindowId};
+use crate::ids::{BufferId, GraphId, StreamId, WindowId};
+use crate::signature::Access;
 use crate::stream::StreamState;
 use crate::window::{Update, Window};
 
@@ -154,7 +155,10 @@ impl<D: GraphDriver> Server<D> {
             Err(Error::UnknownStream(_)) => return Err(Error::UnknownGraph(id)),
             Err(err) => return Err(err),
         };
-        Self::replay_on(&slot, id, stream, |graphs| graphs.get_mut(id))
+        if Self::replay_on(&slot, id, stream, |graphs| graphs.get_mut(id))? {
+            return Ok(());
+        }
+        self.replay_ordered(id, stream)
     }
 
     /// [`Server::replay`] of a handle's graph: on the stream it kept, at
@@ -168,22 +172,28 @@ impl<D: GraphDriver> Server<D> {
         stream: StreamId,
         at: &StreamRef<D>,
     ) -> Result<(), Error> {
-        match &at.0 {
-            Some(slot) => Self::replay_on(slot, id, stream, |graphs| graphs.at_mut(key, id)),
-            None => Err(Error::UnknownGraph(id)),
+        let replayed = match &at.0 {
+            Some(slot) => Self::replay_on(slot, id, stream, |graphs| graphs.at_mut(key, id))?,
+            None => return Err(Error::UnknownGraph(id)),
+        };
+        if replayed {
+            return Ok(());
         }
+        self.replay_ordered(id, stream)
     }
 
     /// Replay graph `id` on `stream`, whose slot is `slot`, the graph being
     /// what `find` finds among the stream's. A stream destroyed since the
-    /// graph was made took the graph with it.
+    /// graph was made took the graph with it. `false`, with nothing done,
+    /// when the replay must first wait for other streams that used its
+    /// buffers ([`Server::replay_ordered`]).
     #[inline]
     fn replay_on(
         slot: &Slot<D>,
         id: GraphId,
         stream: StreamId,
         find: impl FnOnce(&mut Captures<D>) -> Option<&mut Graph<D>>,
-    ) -> Result<(), Error> {
+    ) -> Result<bool, Error> {
         let mut guard = slot.lock()?;
         // `open` refuses only a destroyed stream.
         let Ok(lane) = Self::open(slot, &mut guard, stream) else {
@@ -199,24 +209,48 @@ impl<D: GraphDriver> Server<D> {
         let Some(graph) = find(graphs) else {
             return Err(Error::UnknownGraph(id));
         };
-        if !state.failures.is_empty() {
-            refuse_claimed_input(state, graph, id)?;
-        }
-        match D::replay(&graph.exec, &mut state.raw) {
-            Ok(()) => {
-                state.issued();
-                graph.info.replays += 1;
-                state.failures.settle(graph.written.iter().copied(), None);
-                Ok(())
+        if state.shares {
+            // A buffer of this stream was used on another: the replay is
+            // ordered after that use, and counted for the next one.
+            let mut order = crate::ordering::lock(&slot.order);
+            if !order.needs(stream, graph.accesses()).is_empty() {
+                return Ok(false);
             }
-            Err(cause) => {
-                let err = Error::ReplayFailed {
-                    graph: id,
-                    cause: Arc::new(cause.into()),
-                };
-                Err(claim_written(state, graph, err))
-            }
+            replay_graph(state, graph, id)?;
+            order.issue_tracked(stream, graph.accesses());
+            return Ok(true);
         }
+        replay_graph(state, graph, id).map(|()| true)
+    }
+
+    /// Replay graph `id` on `stream` once it waited for the streams that
+    /// used its buffers since, with those streams locked.
+    #[cold]
+    fn replay_ordered(&self, id: GraphId, stream: StreamId) -> Result<(), Error> {
+        let accesses: Vec<(BufferId, Access)> =
+            self.with(stream, |lane| match lane.graphs.get(id) {
+                Some(graph) => Ok(graph.accesses().collect()),
+                None => Err(Error::UnknownGraph(id)),
+            })?;
+        self.ordered(stream, &accesses, &[stream], |lanes, _, waited| {
+            let lane = &mut *lanes.mine;
+            if let Err(err) = lane.check_recorder() {
+                return (Err(err), false);
+            }
+            if lane.state.capture.is_recording() {
+                return (lane.refused(Error::ReplayWhileRecording(stream)), false);
+            }
+            let Lane { state, graphs, .. } = lane;
+            let Some(graph) = graphs.get_mut(id) else {
+                return (Err(Error::UnknownGraph(id)), false);
+            };
+            if let Err(err) = waited {
+                return (Err(claim_written(state, graph, err)), false);
+            }
+            let replayed = replay_graph(state, graph, id);
+            let issued = replayed.is_ok();
+            (replayed, issued)
+        })
     }
 
     /// Destroy graph `id`: sync its stream (a replay may still run), drop the
@@ -281,6 +315,34 @@ impl<D: GraphDriver> Server<D> {
             let graph = lane.graphs.get(id).ok_or(Error::UnknownGraph(id))?;
             Ok(graph.info())
         })
+    }
+}
+
+/// Replay `graph` (id `id`) on `state`'s stream: refused over a claimed
+/// input, claiming what it writes when the driver refuses.
+#[inline]
+fn replay_graph<D: GraphDriver>(
+    state: &mut StreamState<D>,
+    graph: &mut Graph<D>,
+    id: GraphId,
+) -> Result<(), Error> {
+    if !state.failures.is_empty() {
+        refuse_claimed_input(state, graph, id)?;
+    }
+    match D::replay(&graph.exec, &mut state.raw) {
+        Ok(()) => {
+            state.issued();
+            graph.info.replays += 1;
+            state.failures.settle(graph.written.iter().copied(), None);
+            Ok(())
+        }
+        Err(cause) => {
+            let err = Error::ReplayFailed {
+                graph: id,
+                cause: Arc::new(cause.into()),
+            };
+            Err(claim_written(state, graph, err))
+        }
     }
 }
 

@@ -2,13 +2,14 @@
 
 use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::driver::GraphDriver;
 use crate::error::Error;
 use crate::graph::Captures;
 use crate::graveyard::Graveyard;
 use crate::ids::{BufferId, WindowId};
+use crate::ordering::StreamOrder;
 use crate::stream::StreamState;
 
 /// One stream and the graphs that replay on it, under the stream's lock.
@@ -27,6 +28,8 @@ pub(super) struct Lane<D: GraphDriver> {
 pub(super) struct Slot<D: GraphDriver> {
     pub(super) lane: Mutex<Option<Lane<D>>>,
     pub(super) graveyard: Graveyard,
+    /// The device's order of shared buffers.
+    pub(super) order: Arc<Mutex<StreamOrder>>,
 }
 
 impl<D: GraphDriver> Slot<D> {

@@ -7,11 +7,13 @@
 //! place, and the failure store is asked only when it holds a claim.
 
 use arrayvec::ArrayVec;
+use smallvec::SmallVec;
 
 use std::any::Any;
 use std::sync::Arc;
 
-use super::{Bound, Lane, Server, Slot, check_owner};
+use super::shared::{Lanes, Shareable};
+use super::{Bound, Lane, Server, Slot};
 use crate::driver::{Binding, DeviceSlice, Driver, GraphDriver, Launch};
 use crate::error::Error;
 use crate::graph_log::Entry;
@@ -69,7 +71,9 @@ impl<D: GraphDriver> Server<D> {
     /// The caller has refused buffers of another client (see
     /// [`Client::launch`](crate::Client::launch)): their ids and streams
     /// would name this server's memory. `owned` says it found every buffer
-    /// to be `stream`'s too, which spares the launch that check.
+    /// to be `stream`'s; a launch over another stream's buffer, or over a
+    /// buffer another stream used, is ordered across streams first (rule
+    /// 20, `server/shared.rs`).
     #[inline]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn launch<B: Bound>(
@@ -90,8 +94,11 @@ impl<D: GraphDriver> Server<D> {
             info,
             params,
         };
-        if let Err(err) = check_launch(&request, self.max_groups, stream, owned) {
+        if let Err(err) = check_launch(&request, self.max_groups) {
             return self.refuse_launch(stream, err);
+        }
+        if !owned {
+            return self.launch_shared(stream, &request);
         }
         // The stream's slot, from the first buffer when it is the stream's
         // (the check above made every buffer the stream's).
@@ -110,6 +117,12 @@ impl<D: GraphDriver> Server<D> {
         // Not `Server::with_slot`: its closure would be a frame of its own.
         let mut guard = slot.lock()?;
         let lane = Self::open(slot, &mut guard, stream)?;
+        // Asked under the stream's lock, where a buffer of it is marked
+        // shared: a launch that saw it unshared is ordered before the mark.
+        if request.args.iter().any(|b| b.shared().is_shared()) {
+            drop(guard);
+            return self.launch_shared(stream, &request);
+        }
         lane.check_recorder()?;
         let state = &mut lane.state;
         let mut ids = || self.ids.buffer();
@@ -271,26 +284,22 @@ fn recorded_info<D: Driver, B: Bound>(
     Ok(slice)
 }
 
-/// Whether a launch matches its kernel's signature and binds only
-/// `stream`'s buffers. A launch that does is let through on one pass of
-/// compares; the others go to [`explain_launch`], which names what is wrong.
+/// Whether a launch matches its kernel's signature. A launch that does is
+/// let through on one pass of compares; the others go to
+/// [`explain_launch`], which names what is wrong.
 #[inline]
 fn check_launch<D: Driver, B: Bound>(
     request: &Request<'_, D, B>,
     max_groups: [u32; 3],
-    stream: StreamId,
-    owned: bool,
 ) -> Result<(), Error> {
-    let args = request.args;
     // `admits` also holds the bindings to `MAX_BINDINGS`.
-    let fits = request
+    if request
         .signature
         .admits(&request.shape(max_groups), |buffer| buffer.id())
-        && (owned || args.iter().all(|buffer| buffer.stream() == stream));
-    if fits {
+    {
         return Ok(());
     }
-    explain_launch(request, max_groups, stream)
+    explain_launch(request, max_groups)
 }
 
 /// [`check_launch`]'s checks one by one, in the order their errors are
@@ -299,20 +308,23 @@ fn check_launch<D: Driver, B: Bound>(
 fn explain_launch<D: Driver, B: Bound>(
     request: &Request<'_, D, B>,
     max_groups: [u32; 3],
-    stream: StreamId,
 ) -> Result<(), Error> {
     let (signature, args) = (request.signature, request.args);
     if args.len() > MAX_BINDINGS {
         return Err(too_many_bindings(signature, args.len()));
     }
-    if let Some(reason) = signature.mismatch(&request.shape(max_groups), |buffer| buffer.id()) {
-        return Err(Error::KernelMismatch {
+    match signature.mismatch(&request.shape(max_groups), |buffer| buffer.id()) {
+        Some(reason) => Err(Error::KernelMismatch {
             kernel: signature.to_string(),
             reason,
-        });
+        }),
+        // The quick check and the explaining one disagree: the quick one
+        // refused, so the launch is refused.
+        None => Err(Error::KernelMismatch {
+            kernel: signature.to_string(),
+            reason: "the launch does not match".into(),
+        }),
     }
-    args.iter()
-        .try_for_each(|buffer| check_owner(buffer.id(), buffer.stream(), stream))
 }
 
 #[cold]
@@ -362,4 +374,168 @@ fn enqueue_launch<D: Driver, B: Bound>(
         },
     )
     .map_err(Error::from)
+}
+
+impl<D: GraphDriver> Server<D> {
+    /// A launch on `stream` over buffers of other streams, or over buffers
+    /// another stream used: each buffer is shared first, then the launch
+    /// waits for the streams its accesses need and runs with every
+    /// involved stream locked. What it binds of another stream's pool is
+    /// kept in this stream's drop queue until the device is past the
+    /// launch, so its memory is not reused before; claims go to each
+    /// buffer's own stream, where its reads look.
+    #[cold]
+    fn launch_shared<B: Bound>(
+        &self,
+        stream: StreamId,
+        request: &Request<'_, D, B>,
+    ) -> Result<(), Error> {
+        let foreign: SmallVec<[(BufferId, StreamId, &dyn Shareable); MAX_BINDINGS]> = request
+            .args
+            .iter()
+            .filter(|b| b.stream() != stream)
+            .map(|b| (b.id(), b.stream(), b.shared() as &dyn Shareable))
+            .collect();
+        if let Err(err) = self.share(&foreign) {
+            return Err(self.refuse(stream, err));
+        }
+        let accesses: SmallVec<[(BufferId, crate::signature::Access); MAX_BINDINGS]> = request
+            .args
+            .iter()
+            .zip(request.signature.accesses())
+            .map(|(b, access)| (b.id(), *access))
+            .collect();
+        let mut homes: SmallVec<[StreamId; MAX_BINDINGS]> =
+            request.args.iter().map(Bound::stream).collect();
+        homes.sort_unstable();
+        homes.dedup();
+        self.ordered(stream, &accesses, &homes, |lanes, _, waited| {
+            let outcome = self.issue_shared(lanes, stream, request, waited);
+            let failure = outcome.as_ref().err();
+            settle_homes(lanes, request, failure);
+            match outcome {
+                Ok(()) => (Ok(()), true),
+                Err(err) => (lanes.mine.refused(err), false),
+            }
+        })
+    }
+
+    /// [`Server::launch_shared`]'s launch, under the locks: refused inside a
+    /// window, after a failed wait, or over a claimed input.
+    fn issue_shared<B: Bound>(
+        &self,
+        lanes: &mut Lanes<'_, D>,
+        stream: StreamId,
+        request: &Request<'_, D, B>,
+        waited: Result<(), Error>,
+    ) -> Result<(), Error> {
+        lanes.mine.check_recorder()?;
+        if lanes.mine.state.capture.is_recording() {
+            let buffer = request
+                .args
+                .iter()
+                .find(|b| b.stream() != stream || b.shared().is_shared())
+                .map_or(BufferId(0), |b| b.id());
+            return Err(Error::SharedInWindow { buffer, stream });
+        }
+        waited?;
+        for (buffer, access) in request.args.iter().zip(request.signature.accesses()) {
+            if !access.reads() {
+                continue;
+            }
+            let home = lanes
+                .lane(buffer.stream())
+                .ok_or(Error::UnknownStream(buffer.stream()))?;
+            if let Some(err) = home.state.failures.read_error(buffer.id()) {
+                return Err(err);
+            }
+        }
+        let mut ids = || self.ids.buffer();
+        let info = match request.info {
+            [] => None,
+            bytes => Some(lanes.mine.state.info_place(bytes, &mut ids)?),
+        };
+        let Lanes { mine, others } = lanes;
+        let state = &mut mine.state;
+        let missing = |id: StreamId| Error::UnknownStream(id);
+        let page_of = |buffer: &B| -> Result<DeviceSlice<'_, D>, Error> {
+            let place = buffer.place();
+            let pool = if buffer.stream() == stream {
+                &state.device
+            } else {
+                &others
+                    .iter()
+                    .find(|(id, _)| *id == buffer.stream())
+                    .ok_or_else(|| missing(buffer.stream()))?
+                    .1
+                    .state
+                    .device
+            };
+            Ok(DeviceSlice {
+                page: pool
+                    .page_at(place.slot)
+                    .ok_or_else(|| missing(buffer.stream()))?,
+                offset: place.offset,
+                len: place.len,
+            })
+        };
+        let mut bindings: ArrayVec<Binding<'_, D>, MAX_BINDINGS> = ArrayVec::new();
+        for (buffer, access) in request.args.iter().zip(request.signature.accesses()) {
+            bindings.push(Binding {
+                slice: page_of(buffer)?,
+                access: *access,
+            });
+        }
+        let info = match info {
+            Some(place) => Some(DeviceSlice {
+                page: state
+                    .device
+                    .page_at(place.slot)
+                    .ok_or_else(|| missing(stream))?,
+                offset: place.offset,
+                len: place.len,
+            }),
+            None => None,
+        };
+        let launched = D::launch(
+            &mut state.raw,
+            Launch {
+                kernel: &**request.kernel,
+                groups: request.groups,
+                bindings: &bindings,
+                info,
+                params: request.params,
+            },
+        );
+        drop(bindings);
+        launched?;
+        state.issued();
+        // Another stream's memory this launch uses stays in use until the
+        // device is past the launch, whatever its own stream frees.
+        for buffer in request.args.iter().filter(|b| b.stream() != stream) {
+            state.queue_drop(buffer.slice().clone());
+        }
+        state.maybe_flush();
+        Ok(())
+    }
+}
+
+/// The claims of what `request` writes, settled in each buffer's own
+/// stream: cleared by a launch that ran, made by one that did not.
+fn settle_homes<D: GraphDriver, B: Bound>(
+    lanes: &mut Lanes<'_, D>,
+    request: &Request<'_, D, B>,
+    failure: Option<&Error>,
+) {
+    for buffer in request
+        .args
+        .iter()
+        .zip(request.signature.accesses())
+        .filter(|(_, access)| access.writes())
+        .map(|(buffer, _)| buffer)
+    {
+        if let Some(home) = lanes.lane(buffer.stream()) {
+            home.state.failures.settle([buffer.id()], failure);
+        }
+    }
 }

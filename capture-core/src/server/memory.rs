@@ -1,11 +1,13 @@
 //! Buffers: allocation, the copies that fill and read them, syncs and trims.
 
-use super::{BufferRef, Server};
+use super::shared::Shareable;
+use super::{BufferRef, Lane, Server};
 use crate::driver::GraphDriver;
 use crate::error::Error;
 use crate::graph_log::Entry;
 use crate::ids::StreamId;
 use crate::pool::SliceHandle;
+use crate::signature::Access;
 
 impl<D: GraphDriver> Server<D> {
     /// Allocate a buffer of `len` bytes on `stream`.
@@ -36,53 +38,117 @@ impl<D: GraphDriver> Server<D> {
         })
     }
 
-    /// Enqueue a copy of `bytes` into `buffer`.
+    /// Enqueue a copy of `bytes` into `buffer`, on its own stream; ordered
+    /// after the other streams' work on it when it is shared.
     pub fn write(&self, buffer: BufferRef<'_>, bytes: &[u8]) -> Result<(), Error> {
-        self.with(buffer.stream, |lane| {
-            lane.check_recorder()?;
-            let slice = buffer.slice;
-            if bytes.len() as u64 != slice.len() {
-                return lane.refused(Error::SizeMismatch {
-                    buffer: slice.id(),
-                    expected: slice.len(),
-                    got: bytes.len() as u64,
-                });
+        let done = self.with(buffer.stream, |lane| {
+            // Asked under the stream's lock, where the buffer is shared.
+            if buffer.shared.is_shared() {
+                return Ok(false);
             }
-            let staging = self.ids.buffer();
-            let state = &mut lane.state;
-            let recording = state.capture.is_recording();
-            match state.stage_to_device(staging, bytes, slice) {
-                Ok(()) if recording => {
-                    state.capture.record_write(slice.id());
-                    state.capture.record_entry(Entry::Write {
-                        buffer: slice.id(),
-                        bytes: slice.len(),
-                    });
+            self.write_in(lane, buffer, bytes).map(|()| true)
+        })?;
+        if done {
+            return Ok(());
+        }
+        let accesses = [(buffer.slice.id(), Access::Write)];
+        self.ordered(
+            buffer.stream,
+            &accesses,
+            &[buffer.stream],
+            |lanes, _, waited| {
+                let lane = &mut *lanes.mine;
+                let written = match waited {
+                    Err(err) => Err(err),
+                    Ok(()) if lane.state.capture.is_recording() => Err(Error::SharedInWindow {
+                        buffer: buffer.slice.id(),
+                        stream: buffer.stream,
+                    }),
+                    Ok(()) => return (self.write_in(lane, buffer, bytes), true),
+                };
+                match written {
+                    Ok(()) => (Ok(()), true),
+                    Err(err) => {
+                        lane.state.failures.settle([buffer.slice.id()], Some(&err));
+                        (lane.refused(err), false)
+                    }
                 }
-                Ok(()) => state.failures.settle([slice.id()], None),
-                Err(err) => {
-                    state.failures.settle([slice.id()], Some(&err));
-                    return lane.refused(err);
-                }
-            }
-            state.maybe_flush();
-            Ok(())
-        })
+            },
+        )
     }
 
-    /// Copy `buffer` back to the host. A host sync: refused while its
-    /// stream records (and the window can no longer seal).
+    /// [`Server::write`] on the locked lane of the buffer's stream.
+    fn write_in(
+        &self,
+        lane: &mut Lane<D>,
+        buffer: BufferRef<'_>,
+        bytes: &[u8],
+    ) -> Result<(), Error> {
+        lane.check_recorder()?;
+        let slice = buffer.slice;
+        if bytes.len() as u64 != slice.len() {
+            return lane.refused(Error::SizeMismatch {
+                buffer: slice.id(),
+                expected: slice.len(),
+                got: bytes.len() as u64,
+            });
+        }
+        let staging = self.ids.buffer();
+        let state = &mut lane.state;
+        let recording = state.capture.is_recording();
+        match state.stage_to_device(staging, bytes, slice) {
+            Ok(()) if recording => {
+                state.capture.record_write(slice.id());
+                state.capture.record_entry(Entry::Write {
+                    buffer: slice.id(),
+                    bytes: slice.len(),
+                });
+            }
+            Ok(()) => state.failures.settle([slice.id()], None),
+            Err(err) => {
+                state.failures.settle([slice.id()], Some(&err));
+                return lane.refused(err);
+            }
+        }
+        state.maybe_flush();
+        Ok(())
+    }
+
+    /// Copy `buffer` back to the host, after the work before it on every
+    /// stream that used it. A host sync: refused while its stream records
+    /// (and the window can no longer seal).
     pub fn read(&self, buffer: BufferRef<'_>) -> Result<Vec<u8>, Error> {
-        self.with(buffer.stream, |lane| {
-            if lane.state.capture.is_recording() {
-                return lane.refused(Error::SyncWhileRecording(buffer.stream));
+        let read = self.with(buffer.stream, |lane| {
+            if buffer.shared.is_shared() {
+                return Ok(None);
             }
-            if let Some(err) = lane.state.failures.read_error(buffer.slice.id()) {
-                return Err(err);
-            }
-            let staging = self.ids.buffer();
-            lane.state.read_back(staging, buffer.slice)
-        })
+            self.read_in(lane, buffer).map(Some)
+        })?;
+        if let Some(bytes) = read {
+            return Ok(bytes);
+        }
+        let accesses = [(buffer.slice.id(), Access::Read)];
+        self.ordered(
+            buffer.stream,
+            &accesses,
+            &[buffer.stream],
+            |lanes, _, waited| match waited {
+                Ok(()) => (self.read_in(lanes.mine, buffer), true),
+                Err(err) => (Err(err), false),
+            },
+        )
+    }
+
+    /// [`Server::read`] on the locked lane of the buffer's stream.
+    fn read_in(&self, lane: &mut Lane<D>, buffer: BufferRef<'_>) -> Result<Vec<u8>, Error> {
+        if lane.state.capture.is_recording() {
+            return lane.refused(Error::SyncWhileRecording(buffer.stream));
+        }
+        if let Some(err) = lane.state.failures.read_error(buffer.slice.id()) {
+            return Err(err);
+        }
+        let staging = self.ids.buffer();
+        lane.state.read_back(staging, buffer.slice)
     }
 
     /// Wait for everything enqueued on `stream`.

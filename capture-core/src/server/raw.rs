@@ -3,7 +3,7 @@
 
 use smallvec::SmallVec;
 
-use super::{BufferRef, Lane, Server, check_owner};
+use super::{BufferRef, Lane, Server};
 use crate::driver::{DeviceSlice, GraphDriver};
 use crate::error::Error;
 use crate::ids::{GraphId, StreamId};
@@ -37,8 +37,14 @@ impl<D: GraphDriver> Server<D> {
         buffers: &[BufferRef<'_>],
         f: impl FnOnce(&mut D::Stream, &[DeviceSlice<'_, D>]) -> R,
     ) -> Result<R, Error> {
-        for buffer in buffers {
-            check_owner(buffer.slice.id(), buffer.stream, stream)?;
+        // The raw stream reaches only its own pool, and bypasses the order
+        // of buffers other streams use.
+        if let Some(other) = buffers.iter().find(|b| b.stream != stream) {
+            return Err(Error::BadLaunch(format!(
+                "{} lies in {}'s pool; the raw driver of {stream} reaches only its own",
+                other.slice.id(),
+                other.stream
+            )));
         }
         self.with(stream, |lane| {
             let state = &mut lane.state;

@@ -7,6 +7,7 @@ mod kernels;
 mod replay;
 mod scale;
 mod state;
+mod streams;
 mod threads;
 mod updates;
 
@@ -112,4 +113,12 @@ suite![
     threads::destroying_a_stream_another_thread_uses,
     threads::stress_four_threads_against_a_model,
     threads::stress_four_threads_with_tiny_pages,
+    streams::rule_20_producer_and_consumer_on_two_streams,
+    streams::rule_20_write_after_read_across_streams,
+    streams::rule_20_memory_another_stream_uses_is_not_reused,
+    streams::rule_20_claims_follow_a_buffer_to_every_stream,
+    streams::rule_20_no_wait_for_what_a_stream_already_waited_past,
+    streams::rule_20_a_window_does_not_record_shared_buffers,
+    streams::rule_20_four_threads_share_a_buffer_across_four_streams,
+    streams::rule_20_a_failed_event_leaves_no_wrong_answer,
 ];

@@ -250,8 +250,8 @@ pub fn rule_08_host_sync_refused_while_recording<D: UserKernels>(session: &Sessi
     fx.expect_x(4.0, "after one replay")
 }
 
-/// Empty, oversized and mis-sized buffers, bad launches, foreign buffers
-/// and unknown streams: clear errors, nothing lost.
+/// Empty, oversized and mis-sized buffers, bad launches, buffers of a
+/// destroyed stream and unknown streams: clear errors, nothing lost.
 pub fn bad_input_is_refused_and_loses_nothing<D: UserKernels>(session: &Session<D>) -> Outcome {
     let client = session.client_with(Config {
         max_allocation_bytes: 1 << 20,
@@ -277,11 +277,18 @@ pub fn bad_input_is_refused_and_loses_nothing<D: UserKernels>(session: &Session<
         matches!(client.write(&x, &[0u8; 3]), Err(Error::SizeMismatch { .. })),
         "short write"
     );
+    // A buffer whose stream was destroyed: every later use is refused.
+    let gone = client.create_stream().step("a stream to destroy")?;
+    let orphan = client.create_f32(gone, &[1.0; NU]).step("orphan")?;
+    client.destroy_stream(gone).step("destroy it")?;
     let err = refused(
-        client.run_builtin(stream, Builtin::Add, &[&x, &y], N, 0.0),
-        "foreign",
+        client.run_builtin(stream, Builtin::Add, &[&x, &orphan], N, 0.0),
+        "a buffer of a destroyed stream",
     )?;
-    ensure!(matches!(err, Error::ForeignBuffer { .. }), "got {err}");
+    ensure!(
+        matches!(err, Error::UnknownStream(s) if s == gone),
+        "got {err}"
+    );
     let err = refused(
         client.run_builtin(stream, Builtin::Add, &[&x], N, 0.0),
         "one binding",

@@ -1,0 +1,372 @@
+//! Buffers shared across streams (rule 20): work on one stream that uses
+//! what another wrote, or overwrites what another reads, is ordered after
+//! it on the device; memory another stream still uses is not reused; claims
+//! follow a buffer to every stream.
+
+use capture_core::{Buffer, Builtin, Client, Error, StreamId};
+
+use crate::ensure;
+use crate::faulty::Primitive;
+use crate::session::Session;
+use crate::support::{N, NU, Outcome, Step, claim_by_refused_window, expect_all, refused, usable};
+use crate::workload::{UserKernels, Workload};
+
+/// Rows and columns of the matrix whose product makes a stream busy.
+const BUSY: u32 = 512;
+
+/// Work that keeps a stream busy for a while (a matrix-vector product of
+/// its own buffers), so that a stream that is not ordered after it runs
+/// ahead of it.
+struct Busy<D: UserKernels> {
+    kernels: Workload<D>,
+    w: Buffer,
+    x: Buffer,
+    y: Buffer,
+}
+
+impl<D: UserKernels> Busy<D> {
+    fn on(session: &Session<D>, client: &Client<D>, stream: StreamId) -> Result<Self, String> {
+        let kernels = Workload::new(session.device()).map_err(|e| format!("kernels: {e}"))?;
+        let n = (BUSY * BUSY) as usize;
+        Ok(Self {
+            kernels,
+            w: client.create_f32(stream, &vec![0.5; n]).step("busy w")?,
+            x: client
+                .create_f32(stream, &vec![1.0; BUSY as usize])
+                .step("busy x")?,
+            y: client
+                .allocate(stream, u64::from(BUSY) * 4)
+                .step("busy y")?,
+        })
+    }
+
+    fn run(&self, client: &Client<D>, stream: StreamId) -> Result<(), Error> {
+        self.kernels
+            .matvec(client, stream, &self.w, &self.x, &self.y, BUSY, BUSY)
+    }
+}
+
+/// A producer on one stream and a consumer on another, 1,000 rounds, no
+/// host wait between them: each round the producer overwrites what the
+/// consumer read the round before (after busy work of its own), and the
+/// consumer adds it up. The sum is the model's only if every read saw its
+/// round's write and no write overtook a read.
+pub fn rule_20_producer_and_consumer_on_two_streams<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    const ROUNDS: u32 = 1000;
+    let client = session.client();
+    let (producer, consumer) = (
+        client.create_stream().step("producer")?,
+        client.create_stream().step("consumer")?,
+    );
+    let busy = Busy::on(session, &client, producer)?;
+    let p = client.create_f32(producer, &[0.0; NU]).step("p")?;
+    let sum = client.create_f32(consumer, &[0.0; NU]).step("sum")?;
+    for round in 1..=ROUNDS {
+        if round % 100 == 1 {
+            busy.run(&client, producer).step("busy work")?;
+        }
+        client
+            .run_builtin(producer, Builtin::Fill, &[&p], N, round as f32)
+            .step("produce")?;
+        client
+            .run_builtin(consumer, Builtin::Add, &[&sum, &p], N, 0.0)
+            .step("consume")?;
+    }
+    let want = (ROUNDS * (ROUNDS + 1) / 2) as f32;
+    expect_all(&client, &sum, want, "the sum of every round")?;
+    usable(&client, consumer)?;
+    usable(&client, producer)
+}
+
+/// A stream that overwrites what another still reads waits for the read:
+/// the reader copies the old values, however busy it was before.
+pub fn rule_20_write_after_read_across_streams<D: UserKernels>(session: &Session<D>) -> Outcome {
+    let client = session.client();
+    let (owner, reader) = (
+        client.create_stream().step("owner")?,
+        client.create_stream().step("reader")?,
+    );
+    let busy = Busy::on(session, &client, reader)?;
+    for round in 0..20 {
+        let old = round as f32;
+        let p = client.create_f32(owner, &[old; NU]).step("p")?;
+        let copy = client.allocate(reader, u64::from(N) * 4).step("copy")?;
+        // Shared before the race: the reader's first use orders it after
+        // the write that filled it.
+        client
+            .run_builtin(reader, Builtin::Fill, &[&copy], N, -1.0)
+            .step("clear the copy")?;
+        busy.run(&client, reader).step("busy reader")?;
+        client
+            .run_builtin(reader, Builtin::Copy, &[&p, &copy], N, 0.0)
+            .step("read p")?;
+        client
+            .run_builtin(owner, Builtin::Fill, &[&p], N, 1000.0)
+            .step("overwrite p")?;
+        expect_all(&client, &copy, old, "the reader's copy")?;
+        expect_all(&client, &p, 1000.0, "the overwrite")?;
+    }
+    usable(&client, owner)
+}
+
+/// A buffer dropped on its stream while another stream's launch over it is
+/// still queued: its memory is not handed out again before that launch ran.
+pub fn rule_20_memory_another_stream_uses_is_not_reused<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    let client = session.client();
+    let (owner, user) = (
+        client.create_stream().step("owner")?,
+        client.create_stream().step("user")?,
+    );
+    let busy = Busy::on(session, &client, user)?;
+    let copy = client.allocate(user, u64::from(N) * 4).step("copy")?;
+    client
+        .run_builtin(user, Builtin::Fill, &[&copy], N, 0.0)
+        .step("clear")?;
+    for _ in 0..20 {
+        let p = client.create_f32(owner, &[7.0; NU]).step("p")?;
+        busy.run(&client, user).step("busy user")?;
+        client
+            .run_builtin(user, Builtin::Copy, &[&p, &copy], N, 0.0)
+            .step("copy p")?;
+        drop(p);
+        // Whatever the owner allocates next is not p's memory while the
+        // copy may still read it: what it writes there would reach the copy.
+        let next = client.allocate(owner, u64::from(N) * 4).step("next")?;
+        client
+            .run_builtin(owner, Builtin::Fill, &[&next], N, -5.0)
+            .step("fill next")?;
+        expect_all(&client, &copy, 7.0, "the copy")?;
+    }
+    usable(&client, owner)
+}
+
+/// A buffer a failure claimed fails a read with that claim on any stream,
+/// and what the refused launch would have written is claimed in turn.
+pub fn rule_20_claims_follow_a_buffer_to_every_stream<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    let client = session.client();
+    let (owner, other) = (
+        client.create_stream().step("owner")?,
+        client.create_stream().step("other")?,
+    );
+    let p = client.create_f32(owner, &[1.0; NU]).step("p")?;
+    let q = client.create_f32(other, &[2.0; NU]).step("q")?;
+    claim_by_refused_window(&client, owner, &[&p])?;
+    let err = refused(
+        client.run_builtin(other, Builtin::Add, &[&q, &p], N, 0.0),
+        "a launch on another stream reading the claimed buffer",
+    )?;
+    ensure!(
+        err.to_string().contains("allocated while"),
+        "refused with {err}, not the claim"
+    );
+    ensure!(
+        matches!(client.read(&q), Err(Error::Claimed { .. })),
+        "what the refused launch would have written is claimed"
+    );
+    client
+        .run_builtin(other, Builtin::Fill, &[&p], N, 4.0)
+        .step("a write on the other stream clears the claim")?;
+    client.write_f32(&q, &[2.0; NU]).step("rewrite q")?;
+    client
+        .run_builtin(other, Builtin::Add, &[&q, &p], N, 0.0)
+        .step("the launch again")?;
+    expect_all(&client, &q, 6.0, "q")?;
+    expect_all(&client, &p, 4.0, "p, read on its own stream")?;
+    ensure!(client.claimed_buffers() == 0, "claims left");
+    Ok(())
+}
+
+/// A stream that waited for another asks no event for what it is already
+/// ordered after; one that did not asks one, once, whatever it reads.
+pub fn rule_20_no_wait_for_what_a_stream_already_waited_past<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    let (client, plan) = session.faulty();
+    let (a, b) = (
+        client.create_stream().step("a")?,
+        client.create_stream().step("b")?,
+    );
+    let p = client.create_f32(a, &[3.0; NU]).step("p")?;
+    let q = client.create_f32(a, &[4.0; NU]).step("q")?;
+    let sum = client.create_f32(b, &[0.0; NU]).step("sum")?;
+    let events = || plan.calls(Primitive::RecordEvent);
+    let before = events();
+    client
+        .run_builtin(b, Builtin::Add, &[&sum, &p], N, 0.0)
+        .step("b reads p")?;
+    client
+        .run_builtin(b, Builtin::Add, &[&sum, &p], N, 0.0)
+        .step("b reads p again")?;
+    ensure!(
+        events() == before + 1,
+        "{} events for one producer",
+        events() - before
+    );
+    client.wait(b, a).step("b waits for a")?;
+    ensure!(events() == before + 2, "the explicit wait is one event");
+    client
+        .run_builtin(b, Builtin::Add, &[&sum, &q], N, 0.0)
+        .step("b reads q, written before the wait")?;
+    ensure!(
+        events() == before + 2,
+        "a read of what b already waited past asked for an event"
+    );
+    expect_all(&client, &sum, 10.0, "sum")?;
+    ensure!(
+        matches!(client.wait(b, b), Ok(())),
+        "a stream is ordered after itself"
+    );
+    Ok(())
+}
+
+/// A capture window never records work on a shared buffer: a graph replays
+/// on its stream alone. The refusal names the buffer, dooms the window and
+/// loses nothing; the same capture over the stream's own buffers works.
+pub fn rule_20_a_window_does_not_record_shared_buffers<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    let client = session.client();
+    let (a, b) = (
+        client.create_stream().step("a")?,
+        client.create_stream().step("b")?,
+    );
+    let p = client.create_f32(a, &[1.0; NU]).step("p")?;
+    let x = client.create_f32(b, &[0.0; NU]).step("x")?;
+    let err = refused(
+        client.capture(b, |_| {
+            client.run_builtin(b, Builtin::Add, &[&x, &p], N, 0.0)
+        }),
+        "a capture reading another stream's buffer",
+    )?;
+    ensure!(
+        matches!(err.root(), Error::SharedInWindow { buffer, stream } if *buffer == p.id() && *stream == b),
+        "refused with {err}"
+    );
+    ensure!(client.live_graphs() == 0, "no graph");
+    ensure!(
+        matches!(client.read(&x), Err(Error::Claimed { .. })),
+        "what the refused recording would have written is claimed"
+    );
+    client.write_f32(&x, &[0.0; NU]).step("rewrite x")?;
+    // p is shared now: its own stream records nothing on it either, and a
+    // window open on a stream keeps its buffers from being shared.
+    let err = refused(
+        client.capture(a, |_| client.run_builtin(a, Builtin::Fill, &[&p], N, 2.0)),
+        "a capture on p's own stream",
+    )?;
+    ensure!(
+        matches!(err.root(), Error::SharedInWindow { .. }),
+        "refused with {err}"
+    );
+    let y = client.create_f32(a, &[5.0; NU]).step("y")?;
+    let window = client.prepare(a).step("prepare")?;
+    let err = refused(
+        client.run_builtin(b, Builtin::Add, &[&x, &y], N, 0.0),
+        "sharing a buffer of a stream with an open window",
+    )?;
+    ensure!(
+        matches!(err, Error::SharedWhileRecording { .. }),
+        "refused with {err}"
+    );
+    drop(client.instantiate(a, window));
+    client
+        .run_builtin(b, Builtin::Add, &[&x, &y], N, 0.0)
+        .step("shared once the window closed")?;
+    expect_all(&client, &x, 5.0, "x")?;
+    let own = client.create_f32(b, &[1.0; NU]).step("own")?;
+    let (graph, ()) = client
+        .capture(b, |_| client.run_builtin(b, Builtin::Fill, &[&own], N, 2.0))
+        .step("a capture of b's own buffers")?;
+    drop(graph);
+    usable(&client, b)
+}
+
+/// Four threads, a stream each, add one to the same buffer, 250 times
+/// each, with work on their own buffers between: every add is ordered after
+/// the others' (none lost), and the own work is untouched by the sharing.
+pub fn rule_20_four_threads_share_a_buffer_across_four_streams<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    const THREADS: usize = 4;
+    const ROUNDS: usize = 250;
+    let client = session.client();
+    let streams: Vec<StreamId> = (0..THREADS)
+        .map(|_| client.create_stream())
+        .collect::<Result<_, _>>()
+        .step("streams")?;
+    let shared = client.create_f32(streams[0], &[0.0; NU]).step("shared")?;
+    let outcomes: Vec<Outcome> = std::thread::scope(|scope| {
+        let handles: Vec<_> = streams
+            .iter()
+            .enumerate()
+            .map(|(t, &stream)| {
+                let (client, shared) = (&client, &shared);
+                scope.spawn(move || -> Outcome {
+                    let one = client.create_f32(stream, &[1.0; NU]).step("one")?;
+                    let own = client.create_f32(stream, &[0.0; NU]).step("own")?;
+                    for _ in 0..ROUNDS {
+                        client
+                            .run_builtin(stream, Builtin::Add, &[shared, &one], N, 0.0)
+                            .step("add to the shared buffer")?;
+                        client
+                            .run_builtin(stream, Builtin::Add, &[&own, &one], N, 0.0)
+                            .step("add to its own")?;
+                    }
+                    expect_all(client, &own, ROUNDS as f32, &format!("thread {t}'s own"))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a thread panicked".into())))
+            .collect()
+    });
+    for outcome in outcomes {
+        outcome?;
+    }
+    expect_all(&client, &shared, (THREADS * ROUNDS) as f32, "no add lost")?;
+    for &stream in &streams {
+        usable(&client, stream)?;
+    }
+    Ok(())
+}
+
+/// An event that fails to record or to be waited for fails the launch that
+/// needed it: what the launch would have written is claimed, nothing reads
+/// a value the order did not make, and the next launch goes through.
+pub fn rule_20_a_failed_event_leaves_no_wrong_answer<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    let (client, plan) = session.faulty();
+    let (a, b) = (
+        client.create_stream().step("a")?,
+        client.create_stream().step("b")?,
+    );
+    for primitive in [Primitive::RecordEvent, Primitive::WaitEvent] {
+        let p = client.create_f32(a, &[3.0; NU]).step("p")?;
+        let sum = client.create_f32(b, &[1.0; NU]).step("sum")?;
+        plan.fail(primitive, 1);
+        let err = refused(
+            client.run_builtin(b, Builtin::Add, &[&sum, &p], N, 0.0),
+            &format!("{primitive:?} failing"),
+        )?;
+        plan.disarm();
+        ensure!(err.to_string().contains("injected"), "refused with {err}");
+        ensure!(
+            matches!(client.read(&sum), Err(Error::Claimed { .. })),
+            "{primitive:?}: what the launch would have written is claimed"
+        );
+        client.write_f32(&sum, &[1.0; NU]).step("rewrite sum")?;
+        client
+            .run_builtin(b, Builtin::Add, &[&sum, &p], N, 0.0)
+            .step("the launch again")?;
+        expect_all(&client, &sum, 4.0, "sum")?;
+    }
+    Ok(())
+}
