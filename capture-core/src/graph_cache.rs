@@ -196,3 +196,156 @@ impl<K: Eq + Hash + Clone, D: GraphDriver> GraphCache<K, D> {
         self.stream
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::{GraphCache, Served};
+    use crate::Buffer;
+    use crate::client::{Client, Kernel};
+    use crate::driver::Access;
+    use crate::error::Error;
+    use crate::ids::StreamId;
+    use crate::signature::Signature;
+    use crate::stream::Config;
+    use crate::test_driver::TestDriver;
+
+    /// A stream with `src` (sixteen 5s), `dst` (sixteen 0s) and a kernel
+    /// copying its first binding into its second.
+    struct Fixture {
+        client: Client<TestDriver>,
+        stream: StreamId,
+        src: Buffer,
+        dst: Buffer,
+        kernel: Kernel<TestDriver>,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            let client = Client::with_device(Arc::default(), Config::default());
+            let stream = client.create_stream().expect("stream");
+            let src = client.create(stream, &[5; 16]).expect("src");
+            let dst = client.create(stream, &[0; 16]).expect("dst");
+            let signature = Signature::new("copy").bindings(&[Access::Read, Access::Write]);
+            Self {
+                client,
+                stream,
+                src,
+                dst,
+                kernel: Kernel::new(signature),
+            }
+        }
+
+        fn cache(&self, capacity: usize, idle: Option<Duration>) -> GraphCache<u32, TestDriver> {
+            GraphCache::new(&self.client, self.stream, capacity, idle)
+        }
+
+        /// Run `key` with a step of `launches` copies from `src` to `dst`.
+        fn run(
+            &self,
+            cache: &mut GraphCache<u32, TestDriver>,
+            key: u32,
+            fingerprint: u64,
+            launches: usize,
+        ) -> Served {
+            let buffers = [&self.src, &self.dst];
+            cache
+                .run(key, fingerprint, |_| -> Result<(), Error> {
+                    for _ in 0..launches {
+                        self.client.launch(
+                            self.stream,
+                            &self.kernel,
+                            [1, 1, 1],
+                            &buffers,
+                            &[],
+                            &[],
+                        )?;
+                    }
+                    Ok(())
+                })
+                .expect("run")
+        }
+    }
+
+    #[test]
+    fn a_full_cache_evicts_the_least_recently_used_key_not_the_first_inserted() {
+        let fx = Fixture::new();
+        let mut cache = fx.cache(4, None);
+        let mut cached: Vec<u32> = (0..4).collect();
+        for &key in &cached {
+            assert_eq!(fx.run(&mut cache, key, 0, 1), Served::Miss);
+        }
+        // Each round the newest key is left unused while the older ones hit,
+        // so it is the one a new key pushes out, whatever order the map keeps.
+        for new in 4..12 {
+            let victim = cached.pop().expect("a cached key");
+            for &key in &cached {
+                assert_eq!(fx.run(&mut cache, key, 0, 1), Served::Hit, "key {key}");
+            }
+            assert_eq!(fx.run(&mut cache, new, 0, 1), Served::Miss);
+            assert!(cache.graph(&victim).is_none(), "{victim} was evicted");
+            for key in &cached {
+                assert!(cache.graph(key).is_some(), "{key} was kept");
+            }
+            cached.push(new);
+        }
+        assert_eq!(cache.stats().evictions, 8);
+    }
+
+    #[test]
+    fn a_recording_with_more_launches_reinstantiates_and_is_counted() {
+        let fx = Fixture::new();
+        let mut cache = fx.cache(2, None);
+        assert_eq!(fx.run(&mut cache, 1, 0, 1), Served::Miss);
+        // The test driver updates in place only a recording of the same
+        // length; a longer one is instantiated anew.
+        assert_eq!(fx.run(&mut cache, 1, 1, 2), Served::Reinstantiated);
+        assert_eq!(cache.stats().reinstantiations, 1);
+        assert_eq!(fx.run(&mut cache, 1, 2, 3), Served::Reinstantiated);
+        assert_eq!(cache.stats().reinstantiations, 2);
+        assert_eq!(fx.run(&mut cache, 1, 3, 3), Served::UpdatedInPlace);
+        let stats = cache.stats();
+        assert_eq!((stats.updates_in_place, stats.reinstantiations), (1, 2));
+        let graph = cache.graph(&1).expect("cached");
+        assert_eq!(fx.client.graph_info(graph).expect("info").launches, 3);
+    }
+
+    #[test]
+    fn idle_entries_are_evicted_and_recently_used_ones_kept() {
+        let fx = Fixture::new();
+        let mut cache = fx.cache(4, Some(Duration::from_millis(50)));
+        assert_eq!(fx.run(&mut cache, 1, 0, 1), Served::Miss);
+        std::thread::sleep(Duration::from_millis(80));
+        // The run of key 2 first drops key 1, unused for longer than allowed.
+        assert_eq!(fx.run(&mut cache, 2, 0, 1), Served::Miss);
+        assert!(cache.graph(&1).is_none(), "idle key 1 was evicted");
+        cache.evict_idle();
+        assert!(cache.graph(&2).is_some(), "key 2, just used, was kept");
+        assert_eq!(cache.stats().evictions, 1);
+    }
+
+    #[test]
+    fn graph_hands_back_the_keys_graph_which_replays_its_step() {
+        let fx = Fixture::new();
+        let mut cache = fx.cache(2, None);
+        assert!(cache.graph(&7).is_none());
+        assert_eq!(fx.run(&mut cache, 7, 0, 1), Served::Miss);
+        let graph = cache.graph(&7).expect("the graph captured for key 7");
+        fx.client.write(&fx.dst, &[0; 16]).expect("reset");
+        graph.replay().expect("replay");
+        assert_eq!(fx.client.read(&fx.dst).expect("read"), vec![5; 16]);
+        assert!(cache.graph(&8).is_none(), "no graph for another key");
+    }
+
+    #[test]
+    fn a_cache_is_empty_until_it_holds_a_graph() {
+        let fx = Fixture::new();
+        let mut cache = fx.cache(2, None);
+        assert!(cache.is_empty());
+        fx.run(&mut cache, 1, 0, 1);
+        assert!(!cache.is_empty());
+        assert_eq!(cache.len(), 1);
+    }
+}
