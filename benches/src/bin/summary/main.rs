@@ -8,6 +8,7 @@
 //! a target that does not hold is reported as FAIL in its table.
 
 mod machine;
+mod pipeline;
 mod report;
 mod table;
 
@@ -21,12 +22,19 @@ use conformance::workload::decode::{self, Shape};
 #[global_allocator]
 static ALLOCATOR: CountingAlloc = CountingAlloc;
 
+/// A section that can be measured alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Section {
+    Recapture,
+    Pipeline,
+}
+
 /// Measures and prints each backend in turn.
 #[derive(Default)]
 struct Summary {
-    /// Measure only the re-capture rows (`--recapture`): a quick look at
-    /// one section without the full run's quarter of an hour.
-    recapture_only: bool,
+    /// Measure one section only (`--recapture`, `--pipeline`): a quick
+    /// look without the full run's quarter of an hour.
+    only: Option<Section>,
     failed: bool,
     held: usize,
     judged: usize,
@@ -39,6 +47,8 @@ struct Summary {
     updates: Vec<(String, bool)>,
     /// The threaded stress workload's row of each backend.
     threads: Vec<String>,
+    /// The two-stream pipeline against one stream, per backend.
+    pipelines: Vec<String>,
 }
 
 /// Operations each stress thread runs.
@@ -56,9 +66,14 @@ impl Visit for Summary {
                 return;
             }
         };
-        if self.recapture_only {
-            self.updates.extend(update_rows::<D>(&mut self.failed));
-            return;
+        match self.only {
+            Some(Section::Recapture) => {
+                return self.updates.extend(update_rows::<D>(&mut self.failed));
+            }
+            Some(Section::Pipeline) => {
+                return self.pipelines.push(pipeline_row::<D>(&mut self.failed));
+            }
+            None => {}
         }
         match report::measure::<D>(device) {
             Ok(report) => {
@@ -76,6 +91,7 @@ impl Visit for Summary {
             .push(decode_row::<D>(&mut self.failed, &mut self.memory));
         self.updates.extend(update_rows::<D>(&mut self.failed));
         self.threads.push(thread_row::<D>(&mut self.failed));
+        self.pipelines.push(pipeline_row::<D>(&mut self.failed));
     }
 }
 
@@ -153,6 +169,24 @@ const RECAPTURE_TARGET: f64 = 1.1;
 fn median(times: &mut [std::time::Duration]) -> std::time::Duration {
     times.sort();
     times[times.len() / 2]
+}
+
+/// The two-stream pipeline on `D`: one stream's time, two streams', and
+/// the ratio.
+fn pipeline_row<D: Backend>(failed: &mut bool) -> String {
+    match pipeline::measure::<D>() {
+        Ok((one, two)) => format!(
+            "| {} | {:.2} | {:.2} | {:.2}x |",
+            D::NAME,
+            one * 1e3,
+            two * 1e3,
+            one / two.max(1e-12)
+        ),
+        Err(err) => {
+            *failed = true;
+            format!("| {} | failed: {err} | | |", D::NAME)
+        }
+    }
 }
 
 /// The stress workload on one thread, then on four (a stream each): the
@@ -257,14 +291,26 @@ fn main() -> ExitCode {
         "- capture: prepare, warmup run, begin, N recorded launches (timed), \
          instantiate (timed apart)\n"
     );
+    let only = std::env::args().skip(1).find_map(|arg| match arg.as_str() {
+        "--recapture" => Some(Section::Recapture),
+        "--pipeline" => Some(Section::Pipeline),
+        _ => None,
+    });
     let mut summary = Summary {
-        recapture_only: std::env::args().skip(1).any(|arg| arg == "--recapture"),
+        only,
         ..Summary::default()
     };
     each_backend(&mut summary);
-    if summary.recapture_only {
-        print_recapture(&mut summary);
-        return finish(&summary);
+    match only {
+        Some(Section::Recapture) => {
+            print_recapture(&mut summary);
+            return finish(&summary);
+        }
+        Some(Section::Pipeline) => {
+            print_pipelines(&summary);
+            return finish(&summary);
+        }
+        None => {}
     }
     let shape = Shape::DECODE;
     println!(
@@ -311,7 +357,25 @@ fn main() -> ExitCode {
         println!("{row}");
     }
     println!();
+    print_pipelines(&summary);
     finish(&summary)
+}
+
+/// The two-stream section.
+fn print_pipelines(summary: &Summary) {
+    println!(
+        "### two streams\n\n{} steps: each uploads the next 1 MiB input and adds the \
+         current one into a sum four times, on one stream, then with the uploads on a \
+         second stream (the inputs shared, every step ordered on the device); fastest of \
+         three, the sum checked\n",
+        pipeline::STEPS
+    );
+    println!("| backend | one stream ms | two streams ms | one / two |");
+    println!("|---|---|---|---|");
+    for row in &summary.pipelines {
+        println!("{row}");
+    }
+    println!();
 }
 
 /// The re-capture section: its table, each row's target counted.
