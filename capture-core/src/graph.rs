@@ -5,6 +5,7 @@ use std::fmt;
 use slab::Slab;
 
 use crate::capture_state::KeptKernel;
+use crate::dependencies::Dependencies;
 use crate::driver::GraphDriver;
 use crate::error::Error;
 use crate::graph_log::{Entry, GraphInfo};
@@ -90,6 +91,10 @@ impl<D: GraphDriver> Graph<D> {
             .count();
         self.info.launches = launches;
         self.info.copies = self.log.len() - launches;
+        let dependencies = Dependencies::of(&self.log);
+        self.info.edges = dependencies.edges.len();
+        self.info.depth = dependencies.depth;
+        self.info.width = dependencies.width;
     }
 }
 

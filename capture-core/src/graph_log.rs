@@ -1,8 +1,7 @@
 //! What a capture window recorded, kept with its graph: a compact log of
-//! every launch and copy, from which a graph draws itself as Graphviz DOT
-//! with the dependencies its declared accesses imply.
+//! every launch and copy, and the hazards between them that its declared
+//! accesses imply.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,7 +57,8 @@ pub enum Hazard {
 }
 
 impl Hazard {
-    fn short(self) -> &'static str {
+    /// The hazard's usual three letters.
+    pub fn short(self) -> &'static str {
         match self {
             Hazard::ReadAfterWrite => "RAW",
             Hazard::WriteAfterRead => "WAR",
@@ -143,71 +143,6 @@ pub fn edges(log: &[Entry]) -> Vec<Edge> {
     edges
 }
 
-/// `log` as a Graphviz digraph named `name`: a node per operation, an
-/// edge per dependency, labelled with its buffer and kind.
-pub fn dot(name: &str, log: &[Entry]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "digraph \"{}\" {{", escape(name));
-    let _ = writeln!(out, "  rankdir=TB;");
-    let _ = writeln!(out, "  node [shape=box, fontname=\"monospace\"];");
-    for (i, entry) in log.iter().enumerate() {
-        let label = match entry {
-            Entry::Launch {
-                kernel,
-                groups,
-                bindings,
-                info_bytes,
-                param_bytes,
-            } => {
-                let mut label = format!(
-                    "{i}: {} [{}x{}x{}]",
-                    escape(kernel),
-                    groups[0],
-                    groups[1],
-                    groups[2]
-                );
-                for (buffer, access) in bindings {
-                    let how = match access {
-                        Access::Read => "r",
-                        Access::Write => "w",
-                        Access::ReadWrite => "rw",
-                    };
-                    let _ = write!(label, "\\n{how} {buffer}");
-                }
-                if *info_bytes > 0 {
-                    let _ = write!(label, "\\ninfo {info_bytes} B");
-                }
-                if *param_bytes > 0 {
-                    let _ = write!(label, "\\nparams {param_bytes} B");
-                }
-                label
-            }
-            Entry::Write { buffer, bytes } => format!("{i}: write {bytes} B\\nw {buffer}"),
-        };
-        let shape = match entry {
-            Entry::Launch { .. } => "box",
-            Entry::Write { .. } => "note",
-        };
-        let _ = writeln!(out, "  n{i} [label=\"{label}\", shape={shape}];");
-    }
-    for edge in edges(log) {
-        let _ = writeln!(
-            out,
-            "  n{} -> n{} [label=\"{} {}\"];",
-            edge.from,
-            edge.to,
-            edge.hazard.short(),
-            edge.buffer
-        );
-    }
-    out.push_str("}\n");
-    out
-}
-
-fn escape(text: &str) -> String {
-    text.replace('\\', "\\\\").replace('"', "\\\"")
-}
-
 /// What a graph is and has done, for a person or a dashboard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct GraphInfo {
@@ -232,6 +167,14 @@ pub struct GraphInfo {
     pub updates_in_place: u64,
     /// Updates that needed a new executable.
     pub reinstantiations: u64,
+    /// Edges of its dependency graph: the hazards between its operations
+    /// that no path of others implies (see `graph_dot`).
+    pub edges: usize,
+    /// Operations on its longest path of dependencies.
+    pub depth: usize,
+    /// Operations on its widest level of dependencies: how many could run
+    /// side by side there.
+    pub width: usize,
 }
 
 #[cfg(test)]
@@ -282,22 +225,5 @@ mod tests {
         );
         // a and b share only a read: no edge, they could run side by side.
         assert!(!edges.iter().any(|&(f, t, _, _)| (f, t) == (1, 2)));
-    }
-
-    #[test]
-    fn dot_names_every_node_and_edge() {
-        let log = vec![
-            Entry::Write {
-                buffer: BufferId(1),
-                bytes: 8,
-            },
-            launch("k\"1", &[(1, Access::Read), (2, Access::Write)]),
-        ];
-        let text = dot("graph 1", &log);
-        assert!(text.starts_with("digraph \"graph 1\" {"));
-        assert!(text.contains("n0 [label=\"0: write 8 B\\nw buffer 1\", shape=note];"));
-        assert!(text.contains("1: k\\\"1 [2x1x1]\\nr buffer 1\\nw buffer 2\\ninfo 16 B"));
-        assert!(text.contains("n0 -> n1 [label=\"RAW buffer 1\"];"));
-        assert!(text.trim_end().ends_with('}'));
     }
 }

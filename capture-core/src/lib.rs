@@ -39,12 +39,14 @@
 mod builtin;
 mod capture_state;
 mod client;
+mod dependencies;
 mod driver;
 mod drop_queue;
 mod error;
 mod failure;
 mod graph;
 mod graph_cache;
+mod graph_dot;
 mod graph_log;
 mod graveyard;
 mod hashing;
@@ -62,6 +64,7 @@ mod window;
 
 pub use builtin::{Builtin, BuiltinInfo, Builtins, MAX_GROUPS_PER_DIM, WORKGROUP_SIZE, groups_for};
 pub use client::{Buffer, Client, GraphHandle, Kernel, Pass, Placement};
+pub use dependencies::{Dependencies, MAX_REDUCED};
 pub use driver::{
     Access, Availability, Binding, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver,
     HostSlice, Launch, Updated,

@@ -7,7 +7,8 @@ use super::{Ids, Lane, Server, Slot, StreamRef};
 use crate::driver::GraphDriver;
 use crate::error::Error;
 use crate::graph::{Captures, Graph, GraphKey, Refused};
-use crate::graph_log::{self, GraphInfo};
+use crate::graph_dot;
+use crate::graph_log::GraphInfo;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
 use crate::signature::Access;
 use crate::stream::StreamState;
@@ -305,7 +306,7 @@ impl<D: GraphDriver> Server<D> {
     pub fn graph_dot(&self, id: GraphId, stream: StreamId) -> Result<String, Error> {
         self.with(stream, |lane| {
             let graph = lane.graphs.get(id).ok_or(Error::UnknownGraph(id))?;
-            Ok(graph_log::dot(&id.to_string(), graph.log()))
+            Ok(graph_dot::dot(&id.to_string(), graph.log()))
         })
     }
 

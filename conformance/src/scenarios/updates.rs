@@ -363,8 +363,53 @@ pub fn graph_cache_counts_and_evicts<D: UserKernels>(session: &Session<D>) -> Ou
     usable(client, stream)
 }
 
+/// Eight independent chains of launches make a dependency graph as deep as
+/// one chain and eight wide, whatever order they were issued in.
+pub fn eight_independent_chains_are_one_chain_deep_and_eight_wide<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    const CHAINS: usize = 8;
+    const STEPS: usize = 6;
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let xs: Vec<_> = (0..CHAINS)
+        .map(|_| client.create_f32(stream, &[0.0; NU]))
+        .collect::<Result<_, _>>()
+        .step("chains")?;
+    let one = client.create_f32(stream, &[1.0; NU]).step("one")?;
+    let (graph, ()) = client
+        .capture(stream, |_| {
+            // Interleaved: step by step across the chains.
+            for _ in 0..STEPS {
+                for x in &xs {
+                    client.run_builtin(stream, Builtin::Add, &[x, &one], N, 0.0)?;
+                }
+            }
+            Ok(())
+        })
+        .step("capture")?;
+    let info = client.graph_info(&graph).step("info")?;
+    ensure!(
+        (info.launches, info.depth, info.width, info.edges)
+            == (CHAINS * STEPS, STEPS, CHAINS, CHAINS * (STEPS - 1)),
+        "launches, depth, width, edges: {:?}",
+        (info.launches, info.depth, info.width, info.edges)
+    );
+    client.replay(&graph).step("replay")?;
+    for x in &xs {
+        expect_all(
+            &client,
+            x,
+            2.0 * STEPS as f32,
+            "a chain after warmup and a replay",
+        )?;
+    }
+    Ok(())
+}
+
 /// A graph drawn as DOT: a node per recorded operation and exactly the
-/// edges the declared accesses imply; Graphviz accepts it where installed.
+/// edges of its dependency graph (the hazards its declared accesses imply,
+/// less those another path implies); Graphviz accepts it where installed.
 pub fn a_graph_draws_its_dependencies<D: UserKernels>(session: &Session<D>) -> Outcome {
     let fx = Fixture::new(session.client())?;
     let (client, stream) = (&fx.client, fx.stream);
@@ -379,24 +424,26 @@ pub fn a_graph_draws_its_dependencies<D: UserKernels>(session: &Session<D>) -> O
             client.run_builtin(stream, Builtin::Add, &[&a, &b], N, 0.0)?;
             // 3: x = a   (after 2)
             client.run_builtin(stream, Builtin::Copy, &[&a, &fx.x], N, 0.0)?;
-            // 4: a = 0   (after 3 read it, and after 2 wrote it)
+            // 4: a = 0   (after 3 read it; that 2 wrote it before is
+            // implied through 3)
             client.run_builtin(stream, Builtin::Fill, &[&a], N, 0.0)
         })
         .step("capture")?;
     let dot = client.graph_dot(&graph).step("dot")?;
     let (nodes, edges) = parse_dot(&dot)?;
     ensure!(nodes == 5, "{nodes} nodes in\n{dot}");
-    let want: BTreeSet<(usize, usize, String)> = [
-        (0, 2, "RAW"),
-        (1, 2, "RAW"),
-        (2, 3, "RAW"),
-        (2, 4, "WAW"),
-        (3, 4, "WAR"),
-    ]
-    .into_iter()
-    .map(|(f, t, k)| (f, t, k.to_string()))
-    .collect();
+    let want: BTreeSet<(usize, usize, String)> =
+        [(0, 2, "RAW"), (1, 2, "RAW"), (2, 3, "RAW"), (3, 4, "WAR")]
+            .into_iter()
+            .map(|(f, t, k)| (f, t, k.to_string()))
+            .collect();
     ensure!(edges == want, "edges {edges:?}, expected {want:?}\n{dot}");
+    let info = client.graph_info(&graph).step("info")?;
+    ensure!(
+        (info.edges, info.depth, info.width) == (4, 4, 2),
+        "edges, depth and width {:?}",
+        (info.edges, info.depth, info.width)
+    );
     if let Ok(mut child) = std::process::Command::new("dot")
         .arg("-Tsvg")
         .stdin(std::process::Stdio::piped())

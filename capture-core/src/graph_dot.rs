@@ -1,0 +1,130 @@
+//! A graph drawn as Graphviz DOT: a node per recorded operation and the
+//! edges of its dependency graph.
+
+use std::fmt::Write as _;
+
+use crate::dependencies::Dependencies;
+use crate::driver::Access;
+use crate::graph_log::{Entry, edges};
+
+/// `log` as a Graphviz digraph named `name`: a node per operation, an
+/// edge per edge of its dependency graph, labelled with the buffers and
+/// kinds of the hazards behind it.
+pub fn dot(name: &str, log: &[Entry]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "digraph \"{}\" {{", escape(name));
+    let _ = writeln!(out, "  rankdir=TB;");
+    let _ = writeln!(out, "  node [shape=box, fontname=\"monospace\"];");
+    for (i, entry) in log.iter().enumerate() {
+        let label = match entry {
+            Entry::Launch {
+                kernel,
+                groups,
+                bindings,
+                info_bytes,
+                param_bytes,
+            } => {
+                let mut label = format!(
+                    "{i}: {} [{}x{}x{}]",
+                    escape(kernel),
+                    groups[0],
+                    groups[1],
+                    groups[2]
+                );
+                for (buffer, access) in bindings {
+                    let how = match access {
+                        Access::Read => "r",
+                        Access::Write => "w",
+                        Access::ReadWrite => "rw",
+                    };
+                    let _ = write!(label, "\\n{how} {buffer}");
+                }
+                if *info_bytes > 0 {
+                    let _ = write!(label, "\\ninfo {info_bytes} B");
+                }
+                if *param_bytes > 0 {
+                    let _ = write!(label, "\\nparams {param_bytes} B");
+                }
+                label
+            }
+            Entry::Write { buffer, bytes } => format!("{i}: write {bytes} B\\nw {buffer}"),
+        };
+        let shape = match entry {
+            Entry::Launch { .. } => "box",
+            Entry::Write { .. } => "note",
+        };
+        let _ = writeln!(out, "  n{i} [label=\"{label}\", shape={shape}];");
+    }
+    // The dependency graph's edges, each labelled with every hazard between
+    // its two operations.
+    let hazards = edges(log);
+    for (from, to) in Dependencies::of(log).edges {
+        let label: Vec<String> = hazards
+            .iter()
+            .filter(|e| (e.from, e.to) == (from, to))
+            .map(|e| format!("{} {}", e.hazard.short(), e.buffer))
+            .collect();
+        let _ = writeln!(out, "  n{from} -> n{to} [label=\"{}\"];", label.join("\\n"));
+    }
+    out.push_str("}\n");
+    out
+}
+
+fn escape(text: &str) -> String {
+    text.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::ids::BufferId;
+
+    fn launch(kernel: &str, bindings: &[(u64, Access)]) -> Entry {
+        Entry::Launch {
+            kernel: Arc::from(kernel),
+            groups: [2, 1, 1],
+            bindings: bindings.iter().map(|&(b, a)| (BufferId(b), a)).collect(),
+            info_bytes: 16,
+            param_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn dot_names_every_node_and_edge() {
+        let log = vec![
+            Entry::Write {
+                buffer: BufferId(1),
+                bytes: 8,
+            },
+            launch("k\"1", &[(1, Access::Read), (2, Access::Write)]),
+        ];
+        let text = dot("graph 1", &log);
+        assert!(text.starts_with("digraph \"graph 1\" {"));
+        assert!(text.contains("n0 [label=\"0: write 8 B\\nw buffer 1\", shape=note];"));
+        assert!(text.contains("1: k\\\"1 [2x1x1]\\nr buffer 1\\nw buffer 2\\ninfo 16 B"));
+        assert!(text.contains("n0 -> n1 [label=\"RAW buffer 1\"];"));
+        assert!(text.trim_end().ends_with('}'));
+    }
+
+    #[test]
+    fn dot_draws_no_edge_another_path_implies() {
+        use Access::{Read, ReadWrite, Write};
+        let log = vec![
+            launch("a", &[(1, Write)]),
+            launch("b", &[(1, ReadWrite)]),
+            launch("c", &[(1, Read)]),
+        ];
+        let text = dot("g", &log);
+        assert!(
+            text.contains("n0 -> n1 [label=\"RAW buffer 1\"];"),
+            "{text}"
+        );
+        assert!(
+            text.contains("n1 -> n2 [label=\"RAW buffer 1\"];"),
+            "{text}"
+        );
+        assert!(!text.contains("n0 -> n2"), "implied through b: {text}");
+    }
+}
