@@ -177,11 +177,11 @@ mod tests {
         let mut reach = vec![vec![false; nodes]; nodes];
         for from in (0..nodes).rev() {
             for &(f, to) in edges.iter().filter(|(f, _)| *f == from) {
-                reach[f][to] = true;
-                for node in 0..nodes {
-                    if reach[to][node] {
-                        reach[f][node] = true;
-                    }
+                let below = reach[to].clone();
+                let row = &mut reach[f];
+                row[to] = true;
+                for (cell, reached) in row.iter_mut().zip(below) {
+                    *cell |= reached;
                 }
             }
         }
