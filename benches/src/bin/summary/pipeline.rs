@@ -37,13 +37,21 @@ fn seconds<D: GraphDriver + Builtins>(
         let (current, next) = (step % 2, (step + 1) % 2);
         client.write(&inputs[next], &contents[next])?;
         for _ in 0..PASSES {
-            client.run_builtin(compute, Builtin::Add, &[&sum, &inputs[current]], ELEMENTS, 0.0)?;
+            client.run_builtin(
+                compute,
+                Builtin::Add,
+                &[&sum, &inputs[current]],
+                ELEMENTS,
+                0.0,
+            )?;
         }
     }
     client.sync(compute)?;
     client.sync(upload)?;
     let seconds = started.elapsed().as_secs_f64();
-    let want: f32 = (0..STEPS).map(|s| PASSES as f32 * ((s % 2) + 1) as f32).sum();
+    let want: f32 = (0..STEPS)
+        .map(|s| PASSES as f32 * ((s % 2) + 1) as f32)
+        .sum();
     let got = client.read_f32(&sum)?;
     if got.iter().any(|&v| v != want) {
         return Err(Error::BadLaunch(format!(
