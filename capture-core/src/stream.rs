@@ -380,8 +380,9 @@ impl<D: Driver> StreamState<D> {
 
     /// Where the device slice holding `bytes` lies, from the info cache or
     /// staged now: a launch that keeps no hold on it (an eager one) takes
-    /// only this, and the cache's hit costs no reference count.
-    #[inline]
+    /// only this, and the cache's hit costs no reference count. Inlined
+    /// always: it is on every eager launch with info.
+    #[inline(always)]
     pub(crate) fn info_place(
         &mut self,
         bytes: &[u8],
