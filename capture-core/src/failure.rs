@@ -6,13 +6,14 @@
 //! exists to prevent: the buffer carries the failure, every read of it on any
 //! stream fails with it, and a later successful write clears it.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::Error;
 use crate::hashing::{FastMap, FastSet};
 use crate::ids::BufferId;
 
-/// The device-wide record of claimed buffers.
+/// The record of claimed buffers, behind [`Claims`].
 #[derive(Debug, Default)]
 pub struct FailureStore {
     claims: FastMap<BufferId, Arc<Error>>,
@@ -157,5 +158,78 @@ mod tests {
         store.claim(BufferId(1), &cause);
         store.claim(BufferId(2), &cause);
         assert!(store.is_empty(), "nobody can read them to clear a claim");
+    }
+}
+
+/// The device's [`FailureStore`], shared by its streams: a claim made on one
+/// stream fails a read on any other. Asking whether any buffer is claimed
+/// takes no lock, which is all a launch or a replay asks when none is.
+#[derive(Debug, Default)]
+pub struct Claims {
+    any: AtomicBool,
+    store: Mutex<FailureStore>,
+}
+
+impl Claims {
+    /// The store, locked. A panic under the lock leaves it whole: each of
+    /// its operations is a single map update.
+    fn store(&self) -> MutexGuard<'_, FailureStore> {
+        self.store
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Run `f` on the store, then note whether anything is claimed.
+    fn update<R>(&self, f: impl FnOnce(&mut FailureStore) -> R) -> R {
+        let mut store = self.store();
+        let result = f(&mut store);
+        self.any.store(!store.is_empty(), Ordering::Release);
+        result
+    }
+
+    /// See [`FailureStore::track`].
+    pub fn track(&self, buffer: BufferId) {
+        self.store().track(buffer);
+    }
+
+    /// See [`FailureStore::forget`].
+    pub fn forget(&self, buffer: BufferId) {
+        self.update(|store| store.forget(buffer));
+    }
+
+    /// Why `buffer` holds no valid bytes, if it does not.
+    pub fn check(&self, buffer: BufferId) -> Option<Arc<Error>> {
+        if self.is_empty() {
+            return None;
+        }
+        self.store().check(buffer).cloned()
+    }
+
+    /// See [`FailureStore::read_error`].
+    pub fn read_error(&self, buffer: BufferId) -> Option<Error> {
+        if self.is_empty() {
+            return None;
+        }
+        self.store().read_error(buffer)
+    }
+
+    /// See [`FailureStore::settle`].
+    #[inline]
+    pub fn settle(&self, written: impl IntoIterator<Item = BufferId>, failure: Option<&Error>) {
+        if failure.is_none() && self.is_empty() {
+            return;
+        }
+        self.update(|store| store.settle(written, failure));
+    }
+
+    /// Claimed buffers.
+    pub fn len(&self) -> usize {
+        self.store().len()
+    }
+
+    /// Whether no buffer is claimed.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        !self.any.load(Ordering::Acquire)
     }
 }

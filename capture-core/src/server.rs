@@ -45,6 +45,7 @@ use crate::builtin::{Builtin, Builtins};
 use crate::capture_state::Phase;
 use crate::driver::GraphDriver;
 use crate::error::Error;
+use crate::failure::Claims;
 use crate::graph::Captures;
 use crate::graveyard::Graveyard;
 use crate::hashing::FastMap;
@@ -131,6 +132,8 @@ pub struct Server<D: GraphDriver> {
     /// Which stream waits for which around shared buffers; each stream's
     /// slot holds it too, to forget the buffers it collects.
     order: Arc<Mutex<StreamOrder>>,
+    /// The buffers failures claimed, on every stream.
+    failures: Arc<Claims>,
     /// The builtins compiled so far, in [`Builtin::ALL`] order: read
     /// without a lock once built.
     kernels: [OnceLock<Arc<D::Kernel>>; 4],
@@ -148,6 +151,7 @@ impl<D: GraphDriver> Server<D> {
             streams: RwLock::default(),
             graphs: Mutex::default(),
             order: Arc::default(),
+            failures: Arc::default(),
             kernels: Default::default(),
             ids: Ids::default(),
         }
@@ -229,7 +233,7 @@ impl<D: GraphDriver> Server<D> {
         let id = StreamId(Ids::next(&self.ids.stream));
         let slot = Arc::new(Slot {
             lane: Mutex::new(Some(Lane {
-                state: StreamState::new(id, raw, &self.config),
+                state: StreamState::new(id, raw, &self.config, self.failures.clone()),
                 graphs: Captures::default(),
             })),
             graveyard: Graveyard::default(),
@@ -338,27 +342,9 @@ impl<D: GraphDriver> Server<D> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Buffers currently claimed by a failure, on every stream. Read from
-    /// poisoned locks too: a count is right even where a panic interrupted
-    /// a call.
+    /// Buffers currently claimed by a failure, on every stream.
     pub fn claimed_buffers(&self) -> usize {
-        let slots: Vec<Arc<Slot<D>>> = {
-            let streams = self
-                .streams
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            streams.values().cloned().collect()
-        };
-        slots
-            .iter()
-            .map(|slot| {
-                slot.lane
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .as_ref()
-                    .map_or(0, |lane| lane.state.failures.len())
-            })
-            .sum()
+        self.failures.len()
     }
 
     /// What `stream` holds now.

@@ -1,10 +1,12 @@
 //! One stream and everything capture-core keeps for it.
 
+use std::sync::Arc;
+
 use crate::capture_state::StreamCapture;
 use crate::driver::{DeviceSlice, Driver, DriverError, HostSlice};
 use crate::drop_queue::{DropQueue, Stamp};
 use crate::error::Error;
-use crate::failure::FailureStore;
+use crate::failure::Claims;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
 use crate::info_cache::InfoCache;
 use crate::phase::Phase;
@@ -76,9 +78,9 @@ pub struct StreamState<D: Driver> {
     work_since_signal: bool,
     pub(crate) info: InfoCache,
     pub(crate) capture: StreamCapture,
-    /// The stream's buffers that hold no valid bytes, and why. Per stream:
-    /// a buffer is used only on the stream it was allocated on.
-    pub(crate) failures: FailureStore,
+    /// The device's buffers that hold no valid bytes, and why: shared by
+    /// every stream, since a buffer may be used on any.
+    pub(crate) failures: Arc<Claims>,
     /// Graphs whose destroy arrived while this stream recorded: a destroy
     /// syncs, which would abort the recording, so it waits for the close.
     pub(crate) deferred_destroys: Vec<GraphId>,
@@ -104,7 +106,12 @@ fn missing_page() -> Error {
 
 impl<D: Driver> StreamState<D> {
     /// A fresh stream over `raw`.
-    pub(crate) fn new(id: StreamId, raw: D::Stream, config: &Config) -> Self {
+    pub(crate) fn new(
+        id: StreamId,
+        raw: D::Stream,
+        config: &Config,
+        failures: Arc<Claims>,
+    ) -> Self {
         Self {
             id,
             raw,
@@ -115,7 +122,7 @@ impl<D: Driver> StreamState<D> {
             work_since_signal: false,
             info: InfoCache::new(config.info_cache_capacity),
             capture: StreamCapture::default(),
-            failures: FailureStore::default(),
+            failures,
             deferred_destroys: Vec::new(),
             upload_failures: 0,
             shares: false,

@@ -361,7 +361,7 @@ fn refuse_claimed_input<D: GraphDriver>(
     let failures = &state.failures;
     let claimed = graph.read.iter().find_map(|buffer| {
         let own_failed_replay = failures.check(*buffer).is_some_and(
-            |cause| matches!(**cause, Error::ReplayFailed { graph, .. } if graph == id),
+            |cause| matches!(*cause, Error::ReplayFailed { graph, .. } if graph == id),
         );
         if own_failed_replay {
             None
