@@ -8,12 +8,13 @@
 
 use std::any::Any;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::thread::ThreadId;
 
 use crate::error::Error;
 use crate::graph_log::Entry;
 use crate::hashing::FastSet;
-use crate::ids::{BufferId, WindowId};
+use crate::ids::{BufferId, StreamId, WindowId};
 use crate::pool::SliceHandle;
 
 pub use crate::phase::Phase;
@@ -64,6 +65,8 @@ pub struct StreamCapture {
     touched_seen: FastSet<BufferId>,
     /// Every kernel the recorded work launches, each once.
     kernels: Vec<KeptKernel>,
+    /// Streams joined to the open window and not joined back.
+    joins: Vec<(StreamId, Arc<Join>)>,
     kernels_seen: FastSet<usize>,
     /// Every operation recorded, in order.
     log: Vec<Entry>,
@@ -87,6 +90,7 @@ impl Default for StreamCapture {
             touched_seen: FastSet::default(),
             kernels: Vec::new(),
             kernels_seen: FastSet::default(),
+            joins: Vec::new(),
             log: Vec::new(),
             last_len: 0,
             failure: None,
@@ -107,6 +111,38 @@ pub struct Recorded {
     pub kernels: Vec<KeptKernel>,
     /// Every operation recorded, in order.
     pub log: Vec<Entry>,
+}
+
+/// Another stream's membership in a recording stream's window (fork/join,
+/// rule 21): while it is open, that stream's work is recorded into the
+/// window. The window closes it, joined back or not.
+#[derive(Debug)]
+pub struct Join {
+    /// The recording stream.
+    pub stream: StreamId,
+    /// Its window.
+    pub window: WindowId,
+    open: AtomicBool,
+}
+
+impl Join {
+    /// A join of `window` on `stream`, open.
+    pub fn new(stream: StreamId, window: WindowId) -> Self {
+        Self {
+            stream,
+            window,
+            open: AtomicBool::new(true),
+        }
+    }
+
+    /// Whether the window still takes the joined stream's work.
+    pub fn is_open(&self) -> bool {
+        self.open.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn close(&self) {
+        self.open.store(false, std::sync::atomic::Ordering::Release);
+    }
 }
 
 /// A kernel a recording launched, held for as long as the recorded work
@@ -201,7 +237,35 @@ impl StreamCapture {
     pub fn abort(&mut self) {
         self.phase = Phase::None;
         self.recorder = None;
+        let _unjoined = self.close_joins();
         self.clear();
+    }
+
+    /// `stream` joined the window: its work is recorded here until it is
+    /// joined back.
+    pub fn join(&mut self, stream: StreamId, join: Arc<Join>) {
+        self.joins.push((stream, join));
+    }
+
+    /// `stream` was joined back; whether it had joined.
+    pub fn join_back(&mut self, stream: StreamId) -> bool {
+        match self.joins.iter().position(|(joined, _)| *joined == stream) {
+            Some(index) => {
+                self.joins.swap_remove(index).1.close();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Close every join: the window is closing. The first stream that was
+    /// never joined back, which makes the window's refusal.
+    pub fn close_joins(&mut self) -> Option<StreamId> {
+        let first = self.joins.first().map(|(stream, _)| *stream);
+        for (_, join) in self.joins.drain(..) {
+            join.close();
+        }
+        first
     }
 
     /// The recorded work writes `buffer`.

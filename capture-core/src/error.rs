@@ -52,31 +52,43 @@ pub enum Error {
         /// The recording stream.
         recording: StreamId,
     },
-    /// A buffer of a stream with an open capture window was to be shared
-    /// with another stream: the work the window recorded on it would escape
-    /// the ordering, so the buffer is shared before the window opens or
-    /// after it closes.
+    /// A stream whose work a capture window records (the recording stream,
+    /// or one joined to its window) would wait for work from outside the
+    /// window, which a graph cannot wait for when it replays.
     #[error(
-        "{buffer} cannot be shared with another stream while its {stream} has a capture \
-         window open; share it before the window opens or after it closes"
+        "{stream}'s work is recorded by a capture window and would wait for {other}'s work \
+         from outside it; order the streams before the window opens"
+    )]
+    WaitOutsideWindow {
+        /// The stream that would wait.
+        stream: StreamId,
+        /// The stream it would wait for.
+        other: StreamId,
+    },
+    /// A capture window closed while a stream that joined it (by waiting
+    /// for the recording stream) was not joined back (the recording stream
+    /// waiting for it): the graph would miss that stream's later work.
+    #[error(
+        "{window} closed while {stream}, which joined it, was not joined back; make the \
+         recording stream wait for {stream} before closing the window"
+    )]
+    Unjoined {
+        /// The joined stream.
+        stream: StreamId,
+        /// The window.
+        window: WindowId,
+    },
+    /// A buffer of a stream that records a capture window was to be shared
+    /// with another stream: sharing orders the other stream after the
+    /// buffer's stream, which cannot be waited for while it records.
+    #[error(
+        "{buffer} cannot be shared with another stream while its {stream} records a \
+         capture window; share it before the window begins or after it closes"
     )]
     SharedWhileRecording {
         /// The buffer.
         buffer: BufferId,
         /// Its stream, whose window is open.
-        stream: StreamId,
-    },
-    /// A capture window recorded work on a buffer another stream uses (or
-    /// of another stream): a graph replays on its own stream only, ordered
-    /// after no other.
-    #[error(
-        "{stream} is recording a capture window and {buffer} is shared with another stream; \
-         a recording uses only buffers of its own stream that no other stream uses"
-    )]
-    SharedInWindow {
-        /// The buffer.
-        buffer: BufferId,
-        /// The recording stream.
         stream: StreamId,
     },
     /// A buffer allocated by another client (another server, with its own

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::capture_state::StreamCapture;
+use crate::capture_state::{Join, StreamCapture};
 use crate::driver::{DeviceSlice, Driver, DriverError, HostSlice};
 use crate::drop_queue::{DropQueue, Stamp};
 use crate::error::Error;
@@ -88,6 +88,9 @@ pub struct StreamState<D: Driver> {
     /// Whether a buffer of this stream was used on another: its graphs'
     /// replays then ask the order what they must wait for.
     pub(crate) shares: bool,
+    /// The window this stream's work is recorded into, while it is joined
+    /// to another stream's (rule 21).
+    pub(crate) joined: Option<Arc<Join>>,
     /// Whether work was issued since the stream's last point in the order
     /// of shared buffers: another stream that waits for it then waits past
     /// a new point.
@@ -126,6 +129,7 @@ impl<D: Driver> StreamState<D> {
             deferred_destroys: Vec::new(),
             upload_failures: 0,
             shares: false,
+            joined: None,
             unordered: false,
         }
     }
@@ -135,6 +139,15 @@ impl<D: Driver> StreamState<D> {
     pub(crate) fn issued(&mut self) {
         self.work_since_signal = true;
         self.unordered = true;
+    }
+
+    /// The open window this stream is joined to, if any; a join its window
+    /// closed since is forgotten here.
+    pub(crate) fn join(&mut self) -> Option<&Arc<Join>> {
+        if self.joined.as_ref().is_some_and(|join| !join.is_open()) {
+            self.joined = None;
+        }
+        self.joined.as_ref()
     }
 
     /// Whether work was issued since the stream's last point in the order

@@ -179,6 +179,14 @@ impl<'a, D: GraphDriver> Window<'a, D> {
                 .capture
                 .record_failure(Error::AllocationWhileRecording(stream.id));
         }
+        // A stream that joined and was not joined back would miss from the
+        // graph whatever it does next (rule 21); its join closes either way.
+        if let Some(unjoined) = stream.capture.close_joins() {
+            stream.capture.record_failure(Error::Unjoined {
+                stream: unjoined,
+                window: closer,
+            });
+        }
         let doomed = stream
             .capture
             .take_failure()

@@ -19,6 +19,13 @@ impl<D: GraphDriver> Server<D> {
     pub fn prepare(&self, stream: StreamId) -> Result<WindowId, Error> {
         self.with(stream, |lane| {
             lane.check_recorder()?;
+            if let Some(join) = lane.state.join() {
+                return Err(Error::OutOfOrder {
+                    call: "prepare",
+                    stream,
+                    reason: format!("it is joined to the capture window of {}", join.stream),
+                });
+            }
             // A capture call out of order changes nothing (rule 1), so it
             // does not doom the window it was refused in.
             let window = WindowId(Ids::next(&self.ids.window));
@@ -201,8 +208,8 @@ impl<D: GraphDriver> Server<D> {
             return Err(Error::UnknownGraph(id));
         };
         lane.check_recorder()?;
-        if lane.state.capture.is_recording() {
-            return lane.refused(Error::ReplayWhileRecording(stream));
+        if lane.state.capture.is_recording() || lane.state.joined.is_some() {
+            return Self::refuse_replay(lane, stream);
         }
         let Lane { state, graphs, .. } = lane;
         // Not `ok_or`: the error would be built, and dropped, on every
@@ -222,6 +229,17 @@ impl<D: GraphDriver> Server<D> {
             return Ok(true);
         }
         replay_graph(state, graph, id).map(|()| true)
+    }
+
+    /// A replay on a stream whose work a window records (its own, or one
+    /// it joined): refused, unless the join has closed since.
+    #[cold]
+    fn refuse_replay(lane: &mut Lane<D>, stream: StreamId) -> Result<bool, Error> {
+        if lane.state.capture.is_recording() || lane.state.join().is_some() {
+            return lane.refused(Error::ReplayWhileRecording(stream));
+        }
+        // A join whose window closed: the stream is free again.
+        Ok(false)
     }
 
     /// Replay graph `id` on `stream` once it waited for the streams that

@@ -14,11 +14,13 @@ use std::sync::Arc;
 
 use super::shared::{Lanes, Shareable};
 use super::{Bound, Lane, Server, Slot};
+use crate::capture_state::Join;
 use crate::driver::{Binding, DeviceSlice, Driver, GraphDriver, Launch};
 use crate::error::Error;
 use crate::graph_log::Entry;
 use crate::ids::{BufferId, StreamId};
-use crate::pool::Place;
+use crate::phase::Phase;
+use crate::pool::{Place, SliceHandle};
 use crate::signature::{LaunchShape, MAX_BINDINGS, Signature};
 use crate::stream::StreamState;
 
@@ -118,8 +120,9 @@ impl<D: GraphDriver> Server<D> {
         let mut guard = slot.lock()?;
         let lane = Self::open(slot, &mut guard, stream)?;
         // Asked under the stream's lock, where a buffer of it is marked
-        // shared: a launch that saw it unshared is ordered before the mark.
-        if request.args.iter().any(|b| b.shared().is_shared()) {
+        // shared and the stream joins a window: a launch that saw neither
+        // is ordered before them.
+        if lane.state.joined.is_some() || request.args.iter().any(|b| b.shared().is_shared()) {
             drop(guard);
             return self.launch_shared(stream, &request);
         }
@@ -227,6 +230,17 @@ fn record_launch<D: Driver, B: Bound>(
     };
     let info_place = info_slice.as_ref().map(|slice| slice.place());
     enqueue_launch(state, request, info_place)?;
+    log_recorded(state, request, info_slice.as_ref());
+    Ok(())
+}
+
+/// What a recorded launch leaves in its window: its kernel held, its entry
+/// in the log, every slice it touches pinned, what it reads and writes.
+fn log_recorded<D: Driver, B: Bound>(
+    state: &mut StreamState<D>,
+    request: &Request<'_, D, B>,
+    info_slice: Option<&SliceHandle>,
+) {
     let accesses = request.signature.accesses();
     let capture = &mut state.capture;
     capture.record_kernel(request.kernel);
@@ -242,7 +256,7 @@ fn record_launch<D: Driver, B: Bound>(
         info_bytes: request.info.len() as u32,
         param_bytes: request.params.len() as u32,
     });
-    if let Some(info_slice) = &info_slice {
+    if let Some(info_slice) = info_slice {
         capture.record_touch(info_slice);
     }
     for (buffer, access) in request.args.iter().zip(accesses) {
@@ -255,7 +269,6 @@ fn record_launch<D: Driver, B: Bound>(
             capture.record_write(slice.id());
         }
     }
-    Ok(())
 }
 
 /// The device slice of a recorded launch's info `bytes`. Bytes the warmup
@@ -393,6 +406,9 @@ impl<D: GraphDriver> Server<D> {
         stream: StreamId,
         request: &Request<'_, D, B>,
     ) -> Result<(), Error> {
+        if let Some(join) = self.with(stream, |lane| Ok(lane.state.join().cloned()))? {
+            return self.launch_joined(stream, &join, request);
+        }
         let foreign: SmallVec<[(BufferId, StreamId, &dyn Shareable); MAX_BINDINGS]> = request
             .args
             .iter()
@@ -413,9 +429,13 @@ impl<D: GraphDriver> Server<D> {
         homes.sort_unstable();
         homes.dedup();
         self.ordered(stream, &accesses, &homes, |lanes, _, waited| {
+            // A recorded launch has run nothing: it clears no claim.
+            let recording = lanes.mine.state.capture.is_recording();
             let outcome = self.issue_shared(lanes, stream, request, waited);
             let failure = outcome.as_ref().err();
-            settle_homes(lanes, request, failure);
+            if failure.is_some() || !recording {
+                settle_homes(lanes, request, failure);
+            }
             match outcome {
                 Ok(()) => (Ok(()), true),
                 Err(err) => (lanes.mine.refused(err), false),
@@ -423,8 +443,8 @@ impl<D: GraphDriver> Server<D> {
         })
     }
 
-    /// [`Server::launch_shared`]'s launch, under the locks: refused inside a
-    /// window, after a failed wait, or over a claimed input.
+    /// [`Server::launch_shared`]'s launch, under the locks: recorded inside
+    /// a window; refused after a failed wait or over a claimed input.
     fn issue_shared<B: Bound>(
         &self,
         lanes: &mut Lanes<'_, D>,
@@ -433,13 +453,11 @@ impl<D: GraphDriver> Server<D> {
         waited: Result<(), Error>,
     ) -> Result<(), Error> {
         lanes.mine.check_recorder()?;
+        // From here this stream's graphs may use shared buffers: its
+        // replays are ordered.
+        lanes.mine.state.shares = true;
         if lanes.mine.state.capture.is_recording() {
-            let buffer = request
-                .args
-                .iter()
-                .find(|b| b.stream() != stream || b.shared().is_shared())
-                .map_or(BufferId(0), |b| b.id());
-            return Err(Error::SharedInWindow { buffer, stream });
+            return self.record_across(lanes, stream, None, request);
         }
         waited?;
         for (buffer, access) in request.args.iter().zip(request.signature.accesses()) {
@@ -458,60 +476,8 @@ impl<D: GraphDriver> Server<D> {
             [] => None,
             bytes => Some(lanes.mine.state.info_place(bytes, &mut ids)?),
         };
-        let Lanes { mine, others } = lanes;
-        let state = &mut mine.state;
-        let missing = |id: StreamId| Error::UnknownStream(id);
-        let page_of = |buffer: &B| -> Result<DeviceSlice<'_, D>, Error> {
-            let place = buffer.place();
-            let pool = if buffer.stream() == stream {
-                &state.device
-            } else {
-                &others
-                    .iter()
-                    .find(|(id, _)| *id == buffer.stream())
-                    .ok_or_else(|| missing(buffer.stream()))?
-                    .1
-                    .state
-                    .device
-            };
-            Ok(DeviceSlice {
-                page: pool
-                    .page_at(place.slot)
-                    .ok_or_else(|| missing(buffer.stream()))?,
-                offset: place.offset,
-                len: place.len,
-            })
-        };
-        let mut bindings: ArrayVec<Binding<'_, D>, MAX_BINDINGS> = ArrayVec::new();
-        for (buffer, access) in request.args.iter().zip(request.signature.accesses()) {
-            bindings.push(Binding {
-                slice: page_of(buffer)?,
-                access: *access,
-            });
-        }
-        let info = match info {
-            Some(place) => Some(DeviceSlice {
-                page: state
-                    .device
-                    .page_at(place.slot)
-                    .ok_or_else(|| missing(stream))?,
-                offset: place.offset,
-                len: place.len,
-            }),
-            None => None,
-        };
-        let launched = D::launch(
-            &mut state.raw,
-            Launch {
-                kernel: &**request.kernel,
-                groups: request.groups,
-                bindings: &bindings,
-                info,
-                params: request.params,
-            },
-        );
-        drop(bindings);
-        launched?;
+        launch_across(lanes, stream, request, info.map(|place| (place, stream)))?;
+        let state = &mut lanes.mine.state;
         state.issued();
         // Another stream's memory this launch uses stays in use until the
         // device is past the launch, whatever its own stream frees.
@@ -519,6 +485,169 @@ impl<D: GraphDriver> Server<D> {
             state.queue_drop(buffer.slice().clone());
         }
         state.maybe_flush();
+        Ok(())
+    }
+}
+
+/// Issue `request`'s driver launch on the stream of `lanes.mine` (which is
+/// `stream`), each binding found in its buffer's own stream's pool, and the
+/// info bytes at `info` in the pool of the stream it names.
+fn launch_across<D: GraphDriver, B: Bound>(
+    lanes: &mut Lanes<'_, D>,
+    stream: StreamId,
+    request: &Request<'_, D, B>,
+    info: Option<(Place, StreamId)>,
+) -> Result<(), Error> {
+    let Lanes { mine, others } = lanes;
+    let state = &mut mine.state;
+    let missing = |id: StreamId| Error::UnknownStream(id);
+    let slice_at = |place: Place, home: StreamId| -> Result<DeviceSlice<'_, D>, Error> {
+        let pool = if home == stream {
+            &state.device
+        } else {
+            &others
+                .iter()
+                .find(|(id, _)| *id == home)
+                .ok_or_else(|| missing(home))?
+                .1
+                .state
+                .device
+        };
+        Ok(DeviceSlice {
+            page: pool.page_at(place.slot).ok_or_else(|| missing(home))?,
+            offset: place.offset,
+            len: place.len,
+        })
+    };
+    let mut bindings: ArrayVec<Binding<'_, D>, MAX_BINDINGS> = ArrayVec::new();
+    for (buffer, access) in request.args.iter().zip(request.signature.accesses()) {
+        bindings.push(Binding {
+            slice: slice_at(buffer.place(), buffer.stream())?,
+            access: *access,
+        });
+    }
+    let info = match info {
+        Some((place, home)) => Some(slice_at(place, home)?),
+        None => None,
+    };
+    let launched = D::launch(
+        &mut state.raw,
+        Launch {
+            kernel: &**request.kernel,
+            groups: request.groups,
+            bindings: &bindings,
+            info,
+            params: request.params,
+        },
+    );
+    drop(bindings);
+    launched.map_err(Error::from)
+}
+
+impl<D: GraphDriver> Server<D> {
+    /// A launch on `stream` while it is joined to another stream's window
+    /// (`join`): recorded into that window, ordered by the recording like
+    /// the window's own work (rule 21). Its buffers are the window's
+    /// stream's and its joined streams', none shared with a stream outside.
+    #[cold]
+    fn launch_joined<B: Bound>(
+        &self,
+        stream: StreamId,
+        join: &Arc<Join>,
+        request: &Request<'_, D, B>,
+    ) -> Result<(), Error> {
+        // A buffer from outside the recording is shared first, so that the
+        // graph's replays are ordered after its other users.
+        let outside: SmallVec<[(BufferId, StreamId, &dyn Shareable); MAX_BINDINGS]> = request
+            .args
+            .iter()
+            .filter(|b| b.stream() != join.stream && b.stream() != stream)
+            .map(|b| (b.id(), b.stream(), b.shared() as &dyn Shareable))
+            .collect();
+        if let Err(err) = self.share(&outside) {
+            return Err(self.refuse(join.stream, err));
+        }
+        let mut homes: SmallVec<[StreamId; MAX_BINDINGS]> =
+            request.args.iter().map(Bound::stream).collect();
+        homes.push(stream);
+        homes.sort_unstable();
+        homes.dedup();
+        self.ordered(join.stream, &[], &homes, |lanes, _, _| {
+            let recorded = self.record_joined(lanes, stream, join, request);
+            match recorded {
+                Ok(()) => (Ok(()), false),
+                Err(err) => {
+                    lanes
+                        .mine
+                        .state
+                        .failures
+                        .settle(request.written(), Some(&err));
+                    (lanes.mine.refused(err), false)
+                }
+            }
+        })
+    }
+
+    /// [`Server::launch_joined`]'s recording, under the locks.
+    fn record_joined<B: Bound>(
+        &self,
+        lanes: &mut Lanes<'_, D>,
+        stream: StreamId,
+        join: &Arc<Join>,
+        request: &Request<'_, D, B>,
+    ) -> Result<(), Error> {
+        let window_stream = join.stream;
+        if !join.is_open() || lanes.mine.state.capture.recording_window() != Some(join.window) {
+            return Err(Error::OutOfOrder {
+                call: "launch",
+                stream,
+                reason: format!("the window {stream} joined on {window_stream} has closed"),
+            });
+        }
+        lanes.mine.check_recorder()?;
+        lanes.mine.state.shares = true;
+        self.record_across(lanes, window_stream, Some(stream), request)
+    }
+
+    /// Record `request` into the window recording on `lanes.mine` (which
+    /// is `window_stream`), over buffers of any stream: their pages come
+    /// from their own streams' pools, and the graph pins their slices.
+    fn record_across<B: Bound>(
+        &self,
+        lanes: &mut Lanes<'_, D>,
+        window_stream: StreamId,
+        joined: Option<StreamId>,
+        request: &Request<'_, D, B>,
+    ) -> Result<(), Error> {
+        if let Some(err) = read_claim(&lanes.mine.state, request) {
+            return Err(err);
+        }
+        // A joined stream's launch finds its info where its warmup left it,
+        // in that stream's cache: an entry's bytes never change, so the
+        // graph may pin its slice.
+        let cached = match (request.info, joined) {
+            ([], _) | (_, None) => None,
+            (bytes, Some(joined)) => lanes
+                .lane(joined)
+                .and_then(|lane| lane.state.info.get(bytes, Phase::None).cloned())
+                .map(|slice| (slice, joined)),
+        };
+        let mut ids = || self.ids.buffer();
+        let info = match (request.info, cached) {
+            ([], _) => None,
+            (_, Some(cached)) => Some(cached),
+            (bytes, None) => Some((
+                recorded_info(&mut lanes.mine.state, request, bytes, &mut ids)?,
+                window_stream,
+            )),
+        };
+        let place = info.as_ref().map(|(slice, home)| (slice.place(), *home));
+        launch_across(lanes, window_stream, request, place)?;
+        log_recorded(
+            &mut lanes.mine.state,
+            request,
+            info.as_ref().map(|(slice, _)| slice),
+        );
         Ok(())
     }
 }

@@ -42,6 +42,18 @@ impl<D: GraphDriver> Server<D> {
     /// after the other streams' work on it when it is shared.
     pub fn write(&self, buffer: BufferRef<'_>, bytes: &[u8]) -> Result<(), Error> {
         let done = self.with(buffer.stream, |lane| {
+            if let Some(join) = lane.state.join() {
+                let reason = format!(
+                    "{} is joined to the capture window of {}, which records launches \
+                     only; write before the window opens",
+                    buffer.stream, join.stream
+                );
+                return lane.refused(Error::OutOfOrder {
+                    call: "write",
+                    stream: buffer.stream,
+                    reason,
+                });
+            }
             // Asked under the stream's lock, where the buffer is shared.
             if buffer.shared.is_shared() {
                 return Ok(false);
@@ -60,10 +72,6 @@ impl<D: GraphDriver> Server<D> {
                 let lane = &mut *lanes.mine;
                 let written = match waited {
                     Err(err) => Err(err),
-                    Ok(()) if lane.state.capture.is_recording() => Err(Error::SharedInWindow {
-                        buffer: buffer.slice.id(),
-                        stream: buffer.stream,
-                    }),
                     Ok(()) => return (self.write_in(lane, buffer, bytes), true),
                 };
                 match written {
@@ -141,7 +149,7 @@ impl<D: GraphDriver> Server<D> {
 
     /// [`Server::read`] on the locked lane of the buffer's stream.
     fn read_in(&self, lane: &mut Lane<D>, buffer: BufferRef<'_>) -> Result<Vec<u8>, Error> {
-        if lane.state.capture.is_recording() {
+        if lane.state.capture.is_recording() || lane.state.join().is_some() {
             return lane.refused(Error::SyncWhileRecording(buffer.stream));
         }
         if let Some(err) = lane.state.failures.read_error(buffer.slice.id()) {
@@ -154,7 +162,7 @@ impl<D: GraphDriver> Server<D> {
     /// Wait for everything enqueued on `stream`.
     pub fn sync(&self, stream: StreamId) -> Result<(), Error> {
         self.with(stream, |lane| {
-            if lane.state.capture.is_recording() {
+            if lane.state.capture.is_recording() || lane.state.join().is_some() {
                 return lane.refused(Error::SyncWhileRecording(stream));
             }
             lane.state.sync().map_err(Error::from)

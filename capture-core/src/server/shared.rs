@@ -17,7 +17,10 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+use smallvec::SmallVec;
+
 use super::{Lane, Server, Slot};
+use crate::capture_state::Join;
 use crate::driver::GraphDriver;
 use crate::error::Error;
 use crate::ids::{BufferId, StreamId};
@@ -92,7 +95,14 @@ impl<D: GraphDriver> Server<D> {
             };
             let mut lanes = Lanes { mine, others };
             let mut order = lock_order(&self.order);
-            let waits = order.needs(stream, accesses.iter().copied());
+            // Work a window records runs only when its graph replays, and
+            // the replay is ordered then: nothing to wait for now.
+            let recording = lanes.mine.state.capture.is_recording();
+            let waits = if recording {
+                SmallVec::new()
+            } else {
+                order.needs(stream, accesses.iter().copied())
+            };
             if waits.iter().any(|wait| !involved.contains(&wait.stream)) {
                 // Another call shared the buffers further meanwhile: lock
                 // the streams it brought in too, and look again.
@@ -109,7 +119,7 @@ impl<D: GraphDriver> Server<D> {
                 return Err(Error::Poisoned);
             };
             let (result, issued) = op(&mut lanes, &mut order, waited);
-            if issued {
+            if issued && !recording {
                 // This work is the stream's new point, not work after it.
                 lanes.mine.state.take_unordered();
                 order.issue(stream, accesses.iter().copied());
@@ -145,14 +155,91 @@ impl<D: GraphDriver> Server<D> {
     }
 
     /// Make `stream`'s later work wait for all of `other`'s work so far, on
-    /// the device: what [`crate::Client::wait`] does.
+    /// the device: what [`crate::Client::wait`] does. Where `other` records
+    /// a window, `stream` joins it instead (fork); where `stream` records
+    /// and `other` joined its window, `other` is joined back (join).
     pub fn wait(&self, stream: StreamId, other: StreamId) -> Result<(), Error> {
         if stream == other {
             return self.slot(stream).map(drop);
         }
         self.ordered(stream, &[], &[other], |lanes, order, _| {
-            (self.wait_in(lanes, order, stream, other), false)
+            let waited = self.wait_or_join(lanes, order, stream, other);
+            match waited {
+                Ok(()) => (Ok(()), false),
+                Err(err) => (lanes.mine.refused(err), false),
+            }
         })
+    }
+
+    /// [`Server::wait`] under the locks of both streams.
+    fn wait_or_join(
+        &self,
+        lanes: &mut Lanes<'_, D>,
+        order: &mut StreamOrder,
+        stream: StreamId,
+        other: StreamId,
+    ) -> Result<(), Error> {
+        let recorder = std::thread::current().id();
+        let theirs = lanes.lane(other).ok_or(Error::UnknownStream(other))?;
+        if let Some(window) = theirs.state.capture.recording_window() {
+            // Fork: the recording stream's thread makes `stream` join.
+            if !theirs.state.capture.records_for(recorder) {
+                return Err(Error::NotRecorder {
+                    stream: other,
+                    window,
+                });
+            }
+            let join = Arc::new(Join::new(other, window));
+            theirs.state.capture.join(stream, join.clone());
+            let mine = &mut lanes.mine.state;
+            let refusal = if mine.capture.is_active() {
+                Some("it has a capture window of its own open")
+            } else if mine.join().is_some_and(|joined| joined.window != window) {
+                Some("it is joined to another window")
+            } else {
+                None
+            };
+            if let Some(reason) = refusal {
+                if let Some(theirs) = lanes.lane(other) {
+                    theirs.state.capture.join_back(stream);
+                }
+                return Err(Error::OutOfOrder {
+                    call: "wait",
+                    stream,
+                    reason: format!("{stream} cannot join {other}'s window: {reason}"),
+                });
+            }
+            mine.joined = Some(join);
+            return Ok(());
+        }
+        let theirs_joined = theirs.state.join().cloned();
+        if let Some(window) = lanes.mine.state.capture.recording_window() {
+            // Join: the recording stream waits for a stream of its window.
+            if theirs_joined.is_some_and(|join| join.window == window) {
+                if let Some(theirs) = lanes.lane(other) {
+                    theirs.state.joined = None;
+                }
+                lanes.mine.state.capture.join_back(other);
+                return Ok(());
+            }
+            return Err(Error::WaitOutsideWindow { stream, other });
+        }
+        if let Some(mine) = lanes.mine.state.join().cloned() {
+            // Both in one recording: its order is its issue order.
+            let same = mine.stream == other
+                || theirs_joined.is_some_and(|join| join.window == mine.window);
+            if same {
+                return Ok(());
+            }
+            return Err(Error::WaitOutsideWindow { stream, other });
+        }
+        if let Some(join) = theirs_joined {
+            return Err(Error::WaitOnRecording {
+                stream,
+                recording: join.stream,
+            });
+        }
+        self.wait_in(lanes, order, stream, other)
     }
 
     /// Mark `buffers` (with their streams) shared, each under its own
@@ -174,7 +261,7 @@ impl<D: GraphDriver> Server<D> {
             if shareable.is_shared() {
                 continue;
             }
-            if lane.state.capture.is_active() {
+            if lane.state.capture.is_recording() {
                 return Err(Error::SharedWhileRecording {
                     buffer,
                     stream: home,

@@ -119,7 +119,10 @@ suite![
     streams::rule_20_memory_another_stream_uses_is_not_reused,
     streams::rule_20_claims_follow_a_buffer_to_every_stream,
     streams::rule_20_no_wait_for_what_a_stream_already_waited_past,
-    streams::rule_20_a_window_does_not_record_shared_buffers,
+    streams::rule_20_a_graph_over_another_streams_buffer_replays_in_order,
+    streams::rule_21_fork_join_capture_replays_like_eager,
+    streams::rule_21_an_unjoined_close_is_refused,
+    streams::rule_21_a_recording_never_waits_for_outside_work,
     streams::rule_20_four_threads_share_a_buffer_across_four_streams,
     streams::rule_20_a_failed_event_leaves_no_wrong_answer,
 ];

@@ -225,66 +225,179 @@ pub fn rule_20_no_wait_for_what_a_stream_already_waited_past<D: UserKernels>(
     Ok(())
 }
 
-/// A capture window never records work on a shared buffer: a graph replays
-/// on its stream alone. The refusal names the buffer, dooms the window and
-/// loses nothing; the same capture over the stream's own buffers works.
-pub fn rule_20_a_window_does_not_record_shared_buffers<D: UserKernels>(
+/// A graph over a buffer another stream writes: each replay waits for the
+/// write before it and each write for the replay before it, with no host
+/// wait; the sum is the model's. A buffer of a stream that records is
+/// shared only once its window closes.
+pub fn rule_20_a_graph_over_another_streams_buffer_replays_in_order<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
+    const ROUNDS: u32 = 100;
     let client = session.client();
-    let (a, b) = (
-        client.create_stream().step("a")?,
-        client.create_stream().step("b")?,
+    let (upload, compute) = (
+        client.create_stream().step("upload")?,
+        client.create_stream().step("compute")?,
     );
-    let p = client.create_f32(a, &[1.0; NU]).step("p")?;
-    let x = client.create_f32(b, &[0.0; NU]).step("x")?;
+    let busy = Busy::on(session, &client, upload)?;
+    let p = client.create_f32(upload, &[0.0; NU]).step("p")?;
+    let sum = client.create_f32(compute, &[0.0; NU]).step("sum")?;
+    let (graph, ()) = client
+        .capture(compute, |_| {
+            client.run_builtin(compute, Builtin::Add, &[&sum, &p], N, 0.0)
+        })
+        .step("a capture reading the upload stream's buffer")?;
+    for round in 1..=ROUNDS {
+        if round % 10 == 1 {
+            busy.run(&client, upload).step("busy upload")?;
+        }
+        client
+            .run_builtin(upload, Builtin::Fill, &[&p], N, round as f32)
+            .step("upload")?;
+        client.replay(&graph).step("replay")?;
+    }
+    let want = (ROUNDS * (ROUNDS + 1) / 2) as f32;
+    expect_all(&client, &sum, want, "the sum of every round")?;
+    let y = client.create_f32(upload, &[5.0; NU]).step("y")?;
+    let x = client.create_f32(compute, &[0.0; NU]).step("x")?;
+    let window = client.prepare(upload).step("prepare")?;
+    client.begin(upload, window).step("begin")?;
     let err = refused(
-        client.capture(b, |_| {
-            client.run_builtin(b, Builtin::Add, &[&x, &p], N, 0.0)
-        }),
-        "a capture reading another stream's buffer",
-    )?;
-    ensure!(
-        matches!(err.root(), Error::SharedInWindow { buffer, stream } if *buffer == p.id() && *stream == b),
-        "refused with {err}"
-    );
-    ensure!(client.live_graphs() == 0, "no graph");
-    ensure!(
-        matches!(client.read(&x), Err(Error::Claimed { .. })),
-        "what the refused recording would have written is claimed"
-    );
-    client.write_f32(&x, &[0.0; NU]).step("rewrite x")?;
-    // p is shared now: its own stream records nothing on it either, and a
-    // window open on a stream keeps its buffers from being shared.
-    let err = refused(
-        client.capture(a, |_| client.run_builtin(a, Builtin::Fill, &[&p], N, 2.0)),
-        "a capture on p's own stream",
-    )?;
-    ensure!(
-        matches!(err.root(), Error::SharedInWindow { .. }),
-        "refused with {err}"
-    );
-    let y = client.create_f32(a, &[5.0; NU]).step("y")?;
-    let window = client.prepare(a).step("prepare")?;
-    let err = refused(
-        client.run_builtin(b, Builtin::Add, &[&x, &y], N, 0.0),
-        "sharing a buffer of a stream with an open window",
+        client.run_builtin(compute, Builtin::Add, &[&x, &y], N, 0.0),
+        "sharing a buffer of a stream that records",
     )?;
     ensure!(
         matches!(err, Error::SharedWhileRecording { .. }),
         "refused with {err}"
     );
-    drop(client.instantiate(a, window));
+    drop(client.instantiate(upload, window));
     client
-        .run_builtin(b, Builtin::Add, &[&x, &y], N, 0.0)
+        .run_builtin(compute, Builtin::Add, &[&x, &y], N, 0.0)
         .step("shared once the window closed")?;
     expect_all(&client, &x, 5.0, "x")?;
-    let own = client.create_f32(b, &[1.0; NU]).step("own")?;
-    let (graph, ()) = client
-        .capture(b, |_| client.run_builtin(b, Builtin::Fill, &[&own], N, 2.0))
-        .step("a capture of b's own buffers")?;
-    drop(graph);
-    usable(&client, b)
+    usable(&client, compute)
+}
+
+/// Fork and join inside a capture (rule 21): the recording stream's thread
+/// makes another stream wait for it, which joins the window; that stream's
+/// launches are recorded into the same graph; the recording stream waits
+/// for it again before the window closes. The graph replays what eager
+/// runs compute, 100 times, and holds every branch's launches.
+pub fn rule_21_fork_join_capture_replays_like_eager<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    const REPLAYS: usize = 100;
+    let client = session.client();
+    let (a, b) = (
+        client.create_stream().step("a")?,
+        client.create_stream().step("b")?,
+    );
+    let x = client.create_f32(a, &[0.0; NU]).step("x")?;
+    let z = client.create_f32(a, &[0.0; NU]).step("z")?;
+    let one = client.create_f32(a, &[1.0; NU]).step("one")?;
+    let y = client.create_f32(b, &[0.0; NU]).step("y")?;
+    let step = |_| -> Result<(), Error> {
+        client.run_builtin(a, Builtin::Fill, &[&x], N, 2.0)?;
+        client.wait(b, a)?; // fork: b joins a's window while a records
+        client.run_builtin(b, Builtin::Add, &[&y, &x], N, 0.0)?;
+        client.run_builtin(a, Builtin::Add, &[&z, &one], N, 0.0)?;
+        client.wait(a, b)?; // join: b's work is a's again
+        client.run_builtin(a, Builtin::Add, &[&z, &y], N, 0.0)
+    };
+    let (graph, ()) = client.capture(a, step).step("fork/join capture")?;
+    for _ in 0..REPLAYS {
+        client.replay(&graph).step("replay")?;
+    }
+    // The model: each run (the warmup and every replay) does the same.
+    let (mut model_y, mut model_z) = (0.0f32, 0.0f32);
+    for _ in 0..=REPLAYS {
+        model_y += 2.0;
+        model_z += 1.0;
+        model_z += model_y;
+    }
+    expect_all(&client, &y, model_y, "y, written by b's branch")?;
+    expect_all(&client, &z, model_z, "z, after the join")?;
+    let info = client.graph_info(&graph).step("info")?;
+    ensure!(
+        info.launches == 4,
+        "every branch's launch in the graph: {info:?}"
+    );
+    let dot = client.graph_dot(&graph).step("dot")?;
+    ensure!(dot.contains("n3 ["), "the DOT holds every launch:\n{dot}");
+    usable(&client, b)?;
+    usable(&client, a)
+}
+
+/// A window that closes while a stream it joined was not joined back is
+/// refused, naming that stream; the driver's recording is closed all the
+/// same, and the joined stream runs eagerly again.
+pub fn rule_21_an_unjoined_close_is_refused<D: UserKernels>(session: &Session<D>) -> Outcome {
+    let client = session.client();
+    let (a, b) = (
+        client.create_stream().step("a")?,
+        client.create_stream().step("b")?,
+    );
+    let x = client.create_f32(a, &[1.0; NU]).step("x")?;
+    let y = client.create_f32(b, &[0.0; NU]).step("y")?;
+    let window = client.prepare(a).step("prepare")?;
+    client
+        .run_builtin(b, Builtin::Add, &[&y, &x], N, 0.0)
+        .step("warmup, eager")?;
+    client.begin(a, window).step("begin")?;
+    client.wait(b, a).step("fork")?;
+    client
+        .run_builtin(b, Builtin::Add, &[&y, &x], N, 0.0)
+        .step("recorded on b's branch")?;
+    ensure!(
+        matches!(client.read(&y), Err(Error::SyncWhileRecording(s)) if s == b),
+        "a read on a joined stream is a host sync while recording"
+    );
+    let err = refused(client.instantiate(a, window), "closing with b still joined")?;
+    ensure!(
+        matches!(err.root(), Error::Unjoined { stream, .. } if *stream == b),
+        "refused with {err}"
+    );
+    ensure!(client.live_graphs() == 0, "no graph");
+    ensure!(
+        client.phase(a).step("phase")? == capture_core::Phase::None,
+        "a left capture mode"
+    );
+    client
+        .write_f32(&y, &[0.0; NU])
+        .step("b writes eagerly again")?;
+    client
+        .run_builtin(b, Builtin::Add, &[&y, &x], N, 0.0)
+        .step("b launches eagerly again")?;
+    expect_all(&client, &y, 1.0, "y")?;
+    usable(&client, a)
+}
+
+/// A recording never waits for work from outside its window: the wait is
+/// refused (a graph could not wait for it when it replays) and the window
+/// is doomed; order such streams before the window opens.
+pub fn rule_21_a_recording_never_waits_for_outside_work<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    let client = session.client();
+    let (a, c) = (
+        client.create_stream().step("a")?,
+        client.create_stream().step("c")?,
+    );
+    let w = client.create_f32(c, &[3.0; NU]).step("w")?;
+    client
+        .run_builtin(c, Builtin::Fill, &[&w], N, 4.0)
+        .step("c's own work")?;
+    client.wait(a, c).step("ordered before the window opens")?;
+    let window = client.prepare(a).step("prepare")?;
+    client.begin(a, window).step("begin")?;
+    let err = refused(client.wait(a, c), "a recording stream waiting for c")?;
+    ensure!(
+        matches!(err, Error::WaitOutsideWindow { stream, other } if stream == a && other == c),
+        "refused with {err}"
+    );
+    let err = refused(client.instantiate(a, window), "the doomed window")?;
+    ensure!(matches!(err, Error::Doomed(_)), "refused with {err}");
+    usable(&client, a)?;
+    usable(&client, c)
 }
 
 /// Four threads, a stream each, add one to the same buffer, 250 times

@@ -220,8 +220,9 @@ pub fn every_refused_call_dooms_its_window<D: UserKernels>(session: &Session<D>)
     });
     let fx = Fixture::new(client.clone())?;
     let stream = fx.stream;
-    let other = client.create_stream().step("other stream")?;
-    let foreign = client.create_f32(other, &[0.0; NU]).step("foreign")?;
+    let gone = client.create_stream().step("a stream to destroy")?;
+    let orphan = client.create_f32(gone, &[0.0; NU]).step("orphan")?;
+    client.destroy_stream(gone).step("destroy it")?;
     let earlier = fx.capture_add()?;
     let elsewhere = crate::session::Session::<D>::new(session.device().clone()).client();
     let outsider = {
@@ -250,10 +251,10 @@ pub fn every_refused_call_dooms_its_window<D: UserKernels>(session: &Session<D>)
             }),
         ),
         (
-            "a launch over another stream's buffer",
+            "a launch over a buffer of a destroyed stream",
             Box::new(|fx| {
                 fx.client
-                    .run_builtin(fx.stream, Builtin::Add, &[&fx.x, &foreign], N, 0.0)
+                    .run_builtin(fx.stream, Builtin::Add, &[&fx.x, &orphan], N, 0.0)
             }),
         ),
         (
