@@ -14,7 +14,9 @@
 //! - the cost of recording N launches into a graph ([`measure::capture`]);
 //! - one eager launch through capture-core against the raw
 //!   [`Driver::launch`](capture_core::Driver::launch) ([`measure::eager_core`],
-//!   [`measure::eager_raw`]).
+//!   [`measure::eager_raw`]);
+//! - a pipeline that uploads on one stream while another computes, against
+//!   the same work on one stream ([`pipeline`]).
 //!
 //! Every measurement checks its result once at the end: the `x` buffer of the
 //! [`Fixture`] is read back and compared with the number of adds issued.
@@ -25,6 +27,7 @@ pub mod backends;
 pub mod failure;
 pub mod fixture;
 pub mod measure;
+pub mod pipeline;
 pub mod raw;
 pub mod sizes;
 pub mod validation;

@@ -8,7 +8,6 @@
 //! a target that does not hold is reported as FAIL in its table.
 
 mod machine;
-mod pipeline;
 mod report;
 mod table;
 
@@ -16,7 +15,7 @@ use std::process::ExitCode;
 
 use benches::alloc_counter::CountingAlloc;
 use benches::validation::validation_off;
-use benches::{Backend, SYNC_EVERY, Visit, availability, each_backend};
+use benches::{Backend, SYNC_EVERY, Visit, availability, each_backend, pipeline};
 use conformance::workload::decode::{self, Shape};
 
 #[global_allocator]

@@ -6,7 +6,7 @@ use std::time::Instant;
 use capture_core::{Builtin, Builtins, Client, Error, GraphDriver, StreamId};
 
 /// Steps each way.
-pub(crate) const STEPS: usize = 40;
+pub const STEPS: usize = 40;
 /// Elements of each input (1 MiB).
 const ELEMENTS: u32 = 1 << 18;
 /// Launches over the current input per step.
@@ -17,7 +17,7 @@ const PASSES: usize = 4;
 /// `PASSES` times on `compute` (the same stream, for the baseline). The
 /// two inputs take turns; sharing them orders each upload after the adds
 /// that read the input last, and each add after its upload.
-fn seconds<D: GraphDriver + Builtins>(
+pub fn seconds<D: GraphDriver + Builtins>(
     client: &Client<D>,
     upload: StreamId,
     compute: StreamId,
@@ -64,7 +64,7 @@ fn seconds<D: GraphDriver + Builtins>(
 
 /// The pipeline on one stream and on two, fastest of three each: seconds
 /// (one, two).
-pub(crate) fn measure<D: GraphDriver + Builtins>() -> Result<(f64, f64), Error> {
+pub fn measure<D: GraphDriver + Builtins>() -> Result<(f64, f64), Error> {
     let client = Client::<D>::open()?;
     let (upload, compute) = (client.create_stream()?, client.create_stream()?);
     let mut one = f64::MAX;
