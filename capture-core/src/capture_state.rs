@@ -7,8 +7,8 @@
 //! before it opened) leaves the stream usable.
 
 use std::any::Any;
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
 use crate::error::Error;
@@ -122,16 +122,33 @@ pub struct Join {
     pub stream: StreamId,
     /// Its window.
     pub window: WindowId,
+    /// The thread whose work the window takes: its calls the joined stream
+    /// refuses doom the window, as its calls on the recording stream do.
+    recorder: ThreadId,
     open: AtomicBool,
+    /// The first call on the joined stream the window's thread was refused.
+    failure: Mutex<Option<Error>>,
 }
 
 impl Join {
-    /// A join of `window` on `stream`, open.
-    pub fn new(stream: StreamId, window: WindowId) -> Self {
+    /// A join of `window` on `stream`, open, whose work `recorder` issues.
+    pub fn new(stream: StreamId, window: WindowId, recorder: ThreadId) -> Self {
         Self {
             stream,
             window,
+            recorder,
             open: AtomicBool::new(true),
+            failure: Mutex::new(None),
+        }
+    }
+
+    /// A call on the joined stream was refused with `err`: if the window's
+    /// thread made it, the window can no longer seal.
+    pub fn refused(&self, err: &Error) {
+        if std::thread::current().id() == self.recorder
+            && let Ok(mut failure) = self.failure.lock()
+        {
+            failure.get_or_insert_with(|| err.clone());
         }
     }
 
@@ -142,6 +159,13 @@ impl Join {
 
     fn close(&self) {
         self.open.store(false, std::sync::atomic::Ordering::Release);
+    }
+
+    fn take_failure(&self) -> Option<Error> {
+        self.failure
+            .lock()
+            .ok()
+            .and_then(|mut failure| failure.take())
     }
 }
 
@@ -247,23 +271,33 @@ impl StreamCapture {
         self.joins.push((stream, join));
     }
 
-    /// `stream` was joined back; whether it had joined.
-    pub fn join_back(&mut self, stream: StreamId) -> bool {
-        match self.joins.iter().position(|(joined, _)| *joined == stream) {
-            Some(index) => {
-                self.joins.swap_remove(index).1.close();
-                true
+    /// `stream` was joined back: its joins close, and what its refused
+    /// calls left dooms the window.
+    pub fn join_back(&mut self, stream: StreamId) {
+        let mut failed = None;
+        self.joins.retain(|(joined, join)| {
+            if *joined != stream {
+                return true;
             }
-            None => false,
+            join.close();
+            failed = failed.take().or_else(|| join.take_failure());
+            false
+        });
+        if let Some(err) = failed {
+            self.record_failure(err);
         }
     }
 
     /// Close every join: the window is closing. The first stream that was
-    /// never joined back, which makes the window's refusal.
+    /// never joined back makes the window's refusal, after any call its
+    /// joined streams refused.
     pub fn close_joins(&mut self) -> Option<StreamId> {
         let first = self.joins.first().map(|(stream, _)| *stream);
-        for (_, join) in self.joins.drain(..) {
+        for (_, join) in std::mem::take(&mut self.joins) {
             join.close();
+            if let Some(err) = join.take_failure() {
+                self.record_failure(err);
+            }
         }
         first
     }

@@ -520,10 +520,20 @@ impl<D: GraphDriver> Client<D> {
     /// host does not wait). For a caller that orders streams itself; work
     /// on shared buffers is ordered without it.
     ///
+    /// Inside a capture window this is fork and join (rule 21): while
+    /// `other` records, its thread's `wait(stream, other)` makes `stream`
+    /// join the window (its launches are recorded into the graph), and
+    /// `wait(other, stream)` joins it back; a window closed with a stream
+    /// still joined is refused.
+    ///
     /// # Errors
     ///
-    /// [`Error::WaitOnRecording`] when `other` records a capture window,
-    /// [`Error::UnknownStream`], or the driver's refusal.
+    /// [`Error::NotRecorder`] when another thread than the window's forks or
+    /// joins; [`Error::WaitOutsideWindow`] when a stream whose work a window
+    /// records would wait for work outside it; [`Error::WaitOnRecording`]
+    /// when `other`'s work is being recorded; [`Error::OutOfOrder`] for a
+    /// stream that cannot join (it has a window of its own, or is joined to
+    /// another); [`Error::UnknownStream`]; or the driver's refusal.
     pub fn wait(&self, stream: StreamId, other: StreamId) -> Result<(), Error> {
         self.server()?.wait(stream, other)
     }

@@ -153,7 +153,10 @@ pub enum Error {
     },
     /// A host sync (a read, a synchronize) on a stream that is recording;
     /// the sync would abort the recording, so it is refused on the spot.
-    #[error("{0} is recording a capture window; host syncs are refused until it is instantiated")]
+    #[error(
+        "{0} is recording a capture window, or joined to one; host syncs are refused until \
+         the window closes"
+    )]
     SyncWhileRecording(StreamId),
     /// Work issued on a recording stream by a thread other than the one
     /// whose work the recording takes. Refused and never recorded; the
@@ -171,7 +174,7 @@ pub enum Error {
         window: WindowId,
     },
     /// A replay on a stream that is recording another window.
-    #[error("{0} is recording a capture window; replay it after instantiating")]
+    #[error("{0} is recording a capture window, or joined to one; replay once the window closes")]
     ReplayWhileRecording(StreamId),
     /// The buffer holds no valid bytes: an operation that was to write it
     /// failed or never ran. A successful write clears this.

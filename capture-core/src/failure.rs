@@ -183,7 +183,11 @@ impl Claims {
     fn update<R>(&self, f: impl FnOnce(&mut FailureStore) -> R) -> R {
         let mut store = self.store();
         let result = f(&mut store);
-        self.any.store(!store.is_empty(), Ordering::Release);
+        // Stored only on a change: every stream's launch reads this line.
+        let any = !store.is_empty();
+        if self.any.load(Ordering::Relaxed) != any {
+            self.any.store(any, Ordering::Release);
+        }
         result
     }
 

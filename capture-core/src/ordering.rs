@@ -46,9 +46,18 @@ struct Clock {
 /// Who used a buffer since it was last written, and who wrote it.
 #[derive(Debug, Clone, Default)]
 struct Uses {
-    write: Option<(StreamId, Point)>,
-    /// The latest read of each stream since the write.
+    /// The last write: one, but for a buffer whose own stream's work is
+    /// counted as a write beside a write the order saw ([`StreamOrder::adopt`]),
+    /// which are not ordered one after the other.
+    writes: SmallVec<[(StreamId, Point); 1]>,
+    /// The latest read of each stream since the writes.
     reads: SmallVec<[(StreamId, Point); 2]>,
+}
+
+impl Uses {
+    fn is_empty(&self) -> bool {
+        self.writes.is_empty() && self.reads.is_empty()
+    }
 }
 
 /// A wait an access needs: on `stream`, whose work up to `point` (at least)
@@ -114,7 +123,7 @@ impl StreamOrder {
             let Some(uses) = self.buffers.get(&buffer) else {
                 continue;
             };
-            if let Some((writer, point)) = uses.write {
+            for &(writer, point) in &uses.writes {
                 need(writer, point);
             }
             if access.writes() {
@@ -151,15 +160,18 @@ impl StreamOrder {
         self.issue(stream, [])
     }
 
-    /// `buffer`, which only `stream` used so far, counts as written at
-    /// `stream`'s current point: what the stream did with it before is what
-    /// another stream must be ordered after.
+    /// `buffer`, whose own stream is `stream`, counts as written at
+    /// `stream`'s current point: what the stream did with it before, unseen
+    /// by the order, is what another stream must be ordered after. A write
+    /// the order saw stays beside it.
     pub fn adopt(&mut self, stream: StreamId, buffer: BufferId) {
         let point = self.issued(stream);
-        let uses = self.buffers.entry(buffer).or_default();
-        if point > 0 {
-            uses.write = Some((stream, point));
+        if point == 0 {
+            return;
         }
+        let uses = self.buffers.entry(buffer).or_default();
+        uses.writes.retain(|(writer, _)| *writer != stream);
+        uses.writes.push((stream, point));
     }
 
     /// `stream` issued an operation making `accesses` (after the waits
@@ -175,7 +187,8 @@ impl StreamOrder {
         for (buffer, access) in accesses {
             let uses = self.buffers.entry(buffer).or_default();
             if access.writes() {
-                uses.write = Some((stream, point));
+                uses.writes.clear();
+                uses.writes.push((stream, point));
                 uses.reads.clear();
             } else if access.reads() {
                 match uses.reads.iter_mut().find(|(reader, _)| *reader == stream) {
@@ -208,7 +221,7 @@ impl StreamOrder {
     pub fn users(&self, buffer: BufferId) -> SmallVec<[(StreamId, Point); 2]> {
         let mut users: SmallVec<[(StreamId, Point); 2]> = SmallVec::new();
         if let Some(uses) = self.buffers.get(&buffer) {
-            for &(stream, point) in uses.write.iter().chain(&uses.reads) {
+            for &(stream, point) in uses.writes.iter().chain(&uses.reads) {
                 match users.iter_mut().find(|(user, _)| *user == stream) {
                     Some(user) => user.1 = user.1.max(point),
                     None => users.push((stream, point)),
@@ -230,12 +243,11 @@ impl StreamOrder {
         for clock in self.clocks.values_mut() {
             clock.after.remove(&stream);
         }
-        for uses in self.buffers.values_mut() {
-            if uses.write.is_some_and(|(writer, _)| writer == stream) {
-                uses.write = None;
-            }
+        self.buffers.retain(|_, uses| {
+            uses.writes.retain(|(writer, _)| *writer != stream);
             uses.reads.retain(|(reader, _)| *reader != stream);
-        }
+            !uses.is_empty()
+        });
     }
 }
 
@@ -433,6 +445,62 @@ mod tests {
             ordering.issue(a, [(x, access)]);
         }
         assert_eq!(ordering.users(x).as_slice(), [(a, 4)]);
+    }
+
+    #[test]
+    fn a_buffer_shared_late_counts_its_streams_work_so_far_as_a_write() {
+        let mut order = StreamOrder::default();
+        let (a, b, c, x, y) = (
+            StreamId(1),
+            StreamId(2),
+            StreamId(3),
+            BufferId(1),
+            BufferId(2),
+        );
+        // a worked unseen by the order: its point moves past that work.
+        assert_eq!(order.issued(a), 0);
+        assert_eq!(order.advance(a), 1);
+        assert_eq!(order.advance(a), 2);
+        assert_eq!(order.issued(a), 2);
+        order.adopt(a, x);
+        assert_eq!(
+            order.needs(b, [(x, Access::Read)]).as_slice(),
+            [Wait {
+                stream: a,
+                point: 2
+            }]
+        );
+        // A stream that never worked has nothing to be waited for.
+        order.adopt(c, y);
+        assert!(order.needs(b, [(y, Access::Write)]).is_empty());
+        // A write the order saw stays beside the adopted one: a reader
+        // waits for both.
+        order.waited(b, a);
+        order.issue(b, [(x, Access::Write)]);
+        order.advance(a);
+        order.adopt(a, x);
+        let waits = order.needs(c, [(x, Access::Read)]);
+        assert_eq!(waits.len(), 2, "{waits:?}");
+        assert_eq!(order.users(x).len(), 2);
+    }
+
+    #[test]
+    fn replays_record_only_buffers_the_order_knows() {
+        let mut order = StreamOrder::default();
+        let (a, b, x, y) = (StreamId(1), StreamId(2), BufferId(1), BufferId(2));
+        order.issue(a, [(x, Access::Write)]);
+        let point = order.issue_tracked(b, [(x, Access::Read), (y, Access::Write)]);
+        assert_eq!(point, 1);
+        assert_eq!(order.users(x).as_slice(), [(a, 1), (b, 1)]);
+        assert!(order.users(y).is_empty(), "y was never shared");
+        // A stream that goes takes its uses along; a buffer left unused is
+        // forgotten.
+        order.forget_stream(b);
+        assert_eq!(order.users(x).as_slice(), [(a, 1)]);
+        order.forget_stream(a);
+        assert!(order.users(x).is_empty());
+        assert!(order.buffers.is_empty(), "{:?}", order.buffers);
+        assert_eq!(order.issued(a), 0);
     }
 
     #[test]

@@ -22,9 +22,14 @@
 //! - `kernels` (a mutex): the builtins compiled so far. Taken with no
 //!   stream locked.
 //!
-//! So the order is: `streams`, released before any stream lock; then one
-//! stream; then `graphs`. No call holds two streams' locks, so no two calls
-//! can wait for each other.
+//! - `order` (a mutex): which stream waits for which around shared
+//!   buffers (`ordering.rs`). Taken under stream locks, never the other way
+//!   round.
+//!
+//! So the order is: `streams`, released before any stream lock; then
+//! stream locks, one, or for work on shared buffers several, always in
+//! ascending id (`server/shared.rs`); then `order`, `graphs` and the
+//! device's claims. No two calls can wait for each other.
 //!
 //! # Threads and capture windows
 //!
@@ -134,6 +139,10 @@ pub struct Server<D: GraphDriver> {
     order: Arc<Mutex<StreamOrder>>,
     /// The buffers failures claimed, on every stream.
     failures: Arc<Claims>,
+    /// Destroyed streams whose pages other streams' graphs or queued work
+    /// still use: kept, with their driver streams, until those pages are
+    /// free.
+    retired: Mutex<Vec<StreamState<D>>>,
     /// The builtins compiled so far, in [`Builtin::ALL`] order: read
     /// without a lock once built.
     kernels: [OnceLock<Arc<D::Kernel>>; 4],
@@ -152,6 +161,7 @@ impl<D: GraphDriver> Server<D> {
             graphs: Mutex::default(),
             order: Arc::default(),
             failures: Arc::default(),
+            retired: Mutex::default(),
             kernels: Default::default(),
             ids: Ids::default(),
         }
@@ -268,6 +278,7 @@ impl<D: GraphDriver> Server<D> {
         // A panic under the lock leaves the lane as consistent as any
         // between calls; closing it is better than leaking its memory.
         self.close_slot(&slot);
+        self.sweep_retired();
         Ok(())
     }
 
@@ -311,7 +322,27 @@ impl<D: GraphDriver> Server<D> {
             drop(lane.graphs.remove(id));
         }
         crate::ordering::lock(&self.order).forget_stream(lane.state.id);
-        lane.state.release_all();
+        let mut state = lane.state;
+        // Only a stream that shared buffers can have pages other streams'
+        // graphs or queued work use; the others' pages all go now.
+        if !state.shares {
+            state.release_all();
+        } else if !state.release_unheld() {
+            self.retired_streams().push(state);
+        }
+    }
+
+    /// The destroyed streams kept for their pages.
+    fn retired_streams(&self) -> std::sync::MutexGuard<'_, Vec<StreamState<D>>> {
+        self.retired
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Let go of the destroyed streams whose pages nothing uses any more.
+    fn sweep_retired(&self) {
+        self.retired_streams()
+            .retain_mut(|state| !state.release_unheld());
     }
 
     /// The stream graph `id` replays on, if it is live.
@@ -384,6 +415,10 @@ impl<D: GraphDriver> Drop for Server<D> {
         };
         for slot in slots {
             self.close_slot(&slot);
+        }
+        // Every stream is closed: nothing can use their pages any more.
+        for mut state in std::mem::take(&mut *self.retired_streams()) {
+            state.release_all();
         }
         for kernel in &mut self.kernels {
             drop(kernel.take());

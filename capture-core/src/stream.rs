@@ -459,6 +459,18 @@ impl<D: Driver> StreamState<D> {
         Ok(released)
     }
 
+    /// Release every page no slice is held in any more (the stream is going
+    /// away and has been synced); whether none is left. A page another
+    /// stream's graph or queued work still uses stays until it is free.
+    pub(crate) fn release_unheld(&mut self) -> bool {
+        self.info.clear();
+        self.drops.release_fenced();
+        let raw = &mut self.raw;
+        self.device.trim(|page| D::release_device_page(raw, page));
+        self.host.trim(|page| D::release_host_page(raw, page));
+        self.device.usage().pages == 0 && self.host.usage().pages == 0
+    }
+
     /// Release every page: the stream is going away and has been synced.
     pub(crate) fn release_all(&mut self) {
         self.info.clear();

@@ -256,7 +256,7 @@ impl<D: GraphDriver> Server<D> {
             if let Err(err) = lane.check_recorder() {
                 return (Err(err), false);
             }
-            if lane.state.capture.is_recording() {
+            if lane.state.capture.is_recording() || lane.state.join().is_some() {
                 return (lane.refused(Error::ReplayWhileRecording(stream)), false);
             }
             let Lane { state, graphs, .. } = lane;

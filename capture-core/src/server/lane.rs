@@ -102,6 +102,10 @@ impl<D: GraphDriver> Lane<D> {
         if capture.is_recording() && capture.records_for(std::thread::current().id()) {
             capture.record_failure(err.clone());
         }
+        // A stream joined to a window: that window misses the call too.
+        if let Some(join) = self.state.join() {
+            join.refused(&err);
+        }
         Err(err)
     }
 }

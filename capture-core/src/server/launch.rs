@@ -398,8 +398,7 @@ impl<D: GraphDriver> Server<D> {
     /// waits for the streams its accesses need and runs with every
     /// involved stream locked. What it binds of another stream's pool is
     /// kept in this stream's drop queue until the device is past the
-    /// launch, so its memory is not reused before; claims go to each
-    /// buffer's own stream, where its reads look.
+    /// launch, so its memory is not reused before.
     #[cold]
     fn launch_shared<B: Bound>(
         &self,
@@ -433,7 +432,10 @@ impl<D: GraphDriver> Server<D> {
             let recording = lanes.mine.state.capture.is_recording();
             let outcome = self.issue_shared(lanes, stream, request, waited);
             let failure = outcome.as_ref().err();
-            if failure.is_some() || !recording {
+            // Another thread's call on a recording stream claims nothing, as
+            // on the launch's quick path.
+            let foreign = matches!(failure, Some(Error::NotRecorder { .. }));
+            if !foreign && (failure.is_some() || !recording) {
                 settle_homes(lanes, request, failure);
             }
             match outcome {
@@ -453,6 +455,14 @@ impl<D: GraphDriver> Server<D> {
         waited: Result<(), Error>,
     ) -> Result<(), Error> {
         lanes.mine.check_recorder()?;
+        if let Some(join) = lanes.mine.state.join() {
+            // Joined since the launch looked: its work belongs to the window.
+            return Err(Error::OutOfOrder {
+                call: "launch",
+                stream,
+                reason: format!("{stream} joined the window of {} meanwhile", join.stream),
+            });
+        }
         // From here this stream's graphs may use shared buffers: its
         // replays are ordered.
         lanes.mine.state.shares = true;
@@ -547,8 +557,9 @@ fn launch_across<D: GraphDriver, B: Bound>(
 impl<D: GraphDriver> Server<D> {
     /// A launch on `stream` while it is joined to another stream's window
     /// (`join`): recorded into that window, ordered by the recording like
-    /// the window's own work (rule 21). Its buffers are the window's
-    /// stream's and its joined streams', none shared with a stream outside.
+    /// the window's own work (rule 21). Its buffers not of the recording
+    /// stream are shared, so that the graph's replays are ordered after
+    /// their other users.
     #[cold]
     fn launch_joined<B: Bound>(
         &self,
@@ -556,12 +567,13 @@ impl<D: GraphDriver> Server<D> {
         join: &Arc<Join>,
         request: &Request<'_, D, B>,
     ) -> Result<(), Error> {
-        // A buffer from outside the recording is shared first, so that the
-        // graph's replays are ordered after its other users.
+        // Every buffer not of the recording stream is shared first, the
+        // joined stream's own included: the graph replays on the recording
+        // stream, ordered after their other users, and they after it.
         let outside: SmallVec<[(BufferId, StreamId, &dyn Shareable); MAX_BINDINGS]> = request
             .args
             .iter()
-            .filter(|b| b.stream() != join.stream && b.stream() != stream)
+            .filter(|b| b.stream() != join.stream)
             .map(|b| (b.id(), b.stream(), b.shared() as &dyn Shareable))
             .collect();
         if let Err(err) = self.share(&outside) {
@@ -576,6 +588,8 @@ impl<D: GraphDriver> Server<D> {
             let recorded = self.record_joined(lanes, stream, join, request);
             match recorded {
                 Ok(()) => (Ok(()), false),
+                // Another thread's call: refused, and nothing is claimed.
+                Err(err @ Error::NotRecorder { .. }) => (Err(err), false),
                 Err(err) => {
                     lanes
                         .mine
@@ -652,8 +666,8 @@ impl<D: GraphDriver> Server<D> {
     }
 }
 
-/// The claims of what `request` writes, settled in each buffer's own
-/// stream: cleared by a launch that ran, made by one that did not.
+/// The claims of what `request` writes: cleared by a launch that ran, made
+/// by one that did not.
 fn settle_homes<D: GraphDriver, B: Bound>(
     lanes: &mut Lanes<'_, D>,
     request: &Request<'_, D, B>,

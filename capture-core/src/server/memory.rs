@@ -72,6 +72,11 @@ impl<D: GraphDriver> Server<D> {
                 let lane = &mut *lanes.mine;
                 let written = match waited {
                     Err(err) => Err(err),
+                    Ok(()) if lane.state.join().is_some() => Err(Error::OutOfOrder {
+                        call: "write",
+                        stream: buffer.stream,
+                        reason: format!("{} joined a capture window meanwhile", buffer.stream),
+                    }),
                     Ok(()) => return (self.write_in(lane, buffer, bytes), true),
                 };
                 match written {

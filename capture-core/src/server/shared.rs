@@ -72,10 +72,25 @@ impl<D: GraphDriver> Server<D> {
             for wait in lock_order(&self.order).needs(stream, accesses.iter().copied()) {
                 involved.insert(wait.stream);
             }
-            let slots: Vec<(StreamId, Arc<Slot<D>>)> = involved
-                .iter()
-                .map(|&id| self.slot(id).map(|slot| (id, slot)))
-                .collect::<Result<_, _>>()?;
+            let mut slots: Vec<(StreamId, Arc<Slot<D>>)> = Vec::with_capacity(involved.len());
+            let mut gone = None;
+            for &id in &involved {
+                match self.slot(id) {
+                    Ok(slot) => slots.push((id, slot)),
+                    // A stream to wait for that was destroyed meanwhile took
+                    // its place in the order with it: look again.
+                    Err(Error::UnknownStream(_)) if id != stream && !homes.contains(&id) => {
+                        gone = Some(id);
+                    }
+                    Err(err) => return Err(err),
+                }
+            }
+            if let Some(id) = gone {
+                // Its destroy forgets it too; doing it here assures progress.
+                lock_order(&self.order).forget_stream(id);
+                involved.remove(&id);
+                continue;
+            }
             let mut guards = Vec::with_capacity(slots.len());
             for (_, slot) in &slots {
                 guards.push(slot.lock()?);
@@ -189,32 +204,36 @@ impl<D: GraphDriver> Server<D> {
                     window,
                 });
             }
-            let join = Arc::new(Join::new(other, window));
-            theirs.state.capture.join(stream, join.clone());
             let mine = &mut lanes.mine.state;
-            let refusal = if mine.capture.is_active() {
-                Some("it has a capture window of its own open")
-            } else if mine.join().is_some_and(|joined| joined.window != window) {
-                Some("it is joined to another window")
-            } else {
-                None
+            let active = mine.capture.is_active();
+            let refusal = match mine.join() {
+                // Joined already: a second fork changes nothing.
+                Some(joined) if joined.window == window => return Ok(()),
+                Some(_) => Some("it is joined to another window"),
+                None if active => Some("it has a capture window of its own open"),
+                None => None,
             };
             if let Some(reason) = refusal {
-                if let Some(theirs) = lanes.lane(other) {
-                    theirs.state.capture.join_back(stream);
-                }
                 return Err(Error::OutOfOrder {
                     call: "wait",
                     stream,
                     reason: format!("{stream} cannot join {other}'s window: {reason}"),
                 });
             }
-            mine.joined = Some(join);
+            let join = Arc::new(Join::new(other, window, recorder));
+            mine.joined = Some(join.clone());
+            if let Some(theirs) = lanes.lane(other) {
+                theirs.state.capture.join(stream, join);
+            }
             return Ok(());
         }
         let theirs_joined = theirs.state.join().cloned();
         if let Some(window) = lanes.mine.state.capture.recording_window() {
-            // Join: the recording stream waits for a stream of its window.
+            // Join: the recording stream's thread waits for a stream of its
+            // window.
+            if !lanes.mine.state.capture.records_for(recorder) {
+                return Err(Error::NotRecorder { stream, window });
+            }
             if theirs_joined.is_some_and(|join| join.window == window) {
                 if let Some(theirs) = lanes.lane(other) {
                     theirs.state.joined = None;

@@ -123,6 +123,8 @@ suite![
     streams::rule_21_fork_join_capture_replays_like_eager,
     streams::rule_21_an_unjoined_close_is_refused,
     streams::rule_21_a_recording_never_waits_for_outside_work,
+    streams::rule_21_a_joined_streams_own_work_stays_ordered,
+    streams::rule_20_a_destroyed_streams_memory_stays_while_others_use_it,
     streams::rule_20_four_threads_share_a_buffer_across_four_streams,
     streams::rule_20_a_failed_event_leaves_no_wrong_answer,
 ];
