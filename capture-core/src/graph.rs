@@ -1,6 +1,7 @@
 //! Instantiated graphs, and windows that closed without one.
 
 use std::fmt;
+use std::sync::OnceLock;
 
 use slab::Slab;
 
@@ -42,6 +43,8 @@ pub struct Graph<D: GraphDriver> {
     pub(crate) log: Vec<Entry>,
     /// What the graph is and has done.
     pub(crate) info: GraphInfo,
+    /// Its dependency graph, once asked for.
+    pub(crate) dependencies: OnceLock<Dependencies>,
 }
 
 impl<D: GraphDriver> Graph<D> {
@@ -79,7 +82,20 @@ impl<D: GraphDriver> Graph<D> {
 
     /// What the graph is and has done.
     pub fn info(&self) -> GraphInfo {
-        self.info
+        let dependencies = self.dependencies();
+        GraphInfo {
+            edges: dependencies.edges.len(),
+            depth: dependencies.depth,
+            width: dependencies.width,
+            ..self.info
+        }
+    }
+
+    /// The dependency graph of its recording, computed on first asking: a
+    /// pass over every pair of operations that instantiating does not pay.
+    pub fn dependencies(&self) -> &Dependencies {
+        self.dependencies
+            .get_or_init(|| Dependencies::of(&self.log))
     }
 
     /// The counts and bytes of a (new) recording.
@@ -91,10 +107,7 @@ impl<D: GraphDriver> Graph<D> {
             .count();
         self.info.launches = launches;
         self.info.copies = self.log.len() - launches;
-        let dependencies = Dependencies::of(&self.log);
-        self.info.edges = dependencies.edges.len();
-        self.info.depth = dependencies.depth;
-        self.info.width = dependencies.width;
+        self.dependencies = OnceLock::new();
     }
 }
 

@@ -292,6 +292,30 @@ impl<P> Pool<P> {
         released
     }
 
+    /// Pages obtained and not released.
+    pub fn page_count(&self) -> usize {
+        self.slots.iter().flatten().count()
+    }
+
+    /// Release the page in `slot` if no slice is held in it; whether it
+    /// was. The caller guarantees no enqueued work still uses it.
+    pub fn release_if_free(&mut self, slot: usize, release: impl FnOnce(P)) -> bool {
+        let Some(entry) = self.slots.get_mut(slot) else {
+            return false;
+        };
+        let free = entry.as_mut().is_some_and(|page| {
+            page.slices.retain(SliceHandle::in_use);
+            page.slices.is_empty()
+        });
+        match entry.take_if(|_| free) {
+            Some(page) => {
+                release(page.page);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Release every page, held or not: the stream is going away.
     pub fn release_all(&mut self, mut release: impl FnMut(P)) {
         self.retained.clear();

@@ -88,6 +88,9 @@ pub struct StreamState<D: Driver> {
     /// Whether a buffer of this stream was used on another: its graphs'
     /// replays then ask the order what they must wait for.
     pub(crate) shares: bool,
+    /// Pages (device, host) the open window took only to keep room for new
+    /// info, by slot.
+    room_pages: (Vec<usize>, Vec<usize>),
     /// The window this stream's work is recorded into, while it is joined
     /// to another stream's (rule 21).
     pub(crate) joined: Option<Arc<Join>>,
@@ -129,6 +132,7 @@ impl<D: Driver> StreamState<D> {
             deferred_destroys: Vec::new(),
             upload_failures: 0,
             shares: false,
+            room_pages: (Vec::new(), Vec::new()),
             joined: None,
             unordered: false,
         }
@@ -286,10 +290,12 @@ impl<D: Driver> StreamState<D> {
             device,
             host,
             drops,
+            room_pages,
             ..
         } = self;
         for _ in 0..slots {
-            drop(allocate::<D, _>(
+            let pages = device.page_count();
+            let slice = allocate::<D, _>(
                 device,
                 raw,
                 drops,
@@ -297,18 +303,34 @@ impl<D: Driver> StreamState<D> {
                 ids(),
                 len,
                 D::allocate_device_page,
-            )?);
-            drop(allocate::<D, _>(
-                host,
-                raw,
-                drops,
-                phase,
-                ids(),
-                len,
-                D::allocate_host_page,
-            )?);
+            )?;
+            if device.page_count() > pages {
+                room_pages.0.push(slice.slot());
+            }
+            let pages = host.page_count();
+            let slice =
+                allocate::<D, _>(host, raw, drops, phase, ids(), len, D::allocate_host_page)?;
+            if host.page_count() > pages {
+                room_pages.1.push(slice.slot());
+            }
         }
         Ok(())
+    }
+
+    /// The window closed: a page taken only to keep room for new info that
+    /// the recording did not use goes back, so the room costs no memory
+    /// past the window.
+    pub(crate) fn release_room(&mut self) {
+        let (device, host) = std::mem::take(&mut self.room_pages);
+        let raw = &mut self.raw;
+        for slot in device {
+            self.device
+                .release_if_free(slot, |page| D::release_device_page(raw, page));
+        }
+        for slot in host {
+            self.host
+                .release_if_free(slot, |page| D::release_host_page(raw, page));
+        }
     }
 
     /// A pinned host slice of `len` bytes for allocation `id`.

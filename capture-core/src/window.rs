@@ -198,6 +198,7 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         // The host pool's pins include every staging slice a recorded copy
         // reads: each was handed out while recording.
         let host = stream.host.capture_end();
+        stream.release_room();
         let recorded = stream.capture.take_recorded();
         device.extend(recorded.touched);
         let bytes = pinned(&device, &host);
@@ -266,6 +267,7 @@ impl<'a, D: GraphDriver> Window<'a, D> {
                         uploaded,
                         ..GraphInfo::default()
                     },
+                    dependencies: std::sync::OnceLock::new(),
                 };
                 graph.measure();
                 Ok(graph)
@@ -403,6 +405,7 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         let stream = &mut *self.stream;
         drop(stream.device.capture_end());
         drop(stream.host.capture_end());
+        stream.release_room();
         stream.discard_window_info();
         stream.capture.abort();
     }
