@@ -99,68 +99,6 @@ impl FailureStore {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn settling_clears_on_success_and_claims_on_failure() {
-        let mut store = FailureStore::default();
-        store.track(BufferId(1));
-        store.track(BufferId(2));
-        store.settle([BufferId(1), BufferId(2)], Some(&Error::EmptyBuffer));
-        assert_eq!(store.len(), 2);
-        assert!(matches!(
-            store.read_error(BufferId(2)),
-            Some(Error::Claimed { .. })
-        ));
-        store.settle([BufferId(1)], None);
-        assert_eq!(store.len(), 1);
-        assert!(store.read_error(BufferId(1)).is_none());
-        store.settle([BufferId(3)], Some(&Error::EmptyBuffer));
-        assert_eq!(store.len(), 1, "an untracked buffer is not claimed");
-        assert!(!store.is_empty());
-        store.settle([BufferId(2)], None);
-        assert!(store.is_empty());
-    }
-
-    #[test]
-    fn claim_check_clear() {
-        let mut store = FailureStore::default();
-        let cause = Arc::new(Error::EmptyBuffer);
-        store.track(BufferId(3));
-        store.claim(BufferId(3), &cause);
-        store.claim(BufferId(3), &Arc::new(Error::Poisoned));
-        assert_eq!(
-            store.check(BufferId(3)).map(|c| &**c),
-            Some(&Error::EmptyBuffer)
-        );
-        assert!(matches!(
-            store.read_error(BufferId(3)),
-            Some(Error::Claimed {
-                buffer: BufferId(3),
-                ..
-            })
-        ));
-        assert!(store.check(BufferId(4)).is_none());
-        store.clear(BufferId(3));
-        assert!(store.is_empty());
-    }
-
-    #[test]
-    fn dropped_buffers_are_never_claimed_again() {
-        let mut store = FailureStore::default();
-        let cause = Arc::new(Error::EmptyBuffer);
-        store.track(BufferId(1));
-        store.claim(BufferId(1), &cause);
-        store.forget(BufferId(1));
-        assert!(store.is_empty(), "the drop clears the claim");
-        store.claim(BufferId(1), &cause);
-        store.claim(BufferId(2), &cause);
-        assert!(store.is_empty(), "nobody can read them to clear a claim");
-    }
-}
-
 /// The device's [`FailureStore`], shared by its streams: a claim made on one
 /// stream fails a read on any other. Asking whether any buffer is claimed
 /// takes no lock, which is all a launch or a replay asks when none is.
@@ -235,5 +173,114 @@ impl Claims {
     #[inline]
     pub fn is_empty(&self) -> bool {
         !self.any.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settling_clears_on_success_and_claims_on_failure() {
+        let mut store = FailureStore::default();
+        store.track(BufferId(1));
+        store.track(BufferId(2));
+        store.settle([BufferId(1), BufferId(2)], Some(&Error::EmptyBuffer));
+        assert_eq!(store.len(), 2);
+        assert!(matches!(
+            store.read_error(BufferId(2)),
+            Some(Error::Claimed { .. })
+        ));
+        store.settle([BufferId(1)], None);
+        assert_eq!(store.len(), 1);
+        assert!(store.read_error(BufferId(1)).is_none());
+        store.settle([BufferId(3)], Some(&Error::EmptyBuffer));
+        assert_eq!(store.len(), 1, "an untracked buffer is not claimed");
+        assert!(!store.is_empty());
+        store.settle([BufferId(2)], None);
+        assert!(store.is_empty());
+    }
+
+    #[test]
+    fn claim_check_clear() {
+        let mut store = FailureStore::default();
+        let cause = Arc::new(Error::EmptyBuffer);
+        store.track(BufferId(3));
+        store.claim(BufferId(3), &cause);
+        store.claim(BufferId(3), &Arc::new(Error::Poisoned));
+        assert_eq!(
+            store.check(BufferId(3)).map(|c| &**c),
+            Some(&Error::EmptyBuffer)
+        );
+        assert!(matches!(
+            store.read_error(BufferId(3)),
+            Some(Error::Claimed {
+                buffer: BufferId(3),
+                ..
+            })
+        ));
+        assert!(store.check(BufferId(4)).is_none());
+        store.clear(BufferId(3));
+        assert!(store.is_empty());
+    }
+
+    #[test]
+    fn dropped_buffers_are_never_claimed_again() {
+        let mut store = FailureStore::default();
+        let cause = Arc::new(Error::EmptyBuffer);
+        store.track(BufferId(1));
+        store.claim(BufferId(1), &cause);
+        store.forget(BufferId(1));
+        assert!(store.is_empty(), "the drop clears the claim");
+        store.claim(BufferId(1), &cause);
+        store.claim(BufferId(2), &cause);
+        assert!(store.is_empty(), "nobody can read them to clear a claim");
+    }
+
+    fn refusal() -> Error {
+        Error::EmptyBuffer
+    }
+
+    #[test]
+    fn claims_follow_settles_and_forgets_of_tracked_buffers() {
+        let claims = Claims::default();
+        let (a, b, untracked) = (BufferId(1), BufferId(2), BufferId(3));
+        claims.track(a);
+        claims.track(b);
+        assert!(claims.is_empty());
+        assert_eq!(
+            (claims.len(), claims.check(a), claims.read_error(a)),
+            (0, None, None)
+        );
+        // A failure claims what it was to write, of the buffers a caller holds.
+        claims.settle([a, untracked], Some(&refusal()));
+        assert!(!claims.is_empty());
+        assert_eq!(claims.len(), 1, "an untracked buffer is never claimed");
+        assert!(claims.check(a).is_some_and(|cause| *cause == refusal()));
+        assert!(matches!(
+            claims.read_error(a),
+            Some(Error::Claimed { buffer, .. }) if buffer == a
+        ));
+        assert_eq!((claims.check(b), claims.read_error(b)), (None, None));
+        // A success on another buffer leaves the claim; on it, clears it.
+        claims.settle([b], None);
+        assert_eq!(claims.len(), 1);
+        claims.settle([a], None);
+        assert!(claims.is_empty());
+        assert_eq!(claims.len(), 0);
+        // A forgotten buffer loses its claim and is never claimed again.
+        claims.settle([b], Some(&refusal()));
+        assert_eq!(claims.len(), 1);
+        claims.forget(b);
+        assert!(claims.is_empty());
+        claims.settle([b], Some(&refusal()));
+        assert!(claims.is_empty(), "a forgotten buffer was claimed");
+        // The flag follows the store both ways, over several changes.
+        claims.settle([a], Some(&refusal()));
+        assert!(!claims.is_empty());
+        claims.settle([a], Some(&refusal()));
+        assert!(!claims.is_empty());
+        claims.forget(a);
+        assert!(claims.is_empty());
     }
 }
