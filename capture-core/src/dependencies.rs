@@ -97,22 +97,14 @@ fn reduce(successors: &mut [Vec<usize>]) {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use proptest::prelude::*;
 
     use super::*;
     use crate::driver::Access;
-    use crate::ids::BufferId;
 
     fn launch(bindings: &[(u64, Access)]) -> Entry {
-        Entry::Launch {
-            kernel: Arc::from("k"),
-            groups: [1, 1, 1],
-            bindings: bindings.iter().map(|&(b, a)| (BufferId(b), a)).collect(),
-            info_bytes: 0,
-            param_bytes: 0,
-        }
+        crate::graph_log::test_launch("k", bindings)
     }
 
     #[test]

@@ -76,20 +76,11 @@ fn escape(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use super::*;
     use crate::ids::BufferId;
 
-    fn launch(kernel: &str, bindings: &[(u64, Access)]) -> Entry {
-        Entry::Launch {
-            kernel: Arc::from(kernel),
-            groups: [2, 1, 1],
-            bindings: bindings.iter().map(|&(b, a)| (BufferId(b), a)).collect(),
-            info_bytes: 16,
-            param_bytes: 0,
-        }
-    }
+    use crate::graph_log::test_launch as launch;
 
     #[test]
     fn dot_names_every_node_and_edge() {

@@ -177,19 +177,24 @@ pub struct GraphInfo {
     pub width: usize,
 }
 
+/// A launch of `kernel` over `bindings` (buffer ids and accesses), a
+/// 2x1x1 grid with 16 info bytes: the log entry the tests build on.
+#[cfg(test)]
+pub(crate) fn test_launch(kernel: &str, bindings: &[(u64, Access)]) -> Entry {
+    Entry::Launch {
+        kernel: Arc::from(kernel),
+        groups: [2, 1, 1],
+        bindings: bindings.iter().map(|&(b, a)| (BufferId(b), a)).collect(),
+        info_bytes: 16,
+        param_bytes: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn launch(kernel: &str, bindings: &[(u64, Access)]) -> Entry {
-        Entry::Launch {
-            kernel: Arc::from(kernel),
-            groups: [2, 1, 1],
-            bindings: bindings.iter().map(|&(b, a)| (BufferId(b), a)).collect(),
-            info_bytes: 16,
-            param_bytes: 0,
-        }
-    }
+    use super::test_launch as launch;
 
     #[test]
     fn edges_follow_the_declared_accesses() {

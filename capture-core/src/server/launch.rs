@@ -436,7 +436,7 @@ impl<D: GraphDriver> Server<D> {
             // on the launch's quick path.
             let foreign = matches!(failure, Some(Error::NotRecorder { .. }));
             if !foreign && (failure.is_some() || !recording) {
-                settle_homes(lanes, request, failure);
+                lanes.mine.state.failures.settle(request.written(), failure);
             }
             match outcome {
                 Ok(()) => (Ok(()), true),
@@ -470,16 +470,8 @@ impl<D: GraphDriver> Server<D> {
             return self.record_across(lanes, stream, None, request);
         }
         waited?;
-        for (buffer, access) in request.args.iter().zip(request.signature.accesses()) {
-            if !access.reads() {
-                continue;
-            }
-            let home = lanes
-                .lane(buffer.stream())
-                .ok_or(Error::UnknownStream(buffer.stream()))?;
-            if let Some(err) = home.state.failures.read_error(buffer.id()) {
-                return Err(err);
-            }
+        if let Some(err) = read_claim(&lanes.mine.state, request) {
+            return Err(err);
         }
         let mut ids = || self.ids.buffer();
         let info = match request.info {
@@ -663,25 +655,5 @@ impl<D: GraphDriver> Server<D> {
             info.as_ref().map(|(slice, _)| slice),
         );
         Ok(())
-    }
-}
-
-/// The claims of what `request` writes: cleared by a launch that ran, made
-/// by one that did not.
-fn settle_homes<D: GraphDriver, B: Bound>(
-    lanes: &mut Lanes<'_, D>,
-    request: &Request<'_, D, B>,
-    failure: Option<&Error>,
-) {
-    for buffer in request
-        .args
-        .iter()
-        .zip(request.signature.accesses())
-        .filter(|(_, access)| access.writes())
-        .map(|(buffer, _)| buffer)
-    {
-        if let Some(home) = lanes.lane(buffer.stream()) {
-            home.state.failures.settle([buffer.id()], failure);
-        }
     }
 }

@@ -11,6 +11,14 @@ use crate::session::Session;
 use crate::support::{N, NU, Outcome, Step, claim_by_refused_window, expect_all, refused, usable};
 use crate::workload::{UserKernels, Workload};
 
+/// Two fresh streams of `client`.
+fn two_streams<D: UserKernels>(client: &Client<D>) -> Result<(StreamId, StreamId), String> {
+    Ok((
+        client.create_stream().step("a stream")?,
+        client.create_stream().step("another stream")?,
+    ))
+}
+
 /// Rows and columns of the matrix whose product makes a stream busy.
 const BUSY: u32 = 512;
 
@@ -56,10 +64,7 @@ pub fn rule_20_producer_and_consumer_on_two_streams<D: UserKernels>(
 ) -> Outcome {
     const ROUNDS: u32 = 1000;
     let client = session.client();
-    let (producer, consumer) = (
-        client.create_stream().step("producer")?,
-        client.create_stream().step("consumer")?,
-    );
+    let (producer, consumer) = two_streams(&client)?;
     let busy = Busy::on(session, &client, producer)?;
     let p = client.create_f32(producer, &[0.0; NU]).step("p")?;
     let sum = client.create_f32(consumer, &[0.0; NU]).step("sum")?;
@@ -84,10 +89,7 @@ pub fn rule_20_producer_and_consumer_on_two_streams<D: UserKernels>(
 /// the reader copies the old values, however busy it was before.
 pub fn rule_20_write_after_read_across_streams<D: UserKernels>(session: &Session<D>) -> Outcome {
     let client = session.client();
-    let (owner, reader) = (
-        client.create_stream().step("owner")?,
-        client.create_stream().step("reader")?,
-    );
+    let (owner, reader) = two_streams(&client)?;
     let busy = Busy::on(session, &client, reader)?;
     for round in 0..20 {
         let old = round as f32;
@@ -117,10 +119,7 @@ pub fn rule_20_memory_another_stream_uses_is_not_reused<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let client = session.client();
-    let (owner, user) = (
-        client.create_stream().step("owner")?,
-        client.create_stream().step("user")?,
-    );
+    let (owner, user) = two_streams(&client)?;
     let busy = Busy::on(session, &client, user)?;
     let copy = client.allocate(user, u64::from(N) * 4).step("copy")?;
     client
@@ -150,10 +149,7 @@ pub fn rule_20_claims_follow_a_buffer_to_every_stream<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let client = session.client();
-    let (owner, other) = (
-        client.create_stream().step("owner")?,
-        client.create_stream().step("other")?,
-    );
+    let (owner, other) = two_streams(&client)?;
     let p = client.create_f32(owner, &[1.0; NU]).step("p")?;
     let q = client.create_f32(other, &[2.0; NU]).step("q")?;
     claim_by_refused_window(&client, owner, &[&p])?;
@@ -188,10 +184,7 @@ pub fn rule_20_no_wait_for_what_a_stream_already_waited_past<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let (client, plan) = session.faulty();
-    let (a, b) = (
-        client.create_stream().step("a")?,
-        client.create_stream().step("b")?,
-    );
+    let (a, b) = two_streams(&client)?;
     let p = client.create_f32(a, &[3.0; NU]).step("p")?;
     let q = client.create_f32(a, &[4.0; NU]).step("q")?;
     let sum = client.create_f32(b, &[0.0; NU]).step("sum")?;
@@ -234,10 +227,7 @@ pub fn rule_20_a_graph_over_another_streams_buffer_replays_in_order<D: UserKerne
 ) -> Outcome {
     const ROUNDS: u32 = 100;
     let client = session.client();
-    let (upload, compute) = (
-        client.create_stream().step("upload")?,
-        client.create_stream().step("compute")?,
-    );
+    let (upload, compute) = two_streams(&client)?;
     let busy = Busy::on(session, &client, upload)?;
     let p = client.create_f32(upload, &[0.0; NU]).step("p")?;
     let sum = client.create_f32(compute, &[0.0; NU]).step("sum")?;
@@ -287,10 +277,7 @@ pub fn rule_21_fork_join_capture_replays_like_eager<D: UserKernels>(
 ) -> Outcome {
     const REPLAYS: usize = 100;
     let client = session.client();
-    let (a, b) = (
-        client.create_stream().step("a")?,
-        client.create_stream().step("b")?,
-    );
+    let (a, b) = two_streams(&client)?;
     let x = client.create_f32(a, &[0.0; NU]).step("x")?;
     let z = client.create_f32(a, &[0.0; NU]).step("z")?;
     let one = client.create_f32(a, &[1.0; NU]).step("one")?;
@@ -332,10 +319,7 @@ pub fn rule_21_fork_join_capture_replays_like_eager<D: UserKernels>(
 /// same, and the joined stream runs eagerly again.
 pub fn rule_21_an_unjoined_close_is_refused<D: UserKernels>(session: &Session<D>) -> Outcome {
     let client = session.client();
-    let (a, b) = (
-        client.create_stream().step("a")?,
-        client.create_stream().step("b")?,
-    );
+    let (a, b) = two_streams(&client)?;
     let x = client.create_f32(a, &[1.0; NU]).step("x")?;
     let y = client.create_f32(b, &[0.0; NU]).step("y")?;
     let window = client.prepare(a).step("prepare")?;
@@ -374,10 +358,7 @@ pub fn rule_21_a_recording_never_waits_for_outside_work<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let client = session.client();
-    let (a, c) = (
-        client.create_stream().step("a")?,
-        client.create_stream().step("c")?,
-    );
+    let (a, c) = two_streams(&client)?;
     let w = client.create_f32(c, &[3.0; NU]).step("w")?;
     client
         .run_builtin(c, Builtin::Fill, &[&w], N, 4.0)
@@ -453,10 +434,7 @@ pub fn rule_20_a_failed_event_leaves_no_wrong_answer<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let (client, plan) = session.faulty();
-    let (a, b) = (
-        client.create_stream().step("a")?,
-        client.create_stream().step("b")?,
-    );
+    let (a, b) = two_streams(&client)?;
     for primitive in [Primitive::RecordEvent, Primitive::WaitEvent] {
         let p = client.create_f32(a, &[3.0; NU]).step("p")?;
         let sum = client.create_f32(b, &[1.0; NU]).step("sum")?;
@@ -490,10 +468,7 @@ pub fn rule_21_a_joined_streams_own_work_stays_ordered<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let client = session.client();
-    let (a, b) = (
-        client.create_stream().step("a")?,
-        client.create_stream().step("b")?,
-    );
+    let (a, b) = two_streams(&client)?;
     let busy = Busy::on(session, &client, a)?;
     let x = client.create_f32(a, &[1.0; NU]).step("x")?;
     let y = client.create_f32(b, &[0.0; NU]).step("y")?;
@@ -569,10 +544,7 @@ pub fn rule_20_a_destroyed_streams_memory_stays_while_others_use_it<D: UserKerne
     session: &Session<D>,
 ) -> Outcome {
     let client = session.client();
-    let (a, b) = (
-        client.create_stream().step("a")?,
-        client.create_stream().step("b")?,
-    );
+    let (a, b) = two_streams(&client)?;
     let busy = Busy::on(session, &client, b)?;
     let x = client.create_f32(a, &[3.0; NU]).step("x")?;
     let sum = client.create_f32(b, &[0.0; NU]).step("sum")?;
