@@ -48,7 +48,7 @@ use std::sync::Arc;
 
 use capture_core::{
     Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice,
-    Launch, Signature, Updated,
+    Launch, Order, Signature, Updated,
 };
 
 pub use device::{DEVICE_ENV, Device};
@@ -197,7 +197,11 @@ impl GraphDriver for Cuda {
 
     /// `cuGraphInstantiate`, refusing a graph whose nodes are not exactly
     /// the launches and copies the stream recorded.
-    fn instantiate(_stream: &mut Stream, recording: Recording) -> Result<Executable, DriverError> {
+    fn instantiate(
+        _stream: &mut Stream,
+        recording: Recording,
+        _order: Order<'_>,
+    ) -> Result<Executable, DriverError> {
         recording.instantiate()
     }
 
@@ -208,6 +212,7 @@ impl GraphDriver for Cuda {
         _stream: &mut Stream,
         exec: &mut Executable,
         recording: Recording,
+        _order: Order<'_>,
     ) -> Result<Updated<Recording>, DriverError> {
         exec.update(recording)
     }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use backend_cuda::{Cuda, Device, DevicePage, HostPage, Kernel, Stream};
 use capture_core::{
     Access, Binding, Builtin, BuiltinInfo, Builtins, DeviceSlice, Driver, GraphDriver, HostSlice,
-    Launch, Updated, groups_for,
+    Launch, Order, Updated, groups_for,
 };
 
 /// The device, or `None` after saying why there is none.
@@ -218,7 +218,8 @@ fn a_recording_instantiates_replays_and_updates() {
     Cuda::begin(&mut rig.stream).expect("begin");
     rig.enqueue_fill(0);
     let recording = Cuda::end(&mut rig.stream).expect("end");
-    let mut exec = Cuda::instantiate(&mut rig.stream, recording).expect("instantiate");
+    let mut exec =
+        Cuda::instantiate(&mut rig.stream, recording, Order::Chain).expect("instantiate");
     Cuda::upload(&exec, &mut rig.stream).expect("upload");
     Cuda::replay(&exec, &mut rig.stream).expect("replay");
     assert!(all(&rig.finish(), 1.0));
@@ -228,7 +229,7 @@ fn a_recording_instantiates_replays_and_updates() {
     Cuda::begin(&mut rig.stream).expect("begin");
     rig.enqueue_fill(1);
     let recording = Cuda::end(&mut rig.stream).expect("end");
-    match Cuda::update(&mut rig.stream, &mut exec, recording).expect("update") {
+    match Cuda::update(&mut rig.stream, &mut exec, recording, Order::Chain).expect("update") {
         Updated::InPlace => {}
         Updated::Topology(_) => panic!("the same shape was not updated in place"),
     }
@@ -241,7 +242,7 @@ fn a_recording_instantiates_replays_and_updates() {
     rig.enqueue_fill(1);
     let recording = Cuda::end(&mut rig.stream).expect("end");
     let Updated::Topology(recording) =
-        Cuda::update(&mut rig.stream, &mut exec, recording).expect("update")
+        Cuda::update(&mut rig.stream, &mut exec, recording, Order::Chain).expect("update")
     else {
         panic!("another shape was updated in place");
     };
@@ -249,7 +250,7 @@ fn a_recording_instantiates_replays_and_updates() {
     rig.stage(1, 5.0);
     Cuda::replay(&exec, &mut rig.stream).expect("replay");
     assert!(all(&rig.finish(), 5.0));
-    let bigger = Cuda::instantiate(&mut rig.stream, recording).expect("instantiate");
+    let bigger = Cuda::instantiate(&mut rig.stream, recording, Order::Chain).expect("instantiate");
     rig.stage(1, 6.0);
     Cuda::replay(&bigger, &mut rig.stream).expect("replay");
     assert!(all(&rig.finish(), 6.0));
@@ -261,7 +262,7 @@ fn an_empty_recording_instantiates_and_replays_nothing() {
     let mut rig = Rig::new(&device);
     Cuda::begin(&mut rig.stream).expect("begin");
     let recording = Cuda::end(&mut rig.stream).expect("end");
-    let exec = Cuda::instantiate(&mut rig.stream, recording).expect("instantiate");
+    let exec = Cuda::instantiate(&mut rig.stream, recording, Order::Chain).expect("instantiate");
     Cuda::replay(&exec, &mut rig.stream).expect("replay");
     rig.finish();
 }
@@ -284,7 +285,8 @@ fn pages_freed_while_another_stream_records_wait_for_its_end() {
     let kernel = Cuda::builtin(&device, Builtin::Copy).expect("a builtin");
     drop(kernel);
     let recording = Cuda::end(&mut recording_rig.stream).expect("the capture survived");
-    let exec = Cuda::instantiate(&mut recording_rig.stream, recording).expect("instantiate");
+    let exec =
+        Cuda::instantiate(&mut recording_rig.stream, recording, Order::Chain).expect("instantiate");
     Cuda::replay(&exec, &mut recording_rig.stream).expect("replay");
     assert!(all(&recording_rig.finish(), 3.0));
     let signal = Cuda::signal(&mut other).expect("a signal");

@@ -73,7 +73,7 @@ use std::sync::Arc;
 
 use capture_core::{
     Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice,
-    Launch, Signature, Updated,
+    Launch, Order, Signature, Updated,
 };
 
 mod device;
@@ -261,7 +261,11 @@ impl GraphDriver for Hip {
         stream.end()
     }
 
-    fn instantiate(stream: &mut Stream, recording: Recording) -> Result<Executable, DriverError> {
+    fn instantiate(
+        stream: &mut Stream,
+        recording: Recording,
+        _order: Order<'_>,
+    ) -> Result<Executable, DriverError> {
         graph::instantiate(stream, recording)
     }
 
@@ -269,6 +273,7 @@ impl GraphDriver for Hip {
         stream: &mut Stream,
         exec: &mut Executable,
         recording: Recording,
+        _order: Order<'_>,
     ) -> Result<Updated<Recording>, DriverError> {
         graph::update(stream, exec, recording)
     }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use backend_hip::{Device, Hip, IN_PLACE_UPDATES_PER_INSTANCE, Kernel, LIBRARY_ENV, Stream};
 use capture_core::{
     Access, Availability, Binding, Builtin, Builtins, DeviceSlice, Driver, Error, GraphDriver,
-    HostSlice, Launch, Params, Signature, Updated,
+    HostSlice, Launch, Order, Params, Signature, Updated,
 };
 
 /// Counts the heap allocations each thread of this test binary makes, to
@@ -587,7 +587,7 @@ fn run_scenario(library: &Path, log: &Path) {
         slice(32, 4),
     ));
     let recording = ok(Hip::end(&mut stream));
-    let mut exec = ok(Hip::instantiate(&mut stream, recording));
+    let mut exec = ok(Hip::instantiate(&mut stream, recording, Order::Chain));
     ok(Hip::upload(&exec, &mut stream));
     ok(Hip::replay(&exec, &mut stream));
     assert_eq!(
@@ -660,7 +660,7 @@ fn run_scenario(library: &Path, log: &Path) {
     ));
     let same_shape = ok(Hip::end(&mut stream));
     assert!(matches!(
-        Hip::update(&mut stream, &mut exec, same_shape),
+        Hip::update(&mut stream, &mut exec, same_shape, Order::Chain),
         Ok(Updated::InPlace)
     ));
     assert_eq!(
@@ -684,7 +684,7 @@ fn run_scenario(library: &Path, log: &Path) {
         fill_on(&fill, &one, slice(240, 16)),
     ));
     let other_shape = ok(Hip::end(&mut stream));
-    match Hip::update(&mut stream, &mut exec, other_shape) {
+    match Hip::update(&mut stream, &mut exec, other_shape, Order::Chain) {
         Ok(Updated::Topology(recording)) => drop(recording),
         other => panic!("expected the recording back, got {:?}", other.map(|_| ())),
     }
@@ -712,7 +712,7 @@ fn run_scenario(library: &Path, log: &Path) {
             slice(32, 4),
         ));
         let refused = ok(Hip::end(&mut stream));
-        match Hip::update(&mut stream, &mut exec, refused) {
+        match Hip::update(&mut stream, &mut exec, refused, Order::Chain) {
             Ok(Updated::Topology(recording)) => drop(recording),
             other => panic!("expected the recording back, got {:?}", other.map(|_| ())),
         }
@@ -743,7 +743,7 @@ fn run_scenario(library: &Path, log: &Path) {
         slice(32, 4),
     ));
     let changed = ok(Hip::end(&mut stream));
-    match Hip::update(&mut stream, &mut exec, changed) {
+    match Hip::update(&mut stream, &mut exec, changed, Order::Chain) {
         Ok(Updated::Topology(recording)) => drop(recording),
         other => panic!("expected the recording back, got {:?}", other.map(|_| ())),
     }
@@ -771,7 +771,7 @@ fn run_scenario(library: &Path, log: &Path) {
         ok(Hip::begin(&mut stream));
         ok(Hip::launch(&mut stream, launch(&add)));
         let recording = ok(Hip::end(&mut stream));
-        let message = refusal(Hip::instantiate(&mut stream, recording));
+        let message = refusal(Hip::instantiate(&mut stream, recording, Order::Chain));
         let word = if skew < 0 { "lost" } else { "added" };
         assert!(
             message.contains(&format!("{} node(s) where 1 launch", 1 + skew))
@@ -791,12 +791,17 @@ fn run_scenario(library: &Path, log: &Path) {
     fake.node_skew(0);
     ok(Hip::begin(&mut stream));
     let recording = ok(Hip::end(&mut stream));
-    let mut empty = ok(Hip::instantiate(&mut stream, recording));
+    let mut empty = ok(Hip::instantiate(&mut stream, recording, Order::Chain));
     fake.node_skew(-1);
     ok(Hip::begin(&mut stream));
     ok(Hip::launch(&mut stream, launch(&add)));
     let recording = ok(Hip::end(&mut stream));
-    let message = refusal(Hip::update(&mut stream, &mut empty, recording));
+    let message = refusal(Hip::update(
+        &mut stream,
+        &mut empty,
+        recording,
+        Order::Chain,
+    ));
     assert!(message.contains("lost"), "{message}");
     fake.node_skew(0);
     drop(empty);
@@ -831,7 +836,7 @@ fn run_scenario(library: &Path, log: &Path) {
     ok(Hip::begin(&mut stream));
     ok(Hip::launch(&mut stream, launch(&add)));
     let recording = ok(Hip::end(&mut stream));
-    drop(ok(Hip::instantiate(&mut stream, recording)));
+    drop(ok(Hip::instantiate(&mut stream, recording, Order::Chain)));
     assert_eq!(
         names(&calls.take()),
         [
@@ -908,7 +913,7 @@ fn run_scenario(library: &Path, log: &Path) {
         fill_on(&loaded, &one, slice(240, 16)),
     ));
     let recording = ok(Hip::end(&mut stream));
-    let exec = ok(Hip::instantiate(&mut stream, recording));
+    let exec = ok(Hip::instantiate(&mut stream, recording, Order::Chain));
     calls.take();
     drop(exec);
     assert_eq!(
@@ -1214,18 +1219,18 @@ fn updates_stay_flat(library: &Path, _log: &Path) {
         ok(Hip::end(stream))
     };
     let first = record(&mut stream);
-    let mut exec = ok(Hip::instantiate(&mut stream, first));
+    let mut exec = ok(Hip::instantiate(&mut stream, first, Order::Chain));
     let per_instance = IN_PLACE_UPDATES_PER_INSTANCE;
     let (mut in_place, mut fresh, mut peak) = (0u32, 0u32, 0);
     for _ in 0..10_000 {
         let recording = record(&mut stream);
-        match ok(Hip::update(&mut stream, &mut exec, recording)) {
+        match ok(Hip::update(&mut stream, &mut exec, recording, Order::Chain)) {
             Updated::InPlace => in_place += 1,
             Updated::Topology(recording) => {
                 assert_eq!(in_place, per_instance, "re-instantiated early or late");
                 in_place = 0;
                 fresh += 1;
-                exec = ok(Hip::instantiate(&mut stream, recording));
+                exec = ok(Hip::instantiate(&mut stream, recording, Order::Chain));
             }
         }
         peak = peak.max(fake.kernarg_bytes());

@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use capture_core::{
     Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice,
-    Launch, Signature, Updated,
+    Launch, Order, Signature, Updated,
 };
 
 pub use kernels::{Body, Group, Kernel, Reader, View};
@@ -435,7 +435,11 @@ impl GraphDriver for Host {
         Ok(recording)
     }
 
-    fn instantiate(stream: &mut Stream, recording: Recording) -> Result<Executable, DriverError> {
+    fn instantiate(
+        stream: &mut Stream,
+        recording: Recording,
+        _order: Order<'_>,
+    ) -> Result<Executable, DriverError> {
         check_recording(stream, &recording, "instantiate")?;
         Ok(Executable {
             program: Arc::new(recording.program),
@@ -446,6 +450,7 @@ impl GraphDriver for Host {
         stream: &mut Stream,
         exec: &mut Executable,
         recording: Recording,
+        _order: Order<'_>,
     ) -> Result<Updated<Recording>, DriverError> {
         check_recording(stream, &recording, "update")?;
         if !exec.same_shape(&recording.program) {

@@ -4,7 +4,7 @@
 use backend_host::{Host, Recording, Stream};
 use capture_core::{
     Access, Binding, Builtin, BuiltinInfo, Builtins, DeviceSlice, Driver, GraphDriver, HostSlice,
-    Launch, StreamId,
+    Launch, Order, StreamId,
 };
 
 fn stream() -> (std::sync::Arc<backend_host::Device>, Stream) {
@@ -72,7 +72,7 @@ fn a_fence_while_recording_fails_and_invalidates_the_recording() {
     );
     let recording = Host::end(&mut stream).expect("ended");
     assert!(!stream.is_recording(), "end left recording mode");
-    let err = Host::instantiate(&mut stream, recording).expect_err("invalidated");
+    let err = Host::instantiate(&mut stream, recording, Order::Chain).expect_err("invalidated");
     assert!(err.to_string().contains("invalidated"), "{err}");
     Host::signal(&mut stream).expect("eager again");
 }
@@ -83,7 +83,7 @@ fn a_page_allocated_while_recording_makes_instantiate_refuse() {
     Host::begin(&mut stream).expect("begin");
     let page = Host::allocate_device_page(&mut stream, 256).expect("the page itself is given");
     let recording = Host::end(&mut stream).expect("ended");
-    let err = Host::instantiate(&mut stream, recording).expect_err("refused");
+    let err = Host::instantiate(&mut stream, recording, Order::Chain).expect_err("refused");
     assert!(
         err.to_string().contains("allocated while recording"),
         "{err}"
@@ -103,10 +103,11 @@ fn calls_out_of_order_trip_the_wire() {
         "a query while recording"
     );
     let recording = Host::end(&mut stream).expect("ended");
-    let mut graph = Host::instantiate(&mut stream, Recording::default()).expect("an empty graph");
+    let mut graph =
+        Host::instantiate(&mut stream, Recording::default(), Order::Chain).expect("an empty graph");
     Host::begin(&mut stream).expect("begin again");
     assert!(
-        Host::update(&mut stream, &mut graph, recording).is_err(),
+        Host::update(&mut stream, &mut graph, recording, Order::Chain).is_err(),
         "an update while recording"
     );
     drop(Host::end(&mut stream));
@@ -121,7 +122,7 @@ fn a_replay_touching_a_released_page_fails_naming_it() {
     Host::begin(&mut stream).expect("begin");
     fill(&mut stream, &out, &info);
     let recording = Host::end(&mut stream).expect("ended");
-    let graph = Host::instantiate(&mut stream, recording).expect("graph");
+    let graph = Host::instantiate(&mut stream, recording, Order::Chain).expect("graph");
     Host::replay(&graph, &mut stream).expect("replay while the pages live");
     let signal = Host::signal(&mut stream).expect("signal");
     Host::fence(&mut stream, signal).expect("fence");
@@ -346,15 +347,15 @@ fn an_update_is_in_place_only_for_the_same_kernels_in_the_same_order() {
         record(&fill, &fill, b),
     ];
     let [first, other_buffers, swapped, other_kernel] = recordings;
-    let mut exec = Host::instantiate(&mut stream, first).expect("instantiate");
+    let mut exec = Host::instantiate(&mut stream, first, Order::Chain).expect("instantiate");
     assert!(matches!(
-        Host::update(&mut stream, &mut exec, other_buffers),
+        Host::update(&mut stream, &mut exec, other_buffers, Order::Chain),
         Ok(capture_core::Updated::InPlace)
     ));
     for (recording, what) in [(swapped, "the order"), (other_kernel, "a kernel")] {
         assert!(
             matches!(
-                Host::update(&mut stream, &mut exec, recording),
+                Host::update(&mut stream, &mut exec, recording, Order::Chain),
                 Ok(capture_core::Updated::Topology(_))
             ),
             "a recording differing in {what} must be instantiated anew"

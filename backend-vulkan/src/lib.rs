@@ -39,7 +39,7 @@ use std::sync::Arc;
 
 use capture_core::{
     Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice,
-    Launch, Signature, Updated,
+    Launch, Order, Signature, Updated,
 };
 
 pub use device::{DEVICE_ENV, Device};
@@ -226,7 +226,11 @@ impl GraphDriver for Vulkan {
         stream.end()
     }
 
-    fn instantiate(stream: &mut Stream, recording: Recording) -> Result<Executable, DriverError> {
+    fn instantiate(
+        stream: &mut Stream,
+        recording: Recording,
+        _order: Order<'_>,
+    ) -> Result<Executable, DriverError> {
         if !Arc::ptr_eq(recording.device(), stream.device()) {
             return Err(error(
                 "instantiate",
@@ -244,6 +248,7 @@ impl GraphDriver for Vulkan {
         _stream: &mut Stream,
         _exec: &mut Executable,
         recording: Recording,
+        _order: Order<'_>,
     ) -> Result<Updated<Recording>, DriverError> {
         Ok(Updated::Topology(recording))
     }

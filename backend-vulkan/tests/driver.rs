@@ -11,7 +11,7 @@ use backend_vulkan::{
 };
 use capture_core::{
     Access, Availability, Binding, Builtin, BuiltinInfo, Builtins, DeviceSlice, Driver, Error,
-    GraphDriver, HostSlice, Launch, Params, Signature, Updated, groups_for,
+    GraphDriver, HostSlice, Launch, Order, Params, Signature, Updated, groups_for,
 };
 
 /// Bytes per slice slot; capture-core keeps binding offsets at multiples of 256.
@@ -82,7 +82,7 @@ fn enqueue_copy_out(
 /// Ends the window recording on `stream` and instantiates it.
 fn close(stream: &mut Stream) -> Executable {
     let recording = Vulkan::end(stream).expect("end");
-    Vulkan::instantiate(stream, recording).expect("instantiate")
+    Vulkan::instantiate(stream, recording, Order::Chain).expect("instantiate")
 }
 
 /// Signals `stream` and waits for the signal.
@@ -635,7 +635,8 @@ fn begin_submits_the_eager_work_and_the_window_runs_only_when_replayed() {
             f.fill(&fill, 64, info2, &page, 0);
             let recording = Vulkan::end(&mut f.stream).expect("end");
             assert!(f.download(&page, 0, 64).iter().all(|&v| v == 1.0));
-            let exec = Vulkan::instantiate(&mut f.stream, recording).expect("instantiate");
+            let exec =
+                Vulkan::instantiate(&mut f.stream, recording, Order::Chain).expect("instantiate");
             assert!(f.download(&page, 0, 64).iter().all(|&v| v == 1.0));
             Vulkan::replay(&exec, &mut f.stream).expect("replay");
             assert!(f.download(&page, 0, 64).iter().all(|&v| v == 7.0));
@@ -1125,11 +1126,12 @@ fn an_update_hands_the_recording_back_and_the_old_executable_finishes_its_replay
             chain.add(f);
             f.enqueue_download(&chain.page, 0, shown, new_out);
             let recording = Vulkan::end(&mut f.stream).expect("end");
-            let recording = match Vulkan::update(&mut f.stream, &mut old, recording) {
+            let recording = match Vulkan::update(&mut f.stream, &mut old, recording, Order::Chain) {
                 Ok(Updated::Topology(recording)) => recording,
                 other => panic!("expected the recording back, got {other:?}"),
             };
-            let new = Vulkan::instantiate(&mut f.stream, recording).expect("instantiate");
+            let new =
+                Vulkan::instantiate(&mut f.stream, recording, Order::Chain).expect("instantiate");
             Vulkan::replay(&new, &mut f.stream).expect("replay the new executable");
             // Dropping the old executable while its replay may still run
             // waits for that replay.

@@ -101,7 +101,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::driver::Access;
+    use crate::signature::Access;
 
     fn launch(bindings: &[(u64, Access)]) -> Entry {
         crate::graph_log::test_launch("k", bindings)

@@ -10,6 +10,7 @@
 use std::fmt::{self, Debug};
 use std::sync::Arc;
 
+use crate::dependencies::Dependencies;
 pub use crate::signature::Access;
 use crate::signature::Signature;
 
@@ -328,6 +329,32 @@ pub enum Updated<R> {
     Topology(R),
 }
 
+/// The order a graph's operations keep when it replays, handed to
+/// [`GraphDriver::instantiate`] and [`GraphDriver::update`].
+///
+/// The operations are numbered in the order the stream issued them while it
+/// recorded: every [`Driver::copy_to_device`] and [`Driver::launch`]
+/// between [`GraphDriver::begin`] and [`GraphDriver::end`], the copies
+/// capture-core makes of a launch's info bytes included (nothing else is
+/// issued on a recording stream).
+#[derive(Debug, Clone, Copy)]
+pub enum Order<'a> {
+    /// Each operation after the one issued before it: the stream's own
+    /// order, as a native stream capture records it.
+    Chain,
+    /// Only the edges of `Dependencies`: operation `to` after operation
+    /// `from`, and operations with no path between them in any order or at
+    /// the same time.
+    ///
+    /// capture-core guarantees that `nodes` is the number of operations
+    /// recorded, that every edge `(from, to)` has `from < to < nodes`, that
+    /// the edges are sorted and distinct, and that any two operations
+    /// touching a common byte, one of them writing it, are joined by a path
+    /// of edges (the declared accesses are the only memory a launch may
+    /// touch). A backend need not check any of that again.
+    Dependencies(&'a Dependencies),
+}
+
 /// A driver that can record a stream's launches into a replayable graph.
 ///
 /// # What capture-core guarantees about the calls
@@ -382,10 +409,14 @@ pub trait GraphDriver: Driver {
     /// stream left recording would swallow every launch after it.
     fn end(stream: &mut Self::Stream) -> Result<Self::Recording, DriverError>;
 
-    /// Instantiate `recording` as an executable graph.
+    /// Instantiate `recording` as an executable graph whose operations keep
+    /// `order` (see [`Order`]) and no more: where it is
+    /// [`Order::Dependencies`], operations with no path between them may
+    /// run at the same time.
     fn instantiate(
         stream: &mut Self::Stream,
         recording: Self::Recording,
+        order: Order<'_>,
     ) -> Result<Self::Executable, DriverError>;
 
     /// Make `exec` run `recording`'s work instead of its own, in place where
@@ -396,12 +427,17 @@ pub trait GraphDriver: Driver {
     /// Which backends update in place: CUDA and HIP (natively), the host
     /// (the reference of that path); Vulkan always hands back.
     ///
+    /// `order` is the new recording's, as for `instantiate`; an update in
+    /// place leaves the executable keeping it, whatever order the old
+    /// recording had.
+    ///
     /// On an error `exec` must be left as it was: still replayable, with its
     /// old work.
     fn update(
         stream: &mut Self::Stream,
         exec: &mut Self::Executable,
         recording: Self::Recording,
+        order: Order<'_>,
     ) -> Result<Updated<Self::Recording>, DriverError>;
 
     /// Pre-stage `exec` so the first replay does not pay for it.

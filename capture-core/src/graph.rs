@@ -91,15 +91,16 @@ impl<D: GraphDriver> Graph<D> {
         }
     }
 
-    /// The dependency graph of its recording, computed on first asking: a
-    /// pass over every pair of operations that instantiating does not pay.
+    /// The dependency graph of its recording: the one its executable keeps,
+    /// or, for a graph replayed as a chain, computed on first asking.
     pub fn dependencies(&self) -> &Dependencies {
         self.dependencies
             .get_or_init(|| Dependencies::of(&self.log))
     }
 
-    /// The counts and bytes of a (new) recording.
-    pub(crate) fn measure(&mut self) {
+    /// The counts and bytes of a (new) recording, and its dependency graph
+    /// where instantiating computed it.
+    pub(crate) fn measure(&mut self, dependencies: Option<Dependencies>) {
         let launches = self
             .log
             .iter()
@@ -107,7 +108,7 @@ impl<D: GraphDriver> Graph<D> {
             .count();
         self.info.launches = launches;
         self.info.copies = self.log.len() - launches;
-        self.dependencies = OnceLock::new();
+        self.dependencies = dependencies.map_or_else(OnceLock::new, OnceLock::from);
     }
 }
 

@@ -23,6 +23,7 @@ pub fn dot(name: &str, log: &[Entry]) -> String {
                 bindings,
                 info_bytes,
                 param_bytes,
+                ..
             } => {
                 let mut label = format!(
                     "{i}: {} [{}x{}x{}]",

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::driver::Access;
 use crate::ids::BufferId;
+use crate::signature::Access;
 
 /// One recorded operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +21,9 @@ pub enum Entry {
         groups: [u32; 3],
         /// Each binding's buffer and access, in binding order.
         bindings: SmallVec<[(BufferId, Access); 4]>,
+        /// The slice holding its info bytes, which it reads: staged inside
+        /// the window (a copy logged before it) or found in the info cache.
+        info: Option<BufferId>,
         /// Info bytes passed.
         info_bytes: u32,
         /// Parameter bytes passed.
@@ -39,7 +42,11 @@ impl Entry {
     /// Each buffer the operation touches, with how.
     fn accesses(&self) -> SmallVec<[(BufferId, Access); 4]> {
         match self {
-            Entry::Launch { bindings, .. } => bindings.clone(),
+            Entry::Launch { bindings, info, .. } => {
+                let mut accesses = bindings.clone();
+                accesses.extend(info.map(|info| (info, Access::Read)));
+                accesses
+            }
             Entry::Write { buffer, .. } => [(*buffer, Access::Write)].into_iter().collect(),
         }
     }
@@ -185,6 +192,7 @@ pub(crate) fn test_launch(kernel: &str, bindings: &[(u64, Access)]) -> Entry {
         kernel: Arc::from(kernel),
         groups: [2, 1, 1],
         bindings: bindings.iter().map(|&(b, a)| (BufferId(b), a)).collect(),
+        info: None,
         info_bytes: 16,
         param_bytes: 0,
     }

@@ -67,7 +67,7 @@ pub use client::{Buffer, Client, GraphHandle, Kernel, Pass, Placement};
 pub use dependencies::{Dependencies, MAX_REDUCED};
 pub use driver::{
     Access, Availability, Binding, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver,
-    HostSlice, Launch, Updated,
+    HostSlice, Launch, Order, Updated,
 };
 pub use error::{Error, Result};
 pub use graph::{Captures, Graph, Refused};
@@ -80,5 +80,5 @@ pub use pool::{PoolUsage, SLICE_ALIGN};
 pub use signature::{
     MAX_BINDINGS, MAX_INFO_BYTES, MAX_PARAM_BYTES, MAX_WORKGROUP_THREADS, Params, Signature,
 };
-pub use stream::{Config, StreamUsage};
+pub use stream::{Config, ReplayOrder, StreamUsage};
 pub use window::Update;

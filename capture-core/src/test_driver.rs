@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::driver::{
-    DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice, Launch, Updated,
+    DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice, Launch, Order, Updated,
 };
 use crate::signature::Signature;
 
@@ -190,13 +190,15 @@ impl GraphDriver for TestDriver {
             .take()
             .ok_or_else(|| DriverError::new("test", "end capture", "not recording"))
     }
-    fn instantiate(_: &mut TestStream, ops: Vec<Op>) -> Result<Vec<Op>, DriverError> {
+    // Work runs in issue order, whatever order the graph may keep.
+    fn instantiate(_: &mut TestStream, ops: Vec<Op>, _: Order<'_>) -> Result<Vec<Op>, DriverError> {
         Ok(ops)
     }
     fn update(
         _: &mut TestStream,
         exec: &mut Vec<Op>,
         ops: Vec<Op>,
+        _: Order<'_>,
     ) -> Result<Updated<Vec<Op>>, DriverError> {
         if exec.len() != ops.len() {
             return Ok(Updated::Topology(ops));

@@ -9,14 +9,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::capture_state::KeptKernel;
-use crate::driver::{GraphDriver, Updated};
+use crate::dependencies::Dependencies;
+use crate::driver::{GraphDriver, Order, Updated};
 use crate::error::Error;
 use crate::graph::{Graph, Refused};
 use crate::graph_log::{Entry, GraphInfo};
 use crate::hashing::FastSet;
 use crate::ids::{BufferId, GraphId, WindowId};
 use crate::pool::SliceHandle;
-use crate::stream::StreamState;
+use crate::stream::{ReplayOrder, StreamState};
 
 /// How a re-capture reached its graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +63,20 @@ fn pinned(device: &[SliceHandle], host: &[SliceHandle]) -> (u64, u64, u64) {
 
 /// Pre-stage `exec` on `stream`: best-effort, a failure is counted and
 /// logged. Whether it succeeded.
+/// The dependency graph a recording's executable keeps, computed here once
+/// where the stream replays by it.
+fn dependencies_for(order: ReplayOrder, log: &[Entry]) -> Option<Dependencies> {
+    match order {
+        ReplayOrder::Dependencies => Some(Dependencies::of(log)),
+        ReplayOrder::Chain => None,
+    }
+}
+
+/// What the driver is told to keep of the issue order.
+fn order(dependencies: Option<&Dependencies>) -> Order<'_> {
+    dependencies.map_or(Order::Chain, Order::Dependencies)
+}
+
 fn upload<D: GraphDriver>(stream: &mut StreamState<D>, exec: &D::Executable, id: GraphId) -> bool {
     match D::upload(exec, &mut stream.raw) {
         Ok(()) => true,
@@ -243,7 +258,12 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         let closed = self.close(closer)?;
         let stream = &mut *self.stream;
         let started = Instant::now();
-        match D::instantiate(&mut stream.raw, closed.recording) {
+        let dependencies = dependencies_for(stream.replay_order, &closed.log);
+        match D::instantiate(
+            &mut stream.raw,
+            closed.recording,
+            order(dependencies.as_ref()),
+        ) {
             Ok(exec) => {
                 let instantiate_time = started.elapsed();
                 // Entries made while recording leave the cache; `retained`
@@ -269,7 +289,7 @@ impl<'a, D: GraphDriver> Window<'a, D> {
                     },
                     dependencies: std::sync::OnceLock::new(),
                 };
-                graph.measure();
+                graph.measure(dependencies);
                 Ok(graph)
             }
             Err(err) => {
@@ -305,13 +325,13 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         let stream = &mut *self.stream;
         let written = closed.written;
         let started = Instant::now();
-        let updated =
-            D::update(&mut stream.raw, &mut graph.exec, closed.recording).and_then(|updated| {
-                match updated {
-                    Updated::InPlace => Ok(None),
-                    Updated::Topology(recording) => {
-                        D::instantiate(&mut stream.raw, recording).map(Some)
-                    }
+        let dependencies = dependencies_for(stream.replay_order, &closed.log);
+        let order = order(dependencies.as_ref());
+        let updated = D::update(&mut stream.raw, &mut graph.exec, closed.recording, order)
+            .and_then(|updated| match updated {
+                Updated::InPlace => Ok(None),
+                Updated::Topology(recording) => {
+                    D::instantiate(&mut stream.raw, recording, order).map(Some)
                 }
             });
         // The driver's part alone, as `instantiate` times it.
@@ -359,7 +379,7 @@ impl<'a, D: GraphDriver> Window<'a, D> {
             Update::InPlace => graph.info.updates_in_place += 1,
             Update::Reinstantiated => graph.info.reinstantiations += 1,
         }
-        graph.measure();
+        graph.measure(dependencies);
         graph.info.uploaded = upload::<D>(stream, &graph.exec, id);
         Ok(how)
     }

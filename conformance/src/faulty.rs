@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use capture_core::{
     Availability, Binding, Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, Error,
-    GraphDriver, HostSlice, Launch, Signature, Updated,
+    GraphDriver, HostSlice, Launch, Order, Signature, Updated,
 };
 
 use crate::workload::{UserKernel, UserKernels};
@@ -366,9 +366,10 @@ impl<D: GraphDriver> GraphDriver for Faulty<D> {
     fn instantiate(
         stream: &mut Self::Stream,
         recording: Self::Recording,
+        order: Order<'_>,
     ) -> Result<Self::Executable, DriverError> {
         stream.plan.call(Primitive::Instantiate)?;
-        let inner = D::instantiate(&mut stream.inner, recording)?;
+        let inner = D::instantiate(&mut stream.inner, recording, order)?;
         stream.plan.live_executables.fetch_add(1, Ordering::SeqCst);
         Ok(FaultyExecutable {
             inner,
@@ -380,9 +381,10 @@ impl<D: GraphDriver> GraphDriver for Faulty<D> {
         stream: &mut Self::Stream,
         exec: &mut Self::Executable,
         recording: Self::Recording,
+        order: Order<'_>,
     ) -> Result<Updated<Self::Recording>, DriverError> {
         stream.plan.call(Primitive::Update)?;
-        D::update(&mut stream.inner, &mut exec.inner, recording)
+        D::update(&mut stream.inner, &mut exec.inner, recording, order)
     }
 
     fn upload(exec: &Self::Executable, stream: &mut Self::Stream) -> Result<(), DriverError> {

@@ -253,6 +253,7 @@ fn log_recorded<D: Driver, B: Bound>(
             .zip(accesses)
             .map(|(buffer, access)| (buffer.slice().id(), *access))
             .collect(),
+        info: info_slice.map(SliceHandle::id),
         info_bytes: request.info.len() as u32,
         param_bytes: request.params.len() as u32,
     });
