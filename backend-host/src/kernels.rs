@@ -197,6 +197,22 @@ enum Bound<'a> {
     Unique(&'a mut [u8]),
 }
 
+impl<'a> View<'a> {
+    /// A binding the kernel only reads.
+    pub(crate) fn shared(bytes: &'a [u8]) -> Self {
+        Self {
+            bytes: Bound::Shared(bytes),
+        }
+    }
+
+    /// A binding the kernel writes.
+    pub(crate) fn unique(bytes: &'a mut [u8]) -> Self {
+        Self {
+            bytes: Bound::Unique(bytes),
+        }
+    }
+}
+
 impl View<'_> {
     /// The buffer's bytes.
     pub fn bytes(&self) -> &[u8] {
@@ -354,6 +370,18 @@ pub(crate) fn dispatch(
         .map(|view| view.ok_or("a binding was not placed"))
         .collect::<Result<_, _>>()?;
 
+    run_groups(kernel, groups, &mut views, info_bytes, params)
+}
+
+/// Run `kernel`'s code once per workgroup of `groups` over `views`.
+pub(crate) fn run_groups(
+    kernel: &Kernel,
+    groups: [u32; 3],
+    views: &mut [View<'_>],
+    info: &[u8],
+    params: &[u8],
+) -> Result<(), String> {
+    let signature = kernel.signature();
     let [gx, gy, gz] = groups;
     for z in 0..gz {
         for y in 0..gy {
@@ -362,10 +390,10 @@ pub(crate) fn dispatch(
                     id: [x, y, z],
                     groups,
                     size: signature.workgroup_size(),
-                    info: info_bytes,
+                    info,
                     params,
                 };
-                (kernel.inner.body)(&group, &mut views)
+                (kernel.inner.body)(&group, views)
                     .map_err(|err| format!("kernel {} failed: {err}", signature.name()))?;
             }
         }

@@ -25,10 +25,12 @@
 #![forbid(unsafe_code)]
 
 mod builtins;
+mod concurrent;
 mod kernels;
 mod memory;
 mod op;
 mod program;
+mod schedule;
 mod worker;
 
 use std::sync::Arc;
@@ -438,11 +440,13 @@ impl GraphDriver for Host {
     fn instantiate(
         stream: &mut Stream,
         recording: Recording,
-        _order: Order<'_>,
+        order: Order<'_>,
     ) -> Result<Executable, DriverError> {
         check_recording(stream, &recording, "instantiate")?;
+        let mut program = recording.program;
+        keep(&mut program, order, "instantiate")?;
         Ok(Executable {
-            program: Arc::new(recording.program),
+            program: Arc::new(program),
         })
     }
 
@@ -450,16 +454,18 @@ impl GraphDriver for Host {
         stream: &mut Stream,
         exec: &mut Executable,
         recording: Recording,
-        _order: Order<'_>,
+        order: Order<'_>,
     ) -> Result<Updated<Recording>, DriverError> {
         check_recording(stream, &recording, "update")?;
         if !exec.same_shape(&recording.program) {
             return Ok(Updated::Topology(recording));
         }
+        let mut program = recording.program;
+        keep(&mut program, order, "update")?;
         // Replays already sent hold the old work's `Arc`: they finish with
         // it, as a GPU finishes the graph it launched. The worker drops it
         // after them.
-        let old = std::mem::replace(&mut exec.program, Arc::new(recording.program));
+        let old = std::mem::replace(&mut exec.program, Arc::new(program));
         stream.worker.send(Command::Release(old));
         Ok(Updated::InPlace)
     }
@@ -489,6 +495,17 @@ impl GraphDriver for Host {
         } else {
             Err(error("replay", "the stream's worker thread has stopped"))
         }
+    }
+}
+
+/// Make `program` keep `order`: a dependency graph is checked against the
+/// ranges the program's steps touch before its steps may run side by side.
+fn keep(program: &mut Program, order: Order<'_>, op: &'static str) -> Result<(), DriverError> {
+    match order {
+        Order::Chain => Ok(()),
+        Order::Dependencies(dependencies) => program
+            .keep_dependencies(dependencies)
+            .map_err(|reason| error(op, format!("refused the dependency graph: {reason}"))),
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Bytes freshly allocated pages are filled with: all-ones is a NaN as
 /// `f32`, so a kernel that reads memory nobody wrote gives a visibly wrong
@@ -33,7 +33,9 @@ pub enum PageKind {
 pub struct Memory {
     id: u64,
     kind: PageKind,
-    storage: Mutex<Storage>,
+    /// Shared by work that only reads it, or that writes elsewhere and
+    /// copies back later (a step of a replay running beside others).
+    storage: RwLock<Storage>,
     released: AtomicBool,
 }
 
@@ -45,8 +47,19 @@ struct Storage {
     len: usize,
 }
 
-/// A page's bytes, locked.
-pub(crate) struct Bytes<'a>(MutexGuard<'a, Storage>);
+/// A page's bytes, locked for writing.
+pub(crate) struct Bytes<'a>(RwLockWriteGuard<'a, Storage>);
+
+/// A page's bytes, locked for reading only.
+pub(crate) struct SharedBytes<'a>(RwLockReadGuard<'a, Storage>);
+
+impl Deref for SharedBytes<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        let storage = &*self.0;
+        &bytemuck::cast_slice::<u64, u8>(&storage.words)[..storage.len]
+    }
+}
 
 impl Deref for Bytes<'_> {
     type Target = [u8];
@@ -83,7 +96,7 @@ impl Memory {
         Some(Arc::new(Self {
             id: NEXT_PAGE.fetch_add(1, Ordering::Relaxed),
             kind,
-            storage: Mutex::new(Storage {
+            storage: RwLock::new(Storage {
                 words: words.into_boxed_slice(),
                 len,
             }),
@@ -96,7 +109,16 @@ impl Memory {
     pub(crate) fn bytes(&self) -> Bytes<'_> {
         Bytes(
             self.storage
-                .lock()
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    /// The bytes, for reading, beside other readers.
+    pub(crate) fn shared(&self) -> SharedBytes<'_> {
+        SharedBytes(
+            self.storage
+                .read()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         )
     }
@@ -106,7 +128,7 @@ impl Memory {
         self.released.store(true, Ordering::Release);
         let mut storage = self
             .storage
-            .lock()
+            .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         *storage = Storage {
             words: Box::new([]),
@@ -162,7 +184,7 @@ impl Range {
     /// Copy the range out; `None` when it lies outside the page or the page
     /// was released.
     pub(crate) fn load(&self) -> Option<Vec<u8>> {
-        let bytes = self.memory.bytes();
+        let bytes = self.memory.shared();
         bytes
             .get(self.offset..self.offset.checked_add(self.len)?)
             .map(<[u8]>::to_vec)

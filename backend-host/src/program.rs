@@ -9,9 +9,13 @@
 
 use std::ops::Range as Span;
 
+use capture_core::Dependencies;
+
+use crate::concurrent::dispatch_beside;
 use crate::kernels::{Dispatch, Kernel, dispatch};
 use crate::memory::Range;
 use crate::op::{Op, copy, run_kernel, touched_released};
+use crate::schedule::{Schedule, check_hazards};
 
 /// One step of a program.
 #[derive(Debug, Clone)]
@@ -38,6 +42,9 @@ pub(crate) struct Program {
     /// The kinds of its steps and their kernels, in order, folded as they
     /// are pushed: an update compares shapes without walking the steps.
     shape: u64,
+    /// Its dependency graph's levels, for a program whose independent
+    /// steps run at the same time; `None` runs every step in order.
+    schedule: Option<Schedule>,
 }
 
 impl Program {
@@ -90,6 +97,7 @@ impl Program {
             ranges: Vec::with_capacity(like.1),
             params: Vec::with_capacity(like.2),
             shape: 0,
+            schedule: None,
         }
     }
 
@@ -133,12 +141,66 @@ impl Program {
         self.ranges.iter().find(|range| range.memory.is_released())
     }
 
-    /// Run every step in order; the first error stops the program.
+    /// Run only as `dependencies` orders: its independent steps at the same
+    /// time. Refused where the dependency graph is not this program's, or
+    /// leaves two steps that touch one byte, one writing it, unordered.
+    pub(crate) fn keep_dependencies(&mut self, dependencies: &Dependencies) -> Result<(), String> {
+        if dependencies.nodes != self.steps.len() {
+            return Err(format!(
+                "the dependency graph has {} operation(s) and the recording {} step(s)",
+                dependencies.nodes,
+                self.steps.len()
+            ));
+        }
+        let accesses: Vec<Vec<(&Range, bool)>> = (0..self.steps.len())
+            .map(|step| self.accesses(step))
+            .collect();
+        check_hazards(&accesses, &dependencies.edges)?;
+        self.schedule = Some(Schedule::of(dependencies));
+        Ok(())
+    }
+
+    /// The ranges step `step` touches, and whether it writes each.
+    fn accesses(&self, step: usize) -> Vec<(&Range, bool)> {
+        match &self.steps[step] {
+            Step::Copy { src, dst } => {
+                vec![(&self.ranges[*src], false), (&self.ranges[*dst], true)]
+            }
+            Step::Kernel {
+                kernel,
+                bindings,
+                info,
+                ..
+            } => {
+                let accesses = kernel.signature().accesses();
+                self.ranges[bindings.clone()]
+                    .iter()
+                    .zip(accesses)
+                    .map(|(range, access)| (range, access.writes()))
+                    .chain(info.map(|at| (&self.ranges[at], false)))
+                    .collect()
+            }
+        }
+    }
+
+    /// Run every step, in order or as its schedule allows; the first error
+    /// stops the program.
     pub(crate) fn run(&self) -> Result<(), String> {
         if let Some(released) = self.released() {
             return Err(touched_released(released));
         }
-        self.steps.iter().try_for_each(|step| match step {
+        match &self.schedule {
+            Some(schedule) => schedule.run(
+                |step| self.run_step(step, false),
+                |step| self.run_step(step, true),
+            ),
+            None => (0..self.steps.len()).try_for_each(|step| self.run_step(step, false)),
+        }
+    }
+
+    /// Run step `step`, `beside` others of its level or alone.
+    fn run_step(&self, step: usize, beside: bool) -> Result<(), String> {
+        match &self.steps[step] {
             Step::Copy { src, dst } => copy(&self.ranges[*src], &self.ranges[*dst]),
             Step::Kernel {
                 kernel,
@@ -146,16 +208,19 @@ impl Program {
                 bindings,
                 info,
                 params,
-            } => run_kernel(kernel, || {
-                dispatch(
-                    kernel,
-                    *groups,
-                    &self.ranges[bindings.clone()],
-                    info.map(|at| &self.ranges[at]),
-                    &self.params[params.clone()],
-                )
-            }),
-        })
+            } => {
+                let run = if beside { dispatch_beside } else { dispatch };
+                run_kernel(kernel, || {
+                    run(
+                        kernel,
+                        *groups,
+                        &self.ranges[bindings.clone()],
+                        info.map(|at| &self.ranges[at]),
+                        &self.params[params.clone()],
+                    )
+                })
+            }
+        }
     }
 }
 

@@ -1,0 +1,232 @@
+//! A replay that runs independent steps at the same time: the dependency
+//! graph capture-core computed, cut into levels (steps whose longest chain
+//! of predecessors is equally long have no edge between them), each level
+//! spread over a pool of threads sized to the machine.
+//!
+//! Before a graph runs this way, its edges are checked against the byte
+//! ranges its steps really touch: two steps that share a byte, one writing
+//! it, must be joined by a path, or instantiating fails.
+
+use std::ops::Range as Span;
+use std::sync::OnceLock;
+
+use capture_core::Dependencies;
+use fixedbitset::FixedBitSet;
+use rayon::prelude::*;
+
+use crate::memory::Range;
+
+/// Most steps whose edges are checked against their ranges (a bit per pair
+/// of steps, 2 MiB here); a larger graph is trusted.
+pub(crate) const CHECKED_STEPS: usize = 4096;
+
+/// A program's steps, level after level.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Schedule {
+    order: Vec<u32>,
+    levels: Vec<Span<usize>>,
+}
+
+impl Schedule {
+    /// The levels of `dependencies`, each level's steps in issue order.
+    pub(crate) fn of(dependencies: &Dependencies) -> Self {
+        let mut level = vec![0usize; dependencies.nodes];
+        // Edges are sorted by their first step, so a step's level is final
+        // before its outgoing edges are followed.
+        for &(from, to) in &dependencies.edges {
+            level[to] = level[to].max(level[from] + 1);
+        }
+        let depth = level.iter().max().map_or(0, |deepest| deepest + 1);
+        let mut starts = vec![0usize; depth + 1];
+        for &l in &level {
+            starts[l + 1] += 1;
+        }
+        for l in 0..depth {
+            starts[l + 1] += starts[l];
+        }
+        let mut next = starts.clone();
+        let mut order = vec![0u32; dependencies.nodes];
+        for (step, &l) in level.iter().enumerate() {
+            order[next[l]] = step as u32;
+            next[l] += 1;
+        }
+        let levels = starts.windows(2).map(|w| w[0]..w[1]).collect();
+        Self { order, levels }
+    }
+
+    /// Levels, the steps each holds.
+    #[cfg(test)]
+    fn levels(&self) -> Vec<Vec<u32>> {
+        self.levels
+            .iter()
+            .map(|level| self.order[level.clone()].to_vec())
+            .collect()
+    }
+
+    /// Run every step, level after level: a level of one step, or any level
+    /// on a machine of one core, with `alone`; the steps of a wider level
+    /// with `beside`, at the same time. The first error stops the program
+    /// after the level it happened in.
+    pub(crate) fn run(
+        &self,
+        alone: impl Fn(usize) -> Result<(), String>,
+        beside: impl Fn(usize) -> Result<(), String> + Sync,
+    ) -> Result<(), String> {
+        for level in &self.levels {
+            let steps = &self.order[level.clone()];
+            match (steps, pool()) {
+                ([_], _) | (_, None) => steps.iter().try_for_each(|&s| alone(s as usize))?,
+                (_, Some(pool)) => {
+                    pool.install(|| steps.par_iter().try_for_each(|&s| beside(s as usize)))?
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The threads replays spread their levels over, one per core, shared by
+/// every stream; `None` on a machine of one core, or where no thread could
+/// be started (replays then run their steps one by one).
+fn pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let threads = std::thread::available_parallelism().map_or(1, usize::from);
+        if threads < 2 {
+            return None;
+        }
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("host-replay-{i}"))
+            .build()
+            .ok()
+    })
+    .as_ref()
+}
+
+/// Whether `edges` order every pair of the `steps` (each a list of ranges
+/// and whether the step writes them) that share a byte with one writing
+/// it; the first such pair left unordered otherwise.
+pub(crate) fn check_hazards(
+    steps: &[Vec<(&Range, bool)>],
+    edges: &[(usize, usize)],
+) -> Result<(), String> {
+    let nodes = steps.len();
+    if nodes > CHECKED_STEPS {
+        return Ok(());
+    }
+    // What each step reaches, built from the last step back.
+    let mut reach = vec![FixedBitSet::with_capacity(nodes); nodes];
+    for &(from, to) in edges.iter().rev() {
+        let below = reach[to].clone();
+        reach[from].insert(to);
+        reach[from].union_with(&below);
+    }
+    // Every access, by page and start, so only overlapping ones are paired.
+    let mut all: Vec<(u64, usize, usize, usize, bool)> = steps
+        .iter()
+        .enumerate()
+        .flat_map(|(step, ranges)| {
+            ranges.iter().map(move |(range, writes)| {
+                let end = range.offset.saturating_add(range.len);
+                (range.memory.id(), range.offset, end, step, *writes)
+            })
+        })
+        .collect();
+    all.sort_unstable();
+    for (i, &(page, _, end, a, a_writes)) in all.iter().enumerate() {
+        for &(other_page, start, _, b, b_writes) in &all[i + 1..] {
+            if other_page != page || start >= end {
+                break;
+            }
+            let (first, second) = (a.min(b), a.max(b));
+            if first != second && (a_writes || b_writes) && !reach[first].contains(second) {
+                return Err(format!(
+                    "steps {first} and {second} touch the same bytes of page {page}, one \
+                     writing them, and no edge orders them"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::{Memory, PageKind};
+
+    fn deps(nodes: usize, edges: &[(usize, usize)]) -> Dependencies {
+        Dependencies {
+            nodes,
+            edges: edges.to_vec(),
+            ..Dependencies::default()
+        }
+    }
+
+    #[test]
+    fn levels_hold_the_steps_whose_longest_chain_is_as_long() {
+        // 0 -> 2 -> 3, 1 -> 3, 4 alone.
+        let schedule = Schedule::of(&deps(5, &[(0, 2), (1, 3), (2, 3)]));
+        assert_eq!(schedule.levels(), [vec![0, 1, 4], vec![2], vec![3]]);
+        assert!(Schedule::of(&deps(0, &[])).levels().is_empty());
+    }
+
+    #[test]
+    fn a_level_runs_every_step_and_stops_at_an_error() {
+        use std::sync::Mutex;
+        let schedule = Schedule::of(&deps(4, &[(0, 3), (1, 3), (2, 3)]));
+        let ran = Mutex::new(Vec::new());
+        let record = |step: usize| {
+            ran.lock().unwrap().push(step);
+            Ok(())
+        };
+        schedule.run(record, record).expect("runs");
+        let mut ran = ran.into_inner().unwrap();
+        assert_eq!(ran.pop(), Some(3), "the join runs last");
+        ran.sort_unstable();
+        assert_eq!(ran, [0, 1, 2]);
+        let failing = |step: usize| {
+            if step == 1 {
+                Err(format!("{step}"))
+            } else {
+                Ok(())
+            }
+        };
+        let after = Mutex::new(false);
+        let err = schedule.run(
+            |step| {
+                if step == 3 {
+                    *after.lock().unwrap() = true;
+                }
+                failing(step)
+            },
+            failing,
+        );
+        assert_eq!(err, Err("1".into()));
+        assert!(!*after.lock().unwrap(), "nothing runs after a failed level");
+    }
+
+    #[test]
+    fn an_unordered_pair_touching_one_byte_is_named() {
+        let page = Memory::new(PageKind::Device, 64).expect("a page");
+        let range = |offset, len| Range::new(&page, offset, len);
+        let (a, b, c) = (range(0, 16), range(8, 16), range(32, 16));
+        // 0 writes a, 1 reads b (overlapping a), 2 writes c, 3 reads c.
+        let steps = vec![
+            vec![(&a, true)],
+            vec![(&b, false)],
+            vec![(&c, true)],
+            vec![(&c, false), (&b, false)],
+        ];
+        assert!(check_hazards(&steps, &[(0, 1), (1, 3), (2, 3)]).is_ok());
+        // 3 reads what 0 wrote through a range that only overlaps it.
+        assert!(check_hazards(&steps, &[(0, 1), (2, 3)]).is_err());
+        assert!(check_hazards(&steps, &[(0, 3), (1, 3), (2, 3)]).is_err());
+        let err = check_hazards(&steps, &[(0, 1), (1, 3)]).expect_err("2 and 3 unordered");
+        assert!(err.contains("steps 2 and 3"), "{err}");
+        // Two readers of one range need no order.
+        let readers = vec![vec![(&b, false)], vec![(&b, false)]];
+        assert!(check_hazards(&readers, &[]).is_ok());
+    }
+}
