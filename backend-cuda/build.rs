@@ -40,6 +40,17 @@ fn build_stubs() -> Result<(), String> {
     let runs = out.join("cuda-stub-runs");
     build_stub(&compiler, &runs, &["-DCUDA_STUB_FULL", "-DCUDA_STUB_RUNS"])?;
     println!("cargo:rustc-env=CUDA_RUNS_STUB_DIR={}", runs.display());
+    // Inside the runs stub's directory, so that whatever ships that
+    // directory ships this one too.
+    build_stub(
+        &compiler,
+        &runs.join("no-edge-functions"),
+        &[
+            "-DCUDA_STUB_FULL",
+            "-DCUDA_STUB_RUNS",
+            "-DCUDA_STUB_NO_EDGE_FUNCTIONS",
+        ],
+    )?;
     Ok(())
 }
 

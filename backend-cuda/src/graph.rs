@@ -1,12 +1,15 @@
-//! Native CUDA graphs: what a stream capture recorded, its instantiation,
-//! and updating an instantiated graph in place.
+//! Native CUDA graphs: what a stream capture recorded, its edges rewritten
+//! to the order a graph keeps, its instantiation, and updating an
+//! instantiated graph in place.
 
 use std::ptr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use capture_core::{DriverError, Updated};
+use capture_core::{DriverError, Order, Updated};
 
 use crate::device::Device;
+use crate::edges::{self, Edge, Plan};
 use crate::error::refuse;
 use crate::sys::{self, CUgraph, CUgraphExec, CUgraphExecUpdateResultInfo, CUgraphNode, CUstream};
 
@@ -18,6 +21,18 @@ pub struct Recording {
     launches: usize,
     copies: usize,
     device: Arc<Device>,
+    /// Set once the captured chain's edges were rewritten: the nodes in
+    /// issue order and the edges the graph holds now. `None` while the graph
+    /// is the chain as captured.
+    rewritten: Option<Rewritten>,
+}
+
+/// A recording's graph whose edges are no longer the captured chain.
+struct Rewritten {
+    /// Node `i` is operation `i`, the `i`-th launch or copy issued.
+    nodes: Vec<CUgraphNode>,
+    /// The edges the graph holds, sorted.
+    edges: Vec<Edge>,
 }
 
 // SAFETY: a CUgraph is a process-wide handle; the recording owns it alone
@@ -48,7 +63,190 @@ impl Recording {
             launches,
             copies,
             device: Arc::clone(device),
+            rewritten: None,
         }
+    }
+
+    /// Operations recorded: launches and copies, one node each.
+    fn operations(&self) -> usize {
+        self.launches + self.copies
+    }
+
+    /// The graph's edges where they are not the captured chain.
+    fn edges(&self) -> Option<&[Edge]> {
+        self.rewritten
+            .as_ref()
+            .map(|r| r.edges.as_slice())
+            .filter(|edges| !edges::is_chain(edges, self.operations()))
+    }
+
+    /// Give the graph the edges `order` asks for, replacing the chain the
+    /// capture recorded (or the edges an earlier call gave it). The caller
+    /// has made the context current and checked the nodes.
+    ///
+    /// `Order::Chain` on a graph still as captured makes no driver call. On
+    /// a driver without the edge functions (older than 12.3) the graph
+    /// keeps its chain, which orders every pair of operations and so keeps
+    /// any dependencies too.
+    fn arrange(&mut self, order: Order<'_>, op: &'static str) -> Result<(), DriverError> {
+        let nodes = self.operations();
+        let chain;
+        let target: &[Edge] = match order {
+            Order::Chain if self.rewritten.is_none() => return Ok(()),
+            Order::Chain => {
+                chain = edges::chain(nodes);
+                &chain
+            }
+            Order::Dependencies(deps) => &deps.edges,
+        };
+        if self.rewritten.is_none() && edges::is_chain(target, nodes) {
+            return Ok(());
+        }
+        let api = self.device.api();
+        let (Some(add), Some(remove)) = (api.graph_add_dependencies, api.graph_remove_dependencies)
+        else {
+            chain_kept(&self.device.info().driver_version);
+            return Ok(());
+        };
+        let rewritten = match self.rewritten.take() {
+            Some(rewritten) => rewritten,
+            None => match self.walk_chain(op) {
+                Ok(Some(nodes)) => Rewritten {
+                    edges: edges::chain(nodes.len()),
+                    nodes,
+                },
+                Ok(None) => {
+                    chain_kept(&self.device.info().driver_version);
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        let plan = Plan::between(&rewritten.edges, target);
+        // Kept as it is until the driver has taken the whole plan: on an
+        // error the recording is dropped unused.
+        let node = |i: usize| {
+            rewritten.nodes.get(i).copied().ok_or_else(|| {
+                refuse(
+                    op,
+                    format!(
+                        "an edge names operation {i}, and the recording holds {} operation(s)",
+                        rewritten.nodes.len()
+                    ),
+                )
+            })
+        };
+        let ends = |list: &[Edge]| -> Result<(Vec<CUgraphNode>, Vec<CUgraphNode>), DriverError> {
+            let mut from = Vec::with_capacity(list.len());
+            let mut to = Vec::with_capacity(list.len());
+            for &(a, b) in list {
+                from.push(node(a)?);
+                to.push(node(b)?);
+            }
+            Ok((from, to))
+        };
+        if !plan.remove.is_empty() {
+            let (from, to) = ends(&plan.remove)?;
+            // SAFETY: the graph is live and every node is one of its own;
+            // `from` and `to` hold `from.len()` nodes each; a null edge-data
+            // array means the plain edges a capture records.
+            api.check(op, unsafe {
+                remove(
+                    self.graph,
+                    from.as_ptr(),
+                    to.as_ptr(),
+                    ptr::null(),
+                    from.len(),
+                )
+            })?;
+        }
+        if !plan.add.is_empty() {
+            let (from, to) = ends(&plan.add)?;
+            // SAFETY: as for the removal; none of these edges is in the
+            // graph, which the driver would refuse.
+            api.check(op, unsafe {
+                add(
+                    self.graph,
+                    from.as_ptr(),
+                    to.as_ptr(),
+                    ptr::null(),
+                    from.len(),
+                )
+            })?;
+        }
+        self.rewritten = Some(Rewritten {
+            nodes: rewritten.nodes,
+            edges: target.to_vec(),
+        });
+        Ok(())
+    }
+
+    /// The captured graph's nodes in issue order, read by walking its chain
+    /// from the single root; `None` when the driver lacks the functions to
+    /// walk it. A graph that is not one chain of every node is refused: its
+    /// nodes cannot be matched to the operations issued.
+    fn walk_chain(&self, op: &'static str) -> Result<Option<Vec<CUgraphNode>>, DriverError> {
+        let api = self.device.api();
+        let (Some(roots_of), Some(dependents_of)) =
+            (api.graph_get_root_nodes, api.graph_node_get_dependent_nodes)
+        else {
+            return Ok(None);
+        };
+        let expected = self.operations();
+        let mut nodes = Vec::with_capacity(expected);
+        if expected == 0 {
+            return Ok(Some(nodes));
+        }
+        let not_a_chain = |what: String| {
+            refuse(
+                op,
+                format!(
+                    "the captured graph is not one chain of its {expected} operation(s) ({what}),                      so its nodes cannot be matched to the operations issued"
+                ),
+            )
+        };
+        // Two slots: one is a chain's answer, two say it is not one.
+        let mut found: [CUgraphNode; 2] = [ptr::null_mut(); 2];
+        let mut count = found.len();
+        // SAFETY: `found` holds `count` slots and `count` tells the driver
+        // so; the graph is live.
+        api.check(op, unsafe {
+            roots_of(self.graph, found.as_mut_ptr(), &mut count)
+        })?;
+        if count != 1 {
+            return Err(not_a_chain(format!("{count} root node(s)")));
+        }
+        let mut node = found[0];
+        loop {
+            nodes.push(node);
+            let mut count = found.len();
+            // SAFETY: the node belongs to the live graph; `found` holds
+            // `count` slots; a null edge-data array asks for none, which is
+            // allowed for the plain edges a capture records.
+            api.check(op, unsafe {
+                dependents_of(node, found.as_mut_ptr(), ptr::null_mut(), &mut count)
+            })?;
+            match count {
+                0 => break,
+                1 if nodes.len() < expected => node = found[0],
+                1 => {
+                    return Err(not_a_chain(format!("it runs on past {expected} node(s)")));
+                }
+                _ => {
+                    return Err(not_a_chain(format!(
+                        "operation {} is followed by more than one",
+                        nodes.len() - 1
+                    )));
+                }
+            }
+        }
+        if nodes.len() != expected {
+            return Err(not_a_chain(format!(
+                "the chain from its root ends after {} node(s)",
+                nodes.len()
+            )));
+        }
+        Ok(Some(nodes))
     }
 
     /// Refuse a graph that does not hold exactly one node per launch and
@@ -109,12 +307,14 @@ impl Recording {
         Ok(())
     }
 
-    /// Instantiate the recording, which is destroyed afterwards either way.
-    pub(crate) fn instantiate(self) -> Result<Executable, DriverError> {
+    /// Instantiate the recording with the edges `order` asks for; the
+    /// recording is destroyed afterwards either way.
+    pub(crate) fn instantiate(mut self, order: Order<'_>) -> Result<Executable, DriverError> {
         const OP: &str = "instantiate";
         let api = self.device.api();
         let _current = self.device.enter()?;
         self.check_nodes(OP)?;
+        self.arrange(order, OP)?;
         let mut raw: CUgraphExec = ptr::null_mut();
         // SAFETY: the graph is live and owned by `self`, which destroys it
         // once this returns (an executable does not need its graph); `raw`
@@ -124,8 +324,23 @@ impl Recording {
         })?;
         Ok(Executable {
             raw,
+            edges: self.edges().map(<[Edge]>::to_vec),
             device: Arc::clone(&self.device),
         })
+    }
+}
+
+/// Say once per process that graphs replay as the captured chain because
+/// the driver cannot rewrite their edges.
+fn chain_kept(version: &str) {
+    static TOLD: AtomicBool = AtomicBool::new(false);
+    if !TOLD.swap(true, Ordering::Relaxed) {
+        log::info!(
+            "cuda: driver {version} lacks cuGraphAddDependencies_v2, \
+             cuGraphRemoveDependencies_v2, cuGraphNodeGetDependentNodes_v2 or \
+             cuGraphGetRootNodes (12.3 and newer have them); graphs replay their operations one \
+             after another, as captured"
+        );
     }
 }
 
@@ -152,6 +367,9 @@ impl Drop for Recording {
 /// An instantiated graph, destroyed (with its context current) when dropped.
 pub struct Executable {
     raw: CUgraphExec,
+    /// The edges it was instantiated or last updated with, where they are
+    /// not the captured chain.
+    edges: Option<Vec<Edge>>,
     device: Arc<Device>,
 }
 
@@ -187,9 +405,15 @@ impl Executable {
     /// enqueued run the parameters they were launched with, so nothing of
     /// the old work has to be kept here. A refused update leaves the
     /// executable as it was.
+    ///
+    /// The recording's edges are first made those `order` asks for. Where
+    /// they differ from the executable's, the recording is handed back
+    /// without asking the driver, which pairs nodes by following edges and
+    /// could pair a differently shaped graph's nodes out of issue order.
     pub(crate) fn update(
         &mut self,
-        recording: Recording,
+        mut recording: Recording,
+        order: Order<'_>,
     ) -> Result<Updated<Recording>, DriverError> {
         const OP: &str = "update graph";
         same_device(OP, &self.device, &recording.device)?;
@@ -201,6 +425,11 @@ impl Executable {
         };
         let _current = self.device.enter()?;
         recording.check_nodes(OP)?;
+        recording.arrange(order, OP)?;
+        if recording.edges() != self.edges.as_deref() {
+            log::debug!("the recording's edges differ from the graph's; instantiating anew");
+            return Ok(Updated::Topology(recording));
+        }
         let mut info = CUgraphExecUpdateResultInfo {
             result: sys::CU_GRAPH_EXEC_UPDATE_SUCCESS,
             errorNode: ptr::null_mut(),
@@ -211,6 +440,7 @@ impl Executable {
         // it (the ABI test checks it).
         let code = unsafe { update(self.raw, recording.graph, &mut info) };
         match code {
+            // The edges are equal already (checked above).
             sys::CUDA_SUCCESS => Ok(Updated::InPlace),
             sys::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE if SHAPE_CHANGED.contains(&info.result) => {
                 log::debug!(

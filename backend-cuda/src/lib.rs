@@ -33,6 +33,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod device;
+mod edges;
 mod error;
 mod event;
 mod graph;
@@ -196,25 +197,30 @@ impl GraphDriver for Cuda {
     }
 
     /// `cuGraphInstantiate`, refusing a graph whose nodes are not exactly
-    /// the launches and copies the stream recorded.
+    /// the launches and copies the stream recorded. For
+    /// [`Order::Dependencies`] the captured chain's edges are first replaced
+    /// by the dependencies' (`cuGraphRemoveDependencies_v2`,
+    /// `cuGraphAddDependencies_v2`); a driver older than 12.3 keeps the
+    /// chain, which says so once in the log.
     fn instantiate(
         _stream: &mut Stream,
         recording: Recording,
-        _order: Order<'_>,
+        order: Order<'_>,
     ) -> Result<Executable, DriverError> {
-        recording.instantiate()
+        recording.instantiate(order)
     }
 
-    /// `cuGraphExecUpdate`: in place where the shapes match; handed back
-    /// for instantiation where the driver says they differ, and always on a
-    /// driver older than 12.0.
+    /// `cuGraphExecUpdate` of the recording with its edges made `order`'s:
+    /// in place where the shapes and edges match; handed back for
+    /// instantiation where the edges differ or the driver says the shapes
+    /// do, and always on a driver older than 12.0.
     fn update(
         _stream: &mut Stream,
         exec: &mut Executable,
         recording: Recording,
-        _order: Order<'_>,
+        order: Order<'_>,
     ) -> Result<Updated<Recording>, DriverError> {
-        exec.update(recording)
+        exec.update(recording, order)
     }
 
     fn upload(exec: &Executable, stream: &mut Stream) -> Result<(), DriverError> {

@@ -71,6 +71,22 @@ pub struct CUgraphExecUpdateResultInfo {
     pub errorFromNode: CUgraphNode,
 }
 
+/// What an edge carries besides its ends (12.3 and newer): ports and a
+/// dependency type, all zero for the plain "after" edge a stream capture
+/// records. Only ever passed as a null array, which means exactly that.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CUgraphEdgeData {
+    /// When the dependency triggers in the upstream node (0: its completion).
+    pub from_port: u8,
+    /// Which part of the downstream node waits (0: all of it).
+    pub to_port: u8,
+    /// `CUgraphDependencyType`, as a byte.
+    pub r#type: u8,
+    /// Unused, zero.
+    pub reserved: [u8; 5],
+}
+
 pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
 pub const CUDA_ERROR_STUB_LIBRARY: CUresult = 34;
@@ -283,6 +299,36 @@ driver_api! {
         );
         /// 12.4 and newer: a kernel's parameters, for the build's check.
         func_get_param_info = cuFuncGetParamInfo(CUfunction, usize, *mut usize, *mut usize);
+        /// A graph's nodes without dependencies, where the walk of a
+        /// captured chain starts (with the three below, what replaying a
+        /// graph as its dependency graph needs).
+        graph_get_root_nodes = cuGraphGetRootNodes(CUgraph, *mut CUgraphNode, *mut usize);
+        /// 12.3 and newer, and the only spelling CUDA 13's header declares
+        /// (its `cuGraphNodeGetDependentNodes` is this symbol): the nodes
+        /// that depend on a node.
+        graph_node_get_dependent_nodes = cuGraphNodeGetDependentNodes_v2(
+            CUgraphNode,
+            *mut CUgraphNode,
+            *mut CUgraphEdgeData,
+            *mut usize,
+        );
+        /// 12.3 and newer (CUDA 13's `cuGraphAddDependencies`): add edges.
+        graph_add_dependencies = cuGraphAddDependencies_v2(
+            CUgraph,
+            *const CUgraphNode,
+            *const CUgraphNode,
+            *const CUgraphEdgeData,
+            usize,
+        );
+        /// 12.3 and newer (CUDA 13's `cuGraphRemoveDependencies`): remove
+        /// edges.
+        graph_remove_dependencies = cuGraphRemoveDependencies_v2(
+            CUgraph,
+            *const CUgraphNode,
+            *const CUgraphNode,
+            *const CUgraphEdgeData,
+            usize,
+        );
     }
 }
 
@@ -355,7 +401,7 @@ const CONSTANTS: [AbiFact; 44] = constants![
     CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED,
 ];
 
-const SIZES: [AbiFact; 21] = sizes![
+const SIZES: [AbiFact; 22] = sizes![
     CUresult,
     CUdevice,
     CUdeviceptr,
@@ -377,9 +423,10 @@ const SIZES: [AbiFact; 21] = sizes![
     CUgraphNodeType,
     CUgraphExecUpdateResult,
     CUgraphExecUpdateResultInfo,
+    CUgraphEdgeData,
 ];
 
-const OFFSETS: [AbiFact; 4] = [
+const OFFSETS: [AbiFact; 8] = [
     AbiFact {
         c: "sizeof(size_t)",
         value: size_of::<usize>() as i64,
@@ -395,6 +442,22 @@ const OFFSETS: [AbiFact; 4] = [
     AbiFact {
         c: "offsetof(CUgraphExecUpdateResultInfo, errorFromNode)",
         value: offset_of!(CUgraphExecUpdateResultInfo, errorFromNode) as i64,
+    },
+    AbiFact {
+        c: "offsetof(CUgraphEdgeData, from_port)",
+        value: offset_of!(CUgraphEdgeData, from_port) as i64,
+    },
+    AbiFact {
+        c: "offsetof(CUgraphEdgeData, to_port)",
+        value: offset_of!(CUgraphEdgeData, to_port) as i64,
+    },
+    AbiFact {
+        c: "offsetof(CUgraphEdgeData, type)",
+        value: offset_of!(CUgraphEdgeData, r#type) as i64,
+    },
+    AbiFact {
+        c: "offsetof(CUgraphEdgeData, reserved)",
+        value: offset_of!(CUgraphEdgeData, reserved) as i64,
     },
 ];
 

@@ -211,6 +211,55 @@ fn declarations_agree_with_cuda_h() {
     }
 }
 
+/// The functions that rewrite a captured graph's edges are checked like
+/// every other, and are the 12.3 spellings with edge data: the ones CUDA
+/// 13's header declares under the plain names, where CUDA 12's plain names
+/// are the older prototypes without it.
+#[test]
+fn edge_functions_are_the_edge_data_spellings() {
+    let edge_functions = [
+        "cuGraphGetRootNodes",
+        "cuGraphNodeGetDependentNodes_v2",
+        "cuGraphAddDependencies_v2",
+        "cuGraphRemoveDependencies_v2",
+    ];
+    for symbol in edge_functions {
+        let prototype = PROTOTYPES
+            .iter()
+            .find(|p| p.symbol == symbol)
+            .unwrap_or_else(|| panic!("{symbol} is not declared"));
+        assert!(prototype.optional, "{symbol} is required of every driver");
+    }
+    let Some(headers) = checked_headers() else {
+        return;
+    };
+    if Command::new(compiler()).arg("--version").output().is_err() {
+        return missing(&format!("no C compiler ({})", compiler()));
+    }
+    for header in &headers {
+        let same = header.version >= 13000;
+        let mut source = String::from("#include <cuda.h>\n");
+        for plain in [
+            "cuGraphNodeGetDependentNodes",
+            "cuGraphAddDependencies",
+            "cuGraphRemoveDependencies",
+        ] {
+            source.push_str(&format!(
+                "_Static_assert(__builtin_types_compatible_p(__typeof__(&{plain}), \
+                 __typeof__(&{plain}_v2)) == {}, \"{plain} and {plain}_v2\");\n",
+                i32::from(same)
+            ));
+        }
+        if let Err(words) = compile(header, &source, "edges") {
+            panic!(
+                "CUDA {}: the plain edge functions are {}the _v2 ones:\n{words}",
+                header.version,
+                if same { "not " } else { "" }
+            );
+        }
+    }
+}
+
 /// `NAME = value` of every entry of the header's `CUresult` enum.
 fn header_results(text: &str) -> BTreeMap<String, i32> {
     let start = text

@@ -5,7 +5,11 @@
 //! across streams, with the stub queuing each stream's work until something
 //! waits for it (`CUDA_STUB_DEFER`): a wait orders another stream's work,
 //! an event of another device is refused, and an event dropped right after
-//! a wait, or after its streams, is destroyed in its own context.
+//! a wait, or after its streams, is destroyed in its own context. And the
+//! order a graph keeps: a captured chain's edges replaced by a dependency
+//! graph's before instantiation and update, left alone for the chain, a
+//! capture that is no chain refused, and a driver without the edge
+//! functions keeping the chain.
 //!
 //! Each case runs in a child process (this test binary, run again with the
 //! stub first on the library path), because the driver library, once
@@ -16,7 +20,9 @@ use std::env;
 use std::process::Command;
 
 use backend_cuda::{Cuda, DEVICE_ENV, DevicePage, HostPage, Stream};
-use capture_core::{DeviceSlice, Driver, GraphDriver, HostSlice};
+use capture_core::{
+    Dependencies, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice, Order, Updated,
+};
 
 const CHILD: &str = "BACKEND_CUDA_RUNS_CHILD";
 const DONE: &str = "RUNS_CHILD_DONE";
@@ -45,11 +51,16 @@ fn in_stub_with(test: &str, vars: &[(&str, &str)]) {
              needs a working C compiler (see its warning in the build output)"
         );
     };
+    in_stub_at(test, &dir, vars);
+}
+
+/// As [`in_stub_with`], with the stub in `dir`.
+fn in_stub_at(test: &str, dir: &str, vars: &[(&str, &str)]) {
     let exe = env::current_exe().expect("the test binary knows its path");
     let output = Command::new(exe)
         .args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
-        .env("LD_LIBRARY_PATH", &dir)
+        .env("LD_LIBRARY_PATH", dir)
         .env_remove(DEVICE_ENV)
         .env_remove("CUDA_STUB_DEFER")
         .env_remove("CUDA_STUB_DEVICE_COUNT")
@@ -91,6 +102,45 @@ fn fail_next_end(code: i32) {
             .get::<unsafe extern "C" fn(i32)>(b"cuStubFailNextEnd\0")
             .expect("the stub exports it");
         function(code);
+    }
+}
+
+/// The edges of the graph the stub last instantiated or updated from, as
+/// node positions in creation order, sorted.
+fn stub_edges() -> Vec<(usize, usize)> {
+    const MAX: usize = 64;
+    let (mut from, mut to) = ([0usize; MAX], [0usize; MAX]);
+    // SAFETY: as in `stub_int`; cuStubGraphEdges takes two arrays of `MAX`
+    // size_t and their length, and writes at most that many.
+    let count = unsafe {
+        let library = libloading::Library::new("libcuda.so.1").expect("the stub is loaded");
+        let function = library
+            .get::<unsafe extern "C" fn(*mut usize, *mut usize, usize) -> usize>(
+                b"cuStubGraphEdges\0",
+            )
+            .expect("the stub exports it");
+        function(from.as_mut_ptr(), to.as_mut_ptr(), MAX)
+    };
+    assert!(count <= MAX, "the stub holds {count} edges");
+    let mut edges: Vec<(usize, usize)> = from[..count]
+        .iter()
+        .copied()
+        .zip(to[..count].iter().copied())
+        .collect();
+    edges.sort_unstable();
+    edges
+}
+
+/// Make the stub's captures put every node after the first instead of
+/// after the one before (a graph that is no chain), or not.
+fn branch_captures(on: bool) {
+    // SAFETY: as in `stub_int`; cuStubBranchCaptures takes an int.
+    unsafe {
+        let library = libloading::Library::new("libcuda.so.1").expect("the stub is loaded");
+        let function = library
+            .get::<unsafe extern "C" fn(i32)>(b"cuStubBranchCaptures\0")
+            .expect("the stub exports it");
+        function(i32::from(on));
     }
 }
 
@@ -391,5 +441,320 @@ fn an_event_of_another_device_is_refused() {
     in_stub_with(
         "an_event_of_another_device_is_refused",
         &[DEFER, ("CUDA_STUB_DEVICE_COUNT", "2")],
+    );
+}
+
+/// A dependency graph over `nodes` operations with these edges.
+fn deps(nodes: usize, edges: &[(usize, usize)]) -> Dependencies {
+    Dependencies {
+        nodes,
+        edges: edges.to_vec(),
+        ..Dependencies::default()
+    }
+}
+
+/// What the order tests record: `ops` copies, each of one host page's
+/// 16-byte part into one device page's, on one stream.
+struct Bench {
+    stream: Stream,
+    host: HostPage,
+    page: DevicePage,
+}
+
+impl Bench {
+    const PART: u64 = 16;
+
+    fn new() -> Self {
+        let device = Cuda::open_index(0).expect("the stub opens device 0");
+        let mut stream = Cuda::create_stream(&device).expect("a stream");
+        let host = Cuda::allocate_host_page(&mut stream, 256).expect("a host page");
+        let page = Cuda::allocate_device_page(&mut stream, 256).expect("a device page");
+        Self { stream, host, page }
+    }
+
+    fn record(&mut self, ops: u64) -> backend_cuda::Recording {
+        Cuda::begin(&mut self.stream).expect("the stream records");
+        for i in 0..ops {
+            Cuda::copy_to_device(
+                &mut self.stream,
+                HostSlice::<Cuda> {
+                    page: &self.host,
+                    offset: i * Self::PART,
+                    len: Self::PART,
+                },
+                DeviceSlice::<Cuda> {
+                    page: &self.page,
+                    offset: i * Self::PART,
+                    len: Self::PART,
+                },
+            )
+            .expect("the copy is recorded");
+        }
+        Cuda::end(&mut self.stream).expect("the recording ends")
+    }
+
+    fn instantiate(
+        &mut self,
+        ops: u64,
+        order: Order<'_>,
+    ) -> Result<backend_cuda::Executable, DriverError> {
+        let recording = self.record(ops);
+        Cuda::instantiate(&mut self.stream, recording, order)
+    }
+
+    fn update(
+        &mut self,
+        exec: &mut backend_cuda::Executable,
+        ops: u64,
+        order: Order<'_>,
+    ) -> Result<Updated<backend_cuda::Recording>, DriverError> {
+        let recording = self.record(ops);
+        Cuda::update(&mut self.stream, exec, recording, order)
+    }
+
+    fn release(mut self) {
+        Cuda::release_device_page(&mut self.stream, self.page);
+        Cuda::release_host_page(&mut self.stream, self.host);
+    }
+}
+
+/// In the child: four copies recorded, instantiated as their dependency
+/// graph and as the chain; the graph replays what was recorded.
+fn check_dependency_order() {
+    let mut bench = Bench::new();
+    let calls = stub_int("cuStubEdgeCalls");
+    let exec = bench
+        .instantiate(4, Order::Chain)
+        .expect("the chain instantiates");
+    assert_eq!(stub_edges(), [(0, 1), (1, 2), (2, 3)]);
+    assert_eq!(
+        stub_int("cuStubEdgeCalls"),
+        calls,
+        "the chain order asked the driver about edges"
+    );
+    drop(exec);
+
+    let two_pairs = deps(4, &[(0, 2), (1, 3)]);
+    let exec = bench
+        .instantiate(4, Order::Dependencies(&two_pairs))
+        .expect("the dependency graph instantiates");
+    assert_eq!(stub_edges(), [(0, 2), (1, 3)]);
+    assert!(stub_int("cuStubEdgeCalls") > calls);
+
+    // The replay runs every recorded copy.
+    Cuda::write_host(&bench.host, 0, &[3; 64]);
+    Cuda::replay(&exec, &mut bench.stream).expect("the graph replays");
+    finish(&mut bench.stream);
+    let out = Cuda::allocate_host_page(&mut bench.stream, 64).expect("a host page");
+    download(&mut bench.stream, &bench.page, &out, 64);
+    finish(&mut bench.stream);
+    assert_eq!(read(&out, 64), [3; 64]);
+    Cuda::release_host_page(&mut bench.stream, out);
+    drop(exec);
+
+    // Dependencies that are the chain itself need no rewriting.
+    let calls = stub_int("cuStubEdgeCalls");
+    let chain = deps(3, &[(0, 1), (1, 2)]);
+    let exec = bench
+        .instantiate(3, Order::Dependencies(&chain))
+        .expect("the chain instantiates");
+    assert_eq!(stub_edges(), [(0, 1), (1, 2)]);
+    assert_eq!(stub_int("cuStubEdgeCalls"), calls);
+    // No edges at all: every operation may run at once.
+    let none = deps(3, &[]);
+    let free = bench
+        .instantiate(3, Order::Dependencies(&none))
+        .expect("the edgeless graph instantiates");
+    assert_eq!(stub_edges(), []);
+    drop((exec, free));
+    assert_eq!(
+        stub_int("cuStubContextDepth"),
+        0,
+        "a context was left pushed"
+    );
+    bench.release();
+    println!("\n{DONE}");
+}
+
+#[test]
+fn a_graph_is_instantiated_with_its_dependency_edges_or_the_chain() {
+    if in_child() {
+        return check_dependency_order();
+    }
+    in_stub("a_graph_is_instantiated_with_its_dependency_edges_or_the_chain");
+}
+
+/// In the child: updates with the same edges go in place; with other edges
+/// (or the chain) the recording comes back, and instantiates with its own.
+fn check_update_order() {
+    let mut bench = Bench::new();
+    let two_pairs = deps(4, &[(0, 2), (1, 3)]);
+    let crossed = deps(4, &[(0, 3), (1, 2)]);
+    let mut exec = bench
+        .instantiate(4, Order::Dependencies(&two_pairs))
+        .expect("the dependency graph instantiates");
+    let in_place = stub_int("cuStubUpdatesInPlace");
+    let instantiations = stub_int("cuStubInstantiations");
+
+    let same = bench.record(4);
+    match Cuda::update(
+        &mut bench.stream,
+        &mut exec,
+        same,
+        Order::Dependencies(&two_pairs),
+    ) {
+        Ok(Updated::InPlace) => {}
+        other => panic!("the same edges were not updated in place: {other:?}"),
+    }
+    assert_eq!(stub_int("cuStubUpdatesInPlace"), in_place + 1);
+    assert_eq!(stub_edges(), [(0, 2), (1, 3)]);
+
+    let other = bench.record(4);
+    let back = match Cuda::update(
+        &mut bench.stream,
+        &mut exec,
+        other,
+        Order::Dependencies(&crossed),
+    ) {
+        Ok(Updated::Topology(recording)) => recording,
+        other => panic!("other edges were not handed back: {other:?}"),
+    };
+    assert_eq!(stub_int("cuStubUpdatesInPlace"), in_place + 1);
+    // Instantiated as capture-core does with a recording handed back: the
+    // edges already rewritten are kept.
+    exec = Cuda::instantiate(&mut bench.stream, back, Order::Dependencies(&crossed))
+        .expect("the recording handed back instantiates");
+    assert_eq!(stub_int("cuStubInstantiations"), instantiations + 1);
+    assert_eq!(stub_edges(), [(0, 3), (1, 2)]);
+
+    // The chain differs from the dependency graph; the handed-back
+    // recording gets its chain back.
+    let chained = bench.record(4);
+    let back = match Cuda::update(
+        &mut bench.stream,
+        &mut exec,
+        chained,
+        Order::Dependencies(&two_pairs),
+    ) {
+        Ok(Updated::Topology(recording)) => recording,
+        other => panic!("other edges were not handed back: {other:?}"),
+    };
+    exec = Cuda::instantiate(&mut bench.stream, back, Order::Chain)
+        .expect("the recording instantiates as a chain");
+    assert_eq!(stub_edges(), [(0, 1), (1, 2), (2, 3)]);
+    let chained = bench.record(4);
+    match Cuda::update(&mut bench.stream, &mut exec, chained, Order::Chain) {
+        Ok(Updated::InPlace) => {}
+        other => panic!("a chain was not updated in place: {other:?}"),
+    }
+    let deps_again = bench.record(4);
+    match Cuda::update(
+        &mut bench.stream,
+        &mut exec,
+        deps_again,
+        Order::Dependencies(&crossed),
+    ) {
+        Ok(Updated::Topology(_)) => {}
+        other => panic!("a dependency graph updated a chain: {other:?}"),
+    }
+    drop(exec);
+    assert_eq!(
+        stub_int("cuStubContextDepth"),
+        0,
+        "a context was left pushed"
+    );
+    bench.release();
+    println!("\n{DONE}");
+}
+
+#[test]
+fn an_update_goes_in_place_only_with_the_same_edges() {
+    if in_child() {
+        return check_update_order();
+    }
+    in_stub("an_update_goes_in_place_only_with_the_same_edges");
+}
+
+/// In the child: a captured graph that is no chain cannot take dependency
+/// edges, and says why; as the chain it instantiates as captured.
+fn check_branched_capture_refused() {
+    let mut bench = Bench::new();
+    branch_captures(true);
+    let edges = deps(3, &[(0, 2)]);
+    let refused = bench
+        .instantiate(3, Order::Dependencies(&edges))
+        .expect_err("a graph that is no chain is refused");
+    assert_eq!(refused.backend, "cuda");
+    assert_eq!(refused.op, "instantiate");
+    assert!(refused.message.contains("not one chain"), "{refused}");
+    assert!(
+        refused
+            .message
+            .contains("operation 0 is followed by more than one"),
+        "{refused}"
+    );
+
+    let mut exec = bench
+        .instantiate(3, Order::Chain)
+        .expect("as captured it instantiates");
+    assert_eq!(stub_edges(), [(0, 1), (0, 2)]);
+    let refused = bench
+        .update(&mut exec, 3, Order::Dependencies(&edges))
+        .expect_err("an update with it is refused");
+    assert_eq!(refused.op, "update graph");
+    assert!(refused.message.contains("not one chain"), "{refused}");
+    branch_captures(false);
+    drop(exec);
+    assert_eq!(
+        stub_int("cuStubContextDepth"),
+        0,
+        "a context was left pushed"
+    );
+    bench.release();
+    println!("\n{DONE}");
+}
+
+#[test]
+fn a_capture_that_is_no_chain_is_refused_a_dependency_order() {
+    if in_child() {
+        return check_branched_capture_refused();
+    }
+    in_stub("a_capture_that_is_no_chain_is_refused_a_dependency_order");
+}
+
+/// In the child, with a driver lacking the edge functions: the dependency
+/// order falls back to the chain, and updates compare as chains.
+fn check_fallback_to_chain() {
+    let mut bench = Bench::new();
+    let two_pairs = deps(4, &[(0, 2), (1, 3)]);
+    let mut exec = bench
+        .instantiate(4, Order::Dependencies(&two_pairs))
+        .expect("the recording instantiates as a chain");
+    assert_eq!(stub_edges(), [(0, 1), (1, 2), (2, 3)]);
+    let crossed = deps(4, &[(0, 3), (1, 2)]);
+    match bench.update(&mut exec, 4, Order::Dependencies(&crossed)) {
+        Ok(Updated::InPlace) => {}
+        other => panic!("two chains were not updated in place: {other:?}"),
+    }
+    assert_eq!(stub_edges(), [(0, 1), (1, 2), (2, 3)]);
+    drop(exec);
+    bench.release();
+    println!("\n{DONE}");
+}
+
+#[test]
+fn a_driver_without_the_edge_functions_keeps_the_chain() {
+    if in_child() {
+        return check_fallback_to_chain();
+    }
+    let dir = env::var(STUB_DIR_ENV)
+        .ok()
+        .or(backend_cuda::TEST_RUNS_STUB_DIR.map(str::to_owned))
+        .expect("the stub libcuda.so.1 was built");
+    let older = std::path::Path::new(&dir).join("no-edge-functions");
+    in_stub_at(
+        "a_driver_without_the_edge_functions_keeps_the_chain",
+        &older.to_string_lossy(),
+        &[],
     );
 }

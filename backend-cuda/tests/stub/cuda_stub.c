@@ -25,11 +25,24 @@
  *                             image or text (cuStubLastImage).
  *
  * Built a third time with CUDA_STUB_RUNS defined as well: streams, events,
- * captures and memory then work on host memory (copies run at once, a
- * capture's graph has no nodes), and cuStub* functions let a test count
- * the frees and unloads performed, make the next end of a capture fail
- * with the stream left capturing, and ask whether a stream replacing one
- * left capturing waited for all the old one's work.
+ * captures and memory then work on host memory (copies run at once), and
+ * cuStub* functions let a test count the frees and unloads performed, make
+ * the next end of a capture fail with the stream left capturing, and ask
+ * whether a stream replacing one left capturing waited for all the old
+ * one's work.
+ *
+ * Its graphs are kept as nodes and edges: a capture records each copy as a
+ * memcpy node after the one before it (or, after cuStubBranchCaptures(1),
+ * each after the capture's first node, which is no chain); the graph
+ * functions read and change those edges; an executable keeps its own copy
+ * of the graph, which cuGraphExecUpdate_v2 replaces only when the nodes and
+ * edges are the same, and whose copies cuGraphLaunch runs at once.
+ * cuStubGraphEdges hands out the edges of the graph last instantiated or
+ * updated from, cuStubInstantiations and cuStubUpdatesInPlace count those,
+ * and cuStubEdgeCalls counts the calls that read or change edges.
+ * Built once more with CUDA_STUB_NO_EDGE_FUNCTIONS defined, it lacks the
+ * edge functions of 12.3 (cuGraphAddDependencies_v2 and the like), as a
+ * 12.2 driver does.
  *
  * With CUDA_STUB_DEFER=1 as well, work outside a capture is queued on its
  * stream instead of run at once, and runs in order when something waits
@@ -57,6 +70,7 @@ enum {
     CUDA_ERROR_INVALID_CONTEXT = 201,
     CUDA_ERROR_NOT_READY = 600,
     CUDA_ERROR_NOT_SUPPORTED = 801,
+    CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE = 910,
 };
 
 static int env_int(const char *name, int fallback) {
@@ -214,8 +228,10 @@ typedef struct {
  * a capture, its context and its queue (entries before `ran` have run). An
  * event's stream and tick; its context; where its latest record lies in
  * its stream's queue, and which of its records have run. */
+struct Graph;
 typedef struct Stream {
     int capturing;
+    struct Graph *graph;
     long last_work;
     void *context;
     Op *ops;
@@ -270,9 +286,141 @@ static void run_until(Stream *s, size_t upto) {
     }
 }
 
-/* A copy on `stream`: queued when deferring outside a capture, else run. */
+/* A graph: its nodes in creation order, and its edges as pairs of node
+ * positions, in the order they were added. A node is a memcpy. */
+typedef struct Node {
+    struct Graph *graph;
+    void *dst;
+    const void *src;
+    size_t bytes;
+} Node;
+typedef struct Graph {
+    Node **nodes;
+    size_t count, capacity;
+    size_t (*edges)[2];
+    size_t edge_count, edge_capacity;
+} Graph;
+/* An executable: its own copy of the graph it was made or updated from. */
+typedef struct {
+    Graph graph;
+} Exec;
+
+enum { CU_GRAPH_NODE_TYPE_MEMCPY = 1 };
+
+static int branch_captures = 0;
+static int instantiations = 0;
+static int updates_in_place = 0;
+/* Calls of cuGraphGetRootNodes and the edge functions. */
+static int edge_calls = 0;
+/* The edges of the graph last instantiated or updated from. */
+static size_t (*last_edges)[2] = NULL;
+static size_t last_edge_count = 0;
+
+void cuStubBranchCaptures(int on) { branch_captures = on; }
+int cuStubInstantiations(void) { return instantiations; }
+int cuStubUpdatesInPlace(void) { return updates_in_place; }
+int cuStubEdgeCalls(void) { return edge_calls; }
+/* Writes up to `max` edges of the graph last instantiated or updated from
+ * as node positions into `from` and `to`; returns how many it has. */
+size_t cuStubGraphEdges(size_t *from, size_t *to, size_t max) {
+    for (size_t i = 0; i < last_edge_count && i < max; i++) {
+        from[i] = last_edges[i][0];
+        to[i] = last_edges[i][1];
+    }
+    return last_edge_count;
+}
+
+static int add_edge(Graph *g, size_t from, size_t to) {
+    if (g->edge_count == g->edge_capacity) {
+        size_t capacity = g->edge_capacity ? g->edge_capacity * 2 : 16;
+        size_t (*grown)[2] = realloc(g->edges, capacity * sizeof *grown);
+        if (grown == NULL) return 0;
+        g->edges = grown;
+        g->edge_capacity = capacity;
+    }
+    g->edges[g->edge_count][0] = from;
+    g->edges[g->edge_count][1] = to;
+    g->edge_count++;
+    return 1;
+}
+
+static long find_edge(const Graph *g, size_t from, size_t to) {
+    for (size_t i = 0; i < g->edge_count; i++)
+        if (g->edges[i][0] == from && g->edges[i][1] == to) return (long)i;
+    return -1;
+}
+
+/* A capture's copy: a node after the capture's latest node (or its first). */
+static int capture_copy(Stream *s, void *dst, const void *src, size_t bytes) {
+    Graph *g = s->graph;
+    if (g == NULL) return 0;
+    if (g->count == g->capacity) {
+        size_t capacity = g->capacity ? g->capacity * 2 : 16;
+        Node **grown = realloc(g->nodes, capacity * sizeof *grown);
+        if (grown == NULL) return 0;
+        g->nodes = grown;
+        g->capacity = capacity;
+    }
+    Node *node = calloc(1, sizeof(Node));
+    if (node == NULL) return 0;
+    node->graph = g;
+    node->dst = dst;
+    node->src = src;
+    node->bytes = bytes;
+    g->nodes[g->count] = node;
+    size_t at = g->count++;
+    if (at > 0) return add_edge(g, branch_captures ? 0 : at - 1, at);
+    return 1;
+}
+
+static void free_graph(Graph *g) {
+    for (size_t i = 0; i < g->count; i++) free(g->nodes[i]);
+    free(g->nodes);
+    free(g->edges);
+}
+
+/* Whether the two graphs have the same number of nodes and the same edges. */
+static int same_shape(const Graph *a, const Graph *b) {
+    if (a->count != b->count || a->edge_count != b->edge_count) return 0;
+    for (size_t i = 0; i < a->edge_count; i++)
+        if (find_edge(b, a->edges[i][0], a->edges[i][1]) < 0) return 0;
+    return 1;
+}
+
+/* `into` made a copy of `from`'s nodes and edges. */
+static int copy_graph(Graph *into, const Graph *from) {
+    memset(into, 0, sizeof *into);
+    into->nodes = calloc(from->count ? from->count : 1, sizeof(Node *));
+    into->edges = malloc((from->edge_count ? from->edge_count : 1) * sizeof *into->edges);
+    if (into->nodes == NULL || into->edges == NULL) return 0;
+    into->capacity = from->count;
+    into->edge_capacity = from->edge_count;
+    for (size_t i = 0; i < from->count; i++) {
+        Node *node = malloc(sizeof(Node));
+        if (node == NULL) return 0;
+        *node = *from->nodes[i];
+        node->graph = into;
+        into->nodes[into->count++] = node;
+    }
+    memcpy(into->edges, from->edges, from->edge_count * sizeof *into->edges);
+    into->edge_count = from->edge_count;
+    return 1;
+}
+
+static void remember_edges(const Graph *g) {
+    size_t (*kept)[2] = realloc(last_edges, (g->edge_count ? g->edge_count : 1) * sizeof *kept);
+    if (kept == NULL) return;
+    last_edges = kept;
+    memcpy(last_edges, g->edges, g->edge_count * sizeof *kept);
+    last_edge_count = g->edge_count;
+}
+
+/* A copy on `stream`: queued when deferring outside a capture, else run
+ * (and, in a capture, recorded as a node too). */
 static CUresult copy(void *dst, const void *src, size_t bytes, void *stream) {
     Stream *s = stream;
+    if (s != NULL && s->capturing && !capture_copy(s, dst, src, bytes))
+        return CUDA_ERROR_INVALID_VALUE;
     if (s != NULL && !s->capturing && deferred()) {
         Op op = {COPY, dst, src, bytes, NULL, 0, NULL, 0};
         if (enqueue(s, op) < 0) return CUDA_ERROR_INVALID_VALUE;
@@ -370,19 +518,24 @@ CUresult cuStreamWaitEvent(void *stream, void *event, unsigned flags) {
 }
 CUresult cuStreamBeginCapture_v2(void *stream, int mode) {
     (void)mode;
-    ((Stream *)stream)->capturing = 1;
+    Stream *s = stream;
+    s->graph = calloc(1, sizeof(Graph));
+    if (s->graph == NULL) return CUDA_ERROR_INVALID_VALUE;
+    s->capturing = 1;
     return CUDA_SUCCESS;
 }
 CUresult cuStreamEndCapture(void *stream, void **graph) {
+    Stream *s = stream;
     if (fail_next_end != 0) {
         CUresult code = fail_next_end;
         fail_next_end = 0;
         *graph = NULL;
         return code;
     }
-    ((Stream *)stream)->capturing = 0;
-    *graph = malloc(1);
-    return CUDA_SUCCESS;
+    s->capturing = 0;
+    *graph = s->graph;
+    s->graph = NULL;
+    return *graph != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 CUresult cuStreamIsCapturing(void *stream, int *status) {
     *status = ((Stream *)stream)->capturing;
@@ -429,13 +582,175 @@ CUresult cuEventDestroy_v2(void *event) {
     events_destroyed += 1;
     return CUDA_SUCCESS;
 }
-CUresult cuGraphGetNodes(void *graph, void **nodes, size_t *count) {
-    (void)graph;
-    (void)nodes;
-    *count = 0;
+/* Fill `out` (room for *count) from `found` (n of them) as the driver
+ * does: only the count when `out` is NULL. */
+static CUresult answer(void **out, size_t *count, void **found, size_t n) {
+    if (count == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (out == NULL) {
+        *count = n;
+        return CUDA_SUCCESS;
+    }
+    size_t filled = *count < n ? *count : n;
+    for (size_t i = 0; i < *count; i++) out[i] = i < filled ? found[i] : NULL;
+    *count = filled;
     return CUDA_SUCCESS;
 }
-CUresult cuGraphDestroy(void *graph) { free(graph); return CUDA_SUCCESS; }
+CUresult cuGraphGetNodes(void *graph, void **nodes, size_t *count) {
+    Graph *g = graph;
+    return answer(nodes, count, (void **)g->nodes, g->count);
+}
+CUresult cuGraphNodeGetType(void *node, unsigned *type) {
+    if (node == NULL || type == NULL) return CUDA_ERROR_INVALID_VALUE;
+    *type = CU_GRAPH_NODE_TYPE_MEMCPY;
+    return CUDA_SUCCESS;
+}
+CUresult cuGraphGetRootNodes(void *graph, void **roots, size_t *count) {
+    Graph *g = graph;
+    edge_calls += 1;
+    void **found = calloc(g->count ? g->count : 1, sizeof(void *));
+    if (found == NULL) return CUDA_ERROR_INVALID_VALUE;
+    size_t n = 0;
+    for (size_t i = 0; i < g->count; i++) {
+        int has_dependency = 0;
+        for (size_t e = 0; e < g->edge_count; e++) has_dependency |= g->edges[e][1] == i;
+        if (!has_dependency) found[n++] = g->nodes[i];
+    }
+    CUresult result = answer(roots, count, found, n);
+    free(found);
+    return result;
+}
+CUresult cuGraphDestroy(void *graph) {
+    free_graph(graph);
+    free(graph);
+    return CUDA_SUCCESS;
+}
+
+#ifndef CUDA_STUB_NO_EDGE_FUNCTIONS
+/* The position of `node` in `g`, or -1 when it is not one of its nodes. */
+static long position(const Graph *g, const void *node) {
+    for (size_t i = 0; i < g->count; i++)
+        if (g->nodes[i] == node) return (long)i;
+    return -1;
+}
+
+/* An edge-data array must be all zero: the plain edges a capture records. */
+static int plain(const unsigned char *data, size_t edges) {
+    for (size_t i = 0; data != NULL && i < edges * 8; i++)
+        if (data[i] != 0) return 0;
+    return 1;
+}
+CUresult cuGraphNodeGetDependentNodes_v2(void *node, void **dependents, void *data,
+                                         size_t *count) {
+    edge_calls += 1;
+    if (node == NULL || data != NULL) return CUDA_ERROR_INVALID_VALUE;
+    Graph *g = ((Node *)node)->graph;
+    long at = position(g, node);
+    void **found = calloc(g->edge_count ? g->edge_count : 1, sizeof(void *));
+    if (at < 0 || found == NULL) {
+        free(found);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    size_t n = 0;
+    for (size_t e = 0; e < g->edge_count; e++)
+        if (g->edges[e][0] == (size_t)at) found[n++] = g->nodes[g->edges[e][1]];
+    CUresult result = answer(dependents, count, found, n);
+    free(found);
+    return result;
+}
+/* Every edge must join two nodes of the graph and not be there yet; nothing
+ * is added unless all can be. */
+CUresult cuGraphAddDependencies_v2(void *graph, void *const *from, void *const *to,
+                                   const void *data, size_t count) {
+    Graph *g = graph;
+    edge_calls += 1;
+    if (!plain(data, count)) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++) {
+        long a = position(g, from[i]), b = position(g, to[i]);
+        if (a < 0 || b < 0 || a == b || find_edge(g, (size_t)a, (size_t)b) >= 0)
+            return CUDA_ERROR_INVALID_VALUE;
+        for (size_t j = 0; j < i; j++)
+            if (from[j] == from[i] && to[j] == to[i]) return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (size_t i = 0; i < count; i++)
+        if (!add_edge(g, (size_t)position(g, from[i]), (size_t)position(g, to[i])))
+            return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+/* Every edge must be in the graph; nothing is removed unless all are. */
+CUresult cuGraphRemoveDependencies_v2(void *graph, void *const *from, void *const *to,
+                                      const void *data, size_t count) {
+    Graph *g = graph;
+    edge_calls += 1;
+    if (!plain(data, count)) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++) {
+        long a = position(g, from[i]), b = position(g, to[i]);
+        if (a < 0 || b < 0 || find_edge(g, (size_t)a, (size_t)b) < 0) return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (size_t i = 0; i < count; i++) {
+        long e = find_edge(g, (size_t)position(g, from[i]), (size_t)position(g, to[i]));
+        if (e < 0) return CUDA_ERROR_INVALID_VALUE;
+        memmove(g->edges[e], g->edges[e + 1], (g->edge_count - (size_t)e - 1) * sizeof g->edges[0]);
+        g->edge_count--;
+    }
+    return CUDA_SUCCESS;
+}
+#endif /* CUDA_STUB_NO_EDGE_FUNCTIONS */
+
+CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
+    if (exec == NULL || graph == NULL || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    Exec *x = calloc(1, sizeof(Exec));
+    if (x == NULL || !copy_graph(&x->graph, graph)) return CUDA_ERROR_INVALID_VALUE;
+    remember_edges(graph);
+    instantiations += 1;
+    *exec = x;
+    return CUDA_SUCCESS;
+}
+typedef struct {
+    unsigned result;
+    void *error_node;
+    void *error_from_node;
+} UpdateInfo;
+/* In place when the nodes and edges match; otherwise the answer a driver
+ * gives for another topology (CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED). */
+CUresult cuGraphExecUpdate_v2(void *exec, void *graph, UpdateInfo *info) {
+    Exec *x = exec;
+    if (x == NULL || graph == NULL || info == NULL) return CUDA_ERROR_INVALID_VALUE;
+    info->error_node = NULL;
+    info->error_from_node = NULL;
+    if (!same_shape(&x->graph, graph)) {
+        info->result = 2;
+        return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    }
+    Graph fresh;
+    if (!copy_graph(&fresh, graph)) return CUDA_ERROR_INVALID_VALUE;
+    free_graph(&x->graph);
+    x->graph = fresh;
+    for (size_t i = 0; i < x->graph.count; i++) x->graph.nodes[i]->graph = &x->graph;
+    remember_edges(graph);
+    updates_in_place += 1;
+    info->result = 0;
+    return CUDA_SUCCESS;
+}
+CUresult cuGraphExecDestroy(void *exec) {
+    Exec *x = exec;
+    if (x == NULL) return CUDA_ERROR_INVALID_VALUE;
+    free_graph(&x->graph);
+    free(x);
+    return CUDA_SUCCESS;
+}
+CUresult cuGraphUpload(void *exec, void *stream) {
+    (void)stream;
+    return exec != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+/* The copies run at once, in creation order (every edge points forward). */
+CUresult cuGraphLaunch(void *exec, void *stream) {
+    Exec *x = exec;
+    if (x == NULL) return CUDA_ERROR_INVALID_VALUE;
+    worked(stream);
+    for (size_t i = 0; i < x->graph.count; i++)
+        memcpy(x->graph.nodes[i]->dst, x->graph.nodes[i]->src, x->graph.nodes[i]->bytes);
+    return CUDA_SUCCESS;
+}
 
 #else
 
@@ -460,6 +775,15 @@ UNSUPPORTED(cuEventDestroy_v2)
 UNSUPPORTED(cuModuleUnload)
 UNSUPPORTED(cuGraphGetNodes)
 UNSUPPORTED(cuGraphDestroy)
+UNSUPPORTED(cuGraphNodeGetType)
+UNSUPPORTED(cuGraphInstantiateWithFlags)
+UNSUPPORTED(cuGraphExecDestroy)
+UNSUPPORTED(cuGraphUpload)
+UNSUPPORTED(cuGraphLaunch)
+UNSUPPORTED(cuGraphGetRootNodes)
+UNSUPPORTED(cuGraphNodeGetDependentNodes_v2)
+UNSUPPORTED(cuGraphAddDependencies_v2)
+UNSUPPORTED(cuGraphRemoveDependencies_v2)
 
 #endif /* CUDA_STUB_RUNS */
 
@@ -490,10 +814,5 @@ CUresult cuModuleLoadDataEx(void **module, const void *image, unsigned int count
 UNSUPPORTED(cuModuleGetFunction)
 UNSUPPORTED(cuFuncGetAttribute)
 UNSUPPORTED(cuLaunchKernel)
-UNSUPPORTED(cuGraphNodeGetType)
-UNSUPPORTED(cuGraphInstantiateWithFlags)
-UNSUPPORTED(cuGraphExecDestroy)
-UNSUPPORTED(cuGraphUpload)
-UNSUPPORTED(cuGraphLaunch)
 
 #endif /* CUDA_STUB_FULL */
