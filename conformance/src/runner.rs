@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::Instant;
 
-use capture_core::{Driver, DriverError};
+use capture_core::{Driver, DriverError, ReplayOrder};
 
 use crate::registry::{self, AfterTrial, Validation, Visit, each_backend};
 use crate::scenarios::{Scenario, scenarios};
@@ -118,7 +118,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 
 /// Run one scenario on a freshly opened device of `D`, then the backend's
 /// own checks on that device.
-fn run_trial<D: AfterTrial>(scenario: Scenario<D>, open: Open) -> TrialRun {
+fn run_trial<D: AfterTrial>(scenario: Scenario<D>, open: Open, order: ReplayOrder) -> TrialRun {
     let device = match open.open::<D>() {
         Ok(device) => device,
         Err(err) => {
@@ -128,7 +128,7 @@ fn run_trial<D: AfterTrial>(scenario: Scenario<D>, open: Open) -> TrialRun {
             };
         }
     };
-    let session = Session::<D>::new(device.clone());
+    let session = Session::<D>::keeping(device.clone(), order);
     let outcome = catch_unwind(AssertUnwindSafe(|| (scenario.run)(&session)))
         .unwrap_or_else(|payload| Err(format!("panicked: {}", panic_message(&*payload))));
     drop(session);
@@ -141,13 +141,22 @@ fn run_trial<D: AfterTrial>(scenario: Scenario<D>, open: Open) -> TrialRun {
 
 /// Every scenario as a trial of backend `D`, each opening the device `open`
 /// names.
+///
+/// Each scenario runs twice: its graphs kept as dependency graphs
+/// (`host::<name>`), then as chains (`host::chain::<name>`), so that every
+/// replay is shown to give the same values either way.
 pub fn trials<D: AfterTrial>(open: Open) -> Vec<Trial> {
-    scenarios::<D>()
-        .into_iter()
-        .map(|scenario| Trial {
-            name: format!("{}::{}", D::NAME, scenario.name),
-            backend: D::NAME,
-            body: Box::new(move || run_trial::<D>(scenario, open)),
+    let both = [
+        (ReplayOrder::Dependencies, ""),
+        (ReplayOrder::Chain, "chain::"),
+    ];
+    both.into_iter()
+        .flat_map(|(order, prefix)| {
+            scenarios::<D>().into_iter().map(move |scenario| Trial {
+                name: format!("{}::{prefix}{}", D::NAME, scenario.name),
+                backend: D::NAME,
+                body: Box::new(move || run_trial::<D>(scenario, open, order)),
+            })
         })
         .collect()
 }
@@ -167,7 +176,7 @@ pub fn run_all<D: AfterTrial>() -> Result<Vec<ScenarioResult>, String> {
         .map(|scenario| {
             (
                 scenario.name,
-                run_trial::<D>(scenario, Open::Default).result,
+                run_trial::<D>(scenario, Open::Default, ReplayOrder::default()).result,
             )
         })
         .collect())

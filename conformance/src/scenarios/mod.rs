@@ -1,6 +1,7 @@
 //! Every scenario, written once, generic over the backend.
 
 use crate::workload::UserKernels;
+mod dependencies;
 mod faults;
 mod graphs;
 mod kernels;
@@ -73,7 +74,9 @@ suite![
     updates::rule_18_old_pins_are_released_after_the_old_replays,
     updates::graph_cache_counts_and_evicts,
     updates::a_graph_draws_its_dependencies,
-    updates::eight_independent_chains_are_one_chain_deep_and_eight_wide,
+    dependencies::eight_independent_chains_are_one_chain_deep_and_eight_wide,
+    dependencies::hazards_of_every_kind_replay_a_thousand_times_like_eager,
+    dependencies::an_update_in_place_keeps_the_edges_of_the_new_work,
     updates::two_clients_on_two_devices,
     graphs::rule_07_page_allocated_while_recording_is_refused,
     graphs::a_recording_may_pass_info_its_warmup_did_not,

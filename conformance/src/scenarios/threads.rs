@@ -224,7 +224,8 @@ pub fn every_refused_call_dooms_its_window<D: UserKernels>(session: &Session<D>)
     let orphan = client.create_f32(gone, &[0.0; NU]).step("orphan")?;
     client.destroy_stream(gone).step("destroy it")?;
     let earlier = fx.capture_add()?;
-    let elsewhere = crate::session::Session::<D>::new(session.device().clone()).client();
+    let elsewhere =
+        crate::session::Session::<D>::keeping(session.device().clone(), session.order()).client();
     let outsider = {
         let s = elsewhere.create_stream().step("other client's stream")?;
         elsewhere

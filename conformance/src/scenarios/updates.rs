@@ -363,50 +363,6 @@ pub fn graph_cache_counts_and_evicts<D: UserKernels>(session: &Session<D>) -> Ou
     usable(client, stream)
 }
 
-/// Eight independent chains of launches make a dependency graph as deep as
-/// one chain and eight wide, whatever order they were issued in.
-pub fn eight_independent_chains_are_one_chain_deep_and_eight_wide<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
-    const CHAINS: usize = 8;
-    const STEPS: usize = 6;
-    let client = session.client();
-    let stream = client.create_stream().step("stream")?;
-    let xs: Vec<_> = (0..CHAINS)
-        .map(|_| client.create_f32(stream, &[0.0; NU]))
-        .collect::<Result<_, _>>()
-        .step("chains")?;
-    let one = client.create_f32(stream, &[1.0; NU]).step("one")?;
-    let (graph, ()) = client
-        .capture(stream, |_| {
-            // Interleaved: step by step across the chains.
-            for _ in 0..STEPS {
-                for x in &xs {
-                    client.run_builtin(stream, Builtin::Add, &[x, &one], N, 0.0)?;
-                }
-            }
-            Ok(())
-        })
-        .step("capture")?;
-    let info = client.graph_info(&graph).step("info")?;
-    ensure!(
-        (info.launches, info.depth, info.width, info.edges)
-            == (CHAINS * STEPS, STEPS, CHAINS, CHAINS * (STEPS - 1)),
-        "launches, depth, width, edges: {:?}",
-        (info.launches, info.depth, info.width, info.edges)
-    );
-    client.replay(&graph).step("replay")?;
-    for x in &xs {
-        expect_all(
-            &client,
-            x,
-            2.0 * STEPS as f32,
-            "a chain after warmup and a replay",
-        )?;
-    }
-    Ok(())
-}
-
 /// A graph drawn as DOT: a node per recorded operation and exactly the
 /// edges of its dependency graph (the hazards its declared accesses imply,
 /// less those another path implies); Graphviz accepts it where installed.
@@ -553,7 +509,7 @@ fn parse_dot(dot: &str) -> Result<(usize, Edges), String> {
 /// Two clients on two devices of one backend, in one process, where the
 /// machine has two: each computes on its own, and each refuses the other's
 /// buffers and graphs.
-pub fn two_clients_on_two_devices<D: UserKernels>(_session: &Session<D>) -> Outcome {
+pub fn two_clients_on_two_devices<D: UserKernels>(session: &Session<D>) -> Outcome {
     let devices = D::devices().map_err(|e| format!("devices: {e}"))?;
     let openable: Vec<_> = (0..devices.len())
         .filter_map(|i| D::open_index(i).ok().map(|device| (i, device)))
@@ -571,8 +527,8 @@ pub fn two_clients_on_two_devices<D: UserKernels>(_session: &Session<D>) -> Outc
         devices[i].index == i && devices[j].index == j,
         "devices() numbers its entries by index"
     );
-    let a = Session::<D>::new(first).client();
-    let b = Session::<D>::new(second).client();
+    let a = Session::<D>::keeping(first, session.order()).client();
+    let b = Session::<D>::keeping(second, session.order()).client();
     let (sa, sb) = (
         a.create_stream().step("stream a")?,
         b.create_stream().step("stream b")?,

@@ -1,0 +1,157 @@
+//! Graphs kept as their dependency graphs: what runs side by side is what
+//! no hazard orders, the values are those of the chain, and an update that
+//! changes what a launch touches changes the edges with it.
+
+use capture_core::{Builtin, Update};
+
+use crate::ensure;
+use crate::session::Session;
+use crate::support::{N, NU, Outcome, Step, expect_all};
+use crate::workload::UserKernels;
+
+/// Eight independent chains of launches make a dependency graph as deep as
+/// one chain and eight wide, whatever order they were issued in.
+pub fn eight_independent_chains_are_one_chain_deep_and_eight_wide<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    const CHAINS: usize = 8;
+    const STEPS: usize = 6;
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let xs: Vec<_> = (0..CHAINS)
+        .map(|_| client.create_f32(stream, &[0.0; NU]))
+        .collect::<Result<_, _>>()
+        .step("chains")?;
+    let one = client.create_f32(stream, &[1.0; NU]).step("one")?;
+    let (graph, ()) = client
+        .capture(stream, |_| {
+            // Interleaved: step by step across the chains.
+            for _ in 0..STEPS {
+                for x in &xs {
+                    client.run_builtin(stream, Builtin::Add, &[x, &one], N, 0.0)?;
+                }
+            }
+            Ok(())
+        })
+        .step("capture")?;
+    let info = client.graph_info(&graph).step("info")?;
+    ensure!(
+        (info.launches, info.depth, info.width, info.edges)
+            == (CHAINS * STEPS, STEPS, CHAINS, CHAINS * (STEPS - 1)),
+        "launches, depth, width, edges: {:?}",
+        (info.launches, info.depth, info.width, info.edges)
+    );
+    client.replay(&graph).step("replay")?;
+    for x in &xs {
+        expect_all(
+            &client,
+            x,
+            2.0 * STEPS as f32,
+            "a chain after warmup and a replay",
+        )?;
+    }
+    Ok(())
+}
+
+/// Every kind of hazard in one graph, replayed a thousand times: reads after
+/// writes, a write after two reads, writes after writes, beside independent
+/// work. Each replay must leave what the same launches leave eagerly.
+pub fn hazards_of_every_kind_replay_a_thousand_times_like_eager<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    const REPLAYS: usize = 1000;
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let buffers: Vec<_> = (0..4)
+        .map(|_| client.create_f32(stream, &[0.0; NU]))
+        .collect::<Result<_, _>>()
+        .step("buffers")?;
+    let [a, b, c, d] = &buffers[..] else {
+        unreachable!("four buffers")
+    };
+    let run = |pass| -> Result<(), capture_core::Error> {
+        let _ = pass;
+        let builtin = |which, args: &[&capture_core::Buffer], value| {
+            client.run_builtin(stream, which, args, N, value)
+        };
+        builtin(Builtin::Fill, &[a], 1.0)?; // 0: a = 1
+        builtin(Builtin::Fill, &[c], 3.0)?; // 1: c = 3, beside 0
+        builtin(Builtin::Copy, &[a, b], 0.0)?; // 2: b = a (RAW on a)
+        builtin(Builtin::Add, &[c, a], 0.0)?; // 3: c += a (RAW on a and c)
+        builtin(Builtin::Fill, &[a], 2.0)?; // 4: a = 2 (WAR after 2 and 3, WAW after 0)
+        builtin(Builtin::Copy, &[c, d], 0.0)?; // 5: d = c, beside 4
+        builtin(Builtin::Add, &[b, a], 0.0) // 6: b += a (RAW on a and b)
+    };
+    let want = [2.0, 3.0, 4.0, 4.0];
+    run(()).step("eager")?;
+    for (buffer, value) in buffers.iter().zip(want) {
+        expect_all(&client, buffer, value, "eager")?;
+    }
+    let (graph, ()) = client.capture(stream, |_| run(())).step("capture")?;
+    let info = client.graph_info(&graph).step("info")?;
+    ensure!(
+        (info.launches, info.depth, info.width) == (7, 4, 2),
+        "launches, depth, width: {:?}",
+        (info.launches, info.depth, info.width)
+    );
+    for buffer in &buffers {
+        client.write_f32(buffer, &[-1.0; NU]).step("poison")?;
+    }
+    for replay in 1..=REPLAYS {
+        client.replay(&graph).step("replay")?;
+        if replay % 250 == 0 {
+            for (buffer, value) in buffers.iter().zip(want) {
+                expect_all(&client, buffer, value, "after replays")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An update in place that changes which buffers a launch reads changes
+/// the graph's edges: a launch that read its neighbour's output now reads
+/// an input of its own and runs beside it, and back again.
+pub fn an_update_in_place_keeps_the_edges_of_the_new_work<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let one = client.create_f32(stream, &[1.0; NU]).step("one")?;
+    let ten = client.create_f32(stream, &[10.0; NU]).step("ten")?;
+    let a = client.create_f32(stream, &[0.0; NU]).step("a")?;
+    let b = client.create_f32(stream, &[0.0; NU]).step("b")?;
+    // a = one; b += (a or ten): one launch's input is the other's output,
+    // or not.
+    let step = |input: &capture_core::Buffer| -> Result<(), capture_core::Error> {
+        client.run_builtin(stream, Builtin::Copy, &[&one, &a], N, 0.0)?;
+        client.run_builtin(stream, Builtin::Add, &[&b, input], N, 0.0)
+    };
+    let shape = |graph| -> Result<(usize, usize, usize), String> {
+        let info = client.graph_info(graph).step("info")?;
+        Ok((info.edges, info.depth, info.width))
+    };
+    let (graph, ()) = client.capture(stream, |_| step(&a)).step("capture")?;
+    ensure!(shape(&graph)? == (1, 2, 1), "chained: {:?}", shape(&graph)?);
+    let mut total = 1.0; // the warmup ran; the recorded run only recorded
+    for (input, added, edges) in [(&ten, 10.0, (0, 1, 2)), (&a, 1.0, (1, 2, 1))] {
+        let (how, ()) = client
+            .recapture(&graph, |_| step(input))
+            .step("recapture")?;
+        total += added;
+        ensure!(
+            shape(&graph)? == edges,
+            "after the update ({how:?}): {:?}",
+            shape(&graph)?
+        );
+        ensure!(
+            matches!(how, Update::InPlace | Update::Reinstantiated),
+            "an update"
+        );
+        for _ in 0..50 {
+            client.replay(&graph).step("replay")?;
+            total += added;
+        }
+        expect_all(&client, &b, total, "replays of the updated graph")?;
+    }
+    Ok(())
+}
