@@ -2,6 +2,7 @@
 
 use crate::workload::UserKernels;
 mod dependencies;
+mod decoder;
 mod faults;
 mod graphs;
 mod kernels;
@@ -67,6 +68,9 @@ suite![
     kernels::axpy_is_not_fused,
     kernels::a_kernel_sees_the_whole_elements_of_its_binding,
     kernels::rule_19_a_graph_keeps_its_kernels,
+    decoder::transformer_eager_tokens_match_the_reference,
+    decoder::transformer_replayed_tokens_match_the_reference,
+    decoder::transformer_graphs_follow_the_live_sequences,
     updates::rule_18_recapture_in_place_gives_the_new_results,
     updates::rule_18_recapture_with_another_shape_reinstantiates,
     updates::rule_18_a_refused_update_leaves_the_old_graph,

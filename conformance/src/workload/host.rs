@@ -5,6 +5,7 @@ use std::sync::Arc;
 use backend_host::{Device, Group, Host, Kernel, View};
 use capture_core::{Error, Signature};
 
+use super::transformer::host as transformer;
 use super::{UserKernel, UserKernels};
 
 type Body = fn(&Group<'_>, &mut [View<'_>]) -> Result<(), String>;
@@ -19,6 +20,17 @@ impl UserKernels for Host {
             UserKernel::Silu => silu,
             UserKernel::Residual => residual,
             UserKernel::Scale => scale,
+            UserKernel::Embed => transformer::embed,
+            UserKernel::RmsNormRows => transformer::rmsnorm_rows,
+            UserKernel::MatMul => transformer::matmul,
+            UserKernel::Rope => transformer::rope,
+            UserKernel::KvAppend => transformer::kv_append,
+            UserKernel::AttnScores => transformer::attn_scores,
+            UserKernel::AttnSoftmax => transformer::attn_softmax,
+            UserKernel::AttnValues => transformer::attn_values,
+            UserKernel::SiluMul => transformer::silu_mul,
+            UserKernel::Argmax => transformer::argmax,
+            UserKernel::Advance => transformer::advance,
         };
         Kernel::new(which.signature(), body)
     }

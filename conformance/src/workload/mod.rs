@@ -1,5 +1,5 @@
 //! User kernels every backend builds from its own sources, and the decode
-//! step written with them.
+//! step and the decoder-only transformer written with them.
 //!
 //! [`UserKernel`] names the kernels and gives each its one [`Signature`];
 //! a backend implements [`UserKernels`] by compiling them from its own
@@ -19,6 +19,29 @@
 //! | `silu` | x (read-write) | n: u32 | `x[i] = x[i] / (1 + exp(-x[i]))` |
 //! | `residual` | x (read-write), y (read) | n: u32 | `x[i] = x[i] + y[i]` |
 //! | `scale` | x (read-write) | n: u32, a: f32, b: f32 | `x[i] = x[i] * a + b` |
+//!
+//! The transformer's kernels ([`transformer`]) work on a batch of `batch`
+//! sequences laid out row after row; `tokens` and `pos` hold one `u32` per
+//! sequence and every index read from them is clamped on the device
+//! (a token to `vocab - 1`, a position `p = min(pos[b], context - 1)`), so
+//! no value a buffer holds can send a kernel past its bindings. Kernels
+//! marked "per row" run one workgroup per row (row = the workgroup's linear
+//! index), reduce over it with a tree in workgroup memory, and skip rows at
+//! or past their count:
+//!
+//! | kernel | bindings | parameters | computes |
+//! |---|---|---|---|
+//! | `embed` | table (read), tokens (read), x (write) | width, vocab, batch: u32 | `x[b·width + c] = table[min(tokens[b], vocab-1)·width + c]` |
+//! | `rmsnorm_rows` | x (read), w (read), out (write) | n, rows: u32, eps: f32 | `rmsnorm` of each row of `n`, per row |
+//! | `matmul` | w (read), x (read), y (write) | rows, cols, batch: u32 | `y[b·rows + r] = Σ_c w[r·cols + c] · x[b·cols + c]`, in `c` order |
+//! | `rope` | x (read-write), pos (read), table (read) | width, head_dim, batch, context: u32 | rotates pair `(2k, 2k+1)` of each head by `table[(p·head_dim/2 + k)·2 ..]` (cos, sin) |
+//! | `kv_append` | k (read), v (read), pos (read), k_cache (read-write), v_cache (read-write) | width, context, batch: u32 | row `b·context + p` of each cache = row `b` of k, v |
+//! | `attn_scores` | q (read), k_cache (read), pos (read), scores (write) | width, head_dim, context, batch: u32, scale: f32 | `scores[(b·heads + h)·context + t] = scale · q_bh · k_cache_bth` for `t ≤ p`, else 0; the grid covers the whole context |
+//! | `attn_softmax` | scores (read-write), pos (read) | context, heads, batch: u32 | softmax of each row over `t ≤ p`, 0 past it, per row |
+//! | `attn_values` | probs (read), v_cache (read), pos (read), out (write) | width, head_dim, context, batch: u32 | `out[b·width + c] = Σ_{t ≤ p} probs[(b·heads + h)·context + t] · v_cache[(b·context + t)·width + c]`, in `t` order |
+//! | `silu_mul` | gate (read-write), up (read) | n: u32 | `gate[i] = gate[i] / (1 + exp(-gate[i])) · up[i]` |
+//! | `argmax` | logits (read), pos (read), tokens (write), generated (read-write) | vocab, context, batch: u32 | the first index of the row's largest logit into `tokens[b]` and `generated[b·context + p]`, per row |
+//! | `advance` | pos (read-write) | context, batch: u32 | `pos[b] = min(pos[b] + 1, context - 1)` |
 
 #[cfg(feature = "cuda")]
 mod cuda;
@@ -27,6 +50,7 @@ mod footprint;
 #[cfg(feature = "hip")]
 mod hip;
 mod host;
+pub mod transformer;
 #[cfg(feature = "vulkan")]
 mod vulkan;
 
@@ -58,11 +82,53 @@ pub enum UserKernel {
     Residual,
     /// `x = x * a + b`, with `a` and `b` by value.
     Scale,
+    /// The embedding row of each sequence's token.
+    Embed,
+    /// [`UserKernel::RmsNorm`] of each row of a batch.
+    RmsNormRows,
+    /// A matrix times each vector of a batch.
+    MatMul,
+    /// The rotary position embedding at each sequence's position.
+    Rope,
+    /// Keys and values written to each sequence's cache row at its position.
+    KvAppend,
+    /// Scaled dot products of each head's query with every cached key.
+    AttnScores,
+    /// Softmax of each head's scores up to its sequence's position.
+    AttnSoftmax,
+    /// Each head's cached values weighted by its probabilities.
+    AttnValues,
+    /// `gate = silu(gate) * up`.
+    SiluMul,
+    /// Greedy sampling: the largest logit's index, lowest on a tie.
+    Argmax,
+    /// Each sequence's position, one further.
+    Advance,
 }
 
 impl UserKernel {
     /// Every kernel, in a fixed order.
-    pub const ALL: [UserKernel; 5] = [
+    pub const ALL: [UserKernel; 16] = [
+        UserKernel::RmsNorm,
+        UserKernel::MatVec,
+        UserKernel::Silu,
+        UserKernel::Residual,
+        UserKernel::Scale,
+        UserKernel::Embed,
+        UserKernel::RmsNormRows,
+        UserKernel::MatMul,
+        UserKernel::Rope,
+        UserKernel::KvAppend,
+        UserKernel::AttnScores,
+        UserKernel::AttnSoftmax,
+        UserKernel::AttnValues,
+        UserKernel::SiluMul,
+        UserKernel::Argmax,
+        UserKernel::Advance,
+    ];
+
+    /// The kernels of the MLP decode step, which [`Workload`] builds.
+    pub const MLP: [UserKernel; 5] = [
         UserKernel::RmsNorm,
         UserKernel::MatVec,
         UserKernel::Silu,
@@ -78,6 +144,17 @@ impl UserKernel {
             UserKernel::Silu => "silu",
             UserKernel::Residual => "residual",
             UserKernel::Scale => "scale",
+            UserKernel::Embed => "embed",
+            UserKernel::RmsNormRows => "rmsnorm_rows",
+            UserKernel::MatMul => "matmul",
+            UserKernel::Rope => "rope",
+            UserKernel::KvAppend => "kv_append",
+            UserKernel::AttnScores => "attn_scores",
+            UserKernel::AttnSoftmax => "attn_softmax",
+            UserKernel::AttnValues => "attn_values",
+            UserKernel::SiluMul => "silu_mul",
+            UserKernel::Argmax => "argmax",
+            UserKernel::Advance => "advance",
         }
     }
 
@@ -91,7 +168,31 @@ impl UserKernel {
             UserKernel::Silu => base.binding(ReadWrite).param(4),
             UserKernel::Residual => base.bindings(&[ReadWrite, Read]).param(4),
             UserKernel::Scale => base.binding(ReadWrite).param(4).param(4).param(4),
+            UserKernel::Embed => base.bindings(&[Read, Read, Write]).params(3),
+            UserKernel::RmsNormRows => base.bindings(&[Read, Read, Write]).params(3),
+            UserKernel::MatMul => base.bindings(&[Read, Read, Write]).params(3),
+            UserKernel::Rope => base.bindings(&[ReadWrite, Read, Read]).params(4),
+            UserKernel::KvAppend => base
+                .bindings(&[Read, Read, Read, ReadWrite, ReadWrite])
+                .params(3),
+            UserKernel::AttnScores => base.bindings(&[Read, Read, Read, Write]).params(5),
+            UserKernel::AttnSoftmax => base.bindings(&[ReadWrite, Read]).params(3),
+            UserKernel::AttnValues => base.bindings(&[Read, Read, Read, Write]).params(4),
+            UserKernel::SiluMul => base.bindings(&[ReadWrite, Read]).param(4),
+            UserKernel::Argmax => base.bindings(&[Read, Read, Write, ReadWrite]).params(3),
+            UserKernel::Advance => base.binding(ReadWrite).params(2),
         }
+    }
+}
+
+/// `count` by-value parameters of four bytes each.
+trait FourByteParams {
+    fn params(self, count: usize) -> Self;
+}
+
+impl FourByteParams for Signature {
+    fn params(self, count: usize) -> Self {
+        (0..count).fold(self, |signature, _| signature.param(4))
     }
 }
 
@@ -110,8 +211,10 @@ pub trait UserKernels: GraphDriver + Builtins {
     /// the kernel only with counts that fit the buffers it binds (in
     /// elements): `n` at most each buffer's length for `rmsnorm`, `silu`,
     /// `residual` and `scale`; for `matvec`, `rows * cols` at most `w`'s
-    /// length, `cols` at most `x`'s and `rows` at most `y`'s. [`Workload`]
-    /// is the safe way to launch them.
+    /// length, `cols` at most `x`'s and `rows` at most `y`'s; for the
+    /// transformer's kernels, every index the module table writes, taken
+    /// over the counts a launch passes, within its buffer. [`Workload`] and
+    /// [`transformer::Kernels`] are the safe ways to launch them.
     #[allow(unsafe_code)]
     unsafe fn user_kernel(
         device: &Arc<Self::Device>,
@@ -172,7 +275,7 @@ impl<D: UserKernels> Workload<D> {
     }
 
     fn get(&self, which: UserKernel) -> &Kernel<D> {
-        let index = UserKernel::ALL
+        let index = UserKernel::MLP
             .iter()
             .position(|&k| k == which)
             .unwrap_or(0);

@@ -1,0 +1,182 @@
+//! The decoder-only transformer of user kernels: eager and replayed, at
+//! every batch size, it generates the reference's tokens for 64 steps, and
+//! a run whose live sequences shrink picks each step's graph by their
+//! number.
+//!
+//! The model is [`Config::SMALL`] (2 layers, hidden 64, 4 heads, context
+//! 128, vocabulary 512), so the debug-build suite stays quick on every
+//! backend; the example runs [`Config::FULL`].
+
+use capture_core::{GraphCache, Served};
+
+use crate::ensure;
+use crate::session::Session;
+use crate::support::{Outcome, Step, usable};
+use crate::workload::UserKernels;
+use crate::workload::transformer::{Config, Start, Transformer, Weights, check, starts};
+
+/// Steps each sequence generates and is compared over.
+const STEPS: u32 = 64;
+
+/// The batch sizes a step's graph is captured for.
+const BATCHES: [u32; 4] = [1, 2, 4, 8];
+
+/// The smallest batch size holding `live` sequences.
+fn bucket(live: u32) -> u32 {
+    BATCHES
+        .into_iter()
+        .find(|&b| b >= live)
+        .unwrap_or(BATCHES[BATCHES.len() - 1])
+}
+
+/// Compare what `model` generated from `starts` with the reference.
+fn judge<D: UserKernels>(
+    weights: &Weights,
+    model: &Transformer<D>,
+    starts: &[Start],
+    steps: u32,
+    what: &str,
+) -> Outcome {
+    let tokens = model.generated(starts).step("read the tokens")?;
+    for (b, list) in tokens.iter().enumerate() {
+        ensure!(
+            list.len() == steps as usize,
+            "{what}: sequence {b} generated {} tokens in {steps} steps",
+            list.len()
+        );
+    }
+    let hidden = model
+        .hidden(starts.len() as u32)
+        .step("read the hidden state")?;
+    let verdict = check(weights, starts, &tokens, &hidden);
+    ensure!(verdict.passed(), "{what}: {}", verdict.summary());
+    Ok(())
+}
+
+/// Launched eagerly, a batch of every size generates the reference's tokens
+/// for 64 steps, each sequence from its own token and position.
+pub fn transformer_eager_tokens_match_the_reference<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let weights = Weights::new(Config::SMALL);
+    let model = Transformer::new(&client, stream, &weights, 8).step("the model")?;
+    for batch in BATCHES {
+        let starts = starts(batch, &weights.config);
+        model.reset(&starts).step("reset")?;
+        for _ in 0..STEPS {
+            model.step(batch).step("eager step")?;
+        }
+        judge(
+            &weights,
+            &model,
+            &starts,
+            STEPS,
+            &format!("eager batch {batch}"),
+        )?;
+    }
+    usable(&client, stream)
+}
+
+/// One captured step per batch size, replayed 63 times after its capture's
+/// warmup, generates the reference's tokens for 64 steps: the token,
+/// position and context length the step reads live on the device, so one
+/// recording serves every step.
+pub fn transformer_replayed_tokens_match_the_reference<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let weights = Weights::new(Config::SMALL);
+    let model = Transformer::new(&client, stream, &weights, 8).step("the model")?;
+    let mut cache = GraphCache::new(&client, stream, BATCHES.len(), None);
+    for batch in BATCHES {
+        let starts = starts(batch, &weights.config);
+        model.reset(&starts).step("reset")?;
+        for step in 0..STEPS {
+            let served = cache
+                .run(batch, u64::from(batch), |_| model.step(batch))
+                .step("cached step")?;
+            let want = if step == 0 { Served::Miss } else { Served::Hit };
+            ensure!(
+                served == want,
+                "batch {batch} step {step} was served {served:?}, expected {want:?}"
+            );
+        }
+        let graph = cache.graph(&batch).ok_or("the batch's graph is cached")?;
+        let info = client.graph_info(graph).step("graph info")?;
+        ensure!(
+            info.launches == Config::SMALL.launches() as usize,
+            "batch {batch}'s graph holds {} launches, a step is {}",
+            info.launches,
+            Config::SMALL.launches()
+        );
+        judge(
+            &weights,
+            &model,
+            &starts,
+            STEPS,
+            &format!("replayed batch {batch}"),
+        )?;
+    }
+    let stats = cache.stats();
+    ensure!(
+        stats.misses == 4 && stats.hits == 4 * u64::from(STEPS - 1),
+        "four captures and the rest replays, got {stats:?}"
+    );
+    drop(cache);
+    usable(&client, stream)
+}
+
+/// Eight sequences with budgets of 16, 32, 48 and 64 tokens: each step runs
+/// the graph of the smallest batch holding the live ones, so the run passes
+/// through the graphs for 8, 4, 2 and 1, and every sequence still generates
+/// the reference's tokens over its budget, its rows left alone once it
+/// stops.
+pub fn transformer_graphs_follow_the_live_sequences<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let weights = Weights::new(Config::SMALL);
+    let model = Transformer::new(&client, stream, &weights, 8).step("the model")?;
+    let budgets: [u32; 8] = [64, 48, 32, 32, 16, 16, 16, 16];
+    let starts = starts(8, &weights.config);
+    model.reset(&starts).step("reset")?;
+    let mut cache = GraphCache::new(&client, stream, BATCHES.len(), None);
+    let mut served = Vec::new();
+    for step in 0..STEPS {
+        let live = budgets.iter().filter(|&&b| b > step).count() as u32;
+        let batch = bucket(live);
+        cache
+            .run(batch, u64::from(batch), |_| model.step(batch))
+            .step("cached step")?;
+        if served.last() != Some(&batch) {
+            served.push(batch);
+        }
+    }
+    ensure!(
+        served == [8, 4, 2, 1],
+        "the steps ran the graphs for {served:?}, expected 8, 4, 2, 1"
+    );
+    let tokens = model.generated(&starts).step("read the tokens")?;
+    let hidden = model.hidden(8).step("read the hidden state")?;
+    let h = weights.config.hidden as usize;
+    for (b, (list, budget)) in tokens.iter().zip(budgets).enumerate() {
+        ensure!(
+            list.len() == budget as usize,
+            "sequence {b} generated {} tokens, its budget is {budget}",
+            list.len()
+        );
+        let verdict = check(
+            &weights,
+            &starts[b..=b],
+            std::slice::from_ref(list),
+            &hidden[b * h..(b + 1) * h],
+        );
+        ensure!(verdict.passed(), "sequence {b}: {}", verdict.summary());
+    }
+    drop(cache);
+    usable(&client, stream)
+}
