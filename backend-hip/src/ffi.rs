@@ -489,6 +489,25 @@ pub type HipStreamEndCapture = unsafe extern "C" fn(stream: Stream, graph: *mut 
 /// `hipGraphGetNodes(hipGraph_t, hipGraphNode_t* nodes, size_t* count)`.
 pub type HipGraphGetNodes =
     unsafe extern "C" fn(graph: Graph, nodes: *mut GraphNode, count: *mut usize) -> HipError;
+/// `hipGraphGetRootNodes(hipGraph_t, hipGraphNode_t* roots, size_t* count)`.
+pub type HipGraphGetRootNodes =
+    unsafe extern "C" fn(graph: Graph, roots: *mut GraphNode, count: *mut usize) -> HipError;
+/// `hipGraphNodeGetDependentNodes(hipGraphNode_t, hipGraphNode_t* dependents,
+/// size_t* count)`.
+pub type HipGraphNodeGetDependentNodes = unsafe extern "C" fn(
+    node: GraphNode,
+    dependents: *mut GraphNode,
+    count: *mut usize,
+) -> HipError;
+/// `hipGraphAddDependencies` and `hipGraphRemoveDependencies`, which share
+/// the signature `(hipGraph_t, const hipGraphNode_t* from, const
+/// hipGraphNode_t* to, size_t count)`.
+pub type HipGraphDependencies = unsafe extern "C" fn(
+    graph: Graph,
+    from: *const GraphNode,
+    to: *const GraphNode,
+    count: usize,
+) -> HipError;
 /// `hipGraphInstantiate(hipGraphExec_t*, hipGraph_t, hipGraphNode_t* error
 /// node, char* log, size_t log size)`.
 pub type HipGraphInstantiate = unsafe extern "C" fn(

@@ -5,11 +5,13 @@ use std::ffi::CStr;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use capture_core::{DriverError, Updated};
+use capture_core::{DriverError, Order, Updated};
 
+use crate::edges::{self, Edge, Plan};
 use crate::error::{self, describe, other};
 use crate::ffi;
-use crate::stream::{Recording, Stream};
+use crate::loader::GraphEdges;
+use crate::stream::{Recording, Rewritten, Stream};
 
 /// In-place updates one executable takes before the next update hands the
 /// recording back for a fresh instantiation instead.
@@ -86,6 +88,181 @@ fn check_nodes(recording: &Recording, op: &'static str) -> Result<(), DriverErro
     ))
 }
 
+/// The recording's edges where they are not the captured chain.
+fn edges_of(recording: &Recording) -> Option<&[Edge]> {
+    recording
+        .rewritten
+        .as_ref()
+        .map(|r| r.edges.as_slice())
+        .filter(|edges| !edges::is_chain(edges, recording.work.len()))
+}
+
+/// Give the recording's graph the edges `order` asks for, replacing the
+/// chain the capture recorded (or the edges an earlier call gave it). The
+/// caller has made the device current and checked the nodes.
+///
+/// `Order::Chain` on a graph still as captured makes no runtime call. A
+/// runtime without the edge functions keeps the chain, which orders every
+/// pair of operations and so keeps any dependencies too.
+fn arrange(
+    recording: &mut Recording,
+    order: Order<'_>,
+    op: &'static str,
+) -> Result<(), DriverError> {
+    let operations = recording.work.len();
+    let chain;
+    let target: &[Edge] = match order {
+        Order::Chain if recording.rewritten.is_none() => return Ok(()),
+        Order::Chain => {
+            chain = edges::chain(operations);
+            &chain
+        }
+        Order::Dependencies(deps) => &deps.edges,
+    };
+    if recording.rewritten.is_none() && edges::is_chain(target, operations) {
+        return Ok(());
+    }
+    let api = recording.device.api;
+    let Some(functions) = api.graph_edges else {
+        chain_kept();
+        return Ok(());
+    };
+    let rewritten = match recording.rewritten.take() {
+        Some(rewritten) => rewritten,
+        None => {
+            let nodes = walk_chain(recording, functions, op)?;
+            Rewritten {
+                edges: edges::chain(nodes.len()),
+                nodes,
+            }
+        }
+    };
+    let plan = Plan::between(&rewritten.edges, target);
+    let node = |i: usize| {
+        rewritten.nodes.get(i).copied().ok_or_else(|| {
+            other(
+                op,
+                format!(
+                    "an edge names operation {i}, and the recording holds {} operation(s)",
+                    rewritten.nodes.len()
+                ),
+            )
+        })
+    };
+    let ends = |list: &[Edge]| -> Result<(Vec<ffi::GraphNode>, Vec<ffi::GraphNode>), DriverError> {
+        let mut from = Vec::with_capacity(list.len());
+        let mut to = Vec::with_capacity(list.len());
+        for &(a, b) in list {
+            from.push(node(a)?);
+            to.push(node(b)?);
+        }
+        Ok((from, to))
+    };
+    // The runtime refuses null arrays even for no edges, so empty lists are
+    // not passed at all.
+    if !plan.remove.is_empty() {
+        let (from, to) = ends(&plan.remove)?;
+        // SAFETY: the graph is live and every node is one of its own; `from`
+        // and `to` hold `from.len()` nodes each.
+        let code = unsafe {
+            (functions.remove_dependencies)(recording.graph, from.as_ptr(), to.as_ptr(), from.len())
+        };
+        error::check(api, op, code)?;
+    }
+    if !plan.add.is_empty() {
+        let (from, to) = ends(&plan.add)?;
+        // SAFETY: as for the removal; none of these edges is in the graph,
+        // which the runtime would refuse.
+        let code = unsafe {
+            (functions.add_dependencies)(recording.graph, from.as_ptr(), to.as_ptr(), from.len())
+        };
+        error::check(api, op, code)?;
+    }
+    recording.rewritten = Some(Rewritten {
+        nodes: rewritten.nodes,
+        edges: target.to_vec(),
+    });
+    Ok(())
+}
+
+/// The captured graph's nodes in issue order, read by walking its chain
+/// from the single root. A graph that is not one chain of every node is
+/// refused: its nodes cannot be matched to the operations issued.
+fn walk_chain(
+    recording: &Recording,
+    functions: GraphEdges,
+    op: &'static str,
+) -> Result<Vec<ffi::GraphNode>, DriverError> {
+    let api = recording.device.api;
+    let expected = recording.work.len();
+    let mut nodes = Vec::with_capacity(expected);
+    if expected == 0 {
+        return Ok(nodes);
+    }
+    let not_a_chain = |what: String| {
+        other(
+            op,
+            format!(
+                "the captured graph is not one chain of its {expected} operation(s) ({what}), so \
+                 its nodes cannot be matched to the operations issued"
+            ),
+        )
+    };
+    // Two slots: one is a chain's answer, two say it is not one (ROCm leaves
+    // the count as given when there are at least that many).
+    let mut found: [ffi::GraphNode; 2] = [ptr::null_mut(); 2];
+    let mut count = found.len();
+    // SAFETY: `found` holds `count` slots and `count` tells the runtime so;
+    // the graph is live.
+    let code =
+        unsafe { (functions.get_root_nodes)(recording.graph, found.as_mut_ptr(), &mut count) };
+    error::check(api, op, code)?;
+    if count != 1 {
+        return Err(not_a_chain(format!("{count} root node(s)")));
+    }
+    let mut node = found[0];
+    loop {
+        nodes.push(node);
+        let mut count = found.len();
+        // SAFETY: the node belongs to the live graph; `found` holds `count`
+        // slots.
+        let code =
+            unsafe { (functions.node_get_dependent_nodes)(node, found.as_mut_ptr(), &mut count) };
+        error::check(api, op, code)?;
+        match count {
+            0 => break,
+            1 if nodes.len() < expected => node = found[0],
+            1 => return Err(not_a_chain(format!("it runs on past {expected} node(s)"))),
+            _ => {
+                return Err(not_a_chain(format!(
+                    "operation {} is followed by more than one",
+                    nodes.len() - 1
+                )));
+            }
+        }
+    }
+    if nodes.len() != expected {
+        return Err(not_a_chain(format!(
+            "the chain from its root ends after {} node(s)",
+            nodes.len()
+        )));
+    }
+    Ok(nodes)
+}
+
+/// Say once per process that graphs replay as the captured chain because
+/// the runtime cannot rewrite their edges.
+fn chain_kept() {
+    static TOLD: AtomicBool = AtomicBool::new(false);
+    if !TOLD.swap(true, Ordering::Relaxed) {
+        log::info!(
+            "hip: this runtime lacks hipGraphAddDependencies, hipGraphRemoveDependencies, \
+             hipGraphNodeGetDependentNodes or hipGraphGetRootNodes; graphs replay their \
+             operations one after another, as captured"
+        );
+    }
+}
+
 /// `hipGraphInstantiate` of `recording`'s graph.
 fn instantiate_graph(
     recording: &Recording,
@@ -127,11 +304,13 @@ fn instantiate_graph(
 
 pub(crate) fn instantiate(
     stream: &mut Stream,
-    recording: Recording,
+    mut recording: Recording,
+    order: Order<'_>,
 ) -> Result<Executable, DriverError> {
     const OP: &str = "instantiate";
     let _current = stream.device.enter(OP)?;
     check_nodes(&recording, OP)?;
+    arrange(&mut recording, order, OP)?;
     let exec = instantiate_graph(&recording, OP)?;
     Ok(Executable {
         exec,
@@ -175,9 +354,11 @@ fn exec_update(
 
 /// Make `exec` run `recording`'s work, in place where the runtime can.
 ///
-/// The shapes are compared here first (the same kernels and copies in the
-/// same order), since ROCm's `hipGraphExecUpdate` updates node by node and
-/// may stop at a mismatch with the nodes before it already changed. When it
+/// The recording's edges are first made those `order` asks for. The shapes
+/// are compared here first (the same kernels and copies in the same order,
+/// and the same edges), since ROCm's `hipGraphExecUpdate` updates node by
+/// node and may stop at a mismatch with the nodes before it already
+/// changed, and does not compare edges. When it
 /// fails anyway, the executable is updated back from the graph it was
 /// instantiated from; should that fail too, that graph is instantiated anew
 /// in its place and the half-updated one is kept until the executable drops
@@ -192,16 +373,21 @@ fn exec_update(
 pub(crate) fn update(
     stream: &mut Stream,
     exec: &mut Executable,
-    recording: Recording,
+    mut recording: Recording,
+    order: Order<'_>,
 ) -> Result<Updated<Recording>, DriverError> {
     const OP: &str = "update graph";
     let api = stream.device.api;
     let _current = stream.device.enter(OP)?;
     check_nodes(&recording, OP)?;
+    arrange(&mut recording, order, OP)?;
     let Some(graph_exec_update) = api.graph_exec_update else {
         return Ok(Updated::Topology(recording));
     };
-    if recording.work != exec.recording.work || exec.updates >= IN_PLACE_UPDATES_PER_INSTANCE {
+    if recording.work != exec.recording.work
+        || edges_of(&recording) != edges_of(&exec.recording)
+        || exec.updates >= IN_PLACE_UPDATES_PER_INSTANCE
+    {
         return Ok(Updated::Topology(recording));
     }
     let (code, result) = exec_update(graph_exec_update, exec.exec, recording.graph);

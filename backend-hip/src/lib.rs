@@ -77,6 +77,7 @@ use capture_core::{
 };
 
 mod device;
+mod edges;
 mod error;
 pub mod ffi;
 mod graph;
@@ -261,21 +262,27 @@ impl GraphDriver for Hip {
         stream.end()
     }
 
+    /// `hipGraphInstantiate`, the captured chain's edges first replaced by
+    /// the dependencies' for [`Order::Dependencies`]
+    /// (`hipGraphRemoveDependencies`, `hipGraphAddDependencies`); a runtime
+    /// without those keeps the chain, which says so once in the log.
     fn instantiate(
         stream: &mut Stream,
         recording: Recording,
-        _order: Order<'_>,
+        order: Order<'_>,
     ) -> Result<Executable, DriverError> {
-        graph::instantiate(stream, recording)
+        graph::instantiate(stream, recording, order)
     }
 
+    /// `hipGraphExecUpdate` of the recording with its edges made `order`'s,
+    /// where its work and edges match the executable's.
     fn update(
         stream: &mut Stream,
         exec: &mut Executable,
         recording: Recording,
-        _order: Order<'_>,
+        order: Order<'_>,
     ) -> Result<Updated<Recording>, DriverError> {
-        graph::update(stream, exec, recording)
+        graph::update(stream, exec, recording, order)
     }
 
     fn upload(exec: &Executable, stream: &mut Stream) -> Result<(), DriverError> {

@@ -99,6 +99,9 @@ pub(crate) struct Api {
     /// Absent before ROCm 5.3; an upload is then skipped (a launch stages the
     /// graph itself).
     pub graph_upload: Option<ffi::HipGraphOnStream>,
+    /// Absent from a runtime lacking any of them; graphs then replay as the
+    /// chain their capture recorded.
+    pub graph_edges: Option<GraphEdges>,
     /// hiprtc, or why it could not be found.
     pub rtc: Result<Rtc, String>,
     /// Where the runtime was loaded from, for reports.
@@ -106,6 +109,16 @@ pub(crate) struct Api {
     // Kept last and never dropped (the Api lives in a static): every pointer
     // above points into these libraries.
     _libraries: Vec<Library>,
+}
+
+/// The functions that read and rewrite a graph's edges, found all together
+/// or not at all.
+#[derive(Clone, Copy)]
+pub(crate) struct GraphEdges {
+    pub get_root_nodes: ffi::HipGraphGetRootNodes,
+    pub node_get_dependent_nodes: ffi::HipGraphNodeGetDependentNodes,
+    pub add_dependencies: ffi::HipGraphDependencies,
+    pub remove_dependencies: ffi::HipGraphDependencies,
 }
 
 /// hiprtc's entry points.
@@ -239,6 +252,25 @@ fn load() -> Result<Api, String> {
     // SAFETY: as above.
     let graph_exec_update =
         unsafe { symbol::<ffi::HipGraphExecUpdate>(&hip, "hipGraphExecUpdate") }.ok();
+    // SAFETY: as above, for each of the four.
+    let graph_edges = unsafe {
+        match (
+            symbol::<ffi::HipGraphGetRootNodes>(&hip, "hipGraphGetRootNodes"),
+            symbol::<ffi::HipGraphNodeGetDependentNodes>(&hip, "hipGraphNodeGetDependentNodes"),
+            symbol::<ffi::HipGraphDependencies>(&hip, "hipGraphAddDependencies"),
+            symbol::<ffi::HipGraphDependencies>(&hip, "hipGraphRemoveDependencies"),
+        ) {
+            (Ok(get_root_nodes), Ok(node_get_dependent_nodes), Ok(add), Ok(remove)) => {
+                Some(GraphEdges {
+                    get_root_nodes,
+                    node_get_dependent_nodes,
+                    add_dependencies: add,
+                    remove_dependencies: remove,
+                })
+            }
+            _ => None,
+        }
+    };
     // The R0600 layout first: a ROCm 6 or later runtime also exports the
     // unversioned name, with ROCm 5's layout, for old binaries.
     let get_device_properties =
@@ -307,6 +339,7 @@ fn load() -> Result<Api, String> {
         graph_exec_update,
         graph_launch: hip_fn!("hipGraphLaunch"),
         graph_upload,
+        graph_edges,
         rtc,
         path: hip_path.display().to_string(),
         _libraries: Vec::new(),

@@ -74,6 +74,17 @@ pub struct Recording {
     pub(crate) graph: ffi::Graph,
     pub(crate) work: Vec<Work>,
     pub(crate) device: Arc<Device>,
+    /// Set once the captured chain's edges were rewritten (see
+    /// `graph::arrange`); `None` while the graph is the chain as captured.
+    pub(crate) rewritten: Option<Rewritten>,
+}
+
+/// A recording's graph whose edges are no longer the captured chain.
+pub(crate) struct Rewritten {
+    /// Node `i` is operation `i`, the `i`-th launch or copy issued.
+    pub(crate) nodes: Vec<ffi::GraphNode>,
+    /// The edges the graph holds, sorted.
+    pub(crate) edges: Vec<crate::edges::Edge>,
 }
 
 // SAFETY: a graph is a runtime object usable from any thread (the device is
@@ -446,6 +457,7 @@ impl Stream {
             graph,
             work: capture.work,
             device: Arc::clone(&self.device),
+            rewritten: None,
         });
         let result = if code != ffi::SUCCESS {
             let mut message = describe(Some(api), code);

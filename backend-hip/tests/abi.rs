@@ -328,6 +328,24 @@ fn new_prototypes_match() {
         abi::<ffi::HipStreamEndCapture>(),
         abi_of(|| sys::hipStreamEndCapture as unsafe extern "C" fn(_, _) -> _),
     );
+    // The calls that replace a captured chain's edges by a dependency
+    // graph's.
+    same_type(
+        abi::<ffi::HipGraphGetRootNodes>(),
+        abi_of(|| sys::hipGraphGetRootNodes as unsafe extern "C" fn(_, _, _) -> _),
+    );
+    same_type(
+        abi::<ffi::HipGraphNodeGetDependentNodes>(),
+        abi_of(|| sys::hipGraphNodeGetDependentNodes as unsafe extern "C" fn(_, _, _) -> _),
+    );
+    same_type(
+        abi::<ffi::HipGraphDependencies>(),
+        abi_of(|| sys::hipGraphAddDependencies as unsafe extern "C" fn(_, _, _, _) -> _),
+    );
+    same_type(
+        abi::<ffi::HipGraphDependencies>(),
+        abi_of(|| sys::hipGraphRemoveDependencies as unsafe extern "C" fn(_, _, _, _) -> _),
+    );
 }
 
 #[test]

@@ -11,6 +11,15 @@
  * capture and the next graph updates go, how many nodes a graph gains or
  * loses, and which code the next call of an event function answers.
  *
+ * A graph keeps its nodes and edges: a capture's nodes form a chain in
+ * issue order (or, after fake_set_branch_captures(1), each node follows the
+ * first, which is no chain), which hipGraphGetRootNodes,
+ * hipGraphNodeGetDependentNodes, hipGraphAddDependencies and
+ * hipGraphRemoveDependencies read and change as ROCm's runtime does (each
+ * of the last two logged with its edge count). fake_graph_edges hands out
+ * the edges of the graph last instantiated or updated from. Built with
+ * FAKE_HIP_NO_EDGE_FUNCTIONS, those four functions are missing.
+ *
  * Graph executables model ROCm 6.1's kernel-argument space: every in-place
  * update takes fresh space per node, given back only when the executable is
  * destroyed (fake_kernarg_bytes says how much is held). Streams and events
@@ -54,7 +63,16 @@ static void* handle(void) { return (void*)(next_handle += 0x10); }
  * executables with the kernel-argument bytes their updates took, events
  * with the stream and tick of their latest recording. */
 static struct { void* handle; int capturing; long nodes; long last_work; } streams[MAX_HANDLES];
-static struct { void* handle; long nodes; } graphs[MAX_HANDLES];
+static struct {
+    void* handle;
+    long nodes;
+    /* Node k's handle is base + k. */
+    uintptr_t base;
+    int (*edges)[2];
+    long edge_count, edge_capacity;
+} graphs[MAX_HANDLES];
+static uintptr_t next_node_base = 0x10000000;
+#define MAX_NODES 0x10000
 static struct { void* handle; long nodes; long kernarg; } execs[MAX_HANDLES];
 static struct { void* handle; void* stream; long at; int captured; } events[MAX_HANDLES];
 static int stream_count = 0, graph_count = 0, exec_count = 0, event_count = 0;
@@ -105,6 +123,22 @@ static int events_ready = 1;
 static long node_skew = 0;
 static int end_code = 0, end_leaves_capturing = 0;
 static int update_codes[8], update_results[8], update_count = 0;
+
+static int branch_captures = 0;
+/* The edges of the graph last instantiated or updated from. */
+static int (*last_edges)[2] = 0;
+static long last_edge_count = 0;
+
+void fake_set_branch_captures(int on) { branch_captures = on; }
+/* Writes up to `max` edges of the graph last instantiated or updated from,
+ * as node positions, into `from` and `to`; returns how many it has. */
+long fake_graph_edges(int* from, int* to, long max) {
+    for (long i = 0; i < last_edge_count && i < max; i++) {
+        from[i] = last_edges[i][0];
+        to[i] = last_edges[i][1];
+    }
+    return last_edge_count;
+}
 
 void fake_set_runtime_version(int version) { runtime_version = version; }
 void fake_set_events_ready(int ready) { events_ready = ready; }
@@ -351,30 +385,152 @@ int hipStreamEndCapture(void* stream, void** graph) {
     }
     if (graph_count == MAX_HANDLES) return 2;
     streams[i].capturing = 0;
+    long n = streams[i].nodes + node_skew;
+    if (n < 0 || n > MAX_NODES) return 1;
     *graph = handle();
     graphs[graph_count].handle = *graph;
-    graphs[graph_count].nodes = streams[i].nodes + node_skew;
+    graphs[graph_count].nodes = n;
+    graphs[graph_count].base = next_node_base;
+    next_node_base += MAX_NODES;
+    graphs[graph_count].edges = calloc((size_t)(n > 0 ? n : 1), sizeof(int[2]));
+    graphs[graph_count].edge_capacity = n > 0 ? n : 1;
+    graphs[graph_count].edge_count = 0;
+    if (!graphs[graph_count].edges) return 2;
+    for (long k = 1; k < n; k++) {
+        long e = graphs[graph_count].edge_count++;
+        graphs[graph_count].edges[e][0] = branch_captures ? 0 : (int)(k - 1);
+        graphs[graph_count].edges[e][1] = (int)k;
+    }
     graph_count++;
     return 0;
 }
-int hipGraphGetNodes(void* graph, void** nodes, size_t* count) {
-    long n = -1;
+static int find_graph(void* graph) {
     for (int i = 0; i < graph_count; i++)
-        if (graphs[i].handle == graph) n = graphs[i].nodes;
-    if (n < 0) return 1;
-    if (!nodes) {
-        *count = (size_t)n;
+        if (graphs[i].handle == graph) return i;
+    return -1;
+}
+/* Answer a list as ROCm does: the count alone for a null array; otherwise
+ * as many as asked for when there are at least that many (the count left
+ * as it was), else all of them, the rest of the array nulled and the count
+ * made theirs. */
+static int answer(void** out, size_t* count, void** found, size_t n) {
+    if (!count) return 1;
+    if (!out) {
+        *count = n;
         return 0;
     }
-    size_t filled = *count < (size_t)n ? *count : (size_t)n;
-    for (size_t k = 0; k < filled; k++) nodes[k] = (void*)(k + 1);
-    *count = filled;
+    size_t asked = *count;
+    for (size_t k = 0; k < asked; k++) out[k] = k < n ? found[k] : 0;
+    if (asked > n) *count = n;
     return 0;
 }
-static long graph_nodes(void* graph) {
+int hipGraphGetNodes(void* graph, void** nodes, size_t* count) {
+    int g = find_graph(graph);
+    if (g < 0) return 1;
+    size_t n = (size_t)graphs[g].nodes;
+    void** found = calloc(n ? n : 1, sizeof(void*));
+    if (!found) return 2;
+    for (size_t k = 0; k < n; k++) found[k] = (void*)(graphs[g].base + k);
+    int code = answer(nodes, count, found, n);
+    free(found);
+    return code;
+}
+#ifndef FAKE_HIP_NO_EDGE_FUNCTIONS
+/* The graph a node belongs to, and its position there; -1 when none. */
+static int find_node(void* node, long* position) {
+    uintptr_t h = (uintptr_t)node;
     for (int i = 0; i < graph_count; i++)
-        if (graphs[i].handle == graph) return graphs[i].nodes;
+        if (h >= graphs[i].base && h < graphs[i].base + (uintptr_t)graphs[i].nodes) {
+            *position = (long)(h - graphs[i].base);
+            return i;
+        }
+    return -1;
+}
+static long find_edge(int g, long from, long to) {
+    for (long e = 0; e < graphs[g].edge_count; e++)
+        if (graphs[g].edges[e][0] == from && graphs[g].edges[e][1] == to) return e;
+    return -1;
+}
+int hipGraphGetRootNodes(void* graph, void** roots, size_t* count) {
+    int g = find_graph(graph);
+    if (g < 0) return 1;
+    size_t n = 0;
+    void** found = calloc((size_t)(graphs[g].nodes ? graphs[g].nodes : 1), sizeof(void*));
+    if (!found) return 2;
+    for (long k = 0; k < graphs[g].nodes; k++) {
+        int dependent = 0;
+        for (long e = 0; e < graphs[g].edge_count; e++) dependent |= graphs[g].edges[e][1] == k;
+        if (!dependent) found[n++] = (void*)(graphs[g].base + (uintptr_t)k);
+    }
+    int code = answer(roots, count, found, n);
+    free(found);
+    return code;
+}
+int hipGraphNodeGetDependentNodes(void* node, void** dependents, size_t* count) {
+    long k;
+    int g = find_node(node, &k);
+    if (g < 0) return 1;
+    size_t n = 0;
+    void** found = calloc((size_t)(graphs[g].edge_count ? graphs[g].edge_count : 1), sizeof(void*));
+    if (!found) return 2;
+    for (long e = 0; e < graphs[g].edge_count; e++)
+        if (graphs[g].edges[e][0] == k) found[n++] = (void*)(graphs[g].base + (uintptr_t)graphs[g].edges[e][1]);
+    int code = answer(dependents, count, found, n);
+    free(found);
+    return code;
+}
+/* As ROCm: a null array is refused, an edge from a node to itself or one
+ * already there too. */
+int hipGraphAddDependencies(void* graph, void* const* from, void* const* to, size_t count) {
+    int g = find_graph(graph);
+    say("hipGraphAddDependencies %zu", count);
+    if (g < 0 || !from || !to) return 1;
+    for (size_t i = 0; i < count; i++) {
+        long a, b;
+        if (find_node(from[i], &a) != g || find_node(to[i], &b) != g) return 1;
+        if (a == b || find_edge(g, a, b) >= 0) return 1;
+        if (graphs[g].edge_count == graphs[g].edge_capacity) {
+            long capacity = graphs[g].edge_capacity * 2;
+            int (*grown)[2] = realloc(graphs[g].edges, (size_t)capacity * sizeof(int[2]));
+            if (!grown) return 2;
+            graphs[g].edges = grown;
+            graphs[g].edge_capacity = capacity;
+        }
+        long e = graphs[g].edge_count++;
+        graphs[g].edges[e][0] = (int)a;
+        graphs[g].edges[e][1] = (int)b;
+    }
     return 0;
+}
+int hipGraphRemoveDependencies(void* graph, void* const* from, void* const* to, size_t count) {
+    int g = find_graph(graph);
+    say("hipGraphRemoveDependencies %zu", count);
+    if (g < 0 || !from || !to) return 1;
+    for (size_t i = 0; i < count; i++) {
+        long a, b;
+        if (find_node(from[i], &a) != g || find_node(to[i], &b) != g) return 1;
+        long e = find_edge(g, a, b);
+        if (e < 0) return 1;
+        memmove(graphs[g].edges[e], graphs[g].edges[e + 1],
+                (size_t)(graphs[g].edge_count - e - 1) * sizeof(int[2]));
+        graphs[g].edge_count--;
+    }
+    return 0;
+}
+#endif /* FAKE_HIP_NO_EDGE_FUNCTIONS */
+static void remember_edges(void* graph) {
+    int g = find_graph(graph);
+    if (g < 0) return;
+    long n = graphs[g].edge_count;
+    int (*kept)[2] = realloc(last_edges, (size_t)(n ? n : 1) * sizeof(int[2]));
+    if (!kept) return;
+    last_edges = kept;
+    memcpy(last_edges, graphs[g].edges, (size_t)n * sizeof(int[2]));
+    last_edge_count = n;
+}
+static long graph_nodes(void* graph) {
+    int g = find_graph(graph);
+    return g < 0 ? 0 : graphs[g].nodes;
 }
 static int find_exec(void* exec) {
     for (int i = 0; i < exec_count; i++)
@@ -397,6 +553,7 @@ int hipGraphExecUpdate(void* exec, void* graph, void** error_node, int* result) 
         long bytes = graph_nodes(graph) * KERNARG_PER_NODE;
         execs[x].kernarg += bytes;
         kernarg_bytes += bytes;
+        remember_edges(graph);
     }
     say("hipGraphExecUpdate -> %d, %d", code, *result);
     return code;
@@ -411,15 +568,16 @@ int hipGraphInstantiate(void** exec, void* graph, void** error_node, char* log, 
     execs[exec_count].nodes = graph_nodes(graph);
     execs[exec_count].kernarg = 0;
     exec_count++;
+    remember_edges(graph);
     say("hipGraphInstantiate");
     return 0;
 }
 int hipGraphDestroy(void* graph) {
-    for (int i = 0; i < graph_count; i++)
-        if (graphs[i].handle == graph) {
-            graphs[i] = graphs[--graph_count];
-            break;
-        }
+    int g = find_graph(graph);
+    if (g >= 0) {
+        free(graphs[g].edges);
+        graphs[g] = graphs[--graph_count];
+    }
     say("hipGraphDestroy");
     return 0;
 }

@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use backend_hip::{Device, Hip, IN_PLACE_UPDATES_PER_INSTANCE, Kernel, LIBRARY_ENV, Stream};
 use capture_core::{
-    Access, Availability, Binding, Builtin, Builtins, DeviceSlice, Driver, Error, GraphDriver,
-    HostSlice, Launch, Order, Params, Signature, Updated,
+    Access, Availability, Binding, Builtin, Builtins, Dependencies, DeviceSlice, Driver, Error,
+    GraphDriver, HostSlice, Launch, Order, Params, Signature, Updated,
 };
 
 /// Counts the heap allocations each thread of this test binary makes, to
@@ -1005,6 +1005,11 @@ fn fill_on<'a>(
 /// Run `scenario` in a child process (this test binary, re-run as `test`)
 /// with the fake runtime, built for this test, as the one to load.
 fn in_child(test: &str, scenario: fn(&Path, &Path)) {
+    in_child_built(test, scenario, &[]);
+}
+
+/// As [`in_child`], with the fake built with `defines` (`-DNAME` each).
+fn in_child_built(test: &str, scenario: fn(&Path, &Path), defines: &[&str]) {
     if env::var_os(CHILD_VAR).is_some() {
         let library = env::var_os(LIBRARY_ENV)
             .map(PathBuf::from)
@@ -1024,6 +1029,7 @@ fn in_child(test: &str, scenario: fn(&Path, &Path)) {
     let built = Command::new(&compiler)
         .args(["-shared", "-fPIC", "-O1", "-Wall", "-o"])
         .arg(&library)
+        .args(defines.iter().map(|name| format!("-D{name}")))
         .arg(&source)
         .output();
     match built {
@@ -1450,5 +1456,305 @@ fn events_order_streams_and_refusals_are_errors() {
     in_child(
         "events_order_streams_and_refusals_are_errors",
         events_across_streams,
+    );
+}
+
+impl Fake {
+    /// The edges of the graph the fake last instantiated or updated from,
+    /// as node positions, sorted.
+    fn graph_edges(&self) -> Vec<(usize, usize)> {
+        const MAX: usize = 64;
+        let (mut from, mut to) = ([0 as c_int; MAX], [0 as c_int; MAX]);
+        // SAFETY: `long fake_graph_edges(int*, int*, long)`, which writes at
+        // most `max` entries of each array.
+        let get = unsafe {
+            self.get::<unsafe extern "C" fn(*mut c_int, *mut c_int, std::ffi::c_long) -> std::ffi::c_long>(
+                "fake_graph_edges",
+            )
+        };
+        // SAFETY: both arrays hold `MAX` ints.
+        let count = unsafe { get(from.as_mut_ptr(), to.as_mut_ptr(), MAX as std::ffi::c_long) };
+        let count = usize::try_from(count).unwrap_or_else(|_| panic!("{count} edges"));
+        assert!(count <= MAX, "the fake holds {count} edges");
+        let position = |n: c_int| usize::try_from(n).unwrap_or_else(|_| panic!("node {n}"));
+        let mut edges: Vec<(usize, usize)> = from[..count]
+            .iter()
+            .zip(&to[..count])
+            .map(|(&a, &b)| (position(a), position(b)))
+            .collect();
+        edges.sort_unstable();
+        edges
+    }
+
+    /// Make captures put every node after the first (no chain), or not.
+    fn branch_captures(&self, on: bool) {
+        self.set_int("fake_set_branch_captures", c_int::from(on));
+    }
+}
+
+/// A dependency graph over `nodes` operations with these edges.
+fn deps(nodes: usize, edges: &[(usize, usize)]) -> Dependencies {
+    Dependencies {
+        nodes,
+        edges: edges.to_vec(),
+        ..Dependencies::default()
+    }
+}
+
+/// Whether any call rewrote a graph's edges.
+fn rewrote_edges(calls: &[String]) -> bool {
+    names(calls).iter().any(|name| {
+        name.starts_with("hipGraphAddDependencies")
+            || name.starts_with("hipGraphRemoveDependencies")
+    })
+}
+
+/// Records `launches` launches of `fill`, each on its own part of a page.
+struct Recorder {
+    device: Arc<Device>,
+    stream: Stream,
+    page: backend_hip::DevicePage,
+    kernel: Kernel,
+}
+
+impl Recorder {
+    fn new() -> Self {
+        let device = ok(Hip::open());
+        let mut stream = ok(Hip::create_stream(&device));
+        let page = ok(Hip::allocate_device_page(&mut stream, 1024));
+        let kernel = fill_kernel(&device);
+        Self {
+            device,
+            stream,
+            page,
+            kernel,
+        }
+    }
+
+    fn record(&mut self, launches: u64) -> backend_hip::Recording {
+        ok(Hip::begin(&mut self.stream));
+        for i in 0..launches {
+            let slice = |offset, len| DeviceSlice::<Hip> {
+                page: &self.page,
+                offset,
+                len,
+            };
+            let one = [Binding {
+                slice: slice(i * 64, 32),
+                access: Access::Write,
+            }];
+            ok(Hip::launch(
+                &mut self.stream,
+                fill_on(&self.kernel, &one, slice(i * 64 + 32, 16)),
+            ));
+        }
+        ok(Hip::end(&mut self.stream))
+    }
+
+    fn instantiate(
+        &mut self,
+        launches: u64,
+        order: Order<'_>,
+    ) -> Result<backend_hip::Executable, capture_core::DriverError> {
+        let recording = self.record(launches);
+        Hip::instantiate(&mut self.stream, recording, order)
+    }
+
+    fn update(
+        &mut self,
+        exec: &mut backend_hip::Executable,
+        launches: u64,
+        order: Order<'_>,
+    ) -> Result<Updated<backend_hip::Recording>, capture_core::DriverError> {
+        let recording = self.record(launches);
+        Hip::update(&mut self.stream, exec, recording, order)
+    }
+
+    fn release(mut self) {
+        Hip::release_device_page(&mut self.stream, self.page);
+        drop(self.kernel);
+        drop(self.device);
+    }
+}
+
+/// Four launches instantiated as the chain and as their dependency graph;
+/// a capture that is no chain refused the dependency graph.
+fn dependency_edges(library: &Path, log: &Path) {
+    let fake = Fake::open(library);
+    let mut calls = Calls {
+        path: log.to_owned(),
+        seen: 0,
+    };
+    let mut recorder = Recorder::new();
+    calls.take();
+
+    let exec = ok(recorder.instantiate(4, Order::Chain));
+    assert_eq!(fake.graph_edges(), [(0, 1), (1, 2), (2, 3)]);
+    assert!(
+        !rewrote_edges(&calls.take()),
+        "the chain's edges were rewritten"
+    );
+    drop(exec);
+
+    let two_pairs = deps(4, &[(0, 2), (1, 3)]);
+    let exec = ok(recorder.instantiate(4, Order::Dependencies(&two_pairs)));
+    assert_eq!(fake.graph_edges(), [(0, 2), (1, 3)]);
+    let made = calls.take();
+    let rewrites: Vec<&String> = made
+        .iter()
+        .filter(|call| call.contains("Dependencies"))
+        .collect();
+    assert_eq!(
+        rewrites,
+        ["hipGraphRemoveDependencies 3", "hipGraphAddDependencies 2"]
+    );
+    assert_eq!(
+        names(&after(&made, "hipGraphRemoveDependencies")).last(),
+        Some(&"hipGraphInstantiate"),
+        "the edges were not rewritten before the instantiation: {made:?}"
+    );
+    drop(exec);
+
+    // Dependencies that are the chain need no rewriting; none at all drop
+    // every edge.
+    let chain = deps(3, &[(0, 1), (1, 2)]);
+    let exec = ok(recorder.instantiate(3, Order::Dependencies(&chain)));
+    assert_eq!(fake.graph_edges(), [(0, 1), (1, 2)]);
+    assert!(!rewrote_edges(&calls.take()));
+    let none = deps(3, &[]);
+    let free = ok(recorder.instantiate(3, Order::Dependencies(&none)));
+    assert_eq!(fake.graph_edges(), []);
+    drop((exec, free));
+
+    // A capture that is no chain: its nodes cannot be matched to the
+    // launches, so the dependency graph is refused; as captured it runs.
+    fake.branch_captures(true);
+    let edges = deps(3, &[(0, 2)]);
+    let refused = match recorder.instantiate(3, Order::Dependencies(&edges)) {
+        Ok(_) => panic!("a capture that is no chain took dependency edges"),
+        Err(error) => error,
+    };
+    assert_eq!(refused.backend, "hip");
+    assert_eq!(refused.op, "instantiate");
+    assert!(refused.message.contains("not one chain"), "{refused}");
+    assert!(
+        refused
+            .message
+            .contains("operation 0 is followed by more than one"),
+        "{refused}"
+    );
+    let exec = ok(recorder.instantiate(3, Order::Chain));
+    assert_eq!(fake.graph_edges(), [(0, 1), (0, 2)]);
+    fake.branch_captures(false);
+    drop(exec);
+    recorder.release();
+}
+
+#[test]
+fn graphs_take_their_dependency_edges_or_keep_the_chain() {
+    in_child(
+        "graphs_take_their_dependency_edges_or_keep_the_chain",
+        dependency_edges,
+    );
+}
+
+/// Updates in place with the same edges; with other edges (or the chain)
+/// the recording comes back and instantiates with its own.
+fn update_edges(library: &Path, log: &Path) {
+    let fake = Fake::open(library);
+    let mut calls = Calls {
+        path: log.to_owned(),
+        seen: 0,
+    };
+    let mut recorder = Recorder::new();
+    let two_pairs = deps(4, &[(0, 2), (1, 3)]);
+    let crossed = deps(4, &[(0, 3), (1, 2)]);
+    let mut exec = ok(recorder.instantiate(4, Order::Dependencies(&two_pairs)));
+    calls.take();
+
+    match ok(recorder.update(&mut exec, 4, Order::Dependencies(&two_pairs))) {
+        Updated::InPlace => {}
+        Updated::Topology(_) => panic!("the same edges were not updated in place"),
+    }
+    assert!(names(&calls.take()).contains(&"hipGraphExecUpdate"));
+    assert_eq!(fake.graph_edges(), [(0, 2), (1, 3)]);
+
+    let back = match ok(recorder.update(&mut exec, 4, Order::Dependencies(&crossed))) {
+        Updated::Topology(recording) => recording,
+        Updated::InPlace => panic!("other edges were updated in place"),
+    };
+    assert!(
+        !names(&calls.take()).contains(&"hipGraphExecUpdate"),
+        "the runtime was asked to update with other edges"
+    );
+    // Instantiated as capture-core does with a recording handed back: its
+    // edges are already the dependencies'.
+    exec = ok(Hip::instantiate(
+        &mut recorder.stream,
+        back,
+        Order::Dependencies(&crossed),
+    ));
+    assert!(!rewrote_edges(&calls.take()));
+    assert_eq!(fake.graph_edges(), [(0, 3), (1, 2)]);
+
+    // The chain is other edges too; a handed-back recording gets its chain
+    // back when instantiated as one.
+    let back = match ok(recorder.update(&mut exec, 4, Order::Chain)) {
+        Updated::Topology(recording) => recording,
+        Updated::InPlace => panic!("a chain updated a dependency graph in place"),
+    };
+    let dependencies_first = ok(Hip::instantiate(
+        &mut recorder.stream,
+        back,
+        Order::Dependencies(&two_pairs),
+    ));
+    assert_eq!(fake.graph_edges(), [(0, 2), (1, 3)]);
+    drop(dependencies_first);
+    exec = ok(recorder.instantiate(4, Order::Chain));
+    match ok(recorder.update(&mut exec, 4, Order::Chain)) {
+        Updated::InPlace => {}
+        Updated::Topology(_) => panic!("a chain was not updated in place"),
+    }
+    assert_eq!(fake.graph_edges(), [(0, 1), (1, 2), (2, 3)]);
+    drop(exec);
+    recorder.release();
+}
+
+#[test]
+fn an_update_goes_in_place_only_with_the_same_edges() {
+    in_child(
+        "an_update_goes_in_place_only_with_the_same_edges",
+        update_edges,
+    );
+}
+
+/// A runtime without the edge functions: the dependency graph falls back to
+/// the chain, and updates compare as chains.
+fn fallback_to_chain(library: &Path, log: &Path) {
+    let fake = Fake::open(library);
+    let mut calls = Calls {
+        path: log.to_owned(),
+        seen: 0,
+    };
+    let mut recorder = Recorder::new();
+    let two_pairs = deps(4, &[(0, 2), (1, 3)]);
+    let mut exec = ok(recorder.instantiate(4, Order::Dependencies(&two_pairs)));
+    assert_eq!(fake.graph_edges(), [(0, 1), (1, 2), (2, 3)]);
+    let crossed = deps(4, &[(0, 3), (1, 2)]);
+    match ok(recorder.update(&mut exec, 4, Order::Dependencies(&crossed))) {
+        Updated::InPlace => {}
+        Updated::Topology(_) => panic!("two chains were not updated in place"),
+    }
+    assert!(!rewrote_edges(&calls.take()));
+    drop(exec);
+    recorder.release();
+}
+
+#[test]
+fn a_runtime_without_the_edge_functions_keeps_the_chain() {
+    in_child_built(
+        "a_runtime_without_the_edge_functions_keeps_the_chain",
+        fallback_to_chain,
+        &["FAKE_HIP_NO_EDGE_FUNCTIONS"],
     );
 }
