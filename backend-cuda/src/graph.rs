@@ -110,21 +110,20 @@ impl Recording {
         };
         let rewritten = match self.rewritten.take() {
             Some(rewritten) => rewritten,
-            None => match self.walk_chain(op) {
-                Ok(Some(nodes)) => Rewritten {
+            None => match self.walk_chain(op)? {
+                Some(nodes) => Rewritten {
                     edges: edges::chain(nodes.len()),
                     nodes,
                 },
-                Ok(None) => {
+                None => {
                     chain_kept(&self.device.info().driver_version);
                     return Ok(());
                 }
-                Err(e) => return Err(e),
             },
         };
         let plan = Plan::between(&rewritten.edges, target);
-        // Kept as it is until the driver has taken the whole plan: on an
-        // error the recording is dropped unused.
+        // `self.rewritten` is set again only once the driver has taken the
+        // whole plan; on an error the caller drops the recording unused.
         let node = |i: usize| {
             rewritten.nodes.get(i).copied().ok_or_else(|| {
                 refuse(

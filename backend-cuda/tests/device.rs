@@ -2,8 +2,9 @@
 //! directly (the conformance suite covers them through capture-core): the
 //! caller's context is left as it was, signals are cheap and polled, a
 //! recording instantiates, replays and updates in place (or is handed back
-//! when its shape differs), and pages freed by one stream while another
-//! records wait instead of invalidating the capture.
+//! when its shape differs), as the captured chain or as its dependency
+//! graph, and pages freed by one stream while another records wait instead
+//! of invalidating the capture.
 //!
 //! Without a usable device every test says why and passes, unless
 //! `CONFORMANCE_REQUIRE` names `cuda`, which makes that a failure.
@@ -13,8 +14,8 @@ use std::sync::Arc;
 
 use backend_cuda::{Cuda, Device, DevicePage, HostPage, Kernel, Stream};
 use capture_core::{
-    Access, Binding, Builtin, BuiltinInfo, Builtins, DeviceSlice, Driver, GraphDriver, HostSlice,
-    Launch, Order, Updated, groups_for,
+    Access, Binding, Builtin, BuiltinInfo, Builtins, Dependencies, DeviceSlice, Driver,
+    GraphDriver, HostSlice, Launch, Order, Updated, groups_for,
 };
 
 /// The device, or `None` after saying why there is none.
@@ -254,6 +255,63 @@ fn a_recording_instantiates_replays_and_updates() {
     rig.stage(1, 6.0);
     Cuda::replay(&bigger, &mut rig.stream).expect("replay");
     assert!(all(&rig.finish(), 6.0));
+}
+
+#[test]
+fn a_recording_replays_as_its_dependency_graph() {
+    let Some(device) = device() else { return };
+    let mut rig = Rig::new(&device);
+    rig.stage(0, 2.0);
+    rig.stage(1, 3.0);
+    // Each fill is three operations: its info copy, the launch, the
+    // read-back. The second info copy depends on nothing; the second fill
+    // waits for its info and for the first read-back of the buffer it
+    // overwrites.
+    let deps = Dependencies {
+        nodes: 6,
+        edges: vec![(0, 1), (1, 2), (2, 4), (3, 4), (4, 5)],
+        ..Dependencies::default()
+    };
+    let record = |rig: &mut Rig| {
+        Cuda::begin(&mut rig.stream).expect("begin");
+        rig.enqueue_fill(0);
+        rig.enqueue_fill(1);
+        Cuda::end(&mut rig.stream).expect("end")
+    };
+    let recording = record(&mut rig);
+    let mut exec = Cuda::instantiate(&mut rig.stream, recording, Order::Dependencies(&deps))
+        .expect("the dependency graph instantiates");
+    Cuda::replay(&exec, &mut rig.stream).expect("replay");
+    assert!(all(&rig.finish(), 3.0));
+
+    // The same edges: in place.
+    rig.stage(1, 8.0);
+    let recording = record(&mut rig);
+    match Cuda::update(
+        &mut rig.stream,
+        &mut exec,
+        recording,
+        Order::Dependencies(&deps),
+    )
+    .expect("update")
+    {
+        Updated::InPlace => {}
+        Updated::Topology(_) => panic!("the same edges were not updated in place"),
+    }
+    Cuda::replay(&exec, &mut rig.stream).expect("replay");
+    assert!(all(&rig.finish(), 8.0));
+
+    // The chain is other edges: handed back, and it instantiates as one.
+    let recording = record(&mut rig);
+    let Updated::Topology(recording) =
+        Cuda::update(&mut rig.stream, &mut exec, recording, Order::Chain).expect("update")
+    else {
+        panic!("the chain updated a dependency graph in place");
+    };
+    let chain = Cuda::instantiate(&mut rig.stream, recording, Order::Chain).expect("instantiate");
+    rig.stage(1, 9.0);
+    Cuda::replay(&chain, &mut rig.stream).expect("replay");
+    assert!(all(&rig.finish(), 9.0));
 }
 
 #[test]
