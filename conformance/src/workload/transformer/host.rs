@@ -302,8 +302,9 @@ pub(crate) fn advance(group: &Group<'_>, buffers: &mut [View<'_>]) -> Result<(),
         return Err("advance binds one buffer".into());
     };
     let pos = pos.u32_mut()?;
+    let last = context.saturating_sub(1);
     for b in group.elements_x(batch.min(pos.len())) {
-        pos[b] = pos[b].saturating_add(1).min(context.saturating_sub(1));
+        pos[b] = (pos[b].min(last) + 1).min(last);
     }
     Ok(())
 }
