@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use capture_core::{DriverError, Order, Updated};
 
 use crate::device::Device;
-use crate::edges::{self, Edge, Plan};
+use capture_core::edges::{self, Edge, Plan};
 use crate::error::refuse;
 use crate::sys::{self, CUgraph, CUgraphExec, CUgraphExecUpdateResultInfo, CUgraphNode, CUstream};
 

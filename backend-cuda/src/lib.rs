@@ -33,7 +33,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod device;
-mod edges;
 mod error;
 mod event;
 mod graph;

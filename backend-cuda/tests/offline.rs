@@ -59,6 +59,17 @@ const WORKLOAD_PARAMS: &[(&str, &[usize])] = &[
     ("silu", &[8, 4]),
     ("residual", &[8, 8, 4]),
     ("scale", &[8, 4, 4, 4]),
+    ("embed", &[8, 8, 8, 4, 4, 4]),
+    ("rmsnorm_rows", &[8, 8, 8, 4, 4, 4]),
+    ("matmul", &[8, 8, 8, 4, 4, 4]),
+    ("rope", &[8, 8, 8, 4, 4, 4, 4]),
+    ("kv_append", &[8, 8, 8, 8, 8, 4, 4, 4]),
+    ("attn_scores", &[8, 8, 8, 8, 4, 4, 4, 4, 4]),
+    ("attn_softmax", &[8, 8, 4, 4, 4]),
+    ("attn_values", &[8, 8, 8, 8, 4, 4, 4, 4]),
+    ("silu_mul", &[8, 8, 4]),
+    ("argmax", &[8, 8, 8, 8, 4, 4, 4]),
+    ("advance", &[8, 4, 4]),
 ];
 /// The workload's block size, which its `__launch_bounds__` announce.
 const WORKLOAD_THREADS: u32 = 64;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use capture_core::{DriverError, Order, Updated};
 
-use crate::edges::{self, Edge, Plan};
+use capture_core::edges::{self, Edge, Plan};
 use crate::error::{self, describe, other};
 use crate::ffi;
 use crate::loader::GraphEdges;

@@ -77,7 +77,6 @@ use capture_core::{
 };
 
 mod device;
-mod edges;
 mod error;
 pub mod ffi;
 mod graph;

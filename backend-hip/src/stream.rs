@@ -84,7 +84,7 @@ pub(crate) struct Rewritten {
     /// Node `i` is operation `i`, the `i`-th launch or copy issued.
     pub(crate) nodes: Vec<ffi::GraphNode>,
     /// The edges the graph holds, sorted.
-    pub(crate) edges: Vec<crate::edges::Edge>,
+    pub(crate) edges: Vec<capture_core::edges::Edge>,
 }
 
 // SAFETY: a graph is a runtime object usable from any thread (the device is

@@ -36,9 +36,13 @@ const REQUIRE_VAR: &str = "CAPTURE_REQUIRE_OFFLINE_TOOLS";
 
 /// The workload's signatures, as `conformance::workload::UserKernel` states
 /// them (that crate depends on this one, so they are written out here).
-fn workload() -> [Signature; 5] {
+fn workload() -> [Signature; 16] {
     use Access::{Read, ReadWrite, Write};
     let base = |name| Signature::new(name).workgroup([64, 1, 1]);
+    // `count` by-value parameters of four bytes each.
+    let params = |signature: Signature, count: usize| {
+        (0..count).fold(signature, |signature, _| signature.param(4))
+    };
     [
         base("rmsnorm")
             .bindings(&[Read, Read, Write])
@@ -51,6 +55,20 @@ fn workload() -> [Signature; 5] {
         base("silu").binding(ReadWrite).param(4),
         base("residual").bindings(&[ReadWrite, Read]).param(4),
         base("scale").binding(ReadWrite).param(4).param(4).param(4),
+        params(base("embed").bindings(&[Read, Read, Write]), 3),
+        params(base("rmsnorm_rows").bindings(&[Read, Read, Write]), 3),
+        params(base("matmul").bindings(&[Read, Read, Write]), 3),
+        params(base("rope").bindings(&[ReadWrite, Read, Read]), 4),
+        params(
+            base("kv_append").bindings(&[Read, Read, Read, ReadWrite, ReadWrite]),
+            3,
+        ),
+        params(base("attn_scores").bindings(&[Read, Read, Read, Write]), 5),
+        params(base("attn_softmax").bindings(&[ReadWrite, Read]), 3),
+        params(base("attn_values").bindings(&[Read, Read, Read, Write]), 4),
+        params(base("silu_mul").bindings(&[ReadWrite, Read]), 1),
+        params(base("argmax").bindings(&[Read, Read, Write, ReadWrite]), 3),
+        params(base("advance").binding(ReadWrite), 2),
     ]
 }
 

@@ -40,6 +40,7 @@ mod builtin;
 mod capture_state;
 mod client;
 mod dependencies;
+pub mod edges;
 mod driver;
 mod drop_queue;
 mod error;

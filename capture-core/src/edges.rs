@@ -1,13 +1,17 @@
-//! The edges a recorded graph keeps, as pairs of operation numbers in issue
-//! order, and what turns one set of them into another. Pure bookkeeping: the
-//! driver calls that carry it out are in `graph.rs`.
+//! The edges a backend's native graph keeps, as pairs of operation numbers
+//! in issue order, and what turns one set of them into another: the
+//! bookkeeping a backend whose stream capture records a chain (CUDA, HIP)
+//! needs to make its graph keep [`Order::Dependencies`] instead. Pure: the
+//! driver calls that carry it out are the backend's.
+//!
+//! [`Order::Dependencies`]: crate::Order::Dependencies
 
 /// An edge `(from, to)`: operation `to` runs after operation `from`.
-pub(crate) type Edge = (usize, usize);
+pub type Edge = (usize, usize);
 
 /// Whether `edges` (sorted) are exactly the chain a stream capture of
 /// `nodes` operations records: each operation after the one before it.
-pub(crate) fn is_chain(edges: &[Edge], nodes: usize) -> bool {
+pub fn is_chain(edges: &[Edge], nodes: usize) -> bool {
     edges.len() == nodes.saturating_sub(1)
         && edges
             .iter()
@@ -16,7 +20,7 @@ pub(crate) fn is_chain(edges: &[Edge], nodes: usize) -> bool {
 }
 
 /// The chain of `nodes` operations, sorted.
-pub(crate) fn chain(nodes: usize) -> Vec<Edge> {
+pub fn chain(nodes: usize) -> Vec<Edge> {
     (1..nodes).map(|to| (to - 1, to)).collect()
 }
 
@@ -24,14 +28,16 @@ pub(crate) fn chain(nodes: usize) -> Vec<Edge> {
 /// that it holds `target` instead; both lists sorted and distinct, as are
 /// the answers. An edge in both is left alone.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct Plan {
-    pub(crate) remove: Vec<Edge>,
-    pub(crate) add: Vec<Edge>,
+pub struct Plan {
+    /// Edges to remove.
+    pub remove: Vec<Edge>,
+    /// Edges to add.
+    pub add: Vec<Edge>,
 }
 
 impl Plan {
     /// What turns `current` into `target`.
-    pub(crate) fn between(current: &[Edge], target: &[Edge]) -> Self {
+    pub fn between(current: &[Edge], target: &[Edge]) -> Self {
         let mut plan = Self::default();
         let (mut c, mut t) = (current.iter().peekable(), target.iter().peekable());
         loop {
