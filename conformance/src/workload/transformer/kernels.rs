@@ -60,7 +60,7 @@ fn nonzero(which: UserKernel, values: &[(&str, u32)]) -> Result<(), Error> {
 
 /// Heads of `head_dim` in `width`, refused unless they tile it exactly.
 fn heads(which: UserKernel, width: u32, head_dim: u32) -> Result<u32, Error> {
-    if head_dim == 0 || width % head_dim != 0 {
+    if head_dim == 0 || !width.is_multiple_of(head_dim) {
         return Err(Error::BadLaunch(format!(
             "{} needs a head_dim dividing width, not {head_dim} of {width}",
             which.name()
@@ -214,7 +214,7 @@ impl<D: UserKernels> Kernels<D> {
         let k = UserKernel::Rope;
         nonzero(k, &[("context", context)])?;
         heads(k, width, head_dim)?;
-        if head_dim % 2 != 0 {
+        if !head_dim.is_multiple_of(2) {
             return Err(Error::BadLaunch(format!(
                 "rope needs an even head_dim, not {head_dim}"
             )));

@@ -84,8 +84,8 @@ impl Config {
     pub fn validate(&self) -> Result<(), String> {
         let ok = self.layers > 0
             && self.heads > 0
-            && self.hidden % self.heads == 0
-            && self.head_dim() % 2 == 0
+            && self.hidden.is_multiple_of(self.heads)
+            && self.head_dim().is_multiple_of(2)
             && self.ffn > 0
             && self.context > 0
             && self.vocab > 0;
