@@ -76,6 +76,23 @@ impl Hazards {
         }
     }
 
+    /// Records a barrier in `cmd` first if a command making `accesses`
+    /// must wait for earlier ones, then notes them; says whether it did.
+    pub(crate) fn order(
+        &mut self,
+        device: &ash::Device,
+        cmd: vk::CommandBuffer,
+        accesses: &[(Range, Access)],
+    ) -> bool {
+        let barrier = self.conflicts(accesses);
+        if barrier {
+            device_barrier(device, cmd);
+            self.clear();
+        }
+        self.add(accesses);
+        barrier
+    }
+
     /// Forgets everything: a barrier was just recorded.
     pub(crate) fn clear(&mut self) {
         self.reads.clear();

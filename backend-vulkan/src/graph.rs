@@ -66,6 +66,12 @@ impl Executable {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Diagnostics: the global memory barriers encoded between the
+    /// recording's commands (see [`Recording::barriers`]).
+    pub fn barriers(&self) -> usize {
+        self.state().recording.barriers()
+    }
+
     /// Records the primary now so the first replay does not.
     pub(crate) fn upload(&self, stream: &Stream) -> Result<(), DriverError> {
         same_device(&self.device, stream, "upload")?;

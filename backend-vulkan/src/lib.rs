@@ -1,9 +1,12 @@
 //! The Vulkan backend of capture-core.
 //!
-//! A capture window records into a secondary command buffer; an executable
-//! replays it from a primary that executes it, so a replay costs one queue
-//! submission however many launches the window held. Eager work is batched
-//! into primary command buffers for the same reason.
+//! A capture window keeps its launches and copies prepared; instantiation
+//! encodes them into a secondary command buffer in the order the graph
+//! keeps (the issue order, or the dependency graph level by level with one
+//! barrier between levels), and an executable replays it from a primary
+//! that executes it, so a replay costs one queue submission however many
+//! launches the window held. Eager work is batched into primary command
+//! buffers for the same reason.
 //!
 //! Kernels are SPIR-V or WGSL ([`Kernel`]); naga checks each module's
 //! interface against the kernel's signature before the driver sees it. The
@@ -30,6 +33,7 @@ mod graph;
 mod instance;
 mod kernels;
 mod memory;
+mod prepared;
 mod recording;
 mod shader;
 mod stream;
@@ -226,10 +230,15 @@ impl GraphDriver for Vulkan {
         stream.end()
     }
 
+    /// Encodes the recording's prepared commands in `order`: under
+    /// [`Order::Chain`] in issue order with a barrier before each command
+    /// that conflicts with those since the last one; under
+    /// [`Order::Dependencies`] level by level with one barrier between
+    /// levels. [`Executable::barriers`] says how many that placed.
     fn instantiate(
         stream: &mut Stream,
-        recording: Recording,
-        _order: Order<'_>,
+        mut recording: Recording,
+        order: Order<'_>,
     ) -> Result<Executable, DriverError> {
         if !Arc::ptr_eq(recording.device(), stream.device()) {
             return Err(error(
@@ -237,12 +246,13 @@ impl GraphDriver for Vulkan {
                 "the recording belongs to another device",
             ));
         }
+        recording.encode(order)?;
         Ok(Executable::new(recording))
     }
 
-    /// Never in place: a closed recording is already a complete command
-    /// buffer, so an executable made over it costs less than moving it into
-    /// the old one. The core swaps the new executable in behind the same
+    /// Never in place: a closed recording is encoded into its own command
+    /// buffer at instantiation, so an executable made over it costs less
+    /// than moving it into the old one. The core swaps the new executable in behind the same
     /// graph and keeps the old one until the device is past its replays.
     fn update(
         _stream: &mut Stream,

@@ -1,11 +1,13 @@
-//! Recording launches and copies into a command buffer, with the barriers
-//! they need and the descriptor sets, buffers and kernels they use kept
-//! alongside; and [`Recording`], a capture window's secondary command buffer
-//! with all of that.
+//! Recording launches and copies for a command buffer, with the descriptor
+//! sets, buffers and kernels they use kept alongside; and [`Recording`], a
+//! capture window's secondary command buffer with all of that.
 //!
 //! The same recorder serves an eager batch (a primary command buffer
-//! submitted at the next fence) and a capture window (a secondary command
-//! buffer an executable replays), so both follow one set of barrier rules.
+//! submitted at the next fence), which encodes each command with the
+//! barriers it needs as it comes, and a capture window (a secondary command
+//! buffer an executable replays), which keeps its commands prepared and
+//! encodes them at instantiation in the order the graph keeps (see
+//! [`crate::prepared`]).
 //!
 //! An eager recorder has a fixed room, reserved when it is made: the commands,
 //! kept buffers, kernels and descriptor pools of one batch. The stream
@@ -15,7 +17,7 @@
 use std::sync::Arc;
 
 use ash::vk;
-use capture_core::{Access, DriverError};
+use capture_core::{Access, DriverError, Order};
 use capture_core::{MAX_BINDINGS, MAX_PARAM_BYTES};
 
 use crate::barriers::{Hazards, Range, device_barrier, host_barrier};
@@ -23,6 +25,7 @@ use crate::device::Device;
 use crate::error::{error, vk_error};
 use crate::kernels::KernelObjects;
 use crate::memory::Buffer;
+use crate::prepared::{Command, Prepared, encode};
 
 /// Commands after which an eager batch is submitted without waiting for a
 /// fence, so the GPU starts on long eager sequences early.
@@ -193,6 +196,9 @@ pub(crate) struct Dispatch<'a, I> {
 pub(crate) struct Recorder {
     pub(crate) cmd: vk::CommandBuffer,
     hazards: Hazards,
+    /// A capture window's commands, kept until instantiation encodes them;
+    /// `None` for an eager batch, which encodes each as it comes.
+    prepared: Option<Prepared>,
     descriptors: DescriptorPools,
     /// Every buffer a command references, so none is destroyed while the
     /// command buffer may still run.
@@ -209,9 +215,6 @@ pub(crate) struct Recorder {
     scratch: Vec<(Range, Access)>,
     /// The descriptors of the launch being recorded; kept to reuse.
     infos: Vec<vk::DescriptorBufferInfo>,
-    /// Parameter bytes padded to a multiple of 4, for launches whose
-    /// parameters are not.
-    padded: [u8; PADDED_PARAMS],
 }
 
 /// Room for the most parameter bytes a kernel may take, rounded up to 4.
@@ -268,10 +271,17 @@ impl Recorder {
     /// A recorder for `cmd`, which the caller has begun, with room for
     /// `keep` buffers, `kernels` kernels and `pools` descriptor pools before
     /// any of them grows.
-    fn with_room(cmd: vk::CommandBuffer, keep: usize, kernels: usize, pools: usize) -> Self {
+    fn with_room(
+        cmd: vk::CommandBuffer,
+        prepared: Option<Prepared>,
+        keep: usize,
+        kernels: usize,
+        pools: usize,
+    ) -> Self {
         Self {
             cmd,
             hazards: Hazards::default(),
+            prepared,
             descriptors: DescriptorPools::with_capacity(pools),
             keep: Vec::with_capacity(keep),
             kernels: Vec::with_capacity(kernels),
@@ -280,19 +290,19 @@ impl Recorder {
             commands: 0,
             scratch: Vec::with_capacity(KEEP_PER_COMMAND),
             infos: Vec::with_capacity(KEEP_PER_COMMAND),
-            padded: [0; PADDED_PARAMS],
         }
     }
 
     /// A recorder for an eager batch in `cmd`, with a full batch's room.
     pub(crate) fn eager(cmd: vk::CommandBuffer) -> Self {
         let pools = BATCH_LIMIT.div_ceil(SETS_PER_POOL as usize);
-        Self::with_room(cmd, KEEP_PER_BATCH, BATCH_LIMIT, pools)
+        Self::with_room(cmd, None, KEEP_PER_BATCH, BATCH_LIMIT, pools)
     }
 
-    /// A recorder for a capture window in `cmd`, which grows as it must.
+    /// A recorder for a capture window in `cmd`, which grows as it must
+    /// and keeps its commands prepared.
     fn window(cmd: vk::CommandBuffer) -> Self {
-        Self::with_room(cmd, 0, 0, 0)
+        Self::with_room(cmd, Some(Prepared::default()), 0, 0, 0)
     }
 
     /// Commands recorded so far.
@@ -306,16 +316,6 @@ impl Recorder {
         self.commands < BATCH_LIMIT
             && self.keep.len() + KEEP_PER_COMMAND <= self.keep.capacity()
             && self.kernels.len() < self.kernels.capacity()
-    }
-
-    /// Records a barrier first if the scratch accesses conflict with
-    /// earlier commands, then notes them.
-    fn order(&mut self, device: &ash::Device) {
-        if self.hazards.conflicts(&self.scratch) {
-            device_barrier(device, self.cmd);
-            self.hazards.clear();
-        }
-        self.hazards.add(&self.scratch);
     }
 
     /// Keeps `buffer` alive with this command buffer, once: a buffer among
@@ -396,44 +396,19 @@ impl Recorder {
             Some(set)
         };
 
-        self.order(vk_device);
-        let push = push_bytes(launch.params, &mut self.padded)?;
-        let [x, y, z] = launch.groups;
-        // SAFETY: `self.cmd` is recording outside a render pass; the
-        // pipeline, layout and set belong to this device and outlive the
-        // command buffer (the recorder keeps the kernel's objects and owns
-        // the set's pool); the pushed bytes lie inside the layout's range,
-        // which is the parameter bytes rounded up to a multiple of 4.
-        unsafe {
-            if self.bound != objects.pipeline {
-                vk_device.cmd_bind_pipeline(
-                    self.cmd,
-                    vk::PipelineBindPoint::COMPUTE,
-                    objects.pipeline,
-                );
-                self.bound = objects.pipeline;
-            }
-            if let Some(set) = set {
-                vk_device.cmd_bind_descriptor_sets(
-                    self.cmd,
-                    vk::PipelineBindPoint::COMPUTE,
-                    objects.layout,
-                    0,
-                    &[set],
-                    &[],
-                );
-            }
-            if !push.is_empty() {
-                vk_device.cmd_push_constants(
-                    self.cmd,
-                    objects.layout,
-                    vk::ShaderStageFlags::COMPUTE,
-                    0,
-                    push,
-                );
-            }
-            vk_device.cmd_dispatch(self.cmd, x, y, z);
-        }
+        // Parameters padded to a multiple of 4, for launches whose
+        // parameters are not.
+        let mut padded = [0; PADDED_PARAMS];
+        let command = Command::Dispatch {
+            pipeline: objects.pipeline,
+            layout: objects.layout,
+            set,
+            push: push_bytes(launch.params, &mut padded)?,
+            groups: launch.groups,
+        };
+        // The recorder keeps the kernel's objects and owns the set's pool,
+        // so they outlive the command buffer.
+        self.add(vk_device, &command);
         for bound in launch.bound {
             self.keep(bound.buffer);
         }
@@ -462,32 +437,57 @@ impl Recorder {
         let read = range_in(src, src_offset, len, op)?;
         let written = range_in(dst, dst_offset, len, op)?;
         if len == 0 {
+            // Still an operation the core numbers, though nothing runs.
+            if let Some(prepared) = &mut self.prepared {
+                prepared.push_empty();
+            }
             return Ok(());
         }
         self.scratch.clear();
         self.scratch.push((read, Access::Read));
         self.scratch.push((written, Access::Write));
-        self.order(&device.device);
-        let region = vk::BufferCopy::default()
-            .src_offset(src_offset)
-            .dst_offset(dst_offset)
-            .size(len);
-        // SAFETY: `self.cmd` is recording outside a render pass; both buffers
-        // are live, were created with the transfer usages, and the ranges
-        // were checked above.
-        unsafe {
-            device.device.cmd_copy_buffer(
-                self.cmd,
-                src.buffer,
-                dst.buffer,
-                std::slice::from_ref(&region),
-            );
-        }
+        let command = Command::Copy {
+            src: src.buffer,
+            dst: dst.buffer,
+            region: vk::BufferCopy::default()
+                .src_offset(src_offset)
+                .dst_offset(dst_offset)
+                .size(len),
+            to_host,
+        };
+        // Both buffers are kept below, and both ranges were checked above.
+        self.add(&device.device, &command);
         self.reads_back |= to_host;
         self.keep(src);
         self.keep(dst);
         self.commands += 1;
         Ok(())
+    }
+
+    /// Encodes `command`, touching the scratch ranges, after a barrier if
+    /// it conflicts with earlier ones; or, in a capture window, keeps it for
+    /// instantiation.
+    fn add(&mut self, device: &ash::Device, command: &Command<'_>) {
+        match &mut self.prepared {
+            Some(prepared) => prepared.push(command, &self.scratch),
+            None => {
+                self.hazards.order(device, self.cmd, &self.scratch);
+                encode(device, self.cmd, &mut self.bound, command);
+            }
+        }
+    }
+
+    /// Encodes a capture window's prepared commands in `order`; returns how
+    /// many barriers it placed between them.
+    fn encode_prepared(
+        &mut self,
+        device: &ash::Device,
+        order: Order<'_>,
+    ) -> Result<usize, DriverError> {
+        match &self.prepared {
+            Some(prepared) => prepared.encode(device, self.cmd, order),
+            None => Err(error("instantiate", "an eager batch has nothing prepared")),
+        }
     }
 
     /// Ends the command buffer, after a host barrier when the host will read
@@ -525,9 +525,11 @@ impl Recorder {
 /// command pool, its descriptor sets and every buffer and kernel its
 /// commands use; and, once it is replayed, the primary that executes it.
 ///
-/// Open on its stream while the window records, closed by
-/// [`GraphDriver::end`](capture_core::GraphDriver::end), then instantiated
-/// by an executable. Its own pool lets an executable free it on whatever
+/// Open on its stream while the window records, which keeps its commands
+/// prepared; closed by [`GraphDriver::end`](capture_core::GraphDriver::end);
+/// encoded into its secondary, in the order the graph keeps, when
+/// [`GraphDriver::instantiate`](capture_core::GraphDriver::instantiate)
+/// makes an executable of it. Its own pool lets an executable free it on whatever
 /// thread drops it. Dropping it destroys all of it: whoever holds it drops
 /// it only once no submission that executed it is pending (an executable
 /// waits for that).
@@ -535,6 +537,8 @@ pub struct Recording {
     device: Arc<Device>,
     pool: vk::CommandPool,
     recorder: Recorder,
+    /// The barriers encoded between commands; `None` until encoded.
+    barriers: Option<usize>,
     primary: Option<vk::CommandBuffer>,
 }
 
@@ -542,6 +546,7 @@ impl std::fmt::Debug for Recording {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Recording")
             .field("commands", &self.recorder.commands)
+            .field("barriers", &self.barriers)
             .finish_non_exhaustive()
     }
 }
@@ -582,6 +587,7 @@ impl Recording {
             device: Arc::clone(device),
             pool,
             recorder: Recorder::window(cmd),
+            barriers: None,
             primary: None,
         })
     }
@@ -596,9 +602,29 @@ impl Recording {
         &mut self.recorder
     }
 
-    /// Ends the secondary command buffer.
-    pub(crate) fn finish(&mut self) -> Result<(), DriverError> {
-        self.recorder.finish(&self.device.device)
+    /// Diagnostics: the global memory barriers encoded between the
+    /// recording's commands, 0 before it is instantiated. In issue order a
+    /// barrier goes before each command that touches what an earlier one
+    /// since the last barrier wrote (or writes what it read); in dependency
+    /// order there is one between consecutive levels.
+    pub fn barriers(&self) -> usize {
+        self.barriers.unwrap_or(0)
+    }
+
+    /// Encodes the prepared commands into the secondary in `order` and ends
+    /// it; once only.
+    pub(crate) fn encode(&mut self, order: Order<'_>) -> Result<(), DriverError> {
+        if self.barriers.is_some() {
+            return Err(error(
+                "instantiate",
+                "the recording was instantiated already",
+            ));
+        }
+        let vk_device = &self.device.device;
+        let barriers = self.recorder.encode_prepared(vk_device, order)?;
+        self.recorder.finish(vk_device)?;
+        self.barriers = Some(barriers);
+        Ok(())
     }
 
     /// The primary that executes the ended secondary, recorded on the first
@@ -608,6 +634,9 @@ impl Recording {
         const OP: &str = "upload";
         if let Some(primary) = self.primary {
             return Ok(primary);
+        }
+        if self.barriers.is_none() {
+            return Err(error(OP, "the recording was never instantiated"));
         }
         let vk_device = &self.device.device;
         let cmd = allocate_command_buffer(vk_device, self.pool, vk::CommandBufferLevel::PRIMARY)

@@ -445,7 +445,7 @@ impl Stream {
     }
 
     /// Starts recording a capture window: from here every copy and launch
-    /// goes to the window's secondary command buffer.
+    /// is kept prepared for the window's secondary command buffer.
     pub(crate) fn begin(&mut self) -> Result<(), DriverError> {
         // Eager work issued before the window need not wait for its end. It
         // was accepted already, so a failure to submit it is kept for the
@@ -455,16 +455,12 @@ impl Stream {
         Ok(())
     }
 
-    /// Stops recording and hands the window's recording back, ended. The
-    /// stream stops recording on every path: a recording that fails to end
-    /// is dropped, never having been submitted.
+    /// Stops recording and hands the window's recording back, its commands
+    /// prepared for instantiation to encode.
     pub(crate) fn end(&mut self) -> Result<Recording, DriverError> {
-        let mut recording = self
-            .recording
+        self.recording
             .take()
-            .ok_or_else(|| error("end capture", "the stream is not recording"))?;
-        recording.finish()?;
-        Ok(recording)
+            .ok_or_else(|| error("end capture", "the stream is not recording"))
     }
 }
 

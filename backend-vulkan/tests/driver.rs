@@ -10,8 +10,8 @@ use backend_vulkan::{
     Device, DevicePage, Executable, HostPage, Kernel, Recording, Stream, Vulkan, validation_counts,
 };
 use capture_core::{
-    Access, Availability, Binding, Builtin, BuiltinInfo, Builtins, DeviceSlice, Driver, Error,
-    GraphDriver, HostSlice, Launch, Order, Params, Signature, Updated, groups_for,
+    Access, Availability, Binding, Builtin, BuiltinInfo, Builtins, Dependencies, DeviceSlice,
+    Driver, Error, GraphDriver, HostSlice, Launch, Order, Params, Signature, Updated, groups_for,
 };
 
 /// Bytes per slice slot; capture-core keeps binding offsets at multiples of 256.
@@ -1212,4 +1212,189 @@ fn a_stream_waiting_for_an_event_copies_what_the_other_wrote_before_it() {
             drop(other);
         },
     );
+}
+
+/// Independent chains in [`Chains`], and launches in each.
+const CHAINS: usize = 8;
+const STEPS: usize = 6;
+
+/// [`CHAINS`] chains of [`STEPS`] launches, each chain on its own page
+/// holding x (at 0) and y (a slot after it): x += y, then y += 2x, in turn,
+/// so a step run before the one it follows changes what the chain ends with.
+/// With `copy_first`, each chain starts with a copy of y's start values from
+/// the host, which the synchronization validation layer checks the first
+/// launch's wait for.
+struct Chains {
+    pages: Vec<DevicePage>,
+    slot: u64,
+    n: usize,
+    copy_first: bool,
+    add: Kernel,
+    axpy: Kernel,
+    add_info: u64,
+    axpy_info: u64,
+}
+
+impl Chains {
+    fn new(f: &mut Fixture, n: usize, copy_first: bool) -> Self {
+        let slot = bytes_of(n).next_multiple_of(SLOT);
+        let pages = (0..CHAINS).map(|_| f.page(2 * slot)).collect();
+        let add = f.kernel(Builtin::Add);
+        let axpy = f.kernel(Builtin::Axpy);
+        let add_info = f.info(n as u32, 0.0);
+        let axpy_info = f.info(n as u32, 2.0);
+        Self {
+            pages,
+            slot,
+            n,
+            copy_first,
+            add,
+            axpy,
+            add_info,
+            axpy_info,
+        }
+    }
+
+    /// Operations in each chain.
+    fn operations(&self) -> usize {
+        STEPS + usize::from(self.copy_first)
+    }
+
+    /// Chain `c`'s host bytes: x's start values, then y's a slot after.
+    fn host(&self, c: usize) -> u64 {
+        c as u64 * 2 * self.slot
+    }
+
+    /// y's start values: i mod 7 for element i.
+    fn y(&self) -> Vec<f32> {
+        (0..self.n).map(|i| (i % 7) as f32).collect()
+    }
+
+    /// Puts every chain back to its start (x = c + 1 for chain c, y as
+    /// [`Chains::y`]), synced.
+    fn reset(&self, f: &mut Fixture) {
+        let y = self.y();
+        for (c, page) in self.pages.iter().enumerate() {
+            f.upload(self.host(c), &vec![(c + 1) as f32; self.n], page, 0);
+            f.upload(self.host(c) + self.slot, &y, page, self.slot);
+        }
+        f.sync();
+    }
+
+    /// Issues every chain's operations, chain after chain.
+    fn issue(&self, f: &mut Fixture) {
+        let y = self.y();
+        for (c, page) in self.pages.iter().enumerate() {
+            if self.copy_first {
+                f.upload(self.host(c) + self.slot, &y, page, self.slot);
+            }
+            let buffers = [(page, 0), (page, self.slot)];
+            for step in 0..STEPS {
+                if step % 2 == 0 {
+                    f.launch(&self.add, self.n, self.add_info, &buffers);
+                } else {
+                    f.launch(&self.axpy, self.n, self.axpy_info, &buffers);
+                }
+            }
+        }
+    }
+
+    /// The dependency graph of [`Chains::issue`]: each operation after the
+    /// one before it in its chain.
+    fn dependencies(&self) -> Dependencies {
+        let ops = self.operations();
+        let edges = (0..CHAINS)
+            .flat_map(|c| (0..ops - 1).map(move |s| (c * ops + s, c * ops + s + 1)))
+            .collect();
+        Dependencies {
+            nodes: CHAINS * ops,
+            edges,
+            depth: ops,
+            width: CHAINS,
+        }
+    }
+
+    /// Every chain's x and y, synced.
+    fn values(&self, f: &mut Fixture) -> Vec<Vec<f32>> {
+        let mut values = Vec::new();
+        for page in &self.pages {
+            values.push(f.download(page, 0, self.n));
+            values.push(f.download(page, self.slot, self.n));
+        }
+        values
+    }
+}
+
+/// Captures [`Chains`] chain after chain, instantiates it in issue order and
+/// as its dependency graph, and checks each executable's barriers and that
+/// two replays leave what two eager runs do.
+fn chains_replay_level_by_level(f: &mut Fixture, copy_first: bool) {
+    let chains = Chains::new(f, 300, copy_first);
+    chains.reset(f);
+    chains.issue(f);
+    chains.issue(f);
+    let eager = chains.values(f);
+    assert_ne!(eager[0], eager[2], "the chains start apart");
+
+    let ops = chains.operations();
+    let dependencies = chains.dependencies();
+    // In issue order every operation but a chain's first conflicts with the
+    // one before it; a chain's first touches nothing the chain before it
+    // did, so it needs none. Level by level, one barrier between levels.
+    let orders = [
+        (Order::Chain, CHAINS * (ops - 1)),
+        (Order::Dependencies(&dependencies), ops - 1),
+    ];
+    for (order, barriers) in orders {
+        let name = match order {
+            Order::Chain => "issue order",
+            Order::Dependencies(_) => "dependency graph",
+        };
+        chains.reset(f);
+        Vulkan::begin(&mut f.stream).expect("begin");
+        chains.issue(f);
+        let recording = Vulkan::end(&mut f.stream).expect("end");
+        assert_eq!(recording.barriers(), 0, "not encoded yet");
+        let exec = Vulkan::instantiate(&mut f.stream, recording, order).expect("instantiate");
+        eprintln!(
+            "{CHAINS} chains of {ops} operations, {name}: {} barriers",
+            exec.barriers()
+        );
+        assert_eq!(exec.barriers(), barriers, "{name}");
+        Vulkan::replay(&exec, &mut f.stream).expect("replay");
+        Vulkan::replay(&exec, &mut f.stream).expect("replay");
+        assert_eq!(chains.values(f), eager, "{name}");
+    }
+
+    // A graph numbering other operations than the window recorded is
+    // refused, and the stream runs eager work again afterwards.
+    Vulkan::begin(&mut f.stream).expect("begin");
+    chains.issue(f);
+    let recording = Vulkan::end(&mut f.stream).expect("end");
+    let fewer = Dependencies {
+        nodes: CHAINS * ops - 1,
+        ..Dependencies::default()
+    };
+    let refused = Vulkan::instantiate(&mut f.stream, recording, Order::Dependencies(&fewer))
+        .expect_err("a graph of fewer operations");
+    assert!(refused.message.contains("numbers"), "{refused}");
+    chains.reset(f);
+    chains.issue(f);
+    chains.issue(f);
+    assert_eq!(chains.values(f), eager);
+}
+
+#[test]
+fn independent_chains_replay_level_by_level_with_a_barrier_between_levels() {
+    run(
+        "independent_chains_replay_level_by_level_with_a_barrier_between_levels",
+        |f| chains_replay_level_by_level(f, false),
+    );
+}
+
+#[test]
+fn chains_headed_by_copies_replay_level_by_level() {
+    run("chains_headed_by_copies_replay_level_by_level", |f| {
+        chains_replay_level_by_level(f, true)
+    });
 }
