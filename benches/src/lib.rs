@@ -31,6 +31,7 @@ pub mod pipeline;
 pub mod raw;
 pub mod sizes;
 pub mod validation;
+pub mod wide;
 
 pub use backends::{Backend, Visit, availability, each_backend};
 pub use failure::{Failure, Result};

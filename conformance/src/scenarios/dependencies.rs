@@ -69,8 +69,7 @@ pub fn hazards_of_every_kind_replay_a_thousand_times_like_eager<D: UserKernels>(
     let [a, b, c, d] = &buffers[..] else {
         unreachable!("four buffers")
     };
-    let run = |pass| -> Result<(), capture_core::Error> {
-        let _ = pass;
+    let run = || -> Result<(), capture_core::Error> {
         let builtin = |which, args: &[&capture_core::Buffer], value| {
             client.run_builtin(stream, which, args, N, value)
         };
@@ -83,11 +82,11 @@ pub fn hazards_of_every_kind_replay_a_thousand_times_like_eager<D: UserKernels>(
         builtin(Builtin::Add, &[b, a], 0.0) // 6: b += a (RAW on a and b)
     };
     let want = [2.0, 3.0, 4.0, 4.0];
-    run(()).step("eager")?;
+    run().step("eager")?;
     for (buffer, value) in buffers.iter().zip(want) {
         expect_all(&client, buffer, value, "eager")?;
     }
-    let (graph, ()) = client.capture(stream, |_| run(())).step("capture")?;
+    let (graph, ()) = client.capture(stream, |_| run()).step("capture")?;
     let info = client.graph_info(&graph).step("info")?;
     ensure!(
         (info.launches, info.depth, info.width) == (7, 4, 2),

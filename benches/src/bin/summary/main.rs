@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 use benches::alloc_counter::CountingAlloc;
 use benches::validation::validation_off;
-use benches::{Backend, SYNC_EVERY, Visit, availability, each_backend, pipeline};
+use benches::{Backend, SYNC_EVERY, Visit, availability, each_backend, pipeline, wide};
 use conformance::workload::decode::{self, Shape};
 
 #[global_allocator]
@@ -26,12 +26,14 @@ static ALLOCATOR: CountingAlloc = CountingAlloc;
 enum Section {
     Recapture,
     Pipeline,
+    Dependencies,
 }
 
 /// Measures and prints each backend in turn.
 #[derive(Default)]
 struct Summary {
-    /// Measure one section only (`--recapture`, `--pipeline`): a quick
+    /// Measure one section only (`--recapture`, `--pipeline`,
+    /// `--dependencies`): a quick
     /// look without the full run's quarter of an hour.
     only: Option<Section>,
     failed: bool,
@@ -48,6 +50,9 @@ struct Summary {
     threads: Vec<String>,
     /// The two-stream pipeline against one stream, per backend.
     pipelines: Vec<String>,
+    /// Chain against dependency graph, per backend, and whether the
+    /// host's target held (`None` where none is set).
+    dependencies: Vec<(String, Option<bool>)>,
 }
 
 /// Operations each stress thread runs.
@@ -72,6 +77,11 @@ impl Visit for Summary {
             Some(Section::Pipeline) => {
                 return self.pipelines.push(pipeline_row::<D>(&mut self.failed));
             }
+            Some(Section::Dependencies) => {
+                return self
+                    .dependencies
+                    .push(dependencies_row::<D>(&mut self.failed));
+            }
             None => {}
         }
         match report::measure::<D>(device) {
@@ -91,6 +101,47 @@ impl Visit for Summary {
         self.updates.extend(update_rows::<D>(&mut self.failed));
         self.threads.push(thread_row::<D>(&mut self.failed));
         self.pipelines.push(pipeline_row::<D>(&mut self.failed));
+        self.dependencies
+            .push(dependencies_row::<D>(&mut self.failed));
+    }
+}
+
+/// How much faster the wide workload must replay as a dependency graph on
+/// the host backend, where the replay spreads over the machine's cores.
+const HOST_WIDE_SPEEDUP: f64 = 1.6;
+
+/// The wide workload and the decode step on `D`, as chains and as
+/// dependency graphs.
+fn dependencies_row<D: Backend>(failed: &mut bool) -> (String, Option<bool>) {
+    match wide::measure::<D>() {
+        Ok(f) => {
+            let target = (D::NAME == "host").then(|| f.wide_speedup() >= HOST_WIDE_SPEEDUP);
+            let verdict = match target {
+                Some(true) => format!("≥ {HOST_WIDE_SPEEDUP}x PASS"),
+                Some(false) => format!("≥ {HOST_WIDE_SPEEDUP}x FAIL"),
+                None => "-".into(),
+            };
+            let row = format!(
+                "| {} | {}x{} | {:.0} | {:.0} | {:.2}x | {verdict} | {:.0} | {:.0} | {:.2}x |",
+                D::NAME,
+                f.shape.0,
+                f.shape.1,
+                f.wide.0 * 1e6,
+                f.wide.1 * 1e6,
+                f.wide_speedup(),
+                f.decode.0 * 1e6,
+                f.decode.1 * 1e6,
+                f.decode_speedup(),
+            );
+            (row, target)
+        }
+        Err(err) => {
+            *failed = true;
+            (
+                format!("| {} | failed: {err} | | | | | | | |", D::NAME),
+                None,
+            )
+        }
     }
 }
 
@@ -293,6 +344,7 @@ fn main() -> ExitCode {
     let only = std::env::args().skip(1).find_map(|arg| match arg.as_str() {
         "--recapture" => Some(Section::Recapture),
         "--pipeline" => Some(Section::Pipeline),
+        "--dependencies" => Some(Section::Dependencies),
         _ => None,
     });
     let mut summary = Summary {
@@ -307,6 +359,10 @@ fn main() -> ExitCode {
         }
         Some(Section::Pipeline) => {
             print_pipelines(&summary);
+            return finish(&summary);
+        }
+        Some(Section::Dependencies) => {
+            print_dependencies(&mut summary);
             return finish(&summary);
         }
         None => {}
@@ -357,7 +413,33 @@ fn main() -> ExitCode {
     }
     println!();
     print_pipelines(&summary);
+    print_dependencies(&mut summary);
     finish(&summary)
+}
+
+/// The dependency-graph section: its table, the host's target counted.
+fn print_dependencies(summary: &mut Summary) {
+    println!(
+        "### dependency graphs
+
+{} independent {size}x{size} matrix-vector products and          their sum as a tree of adds (the sum checked), and the decode step, each captured          with its graph kept as a chain and as its dependency graph: µs per replay over {}          replays, fastest of three
+",
+        wide::BRANCHES,
+        wide::REPLAYS,
+        size = wide::SIZE,
+    );
+    println!(
+        "| backend | wide depth x width | wide chain µs | wide dependencies µs | chain / dependencies | target | decode chain µs | decode dependencies µs | chain / dependencies |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (row, target) in &summary.dependencies {
+        println!("{row}");
+        if let Some(held) = target {
+            summary.judged += 1;
+            summary.held += usize::from(*held);
+        }
+    }
+    println!();
 }
 
 /// The two-stream section.
