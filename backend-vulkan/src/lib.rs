@@ -252,8 +252,9 @@ impl GraphDriver for Vulkan {
 
     /// Never in place: a closed recording is encoded into its own command
     /// buffer at instantiation, so an executable made over it costs less
-    /// than moving it into the old one. The core swaps the new executable in behind the same
-    /// graph and keeps the old one until the device is past its replays.
+    /// than moving it into the old one. The core swaps the new executable
+    /// in behind the same graph and keeps the old one until the device is
+    /// past its replays.
     fn update(
         _stream: &mut Stream,
         _exec: &mut Executable,

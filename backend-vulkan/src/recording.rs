@@ -529,8 +529,8 @@ impl Recorder {
 /// prepared; closed by [`GraphDriver::end`](capture_core::GraphDriver::end);
 /// encoded into its secondary, in the order the graph keeps, when
 /// [`GraphDriver::instantiate`](capture_core::GraphDriver::instantiate)
-/// makes an executable of it. Its own pool lets an executable free it on whatever
-/// thread drops it. Dropping it destroys all of it: whoever holds it drops
+/// makes an executable of it. Its own pool lets an executable free it on
+/// whatever thread drops it. Dropping it destroys all of it: whoever holds it drops
 /// it only once no submission that executed it is pending (an executable
 /// waits for that).
 pub struct Recording {
