@@ -197,22 +197,6 @@ enum Bound<'a> {
     Unique(&'a mut [u8]),
 }
 
-impl<'a> View<'a> {
-    /// A binding the kernel only reads.
-    pub(crate) fn shared(bytes: &'a [u8]) -> Self {
-        Self {
-            bytes: Bound::Shared(bytes),
-        }
-    }
-
-    /// A binding the kernel writes.
-    pub(crate) fn unique(bytes: &'a mut [u8]) -> Self {
-        Self {
-            bytes: Bound::Unique(bytes),
-        }
-    }
-}
-
 impl View<'_> {
     /// The buffer's bytes.
     pub fn bytes(&self) -> &[u8] {
@@ -294,12 +278,12 @@ pub(crate) struct Dispatch {
 
 /// Where one binding lies among the locked pages.
 #[derive(Clone, Copy)]
-struct Place {
-    page: usize,
-    start: usize,
-    end: usize,
-    binding: usize,
-    writes: bool,
+pub(crate) struct Place {
+    pub(crate) page: usize,
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+    pub(crate) binding: usize,
+    pub(crate) writes: bool,
 }
 
 impl Dispatch {
@@ -401,7 +385,12 @@ pub(crate) fn run_groups(
     Ok(())
 }
 
-fn place(page: usize, range: &Range, binding: usize, writes: bool) -> Result<Place, String> {
+pub(crate) fn place(
+    page: usize,
+    range: &Range,
+    binding: usize,
+    writes: bool,
+) -> Result<Place, String> {
     let end = range
         .offset
         .checked_add(range.len)
@@ -417,7 +406,7 @@ fn place(page: usize, range: &Range, binding: usize, writes: bool) -> Result<Pla
 
 /// Cut `page` into the views of `places` (sorted by start). Ranges bound
 /// more than once are shared, which only read-only bindings may be.
-fn carve<'a>(
+pub(crate) fn carve<'a>(
     mut page: &'a mut [u8],
     places: &[Place],
     views: &mut [Option<View<'a>>],

@@ -25,8 +25,8 @@
 #![forbid(unsafe_code)]
 
 mod builtins;
-mod concurrent;
 mod kernels;
+mod level;
 mod memory;
 mod op;
 mod program;

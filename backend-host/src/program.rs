@@ -11,8 +11,8 @@ use std::ops::Range as Span;
 
 use capture_core::Dependencies;
 
-use crate::concurrent::dispatch_beside;
 use crate::kernels::{Dispatch, Kernel, dispatch};
+use crate::level::{self, Work};
 use crate::memory::Range;
 use crate::op::{Op, copy, run_kernel, touched_released};
 use crate::schedule::{Schedule, check_hazards};
@@ -156,7 +156,13 @@ impl Program {
             .map(|step| self.accesses(step))
             .collect();
         check_hazards(&accesses, &dependencies.edges)?;
-        self.schedule = Some(Schedule::of(dependencies));
+        let bytes = |step: usize| {
+            accesses[step]
+                .iter()
+                .map(|(range, _)| range.len as u64)
+                .sum()
+        };
+        self.schedule = Some(Schedule::of(dependencies, bytes));
         Ok(())
     }
 
@@ -191,35 +197,51 @@ impl Program {
         }
         match &self.schedule {
             Some(schedule) => schedule.run(
-                |step| self.run_step(step, false),
-                |step| self.run_step(step, true),
+                |step| self.run_step(step),
+                |steps, pool| {
+                    let work: Vec<Work<'_>> =
+                        steps.iter().map(|&step| self.work(step as usize)).collect();
+                    level::run(&work, pool)
+                },
             ),
-            None => (0..self.steps.len()).try_for_each(|step| self.run_step(step, false)),
+            None => (0..self.steps.len()).try_for_each(|step| self.run_step(step)),
         }
     }
 
-    /// Run step `step`, `beside` others of its level or alone.
-    fn run_step(&self, step: usize, beside: bool) -> Result<(), String> {
+    /// Step `step`, with the ranges and bytes it runs on.
+    fn work(&self, step: usize) -> Work<'_> {
         match &self.steps[step] {
-            Step::Copy { src, dst } => copy(&self.ranges[*src], &self.ranges[*dst]),
+            Step::Copy { src, dst } => Work::Copy {
+                src: &self.ranges[*src],
+                dst: &self.ranges[*dst],
+            },
             Step::Kernel {
                 kernel,
                 groups,
                 bindings,
                 info,
                 params,
-            } => {
-                let run = if beside { dispatch_beside } else { dispatch };
-                run_kernel(kernel, || {
-                    run(
-                        kernel,
-                        *groups,
-                        &self.ranges[bindings.clone()],
-                        info.map(|at| &self.ranges[at]),
-                        &self.params[params.clone()],
-                    )
-                })
-            }
+            } => Work::Kernel {
+                kernel,
+                groups: *groups,
+                bindings: &self.ranges[bindings.clone()],
+                info: info.map(|at| &self.ranges[at]),
+                params: &self.params[params.clone()],
+            },
+        }
+    }
+
+    /// Run step `step` alone.
+    fn run_step(&self, step: usize) -> Result<(), String> {
+        match self.work(step) {
+            Work::Copy { src, dst } => copy(src, dst),
+            Work::Kernel {
+                kernel,
+                groups,
+                bindings,
+                info,
+                params,
+            } => run_kernel(kernel, || dispatch(kernel, groups, bindings, info, params)),
         }
     }
 }

@@ -12,7 +12,6 @@ use std::sync::OnceLock;
 
 use capture_core::Dependencies;
 use fixedbitset::FixedBitSet;
-use rayon::prelude::*;
 
 use crate::memory::Range;
 
@@ -20,16 +19,25 @@ use crate::memory::Range;
 /// of steps, 2 MiB here); a larger graph is trusted.
 pub(crate) const CHECKED_STEPS: usize = 4096;
 
+/// Bytes a level's steps must touch between them before the level is
+/// spread over the pool: waking the pool's threads costs tens of
+/// microseconds, more than a level of small launches takes on one.
+pub(crate) const SPREAD_BYTES: u64 = 256 << 10;
+
 /// A program's steps, level after level.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Schedule {
     order: Vec<u32>,
     levels: Vec<Span<usize>>,
+    /// Whether each level is worth spreading over the pool.
+    spread: Vec<bool>,
 }
 
 impl Schedule {
-    /// The levels of `dependencies`, each level's steps in issue order.
-    pub(crate) fn of(dependencies: &Dependencies) -> Self {
+    /// The levels of `dependencies`, each level's steps in issue order; a
+    /// level of several steps that touch `SPREAD_BYTES` between them (as
+    /// `bytes` counts each step's) runs spread over the pool.
+    pub(crate) fn of(dependencies: &Dependencies, bytes: impl Fn(usize) -> u64) -> Self {
         let mut level = vec![0usize; dependencies.nodes];
         // Edges are sorted by their first step, so a step's level is final
         // before its outgoing edges are followed.
@@ -50,8 +58,20 @@ impl Schedule {
             order[next[l]] = step as u32;
             next[l] += 1;
         }
-        let levels = starts.windows(2).map(|w| w[0]..w[1]).collect();
-        Self { order, levels }
+        let levels: Vec<Span<usize>> = starts.windows(2).map(|w| w[0]..w[1]).collect();
+        let spread = levels
+            .iter()
+            .map(|level| {
+                let steps = &order[level.clone()];
+                steps.len() > 1
+                    && steps.iter().map(|&s| bytes(s as usize)).sum::<u64>() >= SPREAD_BYTES
+            })
+            .collect();
+        Self {
+            order,
+            levels,
+            spread,
+        }
     }
 
     /// Levels, the steps each holds.
@@ -63,22 +83,21 @@ impl Schedule {
             .collect()
     }
 
-    /// Run every step, level after level: a level of one step, or any level
-    /// on a machine of one core, with `alone`; the steps of a wider level
-    /// with `beside`, at the same time. The first error stops the program
+    /// Run every step, level after level: a level worth spreading with
+    /// `together`, on the pool; any other (a level of one step, of small
+    /// steps, or any level on a machine of one core) step by step with
+    /// `alone`. The first error stops the program
     /// after the level it happened in.
     pub(crate) fn run(
         &self,
         alone: impl Fn(usize) -> Result<(), String>,
-        beside: impl Fn(usize) -> Result<(), String> + Sync,
+        together: impl Fn(&[u32], &rayon::ThreadPool) -> Result<(), String>,
     ) -> Result<(), String> {
-        for level in &self.levels {
+        for (level, &spread) in self.levels.iter().zip(&self.spread) {
             let steps = &self.order[level.clone()];
-            match (steps, pool()) {
-                ([_], _) | (_, None) => steps.iter().try_for_each(|&s| alone(s as usize))?,
-                (_, Some(pool)) => {
-                    pool.install(|| steps.par_iter().try_for_each(|&s| beside(s as usize)))?
-                }
+            match pool().filter(|_| spread) {
+                Some(pool) => together(steps, pool)?,
+                None => steps.iter().try_for_each(|&s| alone(s as usize))?,
             }
         }
         Ok(())
@@ -167,41 +186,47 @@ mod tests {
     #[test]
     fn levels_hold_the_steps_whose_longest_chain_is_as_long() {
         // 0 -> 2 -> 3, 1 -> 3, 4 alone.
-        let schedule = Schedule::of(&deps(5, &[(0, 2), (1, 3), (2, 3)]));
+        let schedule = Schedule::of(&deps(5, &[(0, 2), (1, 3), (2, 3)]), |_| 0);
         assert_eq!(schedule.levels(), [vec![0, 1, 4], vec![2], vec![3]]);
-        assert!(Schedule::of(&deps(0, &[])).levels().is_empty());
+        assert!(Schedule::of(&deps(0, &[]), |_| 0).levels().is_empty());
     }
 
     #[test]
     fn a_level_runs_every_step_and_stops_at_an_error() {
         use std::sync::Mutex;
-        let schedule = Schedule::of(&deps(4, &[(0, 3), (1, 3), (2, 3)]));
-        let ran = Mutex::new(Vec::new());
-        let record = |step: usize| {
-            ran.lock().unwrap().push(step);
-            Ok(())
-        };
-        schedule.run(record, record).expect("runs");
-        let mut ran = ran.into_inner().unwrap();
-        assert_eq!(ran.pop(), Some(3), "the join runs last");
-        ran.sort_unstable();
-        assert_eq!(ran, [0, 1, 2]);
-        let failing = |step: usize| {
-            if step == 1 {
-                Err(format!("{step}"))
-            } else {
+        let edges = [(0, 3), (1, 3), (2, 3)];
+        let runs = |each: u64| {
+            let ran = Mutex::new(Vec::new());
+            let alone = |step: usize| {
+                ran.lock().unwrap().push(vec![step as u32]);
                 Ok(())
-            }
+            };
+            let together = |steps: &[u32], _: &rayon::ThreadPool| {
+                ran.lock().unwrap().push(steps.to_vec());
+                Ok(())
+            };
+            Schedule::of(&deps(4, &edges), |_| each)
+                .run(alone, together)
+                .expect("runs");
+            ran.into_inner().unwrap()
         };
+        let one_by_one = [vec![0], vec![1], vec![2], vec![3]];
+        match pool() {
+            Some(_) => assert_eq!(runs(SPREAD_BYTES / 2), [vec![0, 1, 2], vec![3]]),
+            None => assert_eq!(runs(SPREAD_BYTES / 2), one_by_one),
+        }
+        // Small steps run one by one, however wide their level.
+        assert_eq!(runs(SPREAD_BYTES / 4), one_by_one);
+        let schedule = Schedule::of(&deps(4, &edges), |_| SPREAD_BYTES);
         let after = Mutex::new(false);
         let err = schedule.run(
             |step| {
                 if step == 3 {
                     *after.lock().unwrap() = true;
                 }
-                failing(step)
+                if step == 1 { Err("1".into()) } else { Ok(()) }
             },
-            failing,
+            |_, _| Err("1".to_string()),
         );
         assert_eq!(err, Err("1".into()));
         assert!(!*after.lock().unwrap(), "nothing runs after a failed level");

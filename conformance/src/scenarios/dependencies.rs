@@ -60,10 +60,12 @@ pub fn hazards_of_every_kind_replay_a_thousand_times_like_eager<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     const REPLAYS: usize = 1000;
+    // Large enough that the host backend spreads each level over its pool.
+    const ELEMENTS: u32 = 1 << 15;
     let client = session.client();
     let stream = client.create_stream().step("stream")?;
     let buffers: Vec<_> = (0..4)
-        .map(|_| client.create_f32(stream, &[0.0; NU]))
+        .map(|_| client.create_f32(stream, &vec![0.0; ELEMENTS as usize]))
         .collect::<Result<_, _>>()
         .step("buffers")?;
     let [a, b, c, d] = &buffers[..] else {
@@ -71,7 +73,7 @@ pub fn hazards_of_every_kind_replay_a_thousand_times_like_eager<D: UserKernels>(
     };
     let run = || -> Result<(), capture_core::Error> {
         let builtin = |which, args: &[&capture_core::Buffer], value| {
-            client.run_builtin(stream, which, args, N, value)
+            client.run_builtin(stream, which, args, ELEMENTS, value)
         };
         builtin(Builtin::Fill, &[a], 1.0)?; // 0: a = 1
         builtin(Builtin::Fill, &[c], 3.0)?; // 1: c = 3, beside 0
@@ -94,7 +96,7 @@ pub fn hazards_of_every_kind_replay_a_thousand_times_like_eager<D: UserKernels>(
         (info.launches, info.depth, info.width)
     );
     for buffer in &buffers {
-        client.write_f32(buffer, &[-1.0; NU]).step("poison")?;
+        client.write_f32(buffer, &vec![-1.0; ELEMENTS as usize]).step("poison")?;
     }
     for replay in 1..=REPLAYS {
         client.replay(&graph).step("replay")?;
