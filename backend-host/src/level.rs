@@ -58,10 +58,11 @@ impl Work<'_> {
             Work::Copy { .. } => match &mut views[..] {
                 [src, dst] => {
                     let (src, dst) = (src.bytes(), dst.bytes_mut()?);
-                    match dst.get_mut(..src.len()) {
-                        Some(dst) => Ok(dst.copy_from_slice(src)),
-                        None => Err("copy destination out of range".into()),
-                    }
+                    let dst = dst
+                        .get_mut(..src.len())
+                        .ok_or("copy destination out of range")?;
+                    dst.copy_from_slice(src);
+                    Ok(())
                 }
                 _ => Err("a copy has two ranges".into()),
             },
@@ -79,6 +80,9 @@ impl Work<'_> {
         }
     }
 }
+
+/// A step and the views of its ranges.
+type Placed<'w, 'v, 'p> = (&'w Work<'w>, &'v mut [Option<View<'p>>]);
 
 /// Run every step of `level` at once on `pool`.
 pub(crate) fn run(level: &[Work<'_>], pool: &rayon::ThreadPool) -> Result<(), String> {
@@ -114,7 +118,7 @@ pub(crate) fn run(level: &[Work<'_>], pool: &rayon::ThreadPool) -> Result<(), St
         in_page.sort_by_key(|p| (p.start, p.end));
         carve(&mut guard[..], &in_page, &mut views, &mut unused)?;
     }
-    let mut steps: SmallVec<[(&Work<'_>, &mut [Option<View<'_>>]); 16]> = SmallVec::new();
+    let mut steps: SmallVec<[Placed<'_, '_, '_>; 16]> = SmallVec::new();
     let mut rest = &mut views[..];
     for work in level {
         let (mine, tail) = std::mem::take(&mut rest).split_at_mut(work.ranges().count());
