@@ -198,7 +198,7 @@ fn backend_host_runs_only_host_trials() {
     }
     assert!(
         run.stdout
-            .contains("test result: ok. 1 passed; 0 failed; 0 ignored;"),
+            .contains("test result: ok. 2 passed; 0 failed; 0 ignored;"),
         "{}",
         run.stdout
     );
