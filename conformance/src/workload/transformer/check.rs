@@ -1,8 +1,9 @@
 //! A device's generated tokens and final hidden state against the
 //! reference.
 
-use super::super::decode::relative_error;
-use super::{Reference, Start, Weights, argmax, top_gap};
+use super::device::Start;
+use super::reference::{Reference, Weights, argmax, top_gap};
+use crate::workload::decode::relative_error;
 
 /// How close the reference's best logit and the device's choice may be for
 /// a differing token to count as a near-tie rather than a failure.
@@ -162,8 +163,9 @@ pub fn check(weights: &Weights, starts: &[Start], tokens: &[Vec<u32>], hidden: &
 
 #[cfg(test)]
 mod tests {
-    use super::super::Config;
     use super::*;
+    use crate::workload::transformer::device::starts;
+    use crate::workload::transformer::reference::Config;
 
     fn reference_run(
         weights: &Weights,
@@ -189,7 +191,7 @@ mod tests {
     #[test]
     fn the_reference_passes_itself_and_a_changed_token_fails() {
         let weights = Weights::new(Config::SMALL);
-        let starts = super::super::starts(2, &weights.config);
+        let starts = starts(2, &weights.config);
         let (mut tokens, hidden) = reference_run(&weights, &starts, 8);
         let verdict = check(&weights, &starts, &tokens, &hidden);
         assert!(verdict.passed(), "{}", verdict.summary());
@@ -208,7 +210,7 @@ mod tests {
     #[test]
     fn a_shifted_hidden_state_fails() {
         let weights = Weights::new(Config::SMALL);
-        let starts = super::super::starts(1, &weights.config);
+        let starts = starts(1, &weights.config);
         let (tokens, mut hidden) = reference_run(&weights, &starts, 4);
         hidden[5] += 0.1;
         let verdict = check(&weights, &starts, &tokens, &hidden);

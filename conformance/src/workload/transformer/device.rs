@@ -4,8 +4,9 @@
 
 use capture_core::{Buffer, Builtin, Client, Error, StreamId};
 
-use super::super::UserKernels;
-use super::{Config, EPS, Kernels, Weights};
+use super::kernels::Kernels;
+use super::reference::{Config, EPS, Weights};
+use crate::workload::UserKernels;
 
 /// Where a sequence starts: its first token and the position it is at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -289,7 +289,7 @@ pub(crate) fn argmax(group: &Group<'_>, buffers: &mut [View<'_>]) -> Result<(), 
     check("logits", logits.len(), batch * vocab)?;
     check("tokens", tokens.len(), batch)?;
     check("generated", generated.len(), batch * context)?;
-    let token = super::argmax(&logits[b * vocab..(b + 1) * vocab]);
+    let token = super::reference::argmax(&logits[b * vocab..(b + 1) * vocab]);
     tokens[b] = token;
     generated[b * context + position(pos, b, context)?] = token;
     Ok(())

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use capture_core::{Buffer, Client, Error, Kernel, Params, StreamId};
 
-use super::super::{UserKernel, UserKernels, grid};
+use crate::workload::{UserKernel, UserKernels, grid};
 
 /// The kernels this module launches, in the order [`Kernels`] holds them.
 const USED: [UserKernel; 12] = [
