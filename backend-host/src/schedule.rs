@@ -38,40 +38,17 @@ impl Schedule {
     /// level of several steps that touch `SPREAD_BYTES` between them (as
     /// `bytes` counts each step's) runs spread over the pool.
     pub(crate) fn of(dependencies: &Dependencies, bytes: impl Fn(usize) -> u64) -> Self {
-        let mut level = vec![0usize; dependencies.nodes];
-        // Edges are sorted by their first step, so a step's level is final
-        // before its outgoing edges are followed.
-        for &(from, to) in &dependencies.edges {
-            level[to] = level[to].max(level[from] + 1);
+        let mut schedule = Self::default();
+        for level in dependencies.levels() {
+            let start = schedule.order.len();
+            schedule.order.extend(level.iter().map(|&step| step as u32));
+            schedule.levels.push(start..schedule.order.len());
+            let touched: u64 = level.iter().map(|&step| bytes(step)).sum();
+            schedule
+                .spread
+                .push(level.len() > 1 && touched >= SPREAD_BYTES);
         }
-        let depth = level.iter().max().map_or(0, |deepest| deepest + 1);
-        let mut starts = vec![0usize; depth + 1];
-        for &l in &level {
-            starts[l + 1] += 1;
-        }
-        for l in 0..depth {
-            starts[l + 1] += starts[l];
-        }
-        let mut next = starts.clone();
-        let mut order = vec![0u32; dependencies.nodes];
-        for (step, &l) in level.iter().enumerate() {
-            order[next[l]] = step as u32;
-            next[l] += 1;
-        }
-        let levels: Vec<Span<usize>> = starts.windows(2).map(|w| w[0]..w[1]).collect();
-        let spread = levels
-            .iter()
-            .map(|level| {
-                let steps = &order[level.clone()];
-                steps.len() > 1
-                    && steps.iter().map(|&s| bytes(s as usize)).sum::<u64>() >= SPREAD_BYTES
-            })
-            .collect();
-        Self {
-            order,
-            levels,
-            spread,
-        }
+        schedule
     }
 
     /// Levels, the steps each holds.

@@ -48,28 +48,48 @@ impl Dependencies {
         if nodes <= MAX_REDUCED {
             reduce(&mut successors);
         }
-        let mut level = vec![0usize; nodes];
-        for (from, list) in successors.iter().enumerate() {
-            for &to in list {
-                level[to] = level[to].max(level[from] + 1);
-            }
-        }
-        let depth = level.iter().max().map_or(0, |deepest| deepest + 1);
-        let mut per_level = vec![0usize; depth];
-        for &l in &level {
-            per_level[l] += 1;
-        }
         let edges = successors
             .iter()
             .enumerate()
             .flat_map(|(from, list)| list.iter().map(move |&to| (from, to)))
             .collect();
-        Self {
+        let mut graph = Self {
             nodes,
             edges,
-            depth,
-            width: per_level.into_iter().max().unwrap_or(0),
+            ..Self::default()
+        };
+        let levels = graph.levels();
+        graph.depth = levels.len();
+        graph.width = levels.iter().map(Vec::len).max().unwrap_or(0);
+        graph
+    }
+}
+
+impl Dependencies {
+    /// The operations level by level, each level in issue order: an
+    /// operation's level is the number of operations on the longest chain
+    /// of its predecessors. No edge joins two operations of one level and
+    /// every edge goes from a lower level to a higher one, so a backend may
+    /// run a level's operations together, with one barrier between levels.
+    pub fn levels(&self) -> Vec<Vec<usize>> {
+        let level = self.level_of();
+        let depth = level.iter().max().map_or(0, |deepest| deepest + 1);
+        let mut levels = vec![Vec::new(); depth];
+        for (operation, &l) in level.iter().enumerate() {
+            levels[l].push(operation);
         }
+        levels
+    }
+
+    /// Each operation's level. The edges are sorted by their first
+    /// operation, which comes before the second, so one pass settles each
+    /// level before an edge leaves it.
+    fn level_of(&self) -> Vec<usize> {
+        let mut level = vec![0usize; self.nodes];
+        for &(from, to) in &self.edges {
+            level[to] = level[to].max(level[from] + 1);
+        }
+        level
     }
 }
 
@@ -138,6 +158,23 @@ mod tests {
         let deps = Dependencies::of(&log);
         assert_eq!((deps.nodes, deps.depth, deps.width), (48, 6, 8));
         assert_eq!(deps.edges.len(), 40, "one per step of each chain");
+    }
+
+    #[test]
+    fn levels_hold_what_no_edge_joins_in_issue_order() {
+        use Access::{Read, ReadWrite, Write};
+        // 0 -> 1 -> 3 and 2 -> 3, 4 alone: 3's level is its longer chain's.
+        let log = vec![
+            launch(&[(1, Write)]),
+            launch(&[(1, ReadWrite)]),
+            launch(&[(2, Write)]),
+            launch(&[(1, Read), (2, Read), (3, Write)]),
+            launch(&[(4, Write)]),
+        ];
+        let deps = Dependencies::of(&log);
+        assert_eq!(deps.levels(), [vec![0, 2, 4], vec![1], vec![3]]);
+        assert_eq!((deps.depth, deps.width), (3, 3));
+        assert!(Dependencies::default().levels().is_empty());
     }
 
     #[test]
