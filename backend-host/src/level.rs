@@ -84,8 +84,8 @@ impl Work<'_> {
 /// A step and the views of its ranges.
 type Placed<'w, 'v, 'p> = (&'w Work<'w>, &'v mut [Option<View<'p>>]);
 
-/// Run every step of `level` at once on `pool`.
-pub(crate) fn run(level: &[Work<'_>], pool: &rayon::ThreadPool) -> Result<(), String> {
+/// Run every step of `level` at once, on the pool the caller runs on.
+pub(crate) fn run(level: &[Work<'_>]) -> Result<(), String> {
     let mut pages: SmallVec<[&Range; 32]> = level
         .iter()
         .flat_map(|work| work.ranges().map(|(range, _)| range))
@@ -125,10 +125,8 @@ pub(crate) fn run(level: &[Work<'_>], pool: &rayon::ThreadPool) -> Result<(), St
         steps.push((work, mine));
         rest = tail;
     }
-    pool.install(|| {
-        use rayon::prelude::*;
-        steps
-            .par_iter_mut()
-            .try_for_each(|(work, views)| work.run(views))
-    })
+    use rayon::prelude::*;
+    steps
+        .par_iter_mut()
+        .try_for_each(|(work, views)| work.run(views))
 }

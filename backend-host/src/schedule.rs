@@ -61,23 +61,33 @@ impl Schedule {
     }
 
     /// Run every step, level after level: a level worth spreading with
-    /// `together`, on the pool; any other (a level of one step, of small
-    /// steps, or any level on a machine of one core) step by step with
-    /// `alone`. The first error stops the program
-    /// after the level it happened in.
+    /// `together`, its steps at once; any other (a level of one step, of
+    /// small steps, or any level on a machine of one core) step by step
+    /// with `alone`. A program with a level to spread runs whole on the
+    /// pool, so its threads are woken once a replay rather than once a
+    /// level. The first error stops the program after the level it
+    /// happened in.
     pub(crate) fn run(
         &self,
-        alone: impl Fn(usize) -> Result<(), String>,
-        together: impl Fn(&[u32], &rayon::ThreadPool) -> Result<(), String>,
+        alone: impl Fn(usize) -> Result<(), String> + Sync,
+        together: impl Fn(&[u32]) -> Result<(), String> + Sync,
     ) -> Result<(), String> {
-        for (level, &spread) in self.levels.iter().zip(&self.spread) {
-            let steps = &self.order[level.clone()];
-            match pool().filter(|_| spread) {
-                Some(pool) => together(steps, pool)?,
-                None => steps.iter().try_for_each(|&s| alone(s as usize))?,
+        let pool = pool().filter(|_| self.spread.contains(&true));
+        let levels = || {
+            for (level, &spread) in self.levels.iter().zip(&self.spread) {
+                let steps = &self.order[level.clone()];
+                if spread && pool.is_some() {
+                    together(steps)?;
+                } else {
+                    steps.iter().try_for_each(|&s| alone(s as usize))?;
+                }
             }
+            Ok(())
+        };
+        match pool {
+            Some(pool) => pool.install(levels),
+            None => levels(),
         }
-        Ok(())
     }
 }
 
@@ -178,7 +188,7 @@ mod tests {
                 ran.lock().unwrap().push(vec![step as u32]);
                 Ok(())
             };
-            let together = |steps: &[u32], _: &rayon::ThreadPool| {
+            let together = |steps: &[u32]| {
                 ran.lock().unwrap().push(steps.to_vec());
                 Ok(())
             };
@@ -203,7 +213,7 @@ mod tests {
                 }
                 if step == 1 { Err("1".into()) } else { Ok(()) }
             },
-            |_, _| Err("1".to_string()),
+            |_| Err("1".to_string()),
         );
         assert_eq!(err, Err("1".into()));
         assert!(!*after.lock().unwrap(), "nothing runs after a failed level");

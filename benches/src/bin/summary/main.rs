@@ -420,10 +420,10 @@ fn main() -> ExitCode {
 /// The dependency-graph section: its table, the host's target counted.
 fn print_dependencies(summary: &mut Summary) {
     println!(
-        "### dependency graphs
-
-{} independent {size}x{size} matrix-vector products and          their sum as a tree of adds (the sum checked), and the decode step, each captured          with its graph kept as a chain and as its dependency graph: µs per replay over {}          replays, fastest of three
-",
+        "### dependency graphs\n\n{} independent {size}x{size} matrix-vector products and \
+         their sum as a tree of adds (the sum checked), and the decode step, each captured \
+         with its graph kept as a chain and as its dependency graph: µs per replay over {} \
+         replays, fastest of three\n",
         wide::BRANCHES,
         wide::REPLAYS,
         size = wide::SIZE,
