@@ -3,6 +3,9 @@
 //! once, cut into every step's bindings (written ranges exclusive, read ones
 //! shared), and the steps run side by side on those views.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
+
 use smallvec::SmallVec;
 
 use crate::kernels::{Kernel, Place, View, carve, place, run_groups};
@@ -84,8 +87,10 @@ impl Work<'_> {
 /// A step and the views of its ranges.
 type Placed<'w, 'v, 'p> = (&'w Work<'w>, &'v mut [Option<View<'p>>]);
 
-/// Run every step of `level` at once, on the pool the caller runs on.
-pub(crate) fn run(level: &[Work<'_>]) -> Result<(), String> {
+/// Run every step of `level` at once: the calling thread and each of
+/// `pool`'s take the next step not yet taken until none is left, so the
+/// caller starts at once and a helper that wakes late only takes less.
+pub(crate) fn run(level: &[Work<'_>], pool: &rayon::ThreadPool) -> Result<(), String> {
     let mut pages: SmallVec<[&Range; 32]> = level
         .iter()
         .flat_map(|work| work.ranges().map(|(range, _)| range))
@@ -118,15 +123,34 @@ pub(crate) fn run(level: &[Work<'_>]) -> Result<(), String> {
         in_page.sort_by_key(|p| (p.start, p.end));
         carve(&mut guard[..], &in_page, &mut views, &mut unused)?;
     }
-    let mut steps: SmallVec<[Placed<'_, '_, '_>; 16]> = SmallVec::new();
+    let mut steps: SmallVec<[Mutex<Placed<'_, '_, '_>>; 16]> = SmallVec::new();
     let mut rest = &mut views[..];
     for work in level {
         let (mine, tail) = std::mem::take(&mut rest).split_at_mut(work.ranges().count());
-        steps.push((work, mine));
+        steps.push(Mutex::new((work, mine)));
         rest = tail;
     }
-    use rayon::prelude::*;
-    steps
-        .par_iter_mut()
-        .try_for_each(|(work, views)| work.run(views))
+    let next = AtomicUsize::new(0);
+    let failure: Mutex<Option<String>> = Mutex::new(None);
+    let take_steps = || {
+        while let Some(step) = steps.get(next.fetch_add(1, Ordering::Relaxed)) {
+            // Each step is taken once, so its lock is never contended.
+            let mut step = step.lock().unwrap_or_else(PoisonError::into_inner);
+            let (work, views) = &mut *step;
+            if let Err(err) = work.run(views) {
+                let mut failure = failure.lock().unwrap_or_else(PoisonError::into_inner);
+                failure.get_or_insert(err);
+            }
+        }
+    };
+    pool.in_place_scope(|scope| {
+        for _ in 0..pool.current_num_threads() {
+            scope.spawn(|_| take_steps());
+        }
+        take_steps();
+    });
+    match failure.into_inner().unwrap_or_else(PoisonError::into_inner) {
+        Some(err) => Err(err),
+        None => Ok(()),
+    }
 }

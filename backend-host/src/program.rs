@@ -198,10 +198,10 @@ impl Program {
         match &self.schedule {
             Some(schedule) => schedule.run(
                 |step| self.run_step(step),
-                |steps| {
+                |steps, pool| {
                     let work: Vec<Work<'_>> =
                         steps.iter().map(|&step| self.work(step as usize)).collect();
-                    level::run(&work)
+                    level::run(&work, pool)
                 },
             ),
             None => (0..self.steps.len()).try_for_each(|step| self.run_step(step)),

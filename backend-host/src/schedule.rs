@@ -61,39 +61,30 @@ impl Schedule {
     }
 
     /// Run every step, level after level: a level worth spreading with
-    /// `together`, its steps at once; any other (a level of one step, of
-    /// small steps, or any level on a machine of one core) step by step
-    /// with `alone`. A program with a level to spread runs whole on the
-    /// pool, so its threads are woken once a replay rather than once a
-    /// level. The first error stops the program after the level it
-    /// happened in.
+    /// `together`, its steps at once with the pool's help; any other (a
+    /// level of one step, of small steps, or any level on a machine of one
+    /// core) step by step with `alone`. The first error stops the program
+    /// after the level it happened in.
     pub(crate) fn run(
         &self,
-        alone: impl Fn(usize) -> Result<(), String> + Sync,
-        together: impl Fn(&[u32]) -> Result<(), String> + Sync,
+        alone: impl Fn(usize) -> Result<(), String>,
+        together: impl Fn(&[u32], &rayon::ThreadPool) -> Result<(), String>,
     ) -> Result<(), String> {
-        let pool = pool().filter(|_| self.spread.contains(&true));
-        let levels = || {
-            for (level, &spread) in self.levels.iter().zip(&self.spread) {
-                let steps = &self.order[level.clone()];
-                if spread && pool.is_some() {
-                    together(steps)?;
-                } else {
-                    steps.iter().try_for_each(|&s| alone(s as usize))?;
-                }
+        for (level, &spread) in self.levels.iter().zip(&self.spread) {
+            let steps = &self.order[level.clone()];
+            match pool().filter(|_| spread) {
+                Some(pool) => together(steps, pool)?,
+                None => steps.iter().try_for_each(|&s| alone(s as usize))?,
             }
-            Ok(())
-        };
-        match pool {
-            Some(pool) => pool.install(levels),
-            None => levels(),
         }
+        Ok(())
     }
 }
 
-/// The threads replays spread their levels over, one per core, shared by
-/// every stream; `None` on a machine of one core, or where no thread could
-/// be started (replays then run their steps one by one).
+/// The threads that help a replay's thread with a level, one per core
+/// besides it, shared by every stream; `None` on a machine of one core, or
+/// where no thread could be started (replays then run their steps one by
+/// one).
 fn pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
     POOL.get_or_init(|| {
@@ -102,7 +93,7 @@ fn pool() -> Option<&'static rayon::ThreadPool> {
             return None;
         }
         rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
+            .num_threads(threads - 1)
             .thread_name(|i| format!("host-replay-{i}"))
             .build()
             .ok()
@@ -188,7 +179,7 @@ mod tests {
                 ran.lock().unwrap().push(vec![step as u32]);
                 Ok(())
             };
-            let together = |steps: &[u32]| {
+            let together = |steps: &[u32], _: &rayon::ThreadPool| {
                 ran.lock().unwrap().push(steps.to_vec());
                 Ok(())
             };
@@ -213,7 +204,7 @@ mod tests {
                 }
                 if step == 1 { Err("1".into()) } else { Ok(()) }
             },
-            |_| Err("1".to_string()),
+            |_, _| Err("1".to_string()),
         );
         assert_eq!(err, Err("1".into()));
         assert!(!*after.lock().unwrap(), "nothing runs after a failed level");

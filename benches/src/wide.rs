@@ -14,7 +14,7 @@ pub const BRANCHES: usize = 8;
 /// Rows and columns of each product's matrix.
 pub const SIZE: u32 = 512;
 /// Replays timed per measurement.
-pub const REPLAYS: usize = 40;
+pub const REPLAYS: usize = 100;
 
 /// A client whose graphs keep `order`.
 fn client<D: UserKernels>(order: ReplayOrder) -> Result<Client<D>, Error> {
@@ -150,10 +150,13 @@ impl Figures {
     }
 }
 
-/// Both workloads both ways, the fastest of three runs of each.
+/// Runs of each measurement; the fastest counts.
+pub const RUNS: usize = 5;
+
+/// Both workloads both ways, the fastest of [`RUNS`] runs of each.
 pub fn measure<D: UserKernels>() -> Result<Figures, Error> {
     let best = |f: &dyn Fn() -> Result<f64, Error>| -> Result<f64, Error> {
-        (0..3).try_fold(f64::MAX, |best, _| Ok(best.min(f()?)))
+        (0..RUNS).try_fold(f64::MAX, |best, _| Ok(best.min(f()?)))
     };
     let (_, info) = wide_seconds::<D>(ReplayOrder::Dependencies)?;
     Ok(Figures {

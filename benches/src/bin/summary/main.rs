@@ -423,9 +423,10 @@ fn print_dependencies(summary: &mut Summary) {
         "### dependency graphs\n\n{} independent {size}x{size} matrix-vector products and \
          their sum as a tree of adds (the sum checked), and the decode step, each captured \
          with its graph kept as a chain and as its dependency graph: µs per replay over {} \
-         replays, fastest of three\n",
+         replays, fastest of {}\n",
         wide::BRANCHES,
         wide::REPLAYS,
+        wide::RUNS,
         size = wide::SIZE,
     );
     println!(
