@@ -101,6 +101,10 @@ fn pool() -> Option<&'static rayon::ThreadPool> {
     .as_ref()
 }
 
+/// One step's access to a range: its page, start and end, the step, and
+/// whether it writes.
+type Access = (u64, usize, usize, usize, bool);
+
 /// Whether `edges` order every pair of the `steps` (each a list of ranges
 /// and whether the step writes them) that share a byte with one writing
 /// it; the first such pair left unordered otherwise.
@@ -119,8 +123,18 @@ pub(crate) fn check_hazards(
         reach[from].insert(to);
         reach[from].union_with(&below);
     }
-    // Every access, by page and start, so only overlapping ones are paired.
-    let mut all: Vec<(u64, usize, usize, usize, bool)> = steps
+    let unordered = |a: usize, b: usize, page: u64| {
+        let (first, second) = (a.min(b), a.max(b));
+        if first == second || reach[first].contains(second) {
+            return Ok(());
+        }
+        Err(format!(
+            "steps {first} and {second} touch the same bytes of page {page}, one writing \
+             them, and no edge orders them"
+        ))
+    };
+    // Every access, grouped by the exact range it touches, in step order.
+    let mut all: Vec<Access> = steps
         .iter()
         .enumerate()
         .flat_map(|(step, ranges)| {
@@ -131,17 +145,43 @@ pub(crate) fn check_hazards(
         })
         .collect();
     all.sort_unstable();
-    for (i, &(page, _, end, a, a_writes)) in all.iter().enumerate() {
-        for &(other_page, start, _, b, b_writes) in &all[i + 1..] {
+    let groups: Vec<&[Access]> = all
+        .chunk_by(|a, b| (a.0, a.1, a.2) == (b.0, b.1, b.2))
+        .collect();
+    // Within one range, order is transitive: each access need only follow
+    // the last write before it, and each write the reads since that write.
+    for group in &groups {
+        let (mut last_write, mut reads) = (None, Vec::new());
+        for &(page, _, _, step, writes) in *group {
+            if let Some(write) = last_write {
+                unordered(write, step, page)?;
+            }
+            if writes {
+                for &read in &reads {
+                    unordered(read, step, page)?;
+                }
+                reads.clear();
+                last_write = Some(step);
+            } else {
+                reads.push(step);
+            }
+        }
+    }
+    // Distinct ranges that overlap (rare: a binding is a whole buffer) are
+    // paired access by access.
+    for (i, group) in groups.iter().enumerate() {
+        let (page, _, end, ..) = group[0];
+        for other in &groups[i + 1..] {
+            let (other_page, start, ..) = other[0];
             if other_page != page || start >= end {
                 break;
             }
-            let (first, second) = (a.min(b), a.max(b));
-            if first != second && (a_writes || b_writes) && !reach[first].contains(second) {
-                return Err(format!(
-                    "steps {first} and {second} touch the same bytes of page {page}, one \
-                     writing them, and no edge orders them"
-                ));
+            for &(_, _, _, a, a_writes) in *group {
+                for &(_, _, _, b, b_writes) in *other {
+                    if a_writes || b_writes {
+                        unordered(a, b, page)?;
+                    }
+                }
             }
         }
     }
@@ -228,6 +268,23 @@ mod tests {
         assert!(check_hazards(&steps, &[(0, 3), (1, 3), (2, 3)]).is_err());
         let err = check_hazards(&steps, &[(0, 1), (1, 3)]).expect_err("2 and 3 unordered");
         assert!(err.contains("steps 2 and 3"), "{err}");
+        // One range: write, read, read, write, read. Each read must follow
+        // the write before it and the second write both reads.
+        let one = vec![
+            vec![(&a, true)],
+            vec![(&a, false)],
+            vec![(&a, false)],
+            vec![(&a, true)],
+            vec![(&a, false)],
+        ];
+        let chain = [(0, 1), (0, 2), (1, 3), (2, 3), (3, 4)];
+        assert!(check_hazards(&one, &chain).is_ok());
+        for missing in 0..chain.len() {
+            let mut edges = chain.to_vec();
+            let (from, to) = edges.remove(missing);
+            let err = check_hazards(&one, &edges).expect_err("a link is missing");
+            assert!(err.contains(&format!("steps {from} and {to}")), "{err}");
+        }
         // Two readers of one range need no order.
         let readers = vec![vec![(&b, false)], vec![(&b, false)]];
         assert!(check_hazards(&readers, &[]).is_ok());
