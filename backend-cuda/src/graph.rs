@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use capture_core::{DriverError, Order, Updated};
 
 use crate::device::Device;
-use capture_core::edges::{self, Edge, Plan};
 use crate::error::refuse;
 use crate::sys::{self, CUgraph, CUgraphExec, CUgraphExecUpdateResultInfo, CUgraphNode, CUstream};
+use capture_core::edges::{self, Edge, Plan};
 
 /// What a stream capture recorded: the captured `CUgraph`, and how many
 /// launches and copies the stream issued while it recorded, which the graph

@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use capture_core::{DriverError, Order, Updated};
 
-use capture_core::edges::{self, Edge, Plan};
 use crate::error::{self, describe, other};
 use crate::ffi;
 use crate::loader::GraphEdges;
 use crate::stream::{Recording, Rewritten, Stream};
+use capture_core::edges::{self, Edge, Plan};
 
 /// In-place updates one executable takes before the next update hands the
 /// recording back for a fresh instantiation instead.

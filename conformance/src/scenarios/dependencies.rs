@@ -96,7 +96,9 @@ pub fn hazards_of_every_kind_replay_a_thousand_times_like_eager<D: UserKernels>(
         (info.launches, info.depth, info.width)
     );
     for buffer in &buffers {
-        client.write_f32(buffer, &vec![-1.0; ELEMENTS as usize]).step("poison")?;
+        client
+            .write_f32(buffer, &vec![-1.0; ELEMENTS as usize])
+            .step("poison")?;
     }
     for replay in 1..=REPLAYS {
         client.replay(&graph).step("replay")?;

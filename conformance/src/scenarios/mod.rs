@@ -1,8 +1,8 @@
 //! Every scenario, written once, generic over the backend.
 
 use crate::workload::UserKernels;
-mod dependencies;
 mod decoder;
+mod dependencies;
 mod faults;
 mod graphs;
 mod kernels;
