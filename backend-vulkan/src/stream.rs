@@ -199,15 +199,8 @@ impl Stream {
         if self.in_flight.is_empty() && self.waited.is_empty() {
             return;
         }
-        // A host wait for what was read as reached returns at once, and it
-        // is what tells host-side trackers (the validation layers) that the
-        // submissions before it are complete, so reclaiming them is seen as
-        // the valid reuse it is.
         match self.timeline.reached() {
-            Ok(reached) => match self.timeline.wait(reached) {
-                Ok(()) => self.reclaim_to(reached),
-                Err(e) => log::warn!("vulkan: waiting for a reached value failed: {e:?}"),
-            },
+            Ok(reached) => self.reclaim_to(reached),
             Err(e) => log::warn!("vulkan: reading a timeline failed: {e:?}"),
         }
     }
