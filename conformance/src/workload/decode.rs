@@ -12,6 +12,7 @@
 use capture_core::{Buffer, Client, Error, GraphHandle, StreamId};
 
 use super::{Footprint, UserKernels, Workload};
+use crate::workload::rng::Rng;
 
 /// The model's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,29 +61,10 @@ pub struct Model {
     w2: Vec<Vec<f32>>,
 }
 
-/// A small deterministic generator (xorshift64*), so the weights are the
-/// same on every run and backend without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let bits = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40;
-        // Uniform in [-1, 1).
-        (bits as f32 / (1u64 << 23) as f32) - 1.0
-    }
-
-    fn vec(&mut self, n: u32, scale: f32, offset: f32) -> Vec<f32> {
-        (0..n).map(|_| offset + scale * self.next()).collect()
-    }
-}
-
 impl Model {
     /// The model of `shape`, from a fixed seed.
     pub fn new(shape: Shape) -> Self {
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
         let (h, f) = (shape.hidden, shape.ffn);
         let mut norms = Vec::new();
         let mut w1 = Vec::new();
@@ -102,7 +84,7 @@ impl Model {
 
     /// The first step's input.
     pub fn input(&self) -> Vec<f32> {
-        Rng(42).vec(self.shape.hidden, 1.0, 0.0)
+        Rng::new(42).vec(self.shape.hidden, 1.0, 0.0)
     }
 
     /// One step on the CPU, in the kernels' order of operations.

@@ -50,6 +50,7 @@ mod footprint;
 #[cfg(feature = "hip")]
 mod hip;
 mod host;
+pub mod rng;
 pub mod transformer;
 #[cfg(feature = "vulkan")]
 mod vulkan;

@@ -1,6 +1,8 @@
 //! The model's shape and weights, and the model itself in plain Rust, in
 //! the host kernels' order of operations.
 
+use crate::workload::rng::Rng;
+
 /// The model's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
@@ -104,24 +106,6 @@ pub struct Weights {
     pub(super) rope: Vec<f32>,
 }
 
-/// A small deterministic generator (xorshift64*), as the decode model uses.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let bits = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40;
-        // Uniform in [-1, 1).
-        (bits as f32 / (1u64 << 23) as f32) - 1.0
-    }
-
-    fn vec(&mut self, n: u32, scale: f32, offset: f32) -> Vec<f32> {
-        (0..n).map(|_| offset + scale * self.next()).collect()
-    }
-}
-
 impl Weights {
     /// The model of `config`.
     ///
@@ -130,7 +114,7 @@ impl Weights {
     /// the stream grows slowly over the layers; the head by `2/sqrt(hidden)`,
     /// which spreads the logits over a few units and keeps exact ties rare.
     pub fn new(config: Config) -> Self {
-        let mut rng = Rng(0x5851_f42d_4c95_7f2d);
+        let mut rng = Rng::new(0x5851_f42d_4c95_7f2d);
         let (h, f, v) = (config.hidden, config.ffn, config.vocab);
         let fan = |n: u32| 1.0 / (n as f32).sqrt();
         let embed = rng.vec(v * h, 1.0, 0.0);
