@@ -11,7 +11,7 @@ impl Rng {
     }
 
     /// The next value, uniform in [-1, 1).
-    pub fn next(&mut self) -> f32 {
+    pub fn value(&mut self) -> f32 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -19,8 +19,8 @@ impl Rng {
         (bits as f32 / (1u64 << 23) as f32) - 1.0
     }
 
-    /// `n` values, each `offset + scale * next()`.
+    /// `n` values, each `offset + scale * value()`.
     pub fn vec(&mut self, n: u32, scale: f32, offset: f32) -> Vec<f32> {
-        (0..n).map(|_| offset + scale * self.next()).collect()
+        (0..n).map(|_| offset + scale * self.value()).collect()
     }
 }
