@@ -404,8 +404,10 @@ pub(crate) fn place(
     })
 }
 
-/// Cut `page` into the views of `places` (sorted by start). Ranges bound
-/// more than once are shared, which only read-only bindings may be.
+/// Cut `page` into the views of `places` (sorted by start). Ranges that
+/// share a byte (bound twice, or views of one buffer that overlap) are
+/// shared, which only read-only bindings may be; a written range must share
+/// no byte with another.
 pub(crate) fn carve<'a>(
     mut page: &'a mut [u8],
     places: &[Place],
@@ -415,24 +417,24 @@ pub(crate) fn carve<'a>(
     let mut consumed = 0usize;
     let mut i = 0;
     while let Some(first) = places.get(i) {
-        let same = places[i..]
-            .iter()
-            .take_while(|p| (p.start, p.end) == (first.start, first.end))
-            .count();
+        // The ranges that overlap, one through another, from `first`.
+        let mut end = first.end;
+        let mut same = 1;
+        while let Some(next) = places.get(i + same).filter(|next| next.start < end) {
+            end = end.max(next.end);
+            same += 1;
+        }
         let group = &places[i..i + same];
         i += same;
-        if first.start < consumed {
-            return Err("bindings overlap".into());
-        }
         let rest = std::mem::take(&mut page);
         let (_, rest) = rest
             .split_at_mut_checked(first.start - consumed)
             .ok_or("binding range outside its page")?;
         let (chunk, rest) = rest
-            .split_at_mut_checked(first.end - first.start)
+            .split_at_mut_checked(end - first.start)
             .ok_or("binding range outside its page")?;
         page = rest;
-        consumed = first.end;
+        consumed = end;
         if let [only] = group
             && only.writes
         {
@@ -448,13 +450,14 @@ pub(crate) fn carve<'a>(
         }
         let shared: &'a [u8] = chunk;
         for p in group {
+            let bytes = &shared[p.start - first.start..p.end - first.start];
             match views.get_mut(p.binding) {
                 Some(slot) => {
                     *slot = Some(View {
-                        bytes: Bound::Shared(shared),
+                        bytes: Bound::Shared(bytes),
                     })
                 }
-                None => *info = shared,
+                None => *info = bytes,
             }
         }
     }
@@ -553,7 +556,7 @@ mod tests {
                 .collect(),
             ..aliased.clone()
         };
-        assert!(overlapping.run().unwrap_err().contains("overlap"));
+        assert!(overlapping.run().unwrap_err().contains("shares"));
         let outside = Dispatch {
             bindings: [Range::new(&memory, 0, 8), Range::new(&memory, 8, 16)]
                 .into_iter()
@@ -580,7 +583,7 @@ mod tests {
         .expect("valid");
         let memory = page(&[2.0, 0.0]);
         let dispatch = Dispatch {
-            kernel: sum,
+            kernel: sum.clone(),
             groups: [1, 1, 1],
             bindings: [
                 Range::new(&memory, 0, 4),
@@ -594,6 +597,23 @@ mod tests {
         };
         dispatch.run().expect("runs");
         assert_eq!(read(&memory), [2.0, 4.0]);
+        // Two views that share only some bytes, each seen from its start.
+        let memory = page(&[1.0, 2.0, 3.0, 0.0]);
+        let dispatch = Dispatch {
+            kernel: sum,
+            groups: [1, 1, 1],
+            bindings: [
+                Range::new(&memory, 4, 8),
+                Range::new(&memory, 0, 8),
+                Range::new(&memory, 12, 4),
+            ]
+            .into_iter()
+            .collect(),
+            info: None,
+            params: SmallVec::new(),
+        };
+        dispatch.run().expect("runs");
+        assert_eq!(read(&memory), [1.0, 2.0, 3.0, 3.0], "2 + 1");
     }
 
     #[test]

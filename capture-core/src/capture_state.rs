@@ -56,6 +56,9 @@ pub struct StreamCapture {
     /// Buffers the recorded work writes, each once.
     written: Vec<BufferId>,
     written_seen: FastSet<BufferId>,
+    /// Buffers the recorded work writes all of, each once.
+    renewed: Vec<BufferId>,
+    renewed_seen: FastSet<BufferId>,
     /// Buffers the recorded work reads, each once.
     read: Vec<BufferId>,
     read_seen: FastSet<BufferId>,
@@ -84,6 +87,8 @@ impl Default for StreamCapture {
             recorder: None,
             written: Vec::new(),
             written_seen: FastSet::default(),
+            renewed: Vec::new(),
+            renewed_seen: FastSet::default(),
             read: Vec::new(),
             read_seen: FastSet::default(),
             touched: Vec::new(),
@@ -103,6 +108,9 @@ impl Default for StreamCapture {
 pub struct Recorded {
     /// Buffers the recorded work writes.
     pub written: Vec<BufferId>,
+    /// Buffers it writes all of (through no view only), which a replay that
+    /// succeeds leaves holding fresh bytes.
+    pub renewed: Vec<BufferId>,
     /// Buffers the recorded work reads.
     pub read: Vec<BufferId>,
     /// Device slices the recorded work touches.
@@ -302,10 +310,13 @@ impl StreamCapture {
         first
     }
 
-    /// The recorded work writes `buffer`.
-    pub fn record_write(&mut self, buffer: BufferId) {
+    /// The recorded work writes `buffer`: all of it when `whole`.
+    pub fn record_write(&mut self, buffer: BufferId, whole: bool) {
         if self.written_seen.insert(buffer) {
             self.written.push(buffer);
+        }
+        if whole && self.renewed_seen.insert(buffer) {
+            self.renewed.push(buffer);
         }
     }
 
@@ -354,6 +365,7 @@ impl StreamCapture {
     /// Everything the window recorded, leaving nothing behind.
     pub fn take_recorded(&mut self) -> Recorded {
         self.written_seen.clear();
+        self.renewed_seen.clear();
         self.read_seen.clear();
         self.touched_seen.clear();
         self.kernels_seen.clear();
@@ -367,6 +379,7 @@ impl StreamCapture {
         }
         Recorded {
             written: std::mem::take(&mut self.written),
+            renewed: std::mem::take(&mut self.renewed),
             read: std::mem::take(&mut self.read),
             touched: std::mem::take(&mut self.touched),
             kernels: std::mem::take(&mut self.kernels),
@@ -399,8 +412,7 @@ mod tests {
 
     fn write(buffer: u64) -> Entry {
         Entry::Write {
-            buffer: BufferId(buffer),
-            bytes: 4,
+            span: crate::span::Span::whole(BufferId(buffer), 4),
         }
     }
 
@@ -504,15 +516,16 @@ mod tests {
     #[test]
     fn recordings_are_deduplicated_and_drained() {
         let mut state = StreamCapture::default();
-        state.record_write(BufferId(1));
-        state.record_write(BufferId(1));
-        state.record_write(BufferId(2));
+        state.record_write(BufferId(1), false);
+        state.record_write(BufferId(1), true);
+        state.record_write(BufferId(2), false);
         state.record_read(BufferId(2));
         state.record_failure(Error::EmptyBuffer);
         state.record_failure(Error::Poisoned);
         assert_eq!(state.take_failure(), Some(Error::EmptyBuffer));
         let recorded = state.take_recorded();
         assert_eq!(recorded.written, vec![BufferId(1), BufferId(2)]);
+        assert_eq!(recorded.renewed, vec![BufferId(1)], "2 only in part");
         assert_eq!(recorded.read, vec![BufferId(2)]);
         assert!(state.take_recorded().written.is_empty());
     }

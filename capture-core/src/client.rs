@@ -33,6 +33,7 @@ use crate::ids::{BufferId, GraphId, StreamId, WindowId};
 use crate::pool::{Place, SliceHandle};
 use crate::server::{AnySlot, Bound, BufferRef, Server, StreamRef};
 use crate::signature::Signature;
+use crate::span::Span;
 use crate::stream::{Config, StreamUsage};
 use crate::window::Update;
 
@@ -60,11 +61,14 @@ impl<D: GraphDriver> Clone for Client<D> {
     }
 }
 
-/// A device buffer. Clones share it; once the last one drops, its memory
+/// A device buffer, or a view of part of one ([`Buffer::range`]). Clones
+/// and views share the allocation; once the last of them drops, its memory
 /// returns to the pool after a fence, unless a graph still uses it, in which
 /// case the graph keeps it for its lifetime.
 pub struct Buffer {
     inner: Arc<BufferInner>,
+    /// The bytes of the allocation this handle names.
+    view: Span,
 }
 
 struct BufferInner {
@@ -87,19 +91,24 @@ impl Clone for Buffer {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
+            view: self.view,
         }
     }
 }
 
 impl std::fmt::Debug for Buffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Buffer({}, {} bytes, {})",
-            self.id(),
-            self.len(),
-            self.inner.stream
-        )
+        if self.is_view() {
+            write!(f, "Buffer({}, {})", self.view, self.inner.stream)
+        } else {
+            write!(
+                f,
+                "Buffer({}, {} bytes, {})",
+                self.id(),
+                self.len(),
+                self.inner.stream
+            )
+        }
     }
 }
 
@@ -121,7 +130,12 @@ impl Bound for &Buffer {
 
     #[inline]
     fn place(&self) -> Place {
-        self.inner.place
+        self.inner.place.narrowed(&self.view)
+    }
+
+    #[inline]
+    fn span(&self) -> Span {
+        self.view
     }
 
     #[inline]
@@ -161,15 +175,76 @@ impl Buffer {
         self.inner.id
     }
 
-    /// Size in bytes.
+    /// Size in bytes: of the view, for a view.
     #[inline]
     pub fn len(&self) -> u64 {
-        self.inner.place.len
+        self.view.len
     }
 
-    /// Whether the buffer holds no bytes (never: empty buffers are refused).
+    /// Whether the buffer holds no bytes (never: empty buffers and views
+    /// are refused).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The bytes of the allocation this handle names: all of them, or a
+    /// view's.
+    pub fn span(&self) -> Span {
+        self.view
+    }
+
+    /// Whether this handle names only part of its allocation.
+    pub fn is_view(&self) -> bool {
+        self.view.len != self.inner.place.len
+    }
+
+    /// A view of `len` bytes of this buffer from `offset`: a buffer of its
+    /// own to launches, writes and reads, over the same memory. It keeps the
+    /// allocation alive as a clone would.
+    ///
+    /// Operations on disjoint views of one allocation are independent: a
+    /// graph's dependency edges (and the ordering of its replays) compare
+    /// byte ranges, so they may run side by side. A launch may bind disjoint
+    /// views of one allocation, one of them written; a written view that
+    /// overlaps another binding is refused as a written buffer bound twice.
+    /// What is tracked per allocation stays per allocation: a failed write
+    /// to a view claims the whole allocation ([`Error::Claimed`]) until an
+    /// operation writes all of it again, and work on another stream waits
+    /// for every earlier user of the allocation.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BadRange`] when `len` is 0, when the range does not lie
+    /// inside this buffer, or when `offset` is not a multiple of
+    /// [`SLICE_ALIGN`](crate::SLICE_ALIGN) (the binding alignment every
+    /// backend can bind).
+    pub fn range(&self, offset: u64, len: u64) -> Result<Buffer, Error> {
+        let refuse = |reason: &'static str| {
+            Err(Error::BadRange {
+                buffer: self.id(),
+                offset,
+                len,
+                size: self.len(),
+                reason,
+            })
+        };
+        if len == 0 {
+            return refuse("a view holds at least one byte");
+        }
+        if offset.checked_add(len).is_none_or(|end| end > self.len()) {
+            return refuse("the range runs past the buffer's end");
+        }
+        if !offset.is_multiple_of(crate::pool::SLICE_ALIGN) {
+            return refuse("a view's offset is a multiple of SLICE_ALIGN");
+        }
+        Ok(Buffer {
+            inner: self.inner.clone(),
+            view: Span {
+                buffer: self.view.buffer,
+                offset: self.view.offset + offset,
+                len,
+            },
+        })
     }
 
     /// The stream it was allocated on, whose pool holds it. Any stream of
@@ -179,8 +254,9 @@ impl Buffer {
         self.inner.stream
     }
 
-    /// Where the buffer lies in its stream's device pool: for diagnostics
-    /// and for tests proving no two live users share memory.
+    /// Where the buffer's allocation lies in its stream's device pool (a
+    /// view's whole allocation): for diagnostics and for tests proving no
+    /// two live users share memory.
     pub fn placement(&self) -> Placement {
         let slice = self.slice();
         Placement {
@@ -409,6 +485,7 @@ impl<D: GraphDriver> Client<D> {
             slice: buffer.slice(),
             stream: buffer.inner.stream,
             shared: &buffer.inner.shared,
+            span: buffer.view,
         })
     }
 
@@ -448,6 +525,7 @@ impl<D: GraphDriver> Client<D> {
         let slot = server.buffer_slot(stream)?;
         let slice = server.allocate(stream, len)?;
         Ok(Buffer {
+            view: Span::whole(slice.id(), slice.len()),
             inner: Arc::new(BufferInner {
                 id: slice.id(),
                 place: slice.place(),

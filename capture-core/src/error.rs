@@ -116,6 +116,21 @@ pub enum Error {
         /// What the call passed.
         got: u64,
     },
+    /// A view asked of a buffer ([`Buffer::range`](crate::Buffer::range))
+    /// that it cannot have.
+    #[error("no view of {len} bytes at {offset} of {buffer}, which holds {size}: {reason}")]
+    BadRange {
+        /// The buffer.
+        buffer: BufferId,
+        /// The view's first byte, from the buffer's start.
+        offset: u64,
+        /// The view's bytes.
+        len: u64,
+        /// The buffer's size (the view's, for a view of a view).
+        size: u64,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// A buffer read as elements of `element` bytes holds a part of one.
     #[error("{buffer} holds {bytes} bytes, not a whole number of {element}-byte elements")]
     NotWhole {

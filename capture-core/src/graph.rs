@@ -36,6 +36,9 @@ pub struct Graph<D: GraphDriver> {
     /// Buffers the recorded work writes. A replay that fails to enqueue runs
     /// none of it, so each of these is claimed by that failure.
     pub(crate) written: Vec<BufferId>,
+    /// Buffers the recorded work writes all of: a replay that succeeds
+    /// clears their claims (a write to a view leaves the rest claimed).
+    pub(crate) renewed: Vec<BufferId>,
     /// Buffers the recorded work reads. A replay over a claimed one would
     /// compute from bytes nobody wrote, so it is refused.
     pub(crate) read: Vec<BufferId>,

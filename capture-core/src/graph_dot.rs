@@ -32,13 +32,13 @@ pub fn dot(name: &str, log: &[Entry]) -> String {
                     groups[1],
                     groups[2]
                 );
-                for (buffer, access) in bindings {
+                for (span, access) in bindings {
                     let how = match access {
                         Access::Read => "r",
                         Access::Write => "w",
                         Access::ReadWrite => "rw",
                     };
-                    let _ = write!(label, "\\n{how} {buffer}");
+                    let _ = write!(label, "\\n{how} {span}");
                 }
                 if *info_bytes > 0 {
                     let _ = write!(label, "\\ninfo {info_bytes} B");
@@ -48,7 +48,7 @@ pub fn dot(name: &str, log: &[Entry]) -> String {
                 }
                 label
             }
-            Entry::Write { buffer, bytes } => format!("{i}: write {bytes} B\\nw {buffer}"),
+            Entry::Write { span } => format!("{i}: write {} B\\nw {span}", span.len),
         };
         let shape = match entry {
             Entry::Launch { .. } => "box",
@@ -87,15 +87,14 @@ mod tests {
     fn dot_names_every_node_and_edge() {
         let log = vec![
             Entry::Write {
-                buffer: BufferId(1),
-                bytes: 8,
+                span: crate::span::Span::whole(BufferId(1), 8),
             },
             launch("k\"1", &[(1, Access::Read), (2, Access::Write)]),
         ];
         let text = dot("graph 1", &log);
         assert!(text.starts_with("digraph \"graph 1\" {"));
-        assert!(text.contains("n0 [label=\"0: write 8 B\\nw buffer 1\", shape=note];"));
-        assert!(text.contains("1: k\\\"1 [2x1x1]\\nr buffer 1\\nw buffer 2\\ninfo 16 B"));
+        assert!(text.contains("n0 [label=\"0: write 8 B\\nw buffer 1 [0..8)\", shape=note];"));
+        assert!(text.contains("1: k\\\"1 [2x1x1]\\nr buffer 1 [0..64)\\nw buffer 2 [0..64)\\ninfo 16 B"));
         assert!(text.contains("n0 -> n1 [label=\"RAW buffer 1\"];"));
         assert!(text.trim_end().ends_with('}'));
     }

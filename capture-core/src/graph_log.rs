@@ -9,6 +9,7 @@ use smallvec::SmallVec;
 
 use crate::ids::BufferId;
 use crate::signature::Access;
+use crate::span::Span;
 
 /// One recorded operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,11 +20,11 @@ pub enum Entry {
         kernel: Arc<str>,
         /// Its grid.
         groups: [u32; 3],
-        /// Each binding's buffer and access, in binding order.
-        bindings: SmallVec<[(BufferId, Access); 4]>,
+        /// Each binding's bytes and access, in binding order.
+        bindings: SmallVec<[(Span, Access); 4]>,
         /// The slice holding its info bytes, which it reads: staged inside
         /// the window (a copy logged before it) or found in the info cache.
-        info: Option<BufferId>,
+        info: Option<Span>,
         /// Info bytes passed.
         info_bytes: u32,
         /// Parameter bytes passed.
@@ -31,23 +32,21 @@ pub enum Entry {
     },
     /// A copy of host bytes into a buffer.
     Write {
-        /// The buffer written.
-        buffer: BufferId,
-        /// Bytes copied.
-        bytes: u64,
+        /// The bytes written.
+        span: Span,
     },
 }
 
 impl Entry {
     /// Each buffer the operation touches, with how.
-    fn accesses(&self) -> SmallVec<[(BufferId, Access); 4]> {
+    fn accesses(&self) -> SmallVec<[(Span, Access); 4]> {
         match self {
             Entry::Launch { bindings, info, .. } => {
                 let mut accesses = bindings.clone();
                 accesses.extend(info.map(|info| (info, Access::Read)));
                 accesses
             }
-            Entry::Write { buffer, .. } => [(*buffer, Access::Write)].into_iter().collect(),
+            Entry::Write { span } => [(*span, Access::Write)].into_iter().collect(),
         }
     }
 }
@@ -87,63 +86,98 @@ pub struct Edge {
     pub hazard: Hazard,
 }
 
+/// Who touched one buffer's bytes so far while walking a log: for each
+/// byte, the operation that last wrote it and those that read it since.
+#[derive(Default)]
+struct Touched {
+    /// `(start, end, operation)`, disjoint.
+    writers: Vec<(u64, u64, usize)>,
+    /// `(start, end, operation)`, in the order they read.
+    readers: Vec<(u64, u64, usize)>,
+}
+
+/// The operations of `ranges` that touch a byte of `span`.
+fn touching(ranges: &[(u64, u64, usize)], span: &Span) -> impl Iterator<Item = usize> {
+    let (start, end) = (span.offset, span.end());
+    ranges
+        .iter()
+        .filter(move |&&(s, e, _)| s < end && start < e)
+        .map(|&(_, _, operation)| operation)
+}
+
+/// Take the bytes of `span` out of every range of `ranges`, keeping what
+/// lies on either side.
+fn cut(ranges: &mut Vec<(u64, u64, usize)>, span: &Span) {
+    let (start, end) = (span.offset, span.end());
+    let mut sides = SmallVec::<[(u64, u64, usize); 4]>::new();
+    ranges.retain(|&(s, e, operation)| {
+        if e <= start || end <= s {
+            return true;
+        }
+        if s < start {
+            sides.push((s, start, operation));
+        }
+        if end < e {
+            sides.push((end, e, operation));
+        }
+        false
+    });
+    ranges.extend(sides);
+}
+
 /// The dependencies between the operations of `log`, from their declared
-/// accesses: each reader depends on the last writer before it (RAW), each
-/// writer on the readers since the last write (WAR) and on the last writer
-/// (WAW). Operations with no path between them could run side by side.
+/// accesses, byte by byte: each reader depends on the last writer of a byte
+/// it reads (RAW), each writer on the readers of a byte it writes since
+/// that byte's last write (WAR) and on its last writer (WAW). Disjoint
+/// parts of one buffer are independent. Operations with no path between
+/// them could run side by side.
 pub fn edges(log: &[Entry]) -> Vec<Edge> {
     use std::collections::HashMap;
-    let mut last_writer: HashMap<BufferId, usize> = HashMap::new();
-    let mut readers: HashMap<BufferId, Vec<usize>> = HashMap::new();
+    let mut touched: HashMap<BufferId, Touched> = HashMap::new();
     let mut edges = Vec::new();
     for (to, entry) in log.iter().enumerate() {
         let accesses = entry.accesses();
-        for &(buffer, access) in &accesses {
-            if access.reads()
-                && let Some(&from) = last_writer.get(&buffer)
-                && from != to
-            {
-                edges.push(Edge {
-                    from,
-                    to,
-                    buffer,
-                    hazard: Hazard::ReadAfterWrite,
-                });
+        let mut found = SmallVec::<[Edge; 8]>::new();
+        let mut add = |from: usize, buffer: BufferId, hazard: Hazard| {
+            let edge = Edge {
+                from,
+                to,
+                buffer,
+                hazard,
+            };
+            if from != to && !found.contains(&edge) {
+                found.push(edge);
             }
-        }
-        for &(buffer, access) in &accesses {
-            if !access.writes() {
-                continue;
-            }
-            for &from in readers.get(&buffer).map_or(&[][..], Vec::as_slice) {
-                if from != to {
-                    edges.push(Edge {
-                        from,
-                        to,
-                        buffer,
-                        hazard: Hazard::WriteAfterRead,
-                    });
+        };
+        for (span, access) in &accesses {
+            if let (true, Some(known)) = (access.reads(), touched.get(&span.buffer)) {
+                for from in touching(&known.writers, span) {
+                    add(from, span.buffer, Hazard::ReadAfterWrite);
                 }
             }
-            if let Some(&from) = last_writer.get(&buffer)
-                && from != to
-                && !access.reads()
-            {
-                edges.push(Edge {
-                    from,
-                    to,
-                    buffer,
-                    hazard: Hazard::WriteAfterWrite,
-                });
+        }
+        for (span, access) in &accesses {
+            let Some(known) = touched.get(&span.buffer).filter(|_| access.writes()) else {
+                continue;
+            };
+            for from in touching(&known.readers, span) {
+                add(from, span.buffer, Hazard::WriteAfterRead);
+            }
+            if !access.reads() {
+                for from in touching(&known.writers, span) {
+                    add(from, span.buffer, Hazard::WriteAfterWrite);
+                }
             }
         }
-        for &(buffer, access) in &accesses {
+        edges.extend(found);
+        for (span, access) in &accesses {
+            let known = touched.entry(span.buffer).or_default();
             if access.writes() {
-                last_writer.insert(buffer, to);
-                readers.remove(&buffer);
-            }
-            if access.reads() && !access.writes() {
-                readers.entry(buffer).or_default().push(to);
+                cut(&mut known.writers, span);
+                cut(&mut known.readers, span);
+                known.writers.push((span.offset, span.end(), to));
+            } else {
+                known.readers.push((span.offset, span.end(), to));
             }
         }
     }
@@ -191,7 +225,10 @@ pub(crate) fn test_launch(kernel: &str, bindings: &[(u64, Access)]) -> Entry {
     Entry::Launch {
         kernel: Arc::from(kernel),
         groups: [2, 1, 1],
-        bindings: bindings.iter().map(|&(b, a)| (BufferId(b), a)).collect(),
+        bindings: bindings
+            .iter()
+            .map(|&(b, a)| (Span::whole(BufferId(b), 64), a))
+            .collect(),
         info: None,
         info_bytes: 16,
         param_bytes: 0,
@@ -209,8 +246,7 @@ mod tests {
         use Access::{Read, ReadWrite, Write};
         let log = vec![
             Entry::Write {
-                buffer: BufferId(1),
-                bytes: 64,
+                span: Span::whole(BufferId(1), 64),
             },
             launch("a", &[(1, Read), (2, Write)]),
             launch("b", &[(1, Read), (3, Write)]),
@@ -238,5 +274,77 @@ mod tests {
         );
         // a and b share only a read: no edge, they could run side by side.
         assert!(!edges.iter().any(|&(f, t, _, _)| (f, t) == (1, 2)));
+    }
+
+    /// A launch of `kernel` over byte ranges `(offset, len)` of buffer 1.
+    fn ranged(kernel: &str, ranges: &[(u64, u64, Access)]) -> Entry {
+        Entry::Launch {
+            kernel: Arc::from(kernel),
+            groups: [1, 1, 1],
+            bindings: ranges
+                .iter()
+                .map(|&(offset, len, access)| {
+                    let span = Span {
+                        buffer: BufferId(1),
+                        offset,
+                        len,
+                    };
+                    (span, access)
+                })
+                .collect(),
+            info: None,
+            info_bytes: 0,
+            param_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn edges_compare_byte_ranges_within_a_buffer() {
+        use Access::{Read, ReadWrite, Write};
+        use Hazard::*;
+        let log = vec![
+            ranged("w_all", &[(0, 1024, Write)]),
+            ranged("w_low", &[(0, 256, Write)]),
+            ranged("r_high", &[(768, 256, Read)]),
+            ranged("r_mid", &[(128, 256, Read)]),
+            ranged("w_mid", &[(256, 256, ReadWrite)]),
+            ranged("w_top", &[(768, 256, Write)]),
+            ranged("r_all", &[(0, 1024, Read)]),
+            ranged("r_gap", &[(512, 256, Read)]),
+        ];
+        let mut edges: Vec<(usize, usize, Hazard)> = edges(&log)
+            .into_iter()
+            .map(|e| (e.from, e.to, e.hazard))
+            .collect();
+        edges.sort_by_key(|&(from, to, _)| (to, from));
+        assert_eq!(
+            edges,
+            [
+                // w_low overwrites part of w_all's bytes.
+                (0, 1, WriteAfterWrite),
+                // r_high reads only bytes w_all wrote.
+                (0, 2, ReadAfterWrite),
+                // r_mid reads bytes of both writers.
+                (0, 3, ReadAfterWrite),
+                (1, 3, ReadAfterWrite),
+                // w_mid reads what w_all wrote and overwrites what r_mid read.
+                (0, 4, ReadAfterWrite),
+                (3, 4, WriteAfterRead),
+                // w_top overwrites w_all's bytes there and what r_high read.
+                (0, 5, WriteAfterWrite),
+                (2, 5, WriteAfterRead),
+                // r_all reads every writer's part, each once.
+                (0, 6, ReadAfterWrite),
+                (1, 6, ReadAfterWrite),
+                (4, 6, ReadAfterWrite),
+                (5, 6, ReadAfterWrite),
+                // r_gap reads only what w_all wrote and nobody overwrote.
+                (0, 7, ReadAfterWrite),
+            ]
+        );
+        // Disjoint parts: w_low and r_high, w_mid and w_top.
+        for pair in [(1, 2), (4, 5), (2, 3)] {
+            assert!(!edges.iter().any(|&(f, t, _)| (f, t) == pair), "{pair:?}");
+        }
     }
 }

@@ -58,6 +58,7 @@ mod phase;
 mod pool;
 mod server;
 mod signature;
+mod span;
 mod stream;
 #[cfg(test)]
 mod test_driver;
@@ -81,5 +82,6 @@ pub use pool::{PoolUsage, SLICE_ALIGN};
 pub use signature::{
     MAX_BINDINGS, MAX_INFO_BYTES, MAX_PARAM_BYTES, MAX_WORKGROUP_THREADS, Params, Signature,
 };
+pub use span::Span;
 pub use stream::{Config, ReplayOrder, StreamUsage};
 pub use window::Update;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::driver::DriverError;
 use crate::ids::BufferId;
+use crate::span::Span;
 use crate::phase::Phase;
 
 /// Every slice starts at a multiple of this many bytes, which satisfies the
@@ -95,6 +96,19 @@ pub(crate) struct Place {
     pub(crate) slot: usize,
     pub(crate) offset: u64,
     pub(crate) len: u64,
+}
+
+impl Place {
+    /// The part of the slice at `self` that `span` names (its offset
+    /// counted from the slice's start).
+    #[inline]
+    pub(crate) fn narrowed(self, span: &Span) -> Place {
+        Place {
+            slot: self.slot,
+            offset: self.offset + span.offset,
+            len: span.len,
+        }
+    }
 }
 
 /// How much memory one pool holds.

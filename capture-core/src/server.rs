@@ -57,6 +57,7 @@ use crate::hashing::FastMap;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
 use crate::ordering::StreamOrder;
 use crate::pool::{Place, SliceHandle};
+use crate::span::Span;
 use crate::stream::{Config, StreamState, StreamUsage};
 use crate::window::Window;
 
@@ -80,6 +81,8 @@ pub struct BufferRef<'a> {
     pub stream: StreamId,
     /// Whether another stream used it.
     pub shared: &'a AtomicBool,
+    /// The bytes of the slice it names: all of them, or a view's.
+    pub span: Span,
 }
 
 /// What a launch binds: a buffer's slice and the stream it belongs to.
@@ -94,9 +97,15 @@ pub(crate) trait Bound {
     fn id(&self) -> BufferId {
         self.slice().id()
     }
-    /// Where the buffer's slice lies.
+    /// Where the bound bytes lie: the whole slice, or the part a view
+    /// names.
     fn place(&self) -> Place {
         self.slice().place()
+    }
+    /// The bound bytes, from the allocation's start.
+    fn span(&self) -> Span {
+        let slice = self.slice();
+        Span::whole(slice.id(), slice.len())
     }
     /// The slot of that stream, where the binding keeps it.
     fn stream_slot(&self) -> Option<&dyn AnySlot> {
@@ -113,6 +122,14 @@ impl Bound for BufferRef<'_> {
 
     fn stream(&self) -> StreamId {
         self.stream
+    }
+
+    fn place(&self) -> Place {
+        self.slice.place().narrowed(&self.span)
+    }
+
+    fn span(&self) -> Span {
+        self.span
     }
 
     fn shared(&self) -> &AtomicBool {

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use crate::ids::BufferId;
+use crate::span::Span;
 
 /// Most buffers one kernel may bind.
 pub const MAX_BINDINGS: usize = 16;
@@ -311,22 +312,22 @@ impl Signature {
             info,
             params,
         };
-        if self.admits(&launch, |id| *id) {
+        if self.admits(&launch, whole) {
             return Ok(());
         }
-        self.mismatch(&launch, |id| *id).map_or(Ok(()), Err)
+        self.mismatch(&launch, whole).map_or(Ok(()), Err)
     }
 
     /// Whether `launch` matches, as [`Signature::mismatch`] would find: the
     /// question every launch asks, answered in compares only, the pairs that
-    /// may not alias listed beforehand; `id` names each binding's buffer. A
+    /// may not alias listed beforehand; `span` names each binding's bytes. A
     /// signature of more than [`MAX_BINDINGS`] bindings (which no backend
     /// builds) is left to [`Signature::mismatch`].
     #[inline]
     pub(crate) fn admits<B>(
         &self,
         launch: &LaunchShape<'_, B>,
-        id: impl Fn(&B) -> BufferId,
+        span: impl Fn(&B) -> Span,
     ) -> bool {
         let buffers = launch.buffers;
         let [x, y, z] = launch.groups;
@@ -341,7 +342,7 @@ impl Signature {
             && z.wrapping_sub(1) < mz
             && self.exclusive.iter().all(|&[a, b]| {
                 match (buffers.get(usize::from(a)), buffers.get(usize::from(b))) {
-                    (Some(a), Some(b)) => id(a) != id(b),
+                    (Some(a), Some(b)) => !span(a).overlaps(&span(b)),
                     _ => false,
                 }
             })
@@ -355,7 +356,7 @@ impl Signature {
     pub(crate) fn mismatch<B>(
         &self,
         launch: &LaunchShape<'_, B>,
-        id: impl Fn(&B) -> BufferId,
+        span: impl Fn(&B) -> Span,
     ) -> Option<String> {
         let &LaunchShape {
             groups,
@@ -386,14 +387,14 @@ impl Signature {
             if !access.writes() {
                 continue;
             }
-            let a = id(&buffers[i]);
+            let a = span(&buffers[i]);
             let aliased = buffers
                 .iter()
                 .enumerate()
-                .any(|(j, b)| j != i && id(b) == a);
+                .any(|(j, b)| j != i && span(b).overlaps(&a));
             if aliased {
-                let ids: SmallVec<[BufferId; 8]> = buffers.iter().map(&id).collect();
-                return Some(self.alias_mismatch(&ids));
+                let spans: SmallVec<[Span; 8]> = buffers.iter().map(&span).collect();
+                return Some(self.alias_mismatch(&spans));
             }
         }
         None
@@ -418,13 +419,14 @@ impl Signature {
     /// The first aliased pair of `buffers` with a written side, in binding
     /// order.
     #[cold]
-    fn alias_mismatch(&self, buffers: &[BufferId]) -> String {
-        for (i, (&a, &access_a)) in buffers.iter().zip(&self.bindings).enumerate() {
-            for (j, (&b, &access_b)) in buffers.iter().zip(&self.bindings).enumerate().skip(i + 1) {
-                if a == b && (access_a.writes() || access_b.writes()) {
+    fn alias_mismatch(&self, buffers: &[Span]) -> String {
+        for (i, (a, &access_a)) in buffers.iter().zip(&self.bindings).enumerate() {
+            for (j, (b, &access_b)) in buffers.iter().zip(&self.bindings).enumerate().skip(i + 1) {
+                if a.overlaps(b) && (access_a.writes() || access_b.writes()) {
                     return format!(
-                        "{a} is bound at {i} ({}) and {j} ({}); a written buffer may be \
-                         bound only once",
+                        "{} is bound at {i} ({}) and {j} ({}), over bytes they share; a \
+                         written buffer may be bound only once",
+                        a.buffer,
                         access_a.short(),
                         access_b.short()
                     );
@@ -433,6 +435,11 @@ impl Signature {
         }
         "a written buffer is bound twice".into()
     }
+}
+
+/// All of buffer `id`, as a launch named by ids alone binds it.
+fn whole(id: &BufferId) -> Span {
+    Span::whole(*id, u64::MAX)
 }
 
 #[cold]
@@ -724,8 +731,8 @@ mod tests {
                                 info,
                                 params,
                             };
-                            let quick = sig.admits(&launch, |id| *id);
-                            let reason = sig.mismatch(&launch, |id| *id);
+                            let quick = sig.admits(&launch, whole);
+                            let reason = sig.mismatch(&launch, whole);
                             assert_eq!(
                                 quick,
                                 reason.is_none(),
@@ -757,7 +764,7 @@ mod tests {
             info: 0,
             params: 0,
         };
-        assert!(!sig.admits(&launch, |id| *id));
+        assert!(!sig.admits(&launch, whole));
         assert!(sig.check_launch(max, max, &ids, 0, 0).is_ok());
         ids[MAX_BINDINGS + 1] = ids[MAX_BINDINGS];
         let alias = mismatch(sig.check_launch(max, max, &ids, 0, 0));

@@ -13,6 +13,7 @@ use crate::info_cache::InfoCache;
 use crate::phase::Phase;
 use crate::pool::{Place, Pool, PoolUsage, SliceHandle};
 use crate::signature::MAX_INFO_BYTES;
+use crate::span::Span;
 
 /// Sizes and limits of a device's pools and queues.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -376,12 +377,14 @@ impl<D: Driver> StreamState<D> {
     ///
     /// The staging slice waits in the drop queue until a fence proves the
     /// copy read it; while recording, the graph also keeps it, since the
-    /// recorded copy reads it again on every replay.
+    /// recorded copy reads it again on every replay. The bytes land `at`
+    /// bytes into `dst`.
     pub(crate) fn stage_to_device(
         &mut self,
         staging_id: BufferId,
         bytes: &[u8],
         dst: &SliceHandle,
+        at: u64,
     ) -> Result<(), Error> {
         let len = bytes.len() as u64;
         let staging = self.allocate_host(staging_id, len)?;
@@ -397,7 +400,7 @@ impl<D: Driver> StreamState<D> {
             },
             DeviceSlice {
                 page: device_page,
-                offset: dst.offset(),
+                offset: dst.offset() + at,
                 len,
             },
         );
@@ -417,8 +420,9 @@ impl<D: Driver> StreamState<D> {
         &mut self,
         staging_id: BufferId,
         src: &SliceHandle,
+        span: &Span,
     ) -> Result<Vec<u8>, Error> {
-        let len = src.len();
+        let len = span.len;
         let staging = self.allocate_host(staging_id, len)?;
         let host_page = self.host.page(&staging).ok_or_else(missing_page)?;
         let device_page = self.device.page(src).ok_or_else(missing_page)?;
@@ -426,7 +430,7 @@ impl<D: Driver> StreamState<D> {
             &mut self.raw,
             DeviceSlice {
                 page: device_page,
-                offset: src.offset(),
+                offset: src.offset() + span.offset,
                 len,
             },
             HostSlice {
@@ -481,13 +485,12 @@ impl<D: Driver> StreamState<D> {
             return Ok(slice.clone());
         }
         let slice = self.allocate_device(ids(), bytes.len() as u64)?;
-        self.stage_to_device(ids(), bytes, &slice)?;
+        self.stage_to_device(ids(), bytes, &slice, 0)?;
         if self.capture.is_recording() {
             // The copy is one of the recording's operations: logged, so the
             // dependency graph numbers what the driver recorded.
             self.capture.record_entry(Entry::Write {
-                buffer: slice.id(),
-                bytes: slice.len(),
+                span: Span::whole(slice.id(), slice.len()),
             });
         }
         for evicted in self.info.insert(bytes, slice.clone(), phase) {

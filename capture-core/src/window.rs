@@ -35,6 +35,7 @@ struct Closed<D: GraphDriver> {
     retained: Vec<SliceHandle>,
     kernels: Vec<KeptKernel>,
     written: Vec<BufferId>,
+    renewed: Vec<BufferId>,
     read: Vec<BufferId>,
     log: Vec<Entry>,
     /// Device bytes pinned (aligned spans), host bytes pinned, and the
@@ -235,6 +236,7 @@ impl<'a, D: GraphDriver> Window<'a, D> {
                     retained,
                     kernels: recorded.kernels,
                     written: recorded.written,
+                    renewed: recorded.renewed,
                     read: recorded.read,
                     log: recorded.log,
                     bytes,
@@ -277,6 +279,7 @@ impl<'a, D: GraphDriver> Window<'a, D> {
                     stream: stream.id,
                     _retained: closed.retained,
                     written: closed.written,
+                    renewed: closed.renewed,
                     read: closed.read,
                     log: closed.log,
                     info: GraphInfo {
@@ -368,6 +371,7 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         let old = std::mem::replace(&mut graph.kernels, closed.kernels);
         stream.queue_keep(Box::new(old));
         graph.written = written;
+        graph.renewed = closed.renewed;
         graph.read = closed.read;
         graph.log = closed.log;
         let (device_bytes, host_bytes, touched_bytes) = closed.bytes;

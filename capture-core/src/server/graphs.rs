@@ -352,7 +352,7 @@ fn replay_graph<D: GraphDriver>(
         Ok(()) => {
             state.issued();
             graph.info.replays += 1;
-            state.failures.settle(graph.written.iter().copied(), None);
+            state.failures.settle(graph.renewed.iter().copied(), None);
             Ok(())
         }
         Err(cause) => {

@@ -22,6 +22,7 @@ use crate::ids::{BufferId, StreamId};
 use crate::phase::Phase;
 use crate::pool::{Place, SliceHandle};
 use crate::signature::{LaunchShape, MAX_BINDINGS, Signature};
+use crate::span::Span;
 use crate::stream::StreamState;
 
 /// One launch as its caller asked for it, with its kernel's signature.
@@ -56,6 +57,22 @@ impl<D: Driver, B: Bound> Request<'_, D, B> {
             .filter(|(_, access)| access.writes())
             .map(|(buffer, _)| buffer.id())
     }
+
+    /// The buffers the launch writes all of: only these lose a claim when
+    /// it succeeds, since a write to a view leaves the rest as it was.
+    fn renewed(&self) -> impl Iterator<Item = BufferId> + '_ {
+        self.args
+            .iter()
+            .zip(self.signature.accesses())
+            .filter(|(buffer, access)| access.writes() && covers_all(*buffer))
+            .map(|(buffer, _)| buffer.id())
+    }
+}
+
+/// Whether `buffer` binds all of its allocation.
+#[inline]
+fn covers_all<B: Bound>(buffer: &B) -> bool {
+    buffer.span().len == buffer.slice().len()
 }
 
 impl<D: GraphDriver> Server<D> {
@@ -211,7 +228,7 @@ fn issue_launch<D: Driver, B: Bound>(
     // `settle` asks the same, but only once the written buffers' iterator is
     // built (a dozen instructions a launch, callgrind), so it is asked first.
     if !state.failures.is_empty() {
-        state.failures.settle(request.written(), None);
+        state.failures.settle(request.renewed(), None);
     }
     state.maybe_flush();
     Ok(())
@@ -251,9 +268,9 @@ fn log_recorded<D: Driver, B: Bound>(
             .args
             .iter()
             .zip(accesses)
-            .map(|(buffer, access)| (buffer.slice().id(), *access))
+            .map(|(buffer, access)| (buffer.span(), *access))
             .collect(),
-        info: info_slice.map(SliceHandle::id),
+        info: info_slice.map(|slice| Span::whole(slice.id(), slice.len())),
         info_bytes: request.info.len() as u32,
         param_bytes: request.params.len() as u32,
     });
@@ -267,7 +284,7 @@ fn log_recorded<D: Driver, B: Bound>(
             capture.record_read(slice.id());
         }
         if access.writes() {
-            capture.record_write(slice.id());
+            capture.record_write(slice.id(), covers_all(buffer));
         }
     }
 }
@@ -311,7 +328,7 @@ fn check_launch<D: Driver, B: Bound>(
     // `admits` also holds the bindings to `MAX_BINDINGS`.
     if request
         .signature
-        .admits(&request.shape(max_groups), |buffer| buffer.id())
+        .admits(&request.shape(max_groups), |buffer| buffer.span())
     {
         return Ok(());
     }
@@ -329,7 +346,7 @@ fn explain_launch<D: Driver, B: Bound>(
     if args.len() > MAX_BINDINGS {
         return Err(too_many_bindings(signature, args.len()));
     }
-    match signature.mismatch(&request.shape(max_groups), |buffer| buffer.id()) {
+    match signature.mismatch(&request.shape(max_groups), |buffer| buffer.span()) {
         Some(reason) => Err(Error::KernelMismatch {
             kernel: signature.to_string(),
             reason,
@@ -436,8 +453,10 @@ impl<D: GraphDriver> Server<D> {
             // Another thread's call on a recording stream claims nothing, as
             // on the launch's quick path.
             let foreign = matches!(failure, Some(Error::NotRecorder { .. }));
-            if !foreign && (failure.is_some() || !recording) {
+            if !foreign && failure.is_some() {
                 lanes.mine.state.failures.settle(request.written(), failure);
+            } else if !foreign && !recording {
+                lanes.mine.state.failures.settle(request.renewed(), None);
             }
             match outcome {
                 Ok(()) => (Ok(()), true),

@@ -63,7 +63,7 @@ impl<D: GraphDriver> Server<D> {
         if done {
             return Ok(());
         }
-        let accesses = [(buffer.slice.id(), Access::Write)];
+        let accesses = [(buffer.span.buffer, Access::Write)];
         self.ordered(
             buffer.stream,
             &accesses,
@@ -98,26 +98,27 @@ impl<D: GraphDriver> Server<D> {
         bytes: &[u8],
     ) -> Result<(), Error> {
         lane.check_recorder()?;
-        let slice = buffer.slice;
-        if bytes.len() as u64 != slice.len() {
+        let (slice, span) = (buffer.slice, buffer.span);
+        if bytes.len() as u64 != span.len {
             return lane.refused(Error::SizeMismatch {
                 buffer: slice.id(),
-                expected: slice.len(),
+                expected: span.len,
                 got: bytes.len() as u64,
             });
         }
+        // Only a write of every byte leaves the buffer unclaimed: a view's
+        // leaves the rest as a failure left it.
+        let whole = span.len == slice.len();
+        let renewed = if whole { Some(slice.id()) } else { None };
         let staging = self.ids.buffer();
         let state = &mut lane.state;
         let recording = state.capture.is_recording();
-        match state.stage_to_device(staging, bytes, slice) {
+        match state.stage_to_device(staging, bytes, slice, span.offset) {
             Ok(()) if recording => {
-                state.capture.record_write(slice.id());
-                state.capture.record_entry(Entry::Write {
-                    buffer: slice.id(),
-                    bytes: slice.len(),
-                });
+                state.capture.record_write(slice.id(), whole);
+                state.capture.record_entry(Entry::Write { span });
             }
-            Ok(()) => state.failures.settle([slice.id()], None),
+            Ok(()) => state.failures.settle(renewed, None),
             Err(err) => {
                 state.failures.settle([slice.id()], Some(&err));
                 return lane.refused(err);
@@ -140,7 +141,7 @@ impl<D: GraphDriver> Server<D> {
         if let Some(bytes) = read {
             return Ok(bytes);
         }
-        let accesses = [(buffer.slice.id(), Access::Read)];
+        let accesses = [(buffer.span.buffer, Access::Read)];
         self.ordered(
             buffer.stream,
             &accesses,
@@ -161,7 +162,7 @@ impl<D: GraphDriver> Server<D> {
             return Err(err);
         }
         let staging = self.ids.buffer();
-        lane.state.read_back(staging, buffer.slice)
+        lane.state.read_back(staging, buffer.slice, &buffer.span)
     }
 
     /// Wait for everything enqueued on `stream`.

@@ -111,6 +111,89 @@ pub fn hazards_of_every_kind_replay_a_thousand_times_like_eager<D: UserKernels>(
     Ok(())
 }
 
+/// Launches over views of one buffer, some disjoint and some overlapping:
+/// the edges compare byte ranges, so work on disjoint parts runs side by
+/// side while every read after write, write after read and write after
+/// write between overlapping parts is kept. A thousand replays leave what
+/// the same launches leave eagerly, and a launch that writes a view
+/// overlapping another of its bindings is refused.
+pub fn views_of_one_buffer_replay_a_thousand_times_like_eager<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    const REPLAYS: usize = 1000;
+    // A quarter of the buffer, in elements: large enough that the host
+    // backend spreads each level over its pool.
+    const Q: u32 = 1 << 14;
+    const QUARTER: u64 = Q as u64 * 4;
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let buffer = client
+        .create_f32(stream, &vec![0.0; 4 * Q as usize])
+        .step("buffer")?;
+    let view = |quarter: u64, quarters: u64| buffer.range(quarter * QUARTER, quarters * QUARTER);
+    let quarters: Vec<_> = (0..4)
+        .map(|q| view(q, 1))
+        .collect::<Result<_, _>>()
+        .step("quarters")?;
+    let [q0, q1, q2, q3] = &quarters[..] else {
+        unreachable!("four quarters")
+    };
+    let (lo, mid, hi) = (
+        view(0, 2).step("lo")?,
+        view(1, 2).step("mid")?,
+        view(2, 2).step("hi")?,
+    );
+    let run = || -> Result<(), capture_core::Error> {
+        let builtin = |which, args: &[&capture_core::Buffer], n, value| {
+            client.run_builtin(stream, which, args, n, value)
+        };
+        builtin(Builtin::Fill, &[&lo], 2 * Q, 1.0)?; // 0: q0 = q1 = 1
+        builtin(Builtin::Fill, &[&hi], 2 * Q, 2.0)?; // 1: q2 = q3 = 2, beside 0
+        builtin(Builtin::Add, &[q1, q3], Q, 0.0)?; // 2: q1 += q3 (RAW on 0, 1)
+        builtin(Builtin::Copy, &[q0, q2], Q, 0.0)?; // 3: q2 = q0 (RAW on 0, WAW on 1), beside 2
+        builtin(Builtin::Add, &[q3, &mid], Q, 0.0)?; // 4: q3 += q1 (reads mid: RAW on 2, 3)
+        builtin(Builtin::Fill, &[q0], Q, 7.0)?; // 5: q0 = 7 (WAR on 3, WAW on 0), beside 4
+        builtin(Builtin::Copy, &[q2, q1], Q, 0.0) // 6: q1 = q2 (WAR on 4, WAW on 2)
+    };
+    let want = [7.0, 1.0, 1.0, 5.0];
+    let check = |what: &str| -> Outcome {
+        for (quarter, value) in quarters.iter().zip(want) {
+            expect_all(&client, quarter, value, what)?;
+        }
+        let whole = client.read_f32(&buffer).step("read the whole")?;
+        let of_views: Vec<f32> = want
+            .iter()
+            .flat_map(|&value| std::iter::repeat_n(value, Q as usize))
+            .collect();
+        ensure!(whole == of_views, "{what}: the whole buffer is not its views");
+        Ok(())
+    };
+    run().step("eager")?;
+    check("eager")?;
+    let aliased = client.run_builtin(stream, Builtin::Add, &[&lo, &mid], 2 * Q, 0.0);
+    ensure!(
+        matches!(aliased, Err(capture_core::Error::KernelMismatch { .. })),
+        "a written view overlapping a read one: {aliased:?}"
+    );
+    let (graph, ()) = client.capture(stream, |_| run()).step("capture")?;
+    let info = client.graph_info(&graph).step("info")?;
+    ensure!(
+        (info.launches, info.depth, info.width) == (7, 4, 2),
+        "launches, depth, width: {:?}",
+        (info.launches, info.depth, info.width)
+    );
+    client
+        .write_f32(&buffer, &vec![-1.0; 4 * Q as usize])
+        .step("poison")?;
+    for replay in 1..=REPLAYS {
+        client.replay(&graph).step("replay")?;
+        if replay % 250 == 0 {
+            check("after replays")?;
+        }
+    }
+    Ok(())
+}
+
 /// An update in place that changes which buffers a launch reads changes
 /// the graph's edges: a launch that read its neighbour's output now reads
 /// an input of its own and runs beside it, and back again.

@@ -80,6 +80,7 @@ suite![
     updates::a_graph_draws_its_dependencies,
     dependencies::eight_independent_chains_are_one_chain_deep_and_eight_wide,
     dependencies::hazards_of_every_kind_replay_a_thousand_times_like_eager,
+    dependencies::views_of_one_buffer_replay_a_thousand_times_like_eager,
     dependencies::an_update_in_place_keeps_the_edges_of_the_new_work,
     updates::two_clients_on_two_devices,
     graphs::rule_07_page_allocated_while_recording_is_refused,
