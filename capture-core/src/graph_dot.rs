@@ -94,7 +94,11 @@ mod tests {
         let text = dot("graph 1", &log);
         assert!(text.starts_with("digraph \"graph 1\" {"));
         assert!(text.contains("n0 [label=\"0: write 8 B\\nw buffer 1 [0..8)\", shape=note];"));
-        assert!(text.contains("1: k\\\"1 [2x1x1]\\nr buffer 1 [0..64)\\nw buffer 2 [0..64)\\ninfo 16 B"));
+        assert!(
+            text.contains(
+                "1: k\\\"1 [2x1x1]\\nr buffer 1 [0..64)\\nw buffer 2 [0..64)\\ninfo 16 B"
+            )
+        );
         assert!(text.contains("n0 -> n1 [label=\"RAW buffer 1\"];"));
         assert!(text.trim_end().ends_with('}'));
     }

@@ -324,11 +324,7 @@ impl Signature {
     /// signature of more than [`MAX_BINDINGS`] bindings (which no backend
     /// builds) is left to [`Signature::mismatch`].
     #[inline]
-    pub(crate) fn admits<B>(
-        &self,
-        launch: &LaunchShape<'_, B>,
-        span: impl Fn(&B) -> Span,
-    ) -> bool {
+    pub(crate) fn admits<B>(&self, launch: &LaunchShape<'_, B>, span: impl Fn(&B) -> Span) -> bool {
         let buffers = launch.buffers;
         let [x, y, z] = launch.groups;
         let [mx, my, mz] = launch.max_groups;

@@ -847,4 +847,90 @@ mod tests {
         );
         drop(buffer);
     }
+
+    #[test]
+    fn a_view_reads_and_writes_its_bytes_alone() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let bytes: Vec<u8> = (0..=255).cycle().take(1024).collect();
+        let buffer = client.create(stream, &bytes).expect("buffer");
+        let view = buffer.range(256, 512).expect("a view");
+        assert_eq!((view.len(), view.span().offset), (512, 256));
+        assert!(view.is_view() && !buffer.is_view());
+        assert_eq!(view.id(), buffer.id(), "one allocation");
+        assert_eq!(view.placement(), buffer.placement());
+        assert_eq!(client.read(&view).expect("read"), bytes[256..768]);
+        // A view of a view counts from its own start.
+        let inner = view.range(256, 4).expect("a view of the view");
+        assert_eq!(inner.span().offset, 512);
+        client.write(&inner, &[9; 4]).expect("write four bytes");
+        let mut want = bytes.clone();
+        want[512..516].copy_from_slice(&[9; 4]);
+        assert_eq!(client.read(&buffer).expect("read all"), want);
+        let wrong = client.write(&view, &[0; 1024]);
+        assert!(
+            matches!(
+                wrong,
+                Err(Error::SizeMismatch {
+                    expected: 512,
+                    got: 1024,
+                    ..
+                })
+            ),
+            "{wrong:?}"
+        );
+        assert!(format!("{inner:?}").contains("[512..516)"), "{inner:?}");
+        // The view keeps the allocation as a clone would.
+        drop(buffer);
+        assert_eq!(client.read(&view).expect("read").len(), 512);
+    }
+
+    #[test]
+    fn a_view_outside_its_buffer_or_off_the_alignment_is_refused() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let buffer = client.allocate(stream, 1000).expect("buffer");
+        for (offset, len, reason) in [
+            (0, 0, "at least one byte"),
+            (768, 233, "past the buffer's end"),
+            (1024, 1, "past the buffer's end"),
+            (u64::MAX - 255, 512, "past the buffer's end"),
+            (128, 64, "multiple of SLICE_ALIGN"),
+        ] {
+            let err = buffer.range(offset, len).expect_err("refused");
+            assert!(
+                matches!(err, Error::BadRange { size: 1000, .. })
+                    && err.to_string().contains(reason),
+                "{offset}+{len}: {err}"
+            );
+        }
+        let last = buffer.range(768, 232).expect("up to the last byte");
+        assert_eq!(last.len(), 232);
+        let err = last.range(0, 233).expect_err("past the view's end");
+        assert!(matches!(err, Error::BadRange { size: 232, .. }), "{err}");
+    }
+
+    #[test]
+    fn disjoint_views_bind_beside_a_written_one_and_overlapping_ones_do_not() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let buffer = client.create(stream, &[1; 768]).expect("buffer");
+        let (a, b) = (
+            buffer.range(0, 256).expect("a"),
+            buffer.range(256, 512).expect("b"),
+        );
+        let copy = crate::client::Kernel::<TestDriver>::new(
+            crate::signature::Signature::new("copy").bindings(&[Access::Read, Access::Write]),
+        );
+        client.write(&a, &[5; 256]).expect("write a");
+        client
+            .launch(stream, &copy, [1, 1, 1], &[&a, &b], &[], &[])
+            .expect("disjoint views of one buffer");
+        assert_eq!(client.read(&b).expect("read")[..256], [5; 256]);
+        let overlap = buffer.range(0, 512).expect("overlapping b");
+        let err = client
+            .launch(stream, &copy, [1, 1, 1], &[&overlap, &b], &[], &[])
+            .expect_err("a written view overlapping a bound one");
+        assert!(err.to_string().contains("bytes they share"), "{err}");
+    }
 }

@@ -165,7 +165,10 @@ pub fn views_of_one_buffer_replay_a_thousand_times_like_eager<D: UserKernels>(
             .iter()
             .flat_map(|&value| std::iter::repeat_n(value, Q as usize))
             .collect();
-        ensure!(whole == of_views, "{what}: the whole buffer is not its views");
+        ensure!(
+            whole == of_views,
+            "{what}: the whole buffer is not its views"
+        );
         Ok(())
     };
     run().step("eager")?;

@@ -385,3 +385,51 @@ pub fn every_capture_fault_recovers<D: UserKernels>(session: &Session<D>) -> Out
     client.write_f32(x, &[0.0; NU]).step("reset x")?;
     back_to(client, stream, f.baseline, "after every fault")
 }
+
+/// A failure writing a view claims its whole buffer, every view of it
+/// included: what is tracked per allocation stays so. A write of a view
+/// that succeeds, eager or replayed, leaves the rest claimed; one that
+/// writes every byte clears the claim.
+pub fn a_failed_write_to_a_view_claims_the_buffer_until_all_of_it_is_written<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    const HALF: u32 = 64;
+    let f = Faulted::new(session)?;
+    let (client, stream) = (&f.fx.client, f.fx.stream);
+    let buffer = client
+        .create_f32(stream, &[0.0; 2 * HALF as usize])
+        .step("buffer")?;
+    let low = buffer.range(0, u64::from(HALF) * 4).step("low")?;
+    let high = buffer
+        .range(u64::from(HALF) * 4, u64::from(HALF) * 4)
+        .step("high")?;
+    f.plan.fail(Primitive::Copy, 1);
+    refused(client.write_f32(&low, &[1.0; HALF as usize]), "write low")?;
+    expect_claimed(client, &buffer, "injected", "the whole buffer")?;
+    expect_claimed(client, &high, "injected", "the other view")?;
+    client
+        .write_f32(&high, &[2.0; HALF as usize])
+        .step("write high")?;
+    client
+        .run_builtin(stream, Builtin::Fill, &[&high], HALF, 3.0)
+        .step("fill high")?;
+    expect_claimed(client, &low, "injected", "after writes of the other view")?;
+    let (graph, ()) = client
+        .capture(stream, |_| {
+            client.run_builtin(stream, Builtin::Fill, &[&low], HALF, 4.0)
+        })
+        .step("capture")?;
+    client.replay(&graph).step("replay")?;
+    expect_claimed(client, &high, "injected", "after a replay writing low")?;
+    client
+        .write_f32(&buffer, &[5.0; 2 * HALF as usize])
+        .step("write all")?;
+    expect_all(client, &buffer, 5.0, "written whole")?;
+    client.replay(&graph).step("replay")?;
+    expect_all(client, &low, 4.0, "low, replayed")?;
+    expect_all(client, &high, 5.0, "high, as written")?;
+    client.destroy(&graph).step("destroy")?;
+    drop((graph, low, high, buffer));
+    client.sync(stream).step("sync")?;
+    f.recovered(0)
+}

@@ -108,6 +108,7 @@ suite![
     faults::claims_on_dropped_buffers_are_not_kept,
     faults::destroy_with_a_failed_sync_keeps_the_pins_fenced,
     faults::every_capture_fault_recovers,
+    faults::a_failed_write_to_a_view_claims_the_buffer_until_all_of_it_is_written,
     scale::rule_15_other_streams_are_not_recorded_or_blocked,
     scale::capture_past_the_drop_queue_threshold,
     scale::ten_thousand_launch_capture,
