@@ -352,6 +352,11 @@ impl StreamCapture {
         }
     }
 
+    /// The operations the open recording logged so far.
+    pub fn log(&self) -> &[Entry] {
+        &self.log
+    }
+
     /// Operations logged so far by the open recording.
     pub fn logged(&self) -> usize {
         self.log.len()

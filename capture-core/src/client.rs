@@ -759,13 +759,20 @@ impl<D: GraphDriver> Client<D> {
             window,
             updating,
         };
-        if let Err(err) = body(Pass::Warmup) {
-            // Closing from Prepared disarms the pools; its refusal says
-            // nothing the warmup's own error does not.
-            std::mem::forget(guard);
-            let _closed = self.shared.server.instantiate(stream, window);
-            return Err(err);
-        }
+        let warm = match body(Pass::Warmup) {
+            Ok(warm) => warm,
+            Err(err) => {
+                // Closing from Prepared disarms the pools; its refusal says
+                // nothing the warmup's own error does not.
+                std::mem::forget(guard);
+                let _closed = self.shared.server.instantiate(stream, window);
+                return Err(err);
+            }
+        };
+        // What the body dropped by now were its temporaries; what it
+        // returned (dropped next) is kept by the caller in the recorded run.
+        self.shared.server.warmed(stream, window);
+        drop(warm);
         if let Err(err) = self.begin(stream, window) {
             std::mem::forget(guard);
             return Err(err);

@@ -116,6 +116,54 @@ pub enum Error {
         /// What the call passed.
         got: u64,
     },
+    /// A temporary of a capture window (allocated and dropped inside its
+    /// warmup run, so its memory is shared with the stream's other graphs'
+    /// temporaries) that the recording reads before writing all of it: it
+    /// would read what another graph left there.
+    #[error(
+        "{buffer} is a temporary of a capture window on {stream} (the warmup allocated and \
+         dropped it), whose memory the stream's graphs share, but operation {operation} of the \
+         recording reads it before anything writes all of it: it would read another graph's \
+         temporaries. Write all of it first, keep it past the warmup, or turn \
+         Config::share_temporaries off"
+    )]
+    TemporaryReadFirst {
+        /// The window's stream.
+        stream: StreamId,
+        /// The temporary.
+        buffer: BufferId,
+        /// The operation, in the window's log.
+        operation: usize,
+    },
+    /// A temporary of a capture window bound on another stream: its memory
+    /// is shared by its own stream's graphs, which nothing orders another
+    /// stream's work after.
+    #[error(
+        "{buffer} is a temporary of a capture window on {home} (the warmup allocated and \
+         dropped it), whose memory that stream's graphs share: {stream} may not use it. Keep \
+         it past the warmup to make it a buffer of its own"
+    )]
+    TemporaryElsewhere {
+        /// The temporary.
+        buffer: BufferId,
+        /// Its stream.
+        home: StreamId,
+        /// The stream that bound it.
+        stream: StreamId,
+    },
+    /// A temporary a caller kept past its capture window, overwritten by
+    /// another graph whose temporaries share its memory.
+    #[error(
+        "{buffer} was a temporary of a capture window (the warmup allocated and dropped it) \
+         that the caller kept; {graph}'s temporaries share its memory and its replay \
+         overwrote it"
+    )]
+    Overwritten {
+        /// The kept temporary.
+        buffer: BufferId,
+        /// The graph whose replay overwrote it.
+        graph: GraphId,
+    },
     /// A view asked of a buffer ([`Buffer::range`](crate::Buffer::range))
     /// that it cannot have.
     #[error("no view of {len} bytes at {offset} of {buffer}, which holds {size}: {reason}")]

@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::graph_log::{Entry, GraphInfo};
 use crate::hashing::FastMap;
 use crate::ids::{BufferId, GraphId, StreamId};
-use crate::pool::SliceHandle;
+use crate::pool::{Place, SliceHandle};
 use crate::signature::Access;
 
 /// An instantiated graph, and everything its window pinned for it.
@@ -44,6 +44,13 @@ pub struct Graph<D: GraphDriver> {
     pub(crate) read: Vec<BufferId>,
     /// What the recording did, in order.
     pub(crate) log: Vec<Entry>,
+    /// Its temporaries, each where it lies in its stream's arena: memory
+    /// the stream's other graphs' temporaries share.
+    pub(crate) temporaries: Vec<(BufferId, Place)>,
+    /// Temporaries of other graphs that their callers kept, in memory this
+    /// graph's temporaries share: each replay overwrites them, so each is
+    /// claimed by it (and counted in `written`, for the order of streams).
+    pub(crate) clobbers: Vec<BufferId>,
     /// What the graph is and has done.
     pub(crate) info: GraphInfo,
     /// Its dependency graph, once asked for.
@@ -169,6 +176,11 @@ impl<D: GraphDriver> Captures<D> {
         let key = self.table.insert((id, graph));
         self.keys.insert(id, key);
         GraphKey(key)
+    }
+
+    /// Every live graph.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut Graph<D>> {
+        self.table.iter_mut().map(|(_, (_, graph))| graph)
     }
 
     /// The live graph `id`.

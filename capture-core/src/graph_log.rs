@@ -39,7 +39,7 @@ pub enum Entry {
 
 impl Entry {
     /// Each buffer the operation touches, with how.
-    fn accesses(&self) -> SmallVec<[(Span, Access); 4]> {
+    pub(crate) fn accesses(&self) -> SmallVec<[(Span, Access); 4]> {
         match self {
             Entry::Launch { bindings, info, .. } => {
                 let mut accesses = bindings.clone();
@@ -198,6 +198,10 @@ pub struct GraphInfo {
     /// Bytes of the buffers its recording touched, as requested (the pins
     /// round each up to the pool's alignment).
     pub touched_bytes: u64,
+    /// Bytes of its temporaries (buffers its capture allocated and dropped
+    /// inside its run), in the arena its stream's graphs share: counted in
+    /// `device_bytes` too.
+    pub temporary_bytes: u64,
     /// How long instantiating (or the last update) took.
     pub instantiate_time: Duration,
     /// Whether the last upload succeeded.

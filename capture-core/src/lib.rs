@@ -60,6 +60,7 @@ mod server;
 mod signature;
 mod span;
 mod stream;
+mod temporaries;
 #[cfg(test)]
 mod test_driver;
 mod window;

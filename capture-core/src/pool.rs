@@ -28,6 +28,9 @@ struct SliceMeta {
     offset: u64,
     len: u64,
     span: u64,
+    /// For a temporary cut from its stream's arena, the arena's slice: held
+    /// so the arena's memory lives as long as any temporary in it.
+    arena: Option<SliceHandle>,
 }
 
 impl SliceHandle {
@@ -72,6 +75,32 @@ impl SliceHandle {
         }
     }
 
+    /// Whether the slice is a temporary cut from its stream's arena, whose
+    /// bytes the stream's graphs share (see `temporaries`).
+    #[inline]
+    pub fn is_temporary(&self) -> bool {
+        self.0.arena.is_some()
+    }
+
+    /// A slice of `len` bytes for allocation `id`, `at` bytes into this one
+    /// (which must hold them), that keeps this one alive. The pool does not
+    /// track it: only this one is in its page.
+    pub(crate) fn cut(&self, id: BufferId, at: u64, len: u64) -> SliceHandle {
+        SliceHandle(Arc::new(SliceMeta {
+            id,
+            slot: self.0.slot,
+            offset: self.0.offset + at,
+            len,
+            span: aligned(len).unwrap_or(u64::MAX),
+            arena: Some(self.clone()),
+        }))
+    }
+
+    /// A hold on the slice that does not keep it.
+    pub(crate) fn downgrade(&self) -> WeakSlice {
+        WeakSlice(Arc::downgrade(&self.0))
+    }
+
     /// Whether `self` and `other` are the same allocation.
     #[cfg(test)]
     pub fn same(&self, other: &SliceHandle) -> bool {
@@ -89,6 +118,17 @@ impl SliceHandle {
     }
 }
 
+/// A slice as someone who does not keep it sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct WeakSlice(std::sync::Weak<SliceMeta>);
+
+impl WeakSlice {
+    /// The slice, if someone still holds it.
+    pub(crate) fn upgrade(&self) -> Option<SliceHandle> {
+        self.0.upgrade().map(SliceHandle)
+    }
+}
+
 /// Where a slice lies: its page slot, offset and length, without a hold
 /// on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,6 +139,13 @@ pub(crate) struct Place {
 }
 
 impl Place {
+    /// Whether the two share a byte of one page.
+    pub(crate) fn overlaps(&self, other: &Place) -> bool {
+        self.slot == other.slot
+            && self.offset < other.offset + other.len
+            && other.offset < self.offset + self.len
+    }
+
     /// The part of the slice at `self` that `span` names (its offset
     /// counted from the slice's start).
     #[inline]
@@ -216,17 +263,7 @@ impl<P> Pool<P> {
         // Checked: a length within a few bytes of `u64::MAX` (a config that
         // lifts the allocation limit) would wrap to a span of zero, a slice
         // that overlaps every other.
-        let span = len
-            .max(1)
-            .div_ceil(SLICE_ALIGN)
-            .checked_mul(SLICE_ALIGN)
-            .ok_or_else(|| {
-                DriverError::new(
-                    "core",
-                    "allocate page",
-                    format!("{len} bytes cannot be aligned to {SLICE_ALIGN}"),
-                )
-            })?;
+        let span = aligned(len).ok_or_else(|| unalignable(len))?;
         let found = self.slots.iter_mut().enumerate().find_map(|(slot, page)| {
             let page = page.as_mut()?;
             page.slices.retain(SliceHandle::in_use);
@@ -241,22 +278,7 @@ impl<P> Pool<P> {
                 if matches!(phase, Phase::Recording(_)) {
                     self.grew_while_recording = true;
                 }
-                let fresh = Page {
-                    page,
-                    size,
-                    slices: Vec::new(),
-                };
-                let slot = match self.slots.iter().position(Option::is_none) {
-                    Some(slot) => {
-                        self.slots[slot] = Some(fresh);
-                        slot
-                    }
-                    None => {
-                        self.slots.push(Some(fresh));
-                        self.slots.len() - 1
-                    }
-                };
-                (slot, 0, 0)
+                (self.add_page(page, size), 0, 0)
             }
         };
         let handle = SliceHandle(Arc::new(SliceMeta {
@@ -265,6 +287,7 @@ impl<P> Pool<P> {
             offset,
             len,
             span,
+            arena: None,
         }));
         if let Some(page) = self.slots[slot].as_mut() {
             page.slices.insert(index, handle.clone());
@@ -273,6 +296,56 @@ impl<P> Pool<P> {
             self.retained.push(handle.clone());
         }
         Ok(Some(handle))
+    }
+
+    /// A slice of `len` bytes for allocation `id` alone in a page of its
+    /// own, obtained through `allocate_page`: the room of the other pages,
+    /// which a warmup sized, stays as it was. Never retained by a window.
+    pub fn reserve_page(
+        &mut self,
+        id: BufferId,
+        len: u64,
+        allocate_page: impl FnOnce(u64) -> Result<P, DriverError>,
+    ) -> Result<SliceHandle, DriverError> {
+        let span = aligned(len).ok_or_else(|| unalignable(len))?;
+        let slot = self.add_page(allocate_page(span)?, span);
+        let handle = SliceHandle(Arc::new(SliceMeta {
+            id,
+            slot,
+            offset: 0,
+            len,
+            span,
+            arena: None,
+        }));
+        if let Some(page) = self.slots[slot].as_mut() {
+            page.slices.push(handle.clone());
+        }
+        Ok(handle)
+    }
+
+    /// Put `page`, of `size` bytes, in the first free slot; which one.
+    fn add_page(&mut self, page: P, size: u64) -> usize {
+        let fresh = Page {
+            page,
+            size,
+            slices: Vec::new(),
+        };
+        match self.slots.iter().position(Option::is_none) {
+            Some(slot) => {
+                self.slots[slot] = Some(fresh);
+                slot
+            }
+            None => {
+                self.slots.push(Some(fresh));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    /// Hold `slice` for the open window's graph, as a slice the pool handed
+    /// out inside it would be.
+    pub fn retain(&mut self, slice: SliceHandle) {
+        self.retained.push(slice);
     }
 
     /// What the pool holds now. Reclaims free slices on the way, so the
@@ -364,6 +437,20 @@ impl<P> Pool<P> {
     pub fn grew_while_recording(&self) -> bool {
         self.grew_while_recording
     }
+}
+
+/// `len` rounded up to [`SLICE_ALIGN`] (at least one alignment), if it can be.
+fn aligned(len: u64) -> Option<u64> {
+    len.max(1).div_ceil(SLICE_ALIGN).checked_mul(SLICE_ALIGN)
+}
+
+#[cold]
+fn unalignable(len: u64) -> DriverError {
+    DriverError::new(
+        "core",
+        "allocate page",
+        format!("{len} bytes cannot be aligned to {SLICE_ALIGN}"),
+    )
 }
 
 /// The first gap of at least `span` bytes in `page`: the index the new slice

@@ -451,6 +451,11 @@ fn collect_dead<D: GraphDriver>(slot: &Slot<D>, state: &mut StreamState<D>) {
     let mut any = false;
     slot.graveyard.exhume(|slice| {
         state.failures.forget(slice.id());
+        if state.capture.is_active()
+            && let Some(temporaries) = &mut state.temporaries
+        {
+            temporaries.dropped(slice.id());
+        }
         if state.shares {
             crate::ordering::lock(&slot.order).forget(slice.id());
         }

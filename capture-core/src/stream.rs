@@ -14,6 +14,7 @@ use crate::phase::Phase;
 use crate::pool::{Place, Pool, PoolUsage, SliceHandle};
 use crate::signature::MAX_INFO_BYTES;
 use crate::span::Span;
+use crate::temporaries::Temporaries;
 
 /// Sizes and limits of a device's pools and queues.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +41,12 @@ pub struct Config {
     /// their declared accesses require (the default), or the order the
     /// stream issued them in.
     pub replay_order: ReplayOrder,
+    /// Whether the graphs of one stream share the memory of their
+    /// temporaries (the default): the buffers a capture's run allocates
+    /// and drops inside its warmup are cut, in the recorded run, from one
+    /// arena per stream that every graph of the stream reuses. Off, each
+    /// graph keeps its temporaries' memory to itself, as any buffer.
+    pub share_temporaries: bool,
 }
 
 /// How much of a recording's issue order its graph keeps.
@@ -73,6 +80,7 @@ impl Default for Config {
             drop_queue_threshold: 64,
             info_cache_capacity: 1024,
             replay_order: ReplayOrder::Dependencies,
+            share_temporaries: true,
         }
     }
 }
@@ -90,6 +98,9 @@ pub struct StreamUsage {
     pub info_entries: usize,
     /// Graph uploads that failed (best-effort, so only counted and logged).
     pub upload_failures: usize,
+    /// Bytes of the arena the stream's graphs cut their temporaries from
+    /// (counted in `device` too, once).
+    pub temporary_arena_bytes: u64,
 }
 
 /// A stream: the driver's stream, its pools, drop queue, info cache and
@@ -128,6 +139,9 @@ pub struct StreamState<D: Driver> {
     unordered: bool,
     /// The order its graphs keep when they replay.
     pub(crate) replay_order: ReplayOrder,
+    /// The arena its graphs share their temporaries in, and what the open
+    /// window learnt of them; `None` when they are not shared.
+    pub(crate) temporaries: Option<Temporaries>,
 }
 
 fn missing_page() -> Error {
@@ -166,6 +180,7 @@ impl<D: Driver> StreamState<D> {
             joined: None,
             unordered: false,
             replay_order: config.replay_order,
+            temporaries: config.share_temporaries.then(Temporaries::default),
         }
     }
 
@@ -293,6 +308,60 @@ impl<D: Driver> StreamState<D> {
         if !self.capture.is_recording() && self.drops.wants_flush() {
             self.reclaim();
         }
+    }
+
+    /// A device slice of `len` bytes for the caller's allocation `id`:
+    /// inside a window's recorded run, a temporary's comes from the arena.
+    pub(crate) fn allocate_buffer(&mut self, id: BufferId, len: u64) -> Result<SliceHandle, Error> {
+        if let Some(temporaries) = &mut self.temporaries {
+            match self.capture.phase() {
+                Phase::Prepared(_) => temporaries.warmup_allocated(id, len),
+                Phase::Recording(_) => {
+                    if let Some(slice) = temporaries.take(id, len) {
+                        self.device.retain(slice.clone());
+                        return Ok(slice);
+                    }
+                }
+                Phase::None => {}
+            }
+        }
+        self.allocate_device(id, len)
+    }
+
+    /// Before the recorded run: the warmup is over. The arena its
+    /// temporaries are cut from: the stream's if it holds what they need,
+    /// else a new one for allocation `id`, in a page of its own so the other
+    /// pages keep the room the warmup sized. Armed once the driver records.
+    pub(crate) fn arena_for_recording(
+        &mut self,
+        id: BufferId,
+    ) -> Result<Option<SliceHandle>, Error> {
+        let Some(temporaries) = &mut self.temporaries else {
+            return Ok(None);
+        };
+        temporaries.warmup_ended();
+        let needed = temporaries.needed();
+        if needed == 0 {
+            return Ok(None);
+        }
+        if let Some(arena) = temporaries.holding(needed) {
+            return Ok(Some(arena));
+        }
+        let raw = &mut self.raw;
+        let arena = self
+            .device
+            .reserve_page(id, needed, |size| D::allocate_device_page(raw, size))?;
+        Ok(Some(arena))
+    }
+
+    /// An arena from [`StreamState::arena_for_recording`] that the window
+    /// will not use: its page goes back if nothing else holds it.
+    pub(crate) fn release_arena(&mut self, arena: SliceHandle) {
+        let slot = arena.slot();
+        drop(arena);
+        let raw = &mut self.raw;
+        self.device
+            .release_if_free(slot, |page| D::release_device_page(raw, page));
     }
 
     /// A device slice of `len` bytes for allocation `id`.
@@ -507,6 +576,10 @@ impl<D: Driver> StreamState<D> {
             pending_drops: self.drops.len(),
             info_entries: self.info.len(),
             upload_failures: self.upload_failures,
+            temporary_arena_bytes: self
+                .temporaries
+                .as_ref()
+                .map_or(0, Temporaries::arena_bytes),
         }
     }
 

@@ -16,7 +16,7 @@ use crate::graph::{Graph, Refused};
 use crate::graph_log::{Entry, GraphInfo};
 use crate::hashing::FastSet;
 use crate::ids::{BufferId, GraphId, WindowId};
-use crate::pool::SliceHandle;
+use crate::pool::{Place, SliceHandle};
 use crate::stream::{ReplayOrder, StreamState};
 
 /// How a re-capture reached its graph.
@@ -38,6 +38,10 @@ struct Closed<D: GraphDriver> {
     renewed: Vec<BufferId>,
     read: Vec<BufferId>,
     log: Vec<Entry>,
+    /// The recording's temporaries, each where it lies in the arena.
+    temporaries: Vec<(BufferId, Place)>,
+    /// Bytes they span.
+    temporary_bytes: u64,
     /// Device bytes pinned (aligned spans), host bytes pinned, and the
     /// device bytes the recording's buffers asked for.
     bytes: (u64, u64, u64),
@@ -152,13 +156,28 @@ impl<'a, D: GraphDriver> Window<'a, D> {
             self.unwind();
             return Err(err);
         }
+        // The warmup's run is over: an arena that holds what the recorded
+        // run's temporaries need, taken before the driver records.
+        let arena = match stream.arena_for_recording(ids()) {
+            Ok(arena) => arena,
+            Err(err) => {
+                self.unwind();
+                return Err(err);
+            }
+        };
         // Warmup is over: release what it retained so the recorded run
         // reuses those slices.
         stream.device.capture_priming_end();
         stream.host.capture_priming_end();
         if let Err(err) = D::begin(&mut stream.raw) {
+            if let Some(arena) = arena {
+                stream.release_arena(arena);
+            }
             self.unwind();
             return Err(err.into());
+        }
+        if let (Some(arena), Some(temporaries)) = (arena, &mut stream.temporaries) {
+            temporaries.arm(arena);
         }
         Ok(())
     }
@@ -203,6 +222,17 @@ impl<'a, D: GraphDriver> Window<'a, D> {
                 window: closer,
             });
         }
+        let temporaries = match &mut stream.temporaries {
+            Some(temporaries) => temporaries.close(stream.capture.log()),
+            None => crate::temporaries::Closed::default(),
+        };
+        if let Some((buffer, operation)) = temporaries.read_first {
+            stream.capture.record_failure(Error::TemporaryReadFirst {
+                stream: stream.id,
+                buffer,
+                operation,
+            });
+        }
         let doomed = stream
             .capture
             .take_failure()
@@ -239,6 +269,8 @@ impl<'a, D: GraphDriver> Window<'a, D> {
                     renewed: recorded.renewed,
                     read: recorded.read,
                     log: recorded.log,
+                    temporaries: temporaries.taken,
+                    temporary_bytes: temporaries.bytes,
                     bytes,
                 });
             }
@@ -282,10 +314,13 @@ impl<'a, D: GraphDriver> Window<'a, D> {
                     renewed: closed.renewed,
                     read: closed.read,
                     log: closed.log,
+                    temporaries: closed.temporaries,
+                    clobbers: Vec::new(),
                     info: GraphInfo {
                         device_bytes,
                         host_bytes,
                         touched_bytes,
+                        temporary_bytes: closed.temporary_bytes,
                         instantiate_time,
                         uploaded,
                         ..GraphInfo::default()
@@ -373,6 +408,11 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         graph.written = written;
         graph.renewed = closed.renewed;
         graph.read = closed.read;
+        // The new temporaries lie in the arena as it is now, which no kept
+        // temporary shares.
+        graph.temporaries = closed.temporaries;
+        graph.clobbers.clear();
+        graph.info.temporary_bytes = closed.temporary_bytes;
         graph.log = closed.log;
         let (device_bytes, host_bytes, touched_bytes) = closed.bytes;
         graph.info.device_bytes = device_bytes;

@@ -34,6 +34,21 @@ impl<D: GraphDriver> Server<D> {
         })
     }
 
+    /// The warmup run of `window` on `stream` returned: what it dropped so
+    /// far were its temporaries. Nothing, if the window is not prepared.
+    pub(crate) fn warmed(&self, stream: StreamId, window: WindowId) {
+        let marked = self.with(stream, |lane| {
+            if lane.state.capture.phase() == crate::phase::Phase::Prepared(window)
+                && let Some(temporaries) = &mut lane.state.temporaries
+            {
+                temporaries.warmup_ended();
+            }
+            Ok(())
+        });
+        // A stream destroyed meanwhile: `begin` says so.
+        drop(marked);
+    }
+
     /// Start recording `window` on `stream`, taking the calling thread's
     /// work.
     pub fn begin(&self, stream: StreamId, window: WindowId) -> Result<(), Error> {
@@ -144,8 +159,10 @@ impl<D: GraphDriver> Server<D> {
         }
     }
 
-    /// The destroys that waited for the window to close.
+    /// The destroys that waited for the window to close, and the
+    /// temporaries it saw kept.
     fn destroy_deferred(&self, lane: &mut Lane<D>) {
+        mark_kept(lane);
         for graph in std::mem::take(&mut lane.state.deferred_destroys) {
             self.destroy_in(lane, graph);
         }
@@ -353,6 +370,9 @@ fn replay_graph<D: GraphDriver>(
             state.issued();
             graph.info.replays += 1;
             state.failures.settle(graph.renewed.iter().copied(), None);
+            if !graph.clobbers.is_empty() {
+                claim_clobbered(state, graph, id);
+            }
             Ok(())
         }
         Err(cause) => {
@@ -361,6 +381,38 @@ fn replay_graph<D: GraphDriver>(
                 cause: Arc::new(cause.into()),
             };
             Err(claim_written(state, graph, err))
+        }
+    }
+}
+
+/// Graph `id`'s replay overwrote the kept temporaries of other graphs that
+/// share its temporaries' memory: each is claimed by it.
+#[cold]
+fn claim_clobbered<D: GraphDriver>(state: &mut StreamState<D>, graph: &Graph<D>, id: GraphId) {
+    for &buffer in &graph.clobbers {
+        let cause = Error::Overwritten { buffer, graph: id };
+        state.failures.settle([buffer], Some(&cause));
+    }
+}
+
+/// Mark each temporary kept past its window since the last close on the
+/// live graphs whose temporaries share its memory: their replays overwrite
+/// it. The graph that recorded it writes it as its own.
+fn mark_kept<D: GraphDriver>(lane: &mut Lane<D>) {
+    let Some(temporaries) = &mut lane.state.temporaries else {
+        return;
+    };
+    for (buffer, place) in temporaries.take_kept() {
+        for graph in lane.graphs.iter_mut() {
+            let own = graph.temporaries.iter().any(|&(id, _)| id == buffer);
+            let shared = graph
+                .temporaries
+                .iter()
+                .any(|(_, other)| other.overlaps(&place));
+            if shared && !own && !graph.clobbers.contains(&buffer) {
+                graph.clobbers.push(buffer);
+                graph.written.push(buffer);
+            }
         }
     }
 }

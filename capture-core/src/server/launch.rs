@@ -426,6 +426,9 @@ impl<D: GraphDriver> Server<D> {
         if let Some(join) = self.with(stream, |lane| Ok(lane.state.join().cloned()))? {
             return self.launch_joined(stream, &join, request);
         }
+        if let Some(err) = temporary_elsewhere(stream, request) {
+            return Err(self.refuse(stream, err));
+        }
         let foreign: SmallVec<[(BufferId, StreamId, &dyn Shareable); MAX_BINDINGS]> = request
             .args
             .iter()
@@ -511,6 +514,24 @@ impl<D: GraphDriver> Server<D> {
     }
 }
 
+/// A temporary of another stream than `stream` among `request`'s bindings:
+/// refused, since that stream's graphs share its memory and nothing orders
+/// `stream`'s work after theirs.
+fn temporary_elsewhere<D: Driver, B: Bound>(
+    stream: StreamId,
+    request: &Request<'_, D, B>,
+) -> Option<Error> {
+    let buffer = request
+        .args
+        .iter()
+        .find(|b| b.stream() != stream && b.slice().is_temporary())?;
+    Some(Error::TemporaryElsewhere {
+        buffer: buffer.id(),
+        home: buffer.stream(),
+        stream,
+    })
+}
+
 /// Issue `request`'s driver launch on the stream of `lanes.mine` (which is
 /// `stream`), each binding found in its buffer's own stream's pool, and the
 /// info bytes at `info` in the pool of the stream it names.
@@ -579,6 +600,9 @@ impl<D: GraphDriver> Server<D> {
         join: &Arc<Join>,
         request: &Request<'_, D, B>,
     ) -> Result<(), Error> {
+        if let Some(err) = temporary_elsewhere(join.stream, request) {
+            return Err(self.refuse(join.stream, err));
+        }
         // Every buffer not of the recording stream is shared first, the
         // joined stream's own included: the graph replays on the recording
         // stream, ordered after their other users, and they after it.

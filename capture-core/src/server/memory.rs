@@ -28,7 +28,7 @@ impl<D: GraphDriver> Server<D> {
                 });
             }
             let id = self.ids.buffer();
-            match lane.state.allocate_device(id, len) {
+            match lane.state.allocate_buffer(id, len) {
                 Ok(slice) => {
                     lane.state.failures.track(id);
                     Ok(slice)
