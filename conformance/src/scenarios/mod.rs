@@ -10,6 +10,7 @@ mod replay;
 mod scale;
 mod state;
 mod streams;
+mod temporaries;
 mod threads;
 mod updates;
 
@@ -82,6 +83,11 @@ suite![
     dependencies::hazards_of_every_kind_replay_a_thousand_times_like_eager,
     dependencies::views_of_one_buffer_replay_a_thousand_times_like_eager,
     dependencies::an_update_in_place_keeps_the_edges_of_the_new_work,
+    temporaries::two_graphs_share_their_temporaries_and_replay_in_turn_like_eager,
+    temporaries::what_the_caller_keeps_is_not_shared,
+    temporaries::destroying_one_graph_of_a_set_keeps_the_others,
+    temporaries::temporaries_stay_on_their_stream,
+    temporaries::a_temporary_read_before_written_is_refused,
     updates::two_clients_on_two_devices,
     graphs::rule_07_page_allocated_while_recording_is_refused,
     graphs::a_recording_may_pass_info_its_warmup_did_not,

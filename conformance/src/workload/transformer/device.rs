@@ -66,6 +66,11 @@ pub struct Transformer<D: UserKernels> {
     generated: Buffer,
     /// The residual stream, `max_batch x hidden`.
     x: Buffer,
+}
+
+/// What one step computes and drops, sized for its batch: the temporaries
+/// of a captured step, whose memory the graphs of the stream share.
+struct Scratch {
     normed: Buffer,
     q: Buffer,
     k: Buffer,
@@ -76,6 +81,41 @@ pub struct Transformer<D: UserKernels> {
     gate: Buffer,
     up: Buffer,
     logits: Buffer,
+}
+
+impl Scratch {
+    /// Room for a step of `batch` sequences, each buffer written before it
+    /// is read.
+    fn new<D: UserKernels>(
+        client: &Client<D>,
+        stream: StreamId,
+        c: &Config,
+        batch: u32,
+    ) -> Result<Self, Error> {
+        let room = |n: u32| client.allocate(stream, u64::from(n) * 4);
+        let rows = batch * c.hidden;
+        Ok(Self {
+            normed: room(rows)?,
+            q: room(rows)?,
+            k: room(rows)?,
+            v: room(rows)?,
+            att: room(rows)?,
+            proj: room(rows)?,
+            scores: room(batch * c.heads * c.context)?,
+            gate: room(batch * c.ffn)?,
+            up: room(batch * c.ffn)?,
+            logits: room(batch * c.vocab)?,
+        })
+    }
+
+    /// Bytes a step of `batch` sequences allocates.
+    fn bytes(c: &Config, batch: u32) -> u64 {
+        let elements = 6 * batch * c.hidden
+            + batch * c.heads * c.context
+            + 2 * batch * c.ffn
+            + batch * c.vocab;
+        u64::from(elements) * 4
+    }
 }
 
 fn u32_bytes(values: &[u32]) -> Vec<u8> {
@@ -136,16 +176,6 @@ impl<D: UserKernels> Transformer<D> {
             positions: room(b)?,
             generated: room(b * c.context)?,
             x: room(b * c.hidden)?,
-            normed: room(b * c.hidden)?,
-            q: room(b * c.hidden)?,
-            k: room(b * c.hidden)?,
-            v: room(b * c.hidden)?,
-            att: room(b * c.hidden)?,
-            proj: room(b * c.hidden)?,
-            scores: room(b * c.heads * c.context)?,
-            gate: room(b * c.ffn)?,
-            up: room(b * c.ffn)?,
-            logits: room(b * c.vocab)?,
         };
         Ok(me)
     }
@@ -198,7 +228,9 @@ impl<D: UserKernels> Transformer<D> {
     }
 
     /// Issue one step's launches for the first `batch` sequences (eagerly,
-    /// or into an open window): each generates one token.
+    /// or into an open window): each generates one token. What the step
+    /// computes on the way is in buffers it allocates and drops, so a
+    /// captured step's are temporaries, shared by the stream's graphs.
     pub fn step(&self, batch: u32) -> Result<(), Error> {
         if batch == 0 || batch > self.max_batch {
             return Err(Error::BadLaunch(format!(
@@ -212,6 +244,7 @@ impl<D: UserKernels> Transformer<D> {
         let pos = &self.positions;
         let scale = 1.0 / (hd as f32).sqrt();
         let dims = [h, hd, ctx, batch];
+        let t = Scratch::new(c, s, &cfg, batch)?;
         k.embed(
             c,
             s,
@@ -223,31 +256,31 @@ impl<D: UserKernels> Transformer<D> {
             batch,
         )?;
         for l in &self.layers {
-            k.rmsnorm_rows(c, s, &self.x, &l.attn_norm, &self.normed, h, batch, EPS)?;
-            k.matmul(c, s, &l.wq, &self.normed, &self.q, h, h, batch)?;
-            k.matmul(c, s, &l.wk, &self.normed, &self.k, h, h, batch)?;
-            k.matmul(c, s, &l.wv, &self.normed, &self.v, h, h, batch)?;
-            k.rope(c, s, &self.q, pos, &self.rope, h, hd, batch, ctx)?;
-            k.rope(c, s, &self.k, pos, &self.rope, h, hd, batch, ctx)?;
+            k.rmsnorm_rows(c, s, &self.x, &l.attn_norm, &t.normed, h, batch, EPS)?;
+            k.matmul(c, s, &l.wq, &t.normed, &t.q, h, h, batch)?;
+            k.matmul(c, s, &l.wk, &t.normed, &t.k, h, h, batch)?;
+            k.matmul(c, s, &l.wv, &t.normed, &t.v, h, h, batch)?;
+            k.rope(c, s, &t.q, pos, &self.rope, h, hd, batch, ctx)?;
+            k.rope(c, s, &t.k, pos, &self.rope, h, hd, batch, ctx)?;
             let caches = [&l.k_cache, &l.v_cache];
-            k.kv_append(c, s, [&self.k, &self.v], pos, caches, h, ctx, batch)?;
-            k.attn_scores(c, s, &self.q, &l.k_cache, pos, &self.scores, dims, scale)?;
-            k.attn_softmax(c, s, &self.scores, pos, ctx, cfg.heads, batch)?;
-            k.attn_values(c, s, &self.scores, &l.v_cache, pos, &self.att, dims)?;
-            k.matmul(c, s, &l.wo, &self.att, &self.proj, h, h, batch)?;
-            k.residual(c, s, &self.x, &self.proj, h * batch)?;
-            k.rmsnorm_rows(c, s, &self.x, &l.ffn_norm, &self.normed, h, batch, EPS)?;
-            k.matmul(c, s, &l.w_gate, &self.normed, &self.gate, f, h, batch)?;
-            k.matmul(c, s, &l.w_up, &self.normed, &self.up, f, h, batch)?;
-            k.silu_mul(c, s, &self.gate, &self.up, f * batch)?;
-            k.matmul(c, s, &l.w_down, &self.gate, &self.proj, h, f, batch)?;
-            k.residual(c, s, &self.x, &self.proj, h * batch)?;
+            k.kv_append(c, s, [&t.k, &t.v], pos, caches, h, ctx, batch)?;
+            k.attn_scores(c, s, &t.q, &l.k_cache, pos, &t.scores, dims, scale)?;
+            k.attn_softmax(c, s, &t.scores, pos, ctx, cfg.heads, batch)?;
+            k.attn_values(c, s, &t.scores, &l.v_cache, pos, &t.att, dims)?;
+            k.matmul(c, s, &l.wo, &t.att, &t.proj, h, h, batch)?;
+            k.residual(c, s, &self.x, &t.proj, h * batch)?;
+            k.rmsnorm_rows(c, s, &self.x, &l.ffn_norm, &t.normed, h, batch, EPS)?;
+            k.matmul(c, s, &l.w_gate, &t.normed, &t.gate, f, h, batch)?;
+            k.matmul(c, s, &l.w_up, &t.normed, &t.up, f, h, batch)?;
+            k.silu_mul(c, s, &t.gate, &t.up, f * batch)?;
+            k.matmul(c, s, &l.w_down, &t.gate, &t.proj, h, f, batch)?;
+            k.residual(c, s, &self.x, &t.proj, h * batch)?;
         }
-        k.rmsnorm_rows(c, s, &self.x, &self.final_norm, &self.normed, h, batch, EPS)?;
+        k.rmsnorm_rows(c, s, &self.x, &self.final_norm, &t.normed, h, batch, EPS)?;
         let v = cfg.vocab;
-        k.matmul(c, s, &self.lm_head, &self.normed, &self.logits, v, h, batch)?;
+        k.matmul(c, s, &self.lm_head, &t.normed, &t.logits, v, h, batch)?;
         let (tokens, generated) = (&self.tokens, &self.generated);
-        k.argmax(c, s, &self.logits, pos, tokens, generated, v, ctx, batch)?;
+        k.argmax(c, s, &t.logits, pos, tokens, generated, v, ctx, batch)?;
         k.advance(c, s, pos, ctx, batch)
     }
 
@@ -291,8 +324,12 @@ impl<D: UserKernels> Transformer<D> {
         Ok(x)
     }
 
-    /// Bytes of every buffer the model holds: weights, caches, state and
-    /// scratch.
+    /// Bytes a step of `batch` sequences allocates and drops.
+    pub fn scratch_bytes(&self, batch: u32) -> u64 {
+        Scratch::bytes(&self.config, batch)
+    }
+
+    /// Bytes of every buffer the model holds: weights, caches and state.
     pub fn live_bytes(&self) -> u64 {
         let layers: u64 = self
             .layers
@@ -325,16 +362,6 @@ impl<D: UserKernels> Transformer<D> {
             &self.positions,
             &self.generated,
             &self.x,
-            &self.normed,
-            &self.q,
-            &self.k,
-            &self.v,
-            &self.att,
-            &self.proj,
-            &self.scores,
-            &self.gate,
-            &self.up,
-            &self.logits,
         ];
         layers + rest.iter().map(|b| b.len()).sum::<u64>()
     }
