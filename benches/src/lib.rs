@@ -16,7 +16,9 @@
 //!   [`Driver::launch`](capture_core::Driver::launch) ([`measure::eager_core`],
 //!   [`measure::eager_raw`]);
 //! - a pipeline that uploads on one stream while another computes, against
-//!   the same work on one stream ([`pipeline`]).
+//!   the same work on one stream ([`pipeline`]);
+//! - greedy generation with the transformer, one graph per batch size
+//!   sharing their temporaries, against eager steps ([`generate`]).
 //!
 //! Every measurement checks its result once at the end: the `x` buffer of the
 //! [`Fixture`] is read back and compared with the number of adds issued.
@@ -26,6 +28,7 @@ pub mod alloc_counter;
 pub mod backends;
 pub mod failure;
 pub mod fixture;
+pub mod generate;
 pub mod measure;
 pub mod pipeline;
 pub mod raw;

@@ -2,7 +2,9 @@
 //! one backend: each batch size eagerly and through a graph cache holding
 //! one captured step per batch size, then a run whose live sequences
 //! shrink, each step replaying the graph its live sequences pick. Every
-//! generated token is checked against the plain-Rust reference.
+//! generated token is checked against the plain-Rust reference, and the
+//! memory the graph set holds (its graphs share their temporaries) against
+//! the largest graph's temporaries.
 //!
 //! ```sh
 //! cargo run --release -p conformance --example generate -- --backend host
@@ -16,10 +18,11 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use capture_core::{Client, Error, GraphCache};
+use capture_core::{Client, Error};
 use conformance::UserKernels;
 use conformance::workload::transformer::{
-    Config, HIDDEN_TOLERANCE, NEAR_TIE, Start, Transformer, Verdict, Weights, check, starts,
+    Config, GraphSet, HIDDEN_TOLERANCE, NEAR_TIE, Start, Transformer, Verdict, Weights, check,
+    starts,
 };
 
 struct Options {
@@ -74,15 +77,6 @@ fn parse() -> Result<Options, lexopt::Error> {
     Ok(options)
 }
 
-/// The smallest captured batch size holding `live` sequences.
-fn bucket(batches: &[u32], live: u32) -> u32 {
-    batches
-        .iter()
-        .copied()
-        .find(|&b| b >= live)
-        .unwrap_or(batches[batches.len() - 1])
-}
-
 /// Each sequence's tokens and final hidden state against the reference,
 /// one sequence at a time (their lengths may differ), merged into one
 /// verdict.
@@ -125,12 +119,11 @@ struct Row {
     batch: u32,
     /// Seconds per step, launched eagerly.
     eager: f64,
-    /// Seconds per step, replayed (the capturing first step left out).
+    /// Seconds per step, replayed.
     replay: f64,
     capture: Duration,
     eager_verdict: Verdict,
     replay_verdict: Verdict,
-    graph_bytes: u64,
 }
 
 fn run<D: UserKernels>(options: &Options) -> Result<bool, Error> {
@@ -160,9 +153,12 @@ fn run<D: UserKernels>(options: &Options) -> Result<bool, Error> {
     model.step(max_batch)?;
     client.sync(stream)?;
 
+    // One graph per batch size, the largest captured first: the others'
+    // temporaries then fit in the arena its own made.
+    let mut set = GraphSet::capture(&client, &model, batches)?;
     let mut rows = Vec::new();
-    let mut cache = GraphCache::new(&client, stream, batches.len(), None);
-    for &batch in batches {
+    let captures = set.captures.clone();
+    for (&batch, &(_, capture)) in batches.iter().zip(&captures) {
         let first = starts(batch, &config);
         model.reset(&first)?;
         client.sync(stream)?;
@@ -174,33 +170,24 @@ fn run<D: UserKernels>(options: &Options) -> Result<bool, Error> {
         let eager = started.elapsed();
         let eager_verdict = judge(&weights, &model, &first)?;
 
-        // Every sequence is live all the way, so each step picks `batch`'s
-        // graph; the first captures it (its warmup is that step's token).
+        // Every sequence is live all the way, so each step replays
+        // `batch`'s graph.
         model.reset(&first)?;
         client.sync(stream)?;
-        let key = bucket(batches, batch);
         let started = Instant::now();
-        cache.run(key, u64::from(key), |_| model.step(key))?;
-        client.sync(stream)?;
-        let capture = started.elapsed();
-        let started = Instant::now();
-        for _ in 1..tokens {
-            cache.run(key, u64::from(key), |_| model.step(key))?;
+        for _ in 0..tokens {
+            set.step(batch)?;
         }
         client.sync(stream)?;
         let replay = started.elapsed();
         let replay_verdict = judge(&weights, &model, &first)?;
-        let graph = cache
-            .graph(&key)
-            .ok_or_else(|| Error::BadLaunch("the step's graph is not cached".into()))?;
         rows.push(Row {
             batch,
             eager: eager.as_secs_f64() / f64::from(tokens),
-            replay: replay.as_secs_f64() / f64::from(tokens - 1),
+            replay: replay.as_secs_f64() / f64::from(tokens),
             capture,
             eager_verdict,
             replay_verdict,
-            graph_bytes: client.graph_info(graph)?.device_bytes,
         });
     }
 
@@ -219,8 +206,7 @@ fn run<D: UserKernels>(options: &Options) -> Result<bool, Error> {
     let started = Instant::now();
     for step in 0..tokens {
         let live = budgets.iter().filter(|&&b| b > step).count() as u32;
-        let key = bucket(batches, live);
-        cache.run(key, u64::from(key), |_| model.step(key))?;
+        let key = set.step(live)?;
         live_tokens += u64::from(live);
         if used.last() != Some(&key) {
             used.push(key);
@@ -266,29 +252,23 @@ fn run<D: UserKernels>(options: &Options) -> Result<bool, Error> {
          near-tie; the hidden state within {HIDDEN_TOLERANCE:.0e} of it"
     );
 
-    client.sync(stream)?;
-    let usage = client.usage(stream)?.device;
-    let sum: u64 = rows.iter().map(|r| r.graph_bytes).sum();
-    let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+    let memory = &set.memory;
     println!();
-    for row in &rows {
+    for (batch, bytes) in &memory.temporaries {
         println!(
-            "graph for batch {}: pins {:.2} MiB",
-            row.batch,
-            mib(row.graph_bytes)
+            "graph for batch {batch}: temporaries {:.1} KiB",
+            *bytes as f64 / 1024.0
         );
     }
+    let holds = memory.holds();
+    passed &= holds;
     println!(
-        "memory: the {} graphs pin {:.2} MiB counted one by one; together with the model they \
-         hold the stream's pool: {:.2} MiB reserved, {:.2} MiB in use; the model's buffers are \
-         {:.2} MiB",
-        rows.len(),
-        mib(sum),
-        mib(usage.reserved_bytes),
-        mib(usage.in_use_bytes),
-        mib(model.live_bytes())
+        "memory: {}: {}; the model's buffers are {:.2} MiB",
+        memory.describe(),
+        if holds { "PASS" } else { "FAIL" },
+        model.live_bytes() as f64 / (1024.0 * 1024.0)
     );
-    drop(cache);
+    drop(set);
     drop(model);
     client.destroy_stream(stream)?;
     Ok(passed)

@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 use benches::alloc_counter::CountingAlloc;
 use benches::validation::validation_off;
-use benches::{Backend, SYNC_EVERY, Visit, availability, each_backend, pipeline, wide};
+use benches::{Backend, SYNC_EVERY, Visit, availability, each_backend, generate, pipeline, wide};
 use conformance::workload::decode::{self, Shape};
 
 #[global_allocator]
@@ -27,6 +27,7 @@ enum Section {
     Recapture,
     Pipeline,
     Dependencies,
+    Generate,
 }
 
 /// Measures and prints each backend in turn.
@@ -53,6 +54,10 @@ struct Summary {
     /// Chain against dependency graph, per backend, and whether the
     /// host's target held (`None` where none is set).
     dependencies: Vec<(String, Option<bool>)>,
+    /// Generation per batch size, eager against replayed, per backend.
+    generation: Vec<String>,
+    /// The graph set's memory per backend, and whether its target held.
+    sets: Vec<(String, bool)>,
 }
 
 /// Operations each stress thread runs.
@@ -82,6 +87,7 @@ impl Visit for Summary {
                     .dependencies
                     .push(dependencies_row::<D>(&mut self.failed));
             }
+            Some(Section::Generate) => return self.generate::<D>(),
             None => {}
         }
         match report::measure::<D>(device) {
@@ -103,6 +109,49 @@ impl Visit for Summary {
         self.pipelines.push(pipeline_row::<D>(&mut self.failed));
         self.dependencies
             .push(dependencies_row::<D>(&mut self.failed));
+        self.generate::<D>();
+    }
+}
+
+impl Summary {
+    /// Generation on `D`: a row per batch size, and the graph set's memory.
+    fn generate<D: Backend>(&mut self) {
+        match generate::measure::<D>() {
+            Ok(figures) => {
+                for rate in &figures.rates {
+                    self.generation.push(format!(
+                        "| {} | {} | {:.1} | {:.1} | {:.2}x |",
+                        D::NAME,
+                        rate.batch,
+                        rate.eager,
+                        rate.replay,
+                        rate.replay / rate.eager.max(1e-12)
+                    ));
+                }
+                let memory = &figures.memory;
+                let kib = |bytes: u64| bytes as f64 / 1024.0;
+                let holds = memory.holds();
+                self.sets.push((
+                    format!(
+                        "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2}x — {} (≤ {}) |",
+                        D::NAME,
+                        kib(memory.largest()),
+                        kib(memory.sum()),
+                        kib(memory.held()),
+                        kib(memory.arena),
+                        memory.ratio(),
+                        if holds { "PASS" } else { "FAIL" },
+                        generate::SET_TARGET,
+                    ),
+                    holds,
+                ));
+            }
+            Err(err) => {
+                self.failed = true;
+                self.generation
+                    .push(format!("| {} | failed: {err} | | | |", D::NAME));
+            }
+        }
     }
 }
 
@@ -345,6 +394,7 @@ fn main() -> ExitCode {
         "--recapture" => Some(Section::Recapture),
         "--pipeline" => Some(Section::Pipeline),
         "--dependencies" => Some(Section::Dependencies),
+        "--generate" => Some(Section::Generate),
         _ => None,
     });
     let mut summary = Summary {
@@ -363,6 +413,10 @@ fn main() -> ExitCode {
         }
         Some(Section::Dependencies) => {
             print_dependencies(&mut summary);
+            return finish(&summary);
+        }
+        Some(Section::Generate) => {
+            print_generation(&mut summary);
             return finish(&summary);
         }
         None => {}
@@ -414,7 +468,41 @@ fn main() -> ExitCode {
     println!();
     print_pipelines(&summary);
     print_dependencies(&mut summary);
+    print_generation(&mut summary);
     finish(&summary)
+}
+
+/// The generation section: rates per batch size, then the graph set's
+/// memory, its target counted.
+fn print_generation(summary: &mut Summary) {
+    println!(
+        "### generation
+
+The transformer (8 layers, hidden 256, 4 heads, context 256,          vocabulary 512), {} tokens per sequence at each batch size, each step issued eagerly          or replayed from its batch size's graph (one graph per batch size, captured largest          first); the replayed tokens checked equal to the eager ones
+",
+        generate::TOKENS
+    );
+    println!("| backend | batch | eager tok/s | replay tok/s | replay / eager |");
+    println!("|---|---|---|---|---|");
+    for row in &summary.generation {
+        println!("{row}");
+    }
+    println!();
+    println!(
+        "The graph set's memory: the bytes the device pool holds once the {} graphs are          captured, beyond what it held before (the model's buffers), against the largest          graph's temporaries, which the graphs share
+",
+        generate::BATCHES.len()
+    );
+    println!(
+        "| backend | largest graph's temporaries KiB | sum of the graphs' temporaries KiB | set holds KiB | arena KiB | set / largest |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (row, holds) in &summary.sets {
+        println!("{row}");
+        summary.judged += 1;
+        summary.held += usize::from(*holds);
+    }
+    println!();
 }
 
 /// The dependency-graph section: its table, the host's target counted.

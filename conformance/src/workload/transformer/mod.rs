@@ -15,17 +15,23 @@
 //! context length are all read on the device, so the launches of a step
 //! never change from one step to the next.
 //!
+//! [`GraphSet`] holds one captured step per batch size, picked per step by
+//! the number of live sequences; the step's scratch buffers are its
+//! temporaries, so the set's graphs share their memory.
+//!
 //! [`Reference`] is the same model in plain Rust, in the host kernels'
 //! order of operations; [`check`] compares a device's tokens and final
 //! hidden state with it.
 
 mod check;
 mod device;
+mod graph_set;
 pub(crate) mod host;
 mod kernels;
 mod reference;
 
 pub use check::{HIDDEN_TOLERANCE, NEAR_TIE, NearTie, Verdict, check};
 pub use device::{Start, Transformer, starts};
+pub use graph_set::{GraphSet, SET_TARGET, SetMemory, bucket};
 pub use kernels::Kernels;
 pub use reference::{Config, EPS, LayerWeights, ROPE_BASE, Reference, Weights, argmax, top_gap};
