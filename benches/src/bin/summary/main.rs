@@ -476,10 +476,10 @@ fn main() -> ExitCode {
 /// memory, its target counted.
 fn print_generation(summary: &mut Summary) {
     println!(
-        "### generation
-
-The transformer (8 layers, hidden 256, 4 heads, context 256,          vocabulary 512), {} tokens per sequence at each batch size, each step issued eagerly          or replayed from its batch size's graph (one graph per batch size, captured largest          first); the replayed tokens checked equal to the eager ones
-",
+        "### generation\n\nThe transformer (8 layers, hidden 256, 4 heads, context 256, \
+         vocabulary 512), {} tokens per sequence at each batch size, each step issued eagerly \
+         or replayed from its batch size's graph (one graph per batch size, captured largest \
+         first); the replayed tokens checked equal to the eager ones\n",
         generate::TOKENS
     );
     println!("| backend | batch | eager tok/s | replay tok/s | replay / eager |");
@@ -489,8 +489,9 @@ The transformer (8 layers, hidden 256, 4 heads, context 256,          vocabulary
     }
     println!();
     println!(
-        "The graph set's memory: the bytes the device pool holds once the {} graphs are          captured, beyond what it held before (the model's buffers), against the largest          graph's temporaries, which the graphs share
-",
+        "The graph set's memory: the bytes the device pool holds once the {} graphs are \
+         captured, beyond what it held before (the model's buffers), against the largest \
+         graph's temporaries, which the graphs share\n",
         generate::BATCHES.len()
     );
     println!(
