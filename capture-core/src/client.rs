@@ -724,6 +724,11 @@ impl<D: GraphDriver> Client<D> {
     /// `body` must issue the same work in both passes; whatever it
     /// allocates in the recorded run must have been allocated in warmup.
     ///
+    /// What the warmup allocates and drops before it returns is a
+    /// temporary: in the recorded run, the same allocation is cut from the
+    /// arena the stream's graphs share (see [`Config::share_temporaries`]).
+    /// What it returns, or keeps elsewhere, is an ordinary buffer.
+    ///
     /// # Errors
     ///
     /// A body that fails in either pass seals nothing: its error comes
