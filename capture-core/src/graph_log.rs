@@ -280,6 +280,72 @@ mod tests {
         assert!(!edges.iter().any(|&(f, t, _, _)| (f, t) == (1, 2)));
     }
 
+    #[test]
+    fn cutting_keeps_only_the_bytes_on_either_side() {
+        let span = |offset, len| Span {
+            buffer: BufferId(1),
+            offset,
+            len,
+        };
+        let cut_from = |range: (u64, u64, usize), cut_out: Span| {
+            let mut ranges = vec![range];
+            cut(&mut ranges, &cut_out);
+            ranges
+        };
+        assert_eq!(cut_from((0, 100, 7), span(0, 50)), [(50, 100, 7)]);
+        assert_eq!(cut_from((0, 100, 7), span(60, 40)), [(0, 60, 7)]);
+        assert_eq!(
+            cut_from((0, 100, 7), span(20, 30)),
+            [(0, 20, 7), (50, 100, 7)]
+        );
+        assert_eq!(cut_from((0, 100, 7), span(0, 100)), []);
+        assert_eq!(
+            cut_from((0, 100, 7), span(100, 50)),
+            [(0, 100, 7)],
+            "after it"
+        );
+        assert_eq!(
+            cut_from((50, 100, 7), span(0, 50)),
+            [(50, 100, 7)],
+            "before it"
+        );
+        let spans = [(0, 10, 1), (10, 20, 2), (40, 50, 3)];
+        let touched: Vec<usize> = touching(&spans, &span(5, 10)).collect();
+        assert_eq!(touched, [1, 2]);
+    }
+
+    #[test]
+    fn an_overwritten_range_leaves_no_edge_and_each_edge_comes_once() {
+        use Access::{Read, Write};
+        use Hazard::*;
+        let log = vec![
+            ranged("w_all", &[(0, 1024, Write)]),
+            ranged("w_mid", &[(256, 256, Write)]),
+            ranged("r_all", &[(0, 1024, Read)]),
+            ranged("w_again", &[(0, 1024, Write)]),
+            ranged("r_low", &[(0, 256, Read)]),
+        ];
+        let mut edges: Vec<(usize, usize, Hazard)> = edges(&log)
+            .into_iter()
+            .map(|e| (e.from, e.to, e.hazard))
+            .collect();
+        edges.sort_by_key(|&(from, to, _)| (to, from));
+        assert_eq!(
+            edges,
+            [
+                (0, 1, WriteAfterWrite),
+                // w_all's bytes on either side of w_mid's: one edge.
+                (0, 2, ReadAfterWrite),
+                (1, 2, ReadAfterWrite),
+                (0, 3, WriteAfterWrite),
+                (1, 3, WriteAfterWrite),
+                (2, 3, WriteAfterRead),
+                // Only the last writer of the bytes read.
+                (3, 4, ReadAfterWrite),
+            ]
+        );
+    }
+
     /// A launch of `kernel` over byte ranges `(offset, len)` of buffer 1.
     fn ranged(kernel: &str, ranges: &[(u64, u64, Access)]) -> Entry {
         Entry::Launch {

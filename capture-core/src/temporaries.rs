@@ -238,19 +238,35 @@ mod tests {
         temps.arm(arena(512));
         let first = temps.take(BufferId(11), 64).expect("a temporary");
         assert!(temps.take(BufferId(12), 300).is_none(), "kept in warmup");
-        assert!(temps.take(BufferId(13), 60).is_none(), "another length");
+        let third = temps
+            .take(BufferId(13), 50)
+            .expect("the third, a temporary");
+        assert_eq!(third.place().offset, 256, "after the first");
         assert!(temps.take(BufferId(14), 8).is_none(), "past the warmup");
+        drop(third);
         assert!(first.is_temporary());
         assert_eq!((first.place().offset, first.len()), (0, 64));
         temps.dropped(BufferId(11));
+        temps.dropped(BufferId(13));
         let log = vec![test_launch("fill", &[(11, Access::Write)])];
         let closed = temps.close(&log);
-        assert_eq!((closed.taken.len(), closed.bytes), (1, 256));
+        assert_eq!((closed.taken.len(), closed.bytes), (2, 512));
         assert!(temps.take_kept().is_empty() && closed.read_first.is_none());
         assert_eq!(temps.arena_bytes(), 512, "the arena stays while held");
         assert!(temps.holding(512).is_some() && temps.holding(513).is_none());
         drop(first);
         assert_eq!(temps.arena_bytes(), 0, "held by nothing now");
+    }
+
+    #[test]
+    fn a_length_other_than_the_warmups_is_no_temporary() {
+        let mut temps = Temporaries::default();
+        temps.prepare();
+        temps.warmup_allocated(BufferId(1), 64);
+        temps.dropped(BufferId(1));
+        temps.warmup_ended();
+        temps.arm(arena(256));
+        assert!(temps.take(BufferId(11), 60).is_none());
     }
 
     #[test]
