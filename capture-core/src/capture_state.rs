@@ -519,6 +519,72 @@ mod tests {
     }
 
     #[test]
+    fn a_join_keeps_only_its_recorders_refusals_and_closes_once() {
+        let join = Join::new(StreamId(2), W1, me());
+        assert!(join.is_open());
+        std::thread::scope(|scope| {
+            scope.spawn(|| join.refused(&Error::Poisoned));
+        });
+        assert_eq!(join.take_failure(), None, "another thread's refusal");
+        join.refused(&Error::EmptyBuffer);
+        join.refused(&Error::Poisoned);
+        assert_eq!(join.take_failure(), Some(Error::EmptyBuffer), "the first");
+        assert_eq!(join.take_failure(), None, "taken once");
+        join.close();
+        assert!(!join.is_open());
+    }
+
+    #[test]
+    fn joins_close_when_joined_back_or_when_the_window_closes() {
+        let mut state = StreamCapture::default();
+        let (a, b) = (StreamId(2), StreamId(3));
+        let (join_a, join_b) = (
+            Arc::new(Join::new(a, W1, me())),
+            Arc::new(Join::new(b, W1, me())),
+        );
+        state.join(a, join_a.clone());
+        state.join(b, join_b.clone());
+        join_a.refused(&Error::EmptyBuffer);
+        state.join_back(a);
+        assert!(!join_a.is_open() && join_b.is_open(), "only a joined back");
+        assert_eq!(
+            state.take_failure(),
+            Some(Error::EmptyBuffer),
+            "a's refusal dooms"
+        );
+        join_b.refused(&Error::Poisoned);
+        assert_eq!(state.close_joins(), Some(b), "b was never joined back");
+        assert!(!join_b.is_open());
+        assert_eq!(state.take_failure(), Some(Error::Poisoned));
+        assert_eq!(state.close_joins(), None, "none left");
+    }
+
+    #[test]
+    fn the_log_so_far_is_what_was_recorded() {
+        let mut state = StreamCapture::default();
+        state.record_entry(write(1));
+        state.record_entry(write(2));
+        assert_eq!(state.logged(), 2);
+        assert_eq!(state.log(), [write(1), write(2)]);
+    }
+
+    #[test]
+    fn a_log_is_shrunk_only_past_twice_its_length() {
+        let recorded = |entries: u64| {
+            let mut state = StreamCapture::default();
+            for buffer in 0..entries {
+                state.record_entry(write(buffer));
+            }
+            let capacity = state.log.capacity();
+            (capacity, state.take_recorded().log.capacity())
+        };
+        // A vector grows to four, then doubles.
+        assert_eq!(recorded(1), (4, 1), "four for one: shrunk");
+        assert_eq!(recorded(2), (4, 4), "four for two: kept");
+        assert_eq!(recorded(5), (8, 8), "eight for five: kept");
+    }
+
+    #[test]
     fn recordings_are_deduplicated_and_drained() {
         let mut state = StreamCapture::default();
         state.record_write(BufferId(1), false);

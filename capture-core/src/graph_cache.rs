@@ -340,6 +340,18 @@ mod tests {
     }
 
     #[test]
+    fn hits_and_misses_are_counted() {
+        let fx = Fixture::new();
+        let mut cache = fx.cache(4, None);
+        for key in [1, 2, 1, 1, 2, 3] {
+            fx.run(&mut cache, key, 0, 1);
+        }
+        let stats = cache.stats();
+        assert_eq!((stats.misses, stats.hits), (3, 3));
+        assert_eq!(cache.len(), 3);
+    }
+
+    #[test]
     fn a_cache_is_empty_until_it_holds_a_graph() {
         let fx = Fixture::new();
         let mut cache = fx.cache(2, None);

@@ -933,4 +933,36 @@ mod tests {
             .expect_err("a written view overlapping a bound one");
         assert!(err.to_string().contains("bytes they share"), "{err}");
     }
+
+    #[test]
+    fn temporaries_are_shared_only_when_the_config_says_so() {
+        for share in [true, false] {
+            let client = Client::<TestDriver>::with_device(
+                std::sync::Arc::default(),
+                Config {
+                    share_temporaries: share,
+                    ..Config::default()
+                },
+            );
+            let stream = client.create_stream().expect("stream");
+            let fill = crate::client::Kernel::<TestDriver>::new(
+                crate::signature::Signature::new("fill").bindings(&[Access::Read, Access::Write]),
+            );
+            let src = client.create(stream, &[1; 64]).expect("src");
+            let (graph, ()) = client
+                .capture(stream, |_| {
+                    let scratch = client.allocate(stream, 64)?;
+                    client.launch(stream, &fill, [1, 1, 1], &[&src, &scratch], &[], &[])
+                })
+                .expect("capture");
+            let info = client.graph_info(&graph).expect("info");
+            let arena = client.usage(stream).expect("usage").temporary_arena_bytes;
+            let want = if share { 256 } else { 0 };
+            assert_eq!(
+                (info.temporary_bytes, arena),
+                (want, want),
+                "sharing {share}"
+            );
+        }
+    }
 }
