@@ -677,4 +677,50 @@ mod tests {
             "nothing retained outside a window"
         );
     }
+
+    #[test]
+    fn places_overlap_only_on_a_shared_byte_of_one_page() {
+        let place = |slot, offset, len| Place { slot, offset, len };
+        let a = place(1, 256, 256);
+        assert!(a.overlaps(&a));
+        assert!(a.overlaps(&place(1, 511, 10)), "its last byte");
+        assert!(a.overlaps(&place(1, 0, 257)), "its first byte");
+        assert!(a.overlaps(&place(1, 300, 8)), "inside it");
+        assert!(!a.overlaps(&place(1, 512, 8)), "just after");
+        assert!(!a.overlaps(&place(1, 0, 256)), "just before");
+        assert!(!a.overlaps(&place(2, 256, 256)), "another page");
+    }
+
+    #[test]
+    fn a_page_of_its_own_is_released_once_free() {
+        let mut pool = Pool::new(4096);
+        let mut pages = 0;
+        let shared = reserve(&mut pool, 1, 8, &mut pages);
+        let own = pool
+            .reserve_page(BufferId(2), 1000, |size| {
+                assert_eq!(size, 1024, "the aligned length");
+                Ok(99)
+            })
+            .expect("a page");
+        assert_eq!(pool.page_count(), 2);
+        assert_eq!((own.offset(), own.span()), (0, 1024));
+        assert_ne!(own.slot(), shared.slot());
+        let mut released = Vec::new();
+        assert!(
+            !pool.release_if_free(own.slot(), |p| released.push(p)),
+            "held"
+        );
+        assert!(
+            !pool.release_if_free(7, |p| released.push(p)),
+            "no such slot"
+        );
+        let slot = own.slot();
+        drop(own);
+        assert!(pool.release_if_free(slot, |p| released.push(p)));
+        assert_eq!((released, pool.page_count()), (vec![99], 1));
+        let before = pool.usage().in_use_bytes;
+        pool.retain(shared.clone());
+        assert_eq!(pool.capture_end().len(), 1, "retained for the window");
+        assert_eq!(pool.usage().in_use_bytes, before);
+    }
 }
