@@ -15,9 +15,25 @@ pub(crate) struct TestDriver;
 #[derive(Default)]
 pub(crate) struct TestDevice {
     pub refuse_begin: AtomicBool,
+    pub refuse_upload: AtomicBool,
+    /// The edges each instantiate and update was handed: `None` for a chain.
+    pub orders: Mutex<Vec<Option<Vec<(usize, usize)>>>>,
     pub pages: AtomicUsize,
     /// Streams created and not yet dropped.
     pub streams: AtomicUsize,
+}
+
+impl TestDevice {
+    /// Note the order an instantiate or update was handed.
+    fn handed(&self, order: Order<'_>) {
+        let edges = match order {
+            Order::Chain => None,
+            Order::Dependencies(graph) => Some(graph.edges.clone()),
+        };
+        if let Ok(mut orders) = self.orders.lock() {
+            orders.push(edges);
+        }
+    }
 }
 
 pub(crate) type Page = Arc<Mutex<Vec<u8>>>;
@@ -191,22 +207,31 @@ impl GraphDriver for TestDriver {
             .ok_or_else(|| DriverError::new("test", "end capture", "not recording"))
     }
     // Work runs in issue order, whatever order the graph may keep.
-    fn instantiate(_: &mut TestStream, ops: Vec<Op>, _: Order<'_>) -> Result<Vec<Op>, DriverError> {
+    fn instantiate(
+        stream: &mut TestStream,
+        ops: Vec<Op>,
+        order: Order<'_>,
+    ) -> Result<Vec<Op>, DriverError> {
+        stream.device.handed(order);
         Ok(ops)
     }
     fn update(
-        _: &mut TestStream,
+        stream: &mut TestStream,
         exec: &mut Vec<Op>,
         ops: Vec<Op>,
-        _: Order<'_>,
+        order: Order<'_>,
     ) -> Result<Updated<Vec<Op>>, DriverError> {
+        stream.device.handed(order);
         if exec.len() != ops.len() {
             return Ok(Updated::Topology(ops));
         }
         *exec = ops;
         Ok(Updated::InPlace)
     }
-    fn upload(_: &Vec<Op>, _: &mut TestStream) -> Result<(), DriverError> {
+    fn upload(_: &Vec<Op>, stream: &mut TestStream) -> Result<(), DriverError> {
+        if stream.device.refuse_upload.load(Ordering::SeqCst) {
+            return Err(DriverError::new("test", "upload", "refused"));
+        }
         Ok(())
     }
     fn replay(exec: &Vec<Op>, _: &mut TestStream) -> Result<(), DriverError> {
@@ -964,5 +989,57 @@ mod tests {
                 "sharing {share}"
             );
         }
+    }
+
+    #[test]
+    fn the_driver_is_handed_the_dependencies_unless_the_config_keeps_a_chain() {
+        for order in [
+            crate::stream::ReplayOrder::Dependencies,
+            crate::stream::ReplayOrder::Chain,
+        ] {
+            let client = Client::<TestDriver>::with_device(
+                std::sync::Arc::default(),
+                Config {
+                    replay_order: order,
+                    ..Config::default()
+                },
+            );
+            let stream = client.create_stream().expect("stream");
+            let copy = crate::client::Kernel::<TestDriver>::new(
+                crate::signature::Signature::new("copy").bindings(&[Access::Read, Access::Write]),
+            );
+            let (a, b, c) = (
+                client.create(stream, &[1; 16]).expect("a"),
+                client.create(stream, &[0; 16]).expect("b"),
+                client.create(stream, &[0; 16]).expect("c"),
+            );
+            let step = || {
+                client.launch(stream, &copy, [1, 1, 1], &[&a, &b], &[], &[])?;
+                client.launch(stream, &copy, [1, 1, 1], &[&a, &c], &[], &[])?;
+                client.launch(stream, &copy, [1, 1, 1], &[&b, &c], &[], &[])
+            };
+            let (graph, ()) = client.capture(stream, |_| step()).expect("capture");
+            client.recapture(&graph, |_| step()).expect("recapture");
+            let orders = client.device().orders.lock().expect("orders").clone();
+            let want = match order {
+                crate::stream::ReplayOrder::Dependencies => Some(vec![(0, 2), (1, 2)]),
+                crate::stream::ReplayOrder::Chain => None,
+            };
+            assert_eq!(orders, [want.clone(), want], "{order:?}");
+        }
+    }
+
+    #[test]
+    fn a_refused_upload_is_counted_and_the_graph_replays() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        client.device().refuse_upload.store(true, Ordering::SeqCst);
+        let (graph, ()) = client.capture(stream, |_| Ok(())).expect("capture");
+        assert!(!client.graph_info(&graph).expect("info").uploaded);
+        client.device().refuse_upload.store(false, Ordering::SeqCst);
+        let (second, ()) = client.capture(stream, |_| Ok(())).expect("capture");
+        assert!(client.graph_info(&second).expect("info").uploaded);
+        assert_eq!(client.usage(stream).expect("usage").upload_failures, 1);
+        client.replay(&graph).expect("replays all the same");
     }
 }
