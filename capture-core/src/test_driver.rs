@@ -1042,4 +1042,28 @@ mod tests {
         assert_eq!(client.usage(stream).expect("usage").upload_failures, 1);
         client.replay(&graph).expect("replays all the same");
     }
+
+    #[test]
+    fn a_recorded_run_that_needs_a_page_is_refused() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let kept = std::cell::RefCell::new(Vec::new());
+        let refused = client.capture(stream, |pass| {
+            // Kept, so not a temporary: the recorded run's allocation finds
+            // the warmup's still held and needs a page of its own.
+            let buffer = client.allocate(stream, 4 << 20)?;
+            client.write(&buffer, &vec![1; 4 << 20])?;
+            if pass == Pass::Warmup {
+                kept.borrow_mut().push(buffer);
+            }
+            Ok(())
+        });
+        match refused {
+            Err(Error::Doomed(cause)) => assert!(
+                matches!(*cause, Error::AllocationWhileRecording(s) if s == stream),
+                "{cause}"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
 }
