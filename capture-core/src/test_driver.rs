@@ -1066,4 +1066,50 @@ mod tests {
             other => panic!("{other:?}"),
         }
     }
+
+    #[test]
+    fn handles_say_what_they_are_and_a_dropped_graph_handle_destroys_its_graph() {
+        let client = client();
+        assert_eq!(Client::<TestDriver>::devices().expect("devices").len(), 1);
+        let stream = client.create_stream().expect("stream");
+        let kernel = crate::client::Kernel::<TestDriver>::new(
+            crate::signature::Signature::new("named").binding(Access::Write),
+        );
+        assert!(format!("{kernel:?}").contains("named"), "{kernel:?}");
+        let buffer = client.create_f32(stream, &[1.5, 2.5]).expect("buffer");
+        assert!(!buffer.is_empty());
+        client.write_f32(&buffer, &[3.0, 4.0]).expect("write");
+        assert_eq!(client.read_f32(&buffer).expect("read"), [3.0, 4.0]);
+        let (graph, ()) = client.capture(stream, |_| Ok(())).expect("capture");
+        let text = format!("{graph:?}");
+        assert!(
+            text.contains(&graph.id().to_string()) && text.contains(&stream.to_string()),
+            "{text}"
+        );
+        assert_eq!(client.live_graphs(), 1);
+        drop(graph);
+        client.sync(stream).expect("sync");
+        assert_eq!(client.live_graphs(), 0, "destroyed with its last handle");
+    }
+
+    #[test]
+    fn placements_overlap_only_on_a_shared_byte_of_one_page_of_one_stream() {
+        use crate::client::Placement;
+        use crate::ids::StreamId;
+        let at = |stream, page, offset, span| Placement {
+            stream: StreamId(stream),
+            page,
+            offset,
+            span,
+        };
+        let a = at(1, 2, 256, 256);
+        assert!(a.overlaps(&a));
+        assert!(a.overlaps(&at(1, 2, 511, 256)), "its last byte");
+        assert!(a.overlaps(&at(1, 2, 0, 257)), "its first byte");
+        assert!(a.overlaps(&at(1, 2, 300, 8)), "inside it");
+        assert!(!a.overlaps(&at(1, 2, 512, 256)), "just after");
+        assert!(!a.overlaps(&at(1, 2, 0, 256)), "just before");
+        assert!(!a.overlaps(&at(1, 3, 256, 256)), "another page");
+        assert!(!a.overlaps(&at(2, 2, 256, 256)), "another stream");
+    }
 }
