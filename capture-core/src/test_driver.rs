@@ -877,7 +877,7 @@ mod tests {
     fn a_view_reads_and_writes_its_bytes_alone() {
         let client = client();
         let stream = client.create_stream().expect("stream");
-        let bytes: Vec<u8> = (0..=255).cycle().take(1024).collect();
+        let bytes: Vec<u8> = (0..1024u32).map(|i| (i * 7 % 251) as u8).collect();
         let buffer = client.create(stream, &bytes).expect("buffer");
         let view = buffer.range(256, 512).expect("a view");
         assert_eq!((view.len(), view.span().offset), (512, 256));
@@ -1111,5 +1111,101 @@ mod tests {
         assert!(!a.overlaps(&at(1, 2, 0, 256)), "just before");
         assert!(!a.overlaps(&at(1, 3, 256, 256)), "another page");
         assert!(!a.overlaps(&at(2, 2, 256, 256)), "another stream");
+    }
+
+    #[test]
+    fn what_the_body_returns_is_no_temporary() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let (graph, out) = client
+            .capture(stream, |_| {
+                let out = client.allocate(stream, 64)?;
+                client.write(&out, &[2; 64])?;
+                Ok(out)
+            })
+            .expect("capture");
+        assert_eq!(client.graph_info(&graph).expect("info").temporary_bytes, 0);
+        assert_eq!(
+            client.usage(stream).expect("usage").temporary_arena_bytes,
+            0
+        );
+        assert_eq!(out.len(), 64);
+    }
+
+    #[test]
+    fn updates_are_counted_in_place_or_anew() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let a = client.create(stream, &[1; 16]).expect("a");
+        let copy = crate::client::Kernel::<TestDriver>::new(
+            crate::signature::Signature::new("copy").bindings(&[Access::Read, Access::Write]),
+        );
+        let b = client.create(stream, &[0; 16]).expect("b");
+        let step = |launches: usize| {
+            (0..launches)
+                .try_for_each(|_| client.launch(stream, &copy, [1, 1, 1], &[&a, &b], &[], &[]))
+        };
+        let (graph, ()) = client.capture(stream, |_| step(1)).expect("capture");
+        client.recapture(&graph, |_| step(1)).expect("in place");
+        client.recapture(&graph, |_| step(2)).expect("anew");
+        client.recapture(&graph, |_| step(3)).expect("anew");
+        let info = client.graph_info(&graph).expect("info");
+        assert_eq!((info.updates_in_place, info.reinstantiations), (1, 2));
+    }
+
+    #[test]
+    fn a_failed_body_in_a_doomed_window_reports_what_doomed_it() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let kernel = crate::client::Kernel::<TestDriver>::new(
+            crate::signature::Signature::new("one").binding(Access::Write),
+        );
+        let failed = client.capture(stream, |pass| {
+            if pass == Pass::Record {
+                // Two buffers for a kernel of one binding: refused, and
+                // the window doomed.
+                let x = client.allocate(stream, 16)?;
+                drop(client.launch(stream, &kernel, [1, 1, 1], &[&x, &x], &[], &[]));
+                return Err(Error::EmptyBuffer);
+            }
+            client.allocate(stream, 16).map(drop)
+        });
+        match failed {
+            Err(Error::Doomed(cause)) => {
+                assert!(matches!(*cause, Error::KernelMismatch { .. }), "{cause}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_refused_begin_gives_back_the_arena_it_took() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let pages = client.usage(stream).expect("usage").device.pages;
+        client.device().refuse_begin.store(true, Ordering::SeqCst);
+        let refused = client.capture(stream, |_| {
+            let scratch = client.allocate(stream, 1 << 20)?;
+            client.write(&scratch, &vec![0; 1 << 20])
+        });
+        assert!(refused.is_err());
+        let usage = client.usage(stream).expect("usage");
+        assert_eq!(
+            (usage.device.pages, usage.temporary_arena_bytes),
+            (pages + 1, 0),
+            "the warmup's page alone"
+        );
+    }
+
+    #[test]
+    fn only_the_recording_thread_adopts_the_window_it_names() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let window = client.prepare(stream).expect("prepare");
+        client.begin(stream, window).expect("begin");
+        let wrong = client.adopt(stream, crate::ids::WindowId(window.0 + 1));
+        assert!(matches!(wrong, Err(Error::OutOfOrder { .. })), "{wrong:?}");
+        client.adopt(stream, window).expect("adopt");
+        client.instantiate(stream, window).expect("graph");
     }
 }
