@@ -12,12 +12,15 @@ use crate::signature::Signature;
 
 pub(crate) struct TestDriver;
 
+/// The edges an instantiate or update was handed, `None` for a chain.
+pub(crate) type Handed = Option<Vec<(usize, usize)>>;
+
 #[derive(Default)]
 pub(crate) struct TestDevice {
     pub refuse_begin: AtomicBool,
     pub refuse_upload: AtomicBool,
     /// The edges each instantiate and update was handed: `None` for a chain.
-    pub orders: Mutex<Vec<Option<Vec<(usize, usize)>>>>,
+    pub orders: Mutex<Vec<Handed>>,
     pub pages: AtomicUsize,
     /// Streams created and not yet dropped.
     pub streams: AtomicUsize,
