@@ -1211,4 +1211,31 @@ mod tests {
         client.adopt(stream, window).expect("adopt");
         client.instantiate(stream, window).expect("graph");
     }
+
+    #[test]
+    fn a_doomed_window_claims_what_it_would_have_written_until_rewritten() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let copy = crate::client::Kernel::<TestDriver>::new(
+            crate::signature::Signature::new("copy").bindings(&[Access::Read, Access::Write]),
+        );
+        let (a, b) = (
+            client.create(stream, &[1; 16]).expect("a"),
+            client.create(stream, &[0; 16]).expect("b"),
+        );
+        assert_eq!(client.claimed_buffers(), 0);
+        let refused = client.capture(stream, |pass| {
+            client.launch(stream, &copy, [1, 1, 1], &[&a, &b], &[], &[])?;
+            if pass == Pass::Record {
+                // One buffer for a kernel of two: refused, the window doomed.
+                drop(client.launch(stream, &copy, [1, 1, 1], &[&a], &[], &[]));
+            }
+            Ok(())
+        });
+        assert!(matches!(refused, Err(Error::Doomed(_))), "{refused:?}");
+        assert_eq!(client.claimed_buffers(), 1, "b");
+        assert!(matches!(client.read(&b), Err(Error::Claimed { .. })));
+        client.write(&b, &[2; 16]).expect("rewrite");
+        assert_eq!(client.claimed_buffers(), 0);
+    }
 }
