@@ -1238,4 +1238,26 @@ mod tests {
         client.write(&b, &[2; 16]).expect("rewrite");
         assert_eq!(client.claimed_buffers(), 0);
     }
+
+    #[cfg(feature = "raw")]
+    #[test]
+    fn the_raw_driver_is_reached_under_the_streams_lock() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let buffers = [
+            client.create(stream, &[1; 16]).expect("a"),
+            client.create(stream, &[2; 300]).expect("b"),
+        ];
+        let (graph, ()) = client.capture(stream, |_| Ok(())).expect("capture");
+        let ops = client
+            .with_raw_graph(&graph, |exec, _| exec.len() + 1)
+            .expect("the graph");
+        assert_eq!(ops, 1, "an empty recording");
+        let lens = client
+            .with_raw_stream(stream, &[&buffers[0], &buffers[1]], |_, slices| {
+                slices.iter().map(|s| s.len).collect::<Vec<_>>()
+            })
+            .expect("the stream");
+        assert_eq!(lens, [16, 300]);
+    }
 }
