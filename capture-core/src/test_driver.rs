@@ -1260,4 +1260,49 @@ mod tests {
             .expect("the stream");
         assert_eq!(lens, [16, 300]);
     }
+
+    #[test]
+    fn frees_go_back_once_the_device_is_past_them_without_a_sync() {
+        let client = Client::<TestDriver>::with_device(
+            std::sync::Arc::default(),
+            Config {
+                drop_queue_threshold: 8,
+                ..Config::default()
+            },
+        );
+        let stream = client.create_stream().expect("stream");
+        // Each write queues its staging slice; past the threshold the queue
+        // is reclaimed on the way, the test driver's work being done.
+        let buffer = client.allocate(stream, 16).expect("buffer");
+        for _ in 0..40 {
+            client.write(&buffer, &[1; 16]).expect("write");
+        }
+        let pending = client.usage(stream).expect("usage").pending_drops;
+        assert!(pending <= 8, "{pending} frees wait");
+        let many: Vec<_> = (0..40)
+            .map(|_| client.allocate(stream, 16).expect("buffer"))
+            .collect();
+        drop(many);
+        client.sync(stream).expect("nothing waits");
+        let many: Vec<_> = (0..40)
+            .map(|_| client.allocate(stream, 16).expect("buffer"))
+            .collect();
+        client.write(&many[0], &[3; 16]).expect("work after them");
+        drop(many);
+        // The next call collects the forty and, past the threshold,
+        // reclaims them: no allocation asks for room here.
+        let pending = client.usage(stream).expect("usage").pending_drops;
+        assert!(pending <= 8, "{pending} dropped buffers wait");
+        // What a window's run freed goes back when it closes.
+        let (_graph, ()) = client
+            .capture(stream, |_| {
+                for _ in 0..4 {
+                    drop(client.create(stream, &[2; 16])?);
+                }
+                Ok(())
+            })
+            .expect("capture");
+        let usage = client.usage(stream).expect("usage");
+        assert_eq!(usage.pending_drops, 0, "reclaimed after the window");
+    }
 }
