@@ -1305,4 +1305,42 @@ mod tests {
         let usage = client.usage(stream).expect("usage");
         assert_eq!(usage.pending_drops, 0, "reclaimed after the window");
     }
+
+    #[test]
+    fn a_destroyed_streams_page_another_streams_graph_uses_goes_with_the_graph() {
+        let client = client();
+        let device = client.device().clone();
+        let pages = || device.pages.load(Ordering::SeqCst);
+        let (a, b) = (
+            client.create_stream().expect("a"),
+            client.create_stream().expect("b"),
+        );
+        let copy = crate::client::Kernel::<TestDriver>::new(
+            crate::signature::Signature::new("copy").bindings(&[Access::Read, Access::Write]),
+        );
+        let x = client.create(a, &[4; 64]).expect("x on a");
+        let y = client.create(b, &[0; 64]).expect("y on b");
+        let (graph, ()) = client
+            .capture(b, |_| {
+                client.launch(b, &copy, [1, 1, 1], &[&x, &y], &[], &[])
+            })
+            .expect("b's graph reads x");
+        drop(x);
+        let with_a = pages();
+        client.destroy_stream(a).expect("destroy a");
+        let kept = pages();
+        assert!(kept > 0 && kept < with_a, "a's unused pages go, x's stays");
+        client.replay(&graph).expect("b's graph still reads x");
+        assert_eq!(client.read(&y).expect("read"), vec![4; 64]);
+        drop(graph);
+        client.sync(b).expect("the graph is destroyed");
+        let c = client.create_stream().expect("c");
+        client.destroy_stream(c).expect("destroying c sweeps a");
+        assert!(pages() < kept, "x's page went with the graph");
+        assert_eq!(
+            device.streams.load(Ordering::SeqCst),
+            1,
+            "a's stream is gone too"
+        );
+    }
 }
