@@ -1343,4 +1343,30 @@ mod tests {
             "a's stream is gone too"
         );
     }
+
+    #[test]
+    fn a_page_taken_only_to_keep_room_for_info_goes_back_after_the_window() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let kernel = crate::client::Kernel::<TestDriver>::new(
+            crate::signature::Signature::new("info")
+                .binding(Access::Write)
+                .info(4),
+        );
+        let out = client.allocate(stream, 16).expect("out");
+        let pages = || {
+            let usage = client.usage(stream).expect("usage");
+            (usage.device.pages, usage.host.pages)
+        };
+        let before = pages();
+        let (_graph, ()) = client
+            .capture(stream, |_| {
+                client.launch(stream, &kernel, [1, 1, 1], &[&out], &[7; 4], &[])
+            })
+            .expect("capture");
+        // The warmup's new info entry took a device page and its staging a
+        // host page; the room kept for the recording took one more of each,
+        // unused, and gave them back.
+        assert_eq!(pages(), (before.0 + 1, before.1 + 1));
+    }
 }
