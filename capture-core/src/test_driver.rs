@@ -1369,4 +1369,52 @@ mod tests {
         // unused, and gave them back.
         assert_eq!(pages(), (before.0 + 1, before.1 + 1));
     }
+
+    #[test]
+    fn info_first_seen_while_recording_that_needs_a_page_names_the_launch() {
+        // Device pages of one slice each, so a new entry needs a page.
+        let client = Client::<TestDriver>::with_device(
+            std::sync::Arc::default(),
+            Config {
+                device_page_bytes: 256,
+                first_page_bytes: 256,
+                ..Config::default()
+            },
+        );
+        let stream = client.create_stream().expect("stream");
+        let kernel = crate::client::Kernel::<TestDriver>::new(
+            crate::signature::Signature::new("first_seen")
+                .binding(Access::Write)
+                .info(4),
+        );
+        let out = client.allocate(stream, 16).expect("out");
+        // The host pool keeps room to spare.
+        let big = client.allocate(stream, 1 << 20).expect("big");
+        client
+            .write(&big, &vec![0; 1 << 20])
+            .expect("stage through the host pool");
+        client
+            .launch(stream, &kernel, [1, 1, 1], &[&out], &[1; 4], &[])
+            .expect("warm the entry");
+        // The warmup passes one entry twice, the recording two new ones:
+        // the room kept for one, the second needs a page.
+        let refused = client.capture(stream, |pass| {
+            for new in [2, 3] {
+                let info = if pass == Pass::Warmup {
+                    [1; 4]
+                } else {
+                    [new; 4]
+                };
+                client.launch(stream, &kernel, [1, 1, 1], &[&out], &info, &[])?;
+            }
+            Ok(())
+        });
+        match refused {
+            Err(Error::Doomed(cause)) => assert!(
+                matches!(&*cause, Error::InfoFirstSeenWhileRecording { kernel, .. } if kernel == "first_seen"),
+                "{cause}"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
 }
