@@ -73,6 +73,9 @@ impl Setup {
         Self::new(Config {
             device_page_bytes: 1024,
             first_page_bytes: 1024,
+            // A window's temporaries stay in the window's own pages, so the
+            // tests know every page's slices.
+            share_temporaries: false,
             ..Config::default()
         })
     }
