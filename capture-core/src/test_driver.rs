@@ -1417,4 +1417,43 @@ mod tests {
             other => panic!("{other:?}"),
         }
     }
+
+    #[test]
+    fn the_allocation_limit_is_inclusive_and_never_past_what_aligns() {
+        let limited = |max_allocation_bytes| {
+            let client = Client::<TestDriver>::with_device(
+                std::sync::Arc::default(),
+                Config {
+                    max_allocation_bytes,
+                    ..Config::default()
+                },
+            );
+            let stream = client.create_stream().expect("stream");
+            (client, stream)
+        };
+        let (client, stream) = limited(1024);
+        assert_eq!(
+            client.allocate(stream, 1024).expect("at the limit").len(),
+            1024
+        );
+        let err = client.allocate(stream, 1025).expect_err("past it");
+        assert!(
+            matches!(
+                err,
+                Error::TooLarge {
+                    requested: 1025,
+                    limit: 1024
+                }
+            ),
+            "{err}"
+        );
+        // Lifted to the top: the largest length that still aligns.
+        let (client, stream) = limited(u64::MAX);
+        let err = client.allocate(stream, u64::MAX).expect_err("cannot align");
+        let limit = u64::MAX - (crate::pool::SLICE_ALIGN - 1);
+        assert!(
+            matches!(err, Error::TooLarge { limit: l, .. } if l == limit),
+            "{err}"
+        );
+    }
 }
