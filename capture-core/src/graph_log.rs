@@ -325,11 +325,7 @@ mod tests {
             ranged("w_again", &[(0, 1024, Write)]),
             ranged("r_low", &[(0, 256, Read)]),
         ];
-        let mut edges: Vec<(usize, usize, Hazard)> = edges(&log)
-            .into_iter()
-            .map(|e| (e.from, e.to, e.hazard))
-            .collect();
-        edges.sort_by_key(|&(from, to, _)| (to, from));
+        let edges = sorted_edges(&log);
         assert_eq!(
             edges,
             [
@@ -344,6 +340,16 @@ mod tests {
                 (3, 4, ReadAfterWrite),
             ]
         );
+    }
+
+    /// The edges of `log` as `(from, to, hazard)`, by `to` then `from`.
+    fn sorted_edges(log: &[Entry]) -> Vec<(usize, usize, Hazard)> {
+        let mut edges: Vec<_> = edges(log)
+            .into_iter()
+            .map(|e| (e.from, e.to, e.hazard))
+            .collect();
+        edges.sort_by_key(|&(from, to, _)| (to, from));
+        edges
     }
 
     /// A launch of `kernel` over byte ranges `(offset, len)` of buffer 1.
@@ -382,11 +388,7 @@ mod tests {
             ranged("r_all", &[(0, 1024, Read)]),
             ranged("r_gap", &[(512, 256, Read)]),
         ];
-        let mut edges: Vec<(usize, usize, Hazard)> = edges(&log)
-            .into_iter()
-            .map(|e| (e.from, e.to, e.hazard))
-            .collect();
-        edges.sort_by_key(|&(from, to, _)| (to, from));
+        let edges = sorted_edges(&log);
         assert_eq!(
             edges,
             [

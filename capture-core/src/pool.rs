@@ -440,7 +440,7 @@ impl<P> Pool<P> {
 }
 
 /// `len` rounded up to [`SLICE_ALIGN`] (at least one alignment), if it can be.
-fn aligned(len: u64) -> Option<u64> {
+pub(crate) fn aligned(len: u64) -> Option<u64> {
     len.max(1).div_ceil(SLICE_ALIGN).checked_mul(SLICE_ALIGN)
 }
 

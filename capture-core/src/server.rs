@@ -107,6 +107,11 @@ pub(crate) trait Bound {
         let slice = self.slice();
         Span::whole(slice.id(), slice.len())
     }
+    /// Whether it binds every byte of its allocation: only a write of all
+    /// of them clears a claim.
+    fn is_whole(&self) -> bool {
+        self.span().len == self.slice().len()
+    }
     /// The slot of that stream, where the binding keeps it.
     fn stream_slot(&self) -> Option<&dyn AnySlot> {
         None

@@ -13,7 +13,7 @@
 use crate::graph_log::Entry;
 use crate::hashing::FastSet;
 use crate::ids::BufferId;
-use crate::pool::{Place, SLICE_ALIGN, SliceHandle, WeakSlice};
+use crate::pool::{Place, SliceHandle, WeakSlice, aligned};
 use crate::signature::Access;
 
 /// One stream's arena and what its open window learnt of temporaries.
@@ -57,14 +57,15 @@ pub(crate) struct Closed {
     pub read_first: Option<(BufferId, usize)>,
 }
 
-/// `len` rounded up to the slice alignment.
+/// The bytes a slice of `len` spans in its pool.
 fn span_of(len: u64) -> u64 {
-    len.max(1).div_ceil(SLICE_ALIGN).saturating_mul(SLICE_ALIGN)
+    aligned(len).unwrap_or(u64::MAX)
 }
 
 impl Temporaries {
-    /// A window was prepared: its warmup starts.
-    pub fn prepare(&mut self) {
+    /// Forget what the open window learnt, the arena kept: when a window
+    /// is prepared, and when one closes or unwinds.
+    pub fn reset(&mut self) {
         self.armed = None;
         self.warmup.clear();
         self.dropped.clear();
@@ -178,7 +179,7 @@ impl Temporaries {
         if self.kept.len() > before {
             self.arena = None;
         }
-        self.prepare();
+        self.reset();
         closed
     }
 
@@ -225,7 +226,7 @@ mod tests {
     #[test]
     fn the_recorded_run_takes_what_the_warmup_dropped() {
         let mut temps = Temporaries::default();
-        temps.prepare();
+        temps.reset();
         temps.warmup_allocated(BufferId(1), 64);
         temps.warmup_allocated(BufferId(2), 300);
         temps.warmup_allocated(BufferId(3), 50);
@@ -261,7 +262,7 @@ mod tests {
     #[test]
     fn a_length_other_than_the_warmups_is_no_temporary() {
         let mut temps = Temporaries::default();
-        temps.prepare();
+        temps.reset();
         temps.warmup_allocated(BufferId(1), 64);
         temps.dropped(BufferId(1));
         temps.warmup_ended();
@@ -272,7 +273,7 @@ mod tests {
     #[test]
     fn a_kept_temporary_retires_the_arena_and_a_read_one_is_named() {
         let mut temps = Temporaries::default();
-        temps.prepare();
+        temps.reset();
         for id in 1..=3 {
             temps.warmup_allocated(BufferId(id), 64);
             temps.dropped(BufferId(id));

@@ -254,7 +254,16 @@ mod tests {
     use crate::stream::Config;
 
     fn client() -> Client<TestDriver> {
-        Client::with_device(std::sync::Arc::default(), Config::default())
+        client_with(Config::default())
+    }
+
+    fn client_with(config: Config) -> Client<TestDriver> {
+        Client::with_device(std::sync::Arc::default(), config)
+    }
+
+    /// A kernel of the test driver binding `accesses`.
+    fn kernel(name: &str, accesses: &[Access]) -> crate::client::Kernel<TestDriver> {
+        crate::client::Kernel::new(crate::signature::Signature::new(name).bindings(accesses))
     }
 
     #[test]
@@ -831,13 +840,10 @@ mod tests {
 
     #[test]
     fn a_length_too_large_to_align_is_too_large() {
-        let client = Client::<TestDriver>::with_device(
-            std::sync::Arc::default(),
-            Config {
-                max_allocation_bytes: u64::MAX,
-                ..Config::default()
-            },
-        );
+        let client = client_with(Config {
+            max_allocation_bytes: u64::MAX,
+            ..Config::default()
+        });
         let stream = client.create_stream().expect("stream");
         let err = client.allocate(stream, u64::MAX - 10).expect_err("refused");
         assert!(matches!(err, Error::TooLarge { .. }), "{err}");
@@ -947,9 +953,7 @@ mod tests {
             buffer.range(0, 256).expect("a"),
             buffer.range(256, 512).expect("b"),
         );
-        let copy = crate::client::Kernel::<TestDriver>::new(
-            crate::signature::Signature::new("copy").bindings(&[Access::Read, Access::Write]),
-        );
+        let copy = kernel("copy", &[Access::Read, Access::Write]);
         client.write(&a, &[5; 256]).expect("write a");
         client
             .launch(stream, &copy, [1, 1, 1], &[&a, &b], &[], &[])
@@ -965,17 +969,12 @@ mod tests {
     #[test]
     fn temporaries_are_shared_only_when_the_config_says_so() {
         for share in [true, false] {
-            let client = Client::<TestDriver>::with_device(
-                std::sync::Arc::default(),
-                Config {
-                    share_temporaries: share,
-                    ..Config::default()
-                },
-            );
+            let client = client_with(Config {
+                share_temporaries: share,
+                ..Config::default()
+            });
             let stream = client.create_stream().expect("stream");
-            let fill = crate::client::Kernel::<TestDriver>::new(
-                crate::signature::Signature::new("fill").bindings(&[Access::Read, Access::Write]),
-            );
+            let fill = kernel("fill", &[Access::Read, Access::Write]);
             let src = client.create(stream, &[1; 64]).expect("src");
             let (graph, ()) = client
                 .capture(stream, |_| {
@@ -1000,17 +999,12 @@ mod tests {
             crate::stream::ReplayOrder::Dependencies,
             crate::stream::ReplayOrder::Chain,
         ] {
-            let client = Client::<TestDriver>::with_device(
-                std::sync::Arc::default(),
-                Config {
-                    replay_order: order,
-                    ..Config::default()
-                },
-            );
+            let client = client_with(Config {
+                replay_order: order,
+                ..Config::default()
+            });
             let stream = client.create_stream().expect("stream");
-            let copy = crate::client::Kernel::<TestDriver>::new(
-                crate::signature::Signature::new("copy").bindings(&[Access::Read, Access::Write]),
-            );
+            let copy = kernel("copy", &[Access::Read, Access::Write]);
             let (a, b, c) = (
                 client.create(stream, &[1; 16]).expect("a"),
                 client.create(stream, &[0; 16]).expect("b"),
@@ -1075,9 +1069,7 @@ mod tests {
         let client = client();
         assert_eq!(Client::<TestDriver>::devices().expect("devices").len(), 1);
         let stream = client.create_stream().expect("stream");
-        let kernel = crate::client::Kernel::<TestDriver>::new(
-            crate::signature::Signature::new("named").binding(Access::Write),
-        );
+        let kernel = kernel("named", &[Access::Write]);
         assert!(format!("{kernel:?}").contains("named"), "{kernel:?}");
         let buffer = client.create_f32(stream, &[1.5, 2.5]).expect("buffer");
         assert!(!buffer.is_empty());
@@ -1140,9 +1132,7 @@ mod tests {
         let client = client();
         let stream = client.create_stream().expect("stream");
         let a = client.create(stream, &[1; 16]).expect("a");
-        let copy = crate::client::Kernel::<TestDriver>::new(
-            crate::signature::Signature::new("copy").bindings(&[Access::Read, Access::Write]),
-        );
+        let copy = kernel("copy", &[Access::Read, Access::Write]);
         let b = client.create(stream, &[0; 16]).expect("b");
         let step = |launches: usize| {
             (0..launches)
@@ -1160,9 +1150,7 @@ mod tests {
     fn a_failed_body_in_a_doomed_window_reports_what_doomed_it() {
         let client = client();
         let stream = client.create_stream().expect("stream");
-        let kernel = crate::client::Kernel::<TestDriver>::new(
-            crate::signature::Signature::new("one").binding(Access::Write),
-        );
+        let kernel = kernel("one", &[Access::Write]);
         let failed = client.capture(stream, |pass| {
             if pass == Pass::Record {
                 // Two buffers for a kernel of one binding: refused, and
@@ -1216,9 +1204,7 @@ mod tests {
     fn a_doomed_window_claims_what_it_would_have_written_until_rewritten() {
         let client = client();
         let stream = client.create_stream().expect("stream");
-        let copy = crate::client::Kernel::<TestDriver>::new(
-            crate::signature::Signature::new("copy").bindings(&[Access::Read, Access::Write]),
-        );
+        let copy = kernel("copy", &[Access::Read, Access::Write]);
         let (a, b) = (
             client.create(stream, &[1; 16]).expect("a"),
             client.create(stream, &[0; 16]).expect("b"),
@@ -1263,13 +1249,10 @@ mod tests {
 
     #[test]
     fn frees_go_back_once_the_device_is_past_them_without_a_sync() {
-        let client = Client::<TestDriver>::with_device(
-            std::sync::Arc::default(),
-            Config {
-                drop_queue_threshold: 8,
-                ..Config::default()
-            },
-        );
+        let client = client_with(Config {
+            drop_queue_threshold: 8,
+            ..Config::default()
+        });
         let stream = client.create_stream().expect("stream");
         // Each write queues its staging slice; past the threshold the queue
         // is reclaimed on the way, the test driver's work being done.
@@ -1315,9 +1298,7 @@ mod tests {
             client.create_stream().expect("a"),
             client.create_stream().expect("b"),
         );
-        let copy = crate::client::Kernel::<TestDriver>::new(
-            crate::signature::Signature::new("copy").bindings(&[Access::Read, Access::Write]),
-        );
+        let copy = kernel("copy", &[Access::Read, Access::Write]);
         let x = client.create(a, &[4; 64]).expect("x on a");
         let y = client.create(b, &[0; 64]).expect("y on b");
         let (graph, ()) = client
@@ -1373,14 +1354,11 @@ mod tests {
     #[test]
     fn info_first_seen_while_recording_that_needs_a_page_names_the_launch() {
         // Device pages of one slice each, so a new entry needs a page.
-        let client = Client::<TestDriver>::with_device(
-            std::sync::Arc::default(),
-            Config {
-                device_page_bytes: 256,
-                first_page_bytes: 256,
-                ..Config::default()
-            },
-        );
+        let client = client_with(Config {
+            device_page_bytes: 256,
+            first_page_bytes: 256,
+            ..Config::default()
+        });
         let stream = client.create_stream().expect("stream");
         let kernel = crate::client::Kernel::<TestDriver>::new(
             crate::signature::Signature::new("first_seen")
@@ -1421,13 +1399,10 @@ mod tests {
     #[test]
     fn the_allocation_limit_is_inclusive_and_never_past_what_aligns() {
         let limited = |max_allocation_bytes| {
-            let client = Client::<TestDriver>::with_device(
-                std::sync::Arc::default(),
-                Config {
-                    max_allocation_bytes,
-                    ..Config::default()
-                },
-            );
+            let client = client_with(Config {
+                max_allocation_bytes,
+                ..Config::default()
+            });
             let stream = client.create_stream().expect("stream");
             (client, stream)
         };
@@ -1454,6 +1429,92 @@ mod tests {
         assert!(
             matches!(err, Error::TooLarge { limit: l, .. } if l == limit),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_failed_warmup_leaves_nothing_the_next_window_predicts_from() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let fill = kernel("fill", &[Access::Write]);
+        let failed = client.capture(stream, |_| {
+            drop(client.allocate(stream, 64)?);
+            Err::<(), _>(Error::EmptyBuffer)
+        });
+        assert!(failed.is_err());
+        let (graph, kept) = client
+            .capture(stream, |_| {
+                let kept = client.allocate(stream, 64)?;
+                let scratch = client.allocate(stream, 512)?;
+                client.launch(stream, &fill, [1, 1, 1], &[&scratch], &[], &[])?;
+                Ok(kept)
+            })
+            .expect("capture");
+        assert_eq!(
+            client.graph_info(&graph).expect("info").temporary_bytes,
+            512
+        );
+        assert_eq!(
+            client.usage(stream).expect("usage").temporary_arena_bytes,
+            512
+        );
+        drop(kept);
+    }
+
+    #[test]
+    fn a_temporary_dropped_on_another_thread_is_still_a_temporary() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let fill = kernel("fill", &[Access::Write]);
+        let body = |_| {
+            let scratch = client.allocate(stream, 512)?;
+            client.launch(stream, &fill, [1, 1, 1], &[&scratch], &[], &[])?;
+            // Dropped elsewhere, before the window closes.
+            std::thread::spawn(move || drop(scratch))
+                .join()
+                .map_err(|_| Error::Poisoned)
+        };
+        let (first, ()) = client.capture(stream, body).expect("capture");
+        let (second, ()) = client.capture(stream, body).expect("capture");
+        for graph in [&first, &second] {
+            assert_eq!(client.graph_info(graph).expect("info").temporary_bytes, 512);
+        }
+        assert_eq!(
+            client.usage(stream).expect("usage").temporary_arena_bytes,
+            512,
+            "one arena, not retired: nothing was kept"
+        );
+    }
+
+    #[test]
+    fn a_recorded_run_that_panics_holding_a_temporary_leaves_no_arena() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let before = client.usage(stream).expect("usage").device.in_use_bytes;
+        let fill = kernel("fill", &[Access::Write]);
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            client.capture(stream, |pass| {
+                let scratch = client.allocate(stream, 512)?;
+                client.launch(stream, &fill, [1, 1, 1], &[&scratch], &[], &[])?;
+                assert!(pass == Pass::Warmup, "the recorded run panics");
+                Ok(())
+            })
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(client.phase(stream).expect("phase"), Phase::None);
+        client.sync(stream).expect("sync");
+        let usage = client.usage(stream).expect("usage");
+        assert_eq!(usage.temporary_arena_bytes, 0, "no graph holds it");
+        assert_eq!(usage.device.in_use_bytes, before);
+        let (graph, ()) = client
+            .capture(stream, |_| {
+                let scratch = client.allocate(stream, 512)?;
+                client.launch(stream, &fill, [1, 1, 1], &[&scratch], &[], &[])
+            })
+            .expect("the next capture");
+        assert_eq!(
+            client.graph_info(&graph).expect("info").temporary_bytes,
+            512
         );
     }
 }

@@ -119,6 +119,11 @@ impl<'a, D: GraphDriver> Window<'a, D> {
             .map_err(|reason| out_of_order("prepare", stream, reason))?;
         stream.device.capture_begin();
         stream.host.capture_begin();
+        // What an earlier window learnt of its warmup, even one that
+        // unwound without closing, predicts nothing of this one.
+        if let Some(temporaries) = &mut stream.temporaries {
+            temporaries.reset();
+        }
         Ok(())
     }
 
@@ -471,6 +476,9 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         drop(stream.host.capture_end());
         stream.release_room();
         stream.discard_window_info();
+        if let Some(temporaries) = &mut stream.temporaries {
+            temporaries.reset();
+        }
         stream.capture.abort();
     }
 }

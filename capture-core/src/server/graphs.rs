@@ -98,7 +98,7 @@ impl<D: GraphDriver> Server<D> {
                     Err(error)
                 }
             };
-            self.destroy_deferred(lane);
+            self.after_close(lane);
             result
         })
     }
@@ -121,7 +121,7 @@ impl<D: GraphDriver> Server<D> {
                     Err(Error::UnknownGraph(id))
                 }
             };
-            self.destroy_deferred(lane);
+            self.after_close(lane);
             result
         })
     }
@@ -130,7 +130,7 @@ impl<D: GraphDriver> Server<D> {
     pub(crate) fn discard(&self, stream: StreamId, window: WindowId) {
         let closed = self.with(stream, |lane| {
             Window::on(&mut lane.state).discard(window);
-            self.destroy_deferred(lane);
+            self.after_close(lane);
             Ok(())
         });
         drop(closed);
@@ -147,7 +147,7 @@ impl<D: GraphDriver> Server<D> {
             let cause = cause.take().unwrap_or(Error::UnknownStream(stream));
             let Refused { error, written } = Window::on(&mut lane.state).abandon(window, cause);
             lane.state.failures.settle(written, Some(&error));
-            self.destroy_deferred(lane);
+            self.after_close(lane);
             Ok(error)
         });
         match (closed, cause) {
@@ -159,9 +159,10 @@ impl<D: GraphDriver> Server<D> {
         }
     }
 
-    /// The destroys that waited for the window to close, and the
-    /// temporaries it saw kept.
-    fn destroy_deferred(&self, lane: &mut Lane<D>) {
+    /// After a window closed, however it closed: mark the temporaries it
+    /// saw kept on the graphs that share their memory, then run the
+    /// destroys that waited for it.
+    fn after_close(&self, lane: &mut Lane<D>) {
         mark_kept(lane);
         for graph in std::mem::take(&mut lane.state.deferred_destroys) {
             self.destroy_in(lane, graph);

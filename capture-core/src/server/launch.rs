@@ -64,15 +64,9 @@ impl<D: Driver, B: Bound> Request<'_, D, B> {
         self.args
             .iter()
             .zip(self.signature.accesses())
-            .filter(|(buffer, access)| access.writes() && covers_all(*buffer))
+            .filter(|(buffer, access)| access.writes() && buffer.is_whole())
             .map(|(buffer, _)| buffer.id())
     }
-}
-
-/// Whether `buffer` binds all of its allocation.
-#[inline]
-fn covers_all<B: Bound>(buffer: &B) -> bool {
-    buffer.span().len == buffer.slice().len()
 }
 
 impl<D: GraphDriver> Server<D> {
@@ -284,7 +278,7 @@ fn log_recorded<D: Driver, B: Bound>(
             capture.record_read(slice.id());
         }
         if access.writes() {
-            capture.record_write(slice.id(), covers_all(buffer));
+            capture.record_write(slice.id(), buffer.is_whole());
         }
     }
 }

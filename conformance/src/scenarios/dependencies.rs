@@ -59,7 +59,6 @@ pub fn eight_independent_chains_are_one_chain_deep_and_eight_wide<D: UserKernels
 pub fn hazards_of_every_kind_replay_a_thousand_times_like_eager<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
-    const REPLAYS: usize = 1000;
     // Large enough that the host backend spreads each level over its pool.
     const ELEMENTS: u32 = 1 << 15;
     let client = session.client();
@@ -84,10 +83,33 @@ pub fn hazards_of_every_kind_replay_a_thousand_times_like_eager<D: UserKernels>(
         builtin(Builtin::Add, &[b, a], 0.0) // 6: b += a (RAW on a and b)
     };
     let want = [2.0, 3.0, 4.0, 4.0];
+    let poison = || {
+        buffers
+            .iter()
+            .try_for_each(|buffer| client.write_f32(buffer, &vec![-1.0; ELEMENTS as usize]))
+    };
+    let check = |what: &str| {
+        buffers
+            .iter()
+            .zip(want)
+            .try_for_each(|(buffer, value)| expect_all(&client, buffer, value, what))
+    };
     run().step("eager")?;
-    for (buffer, value) in buffers.iter().zip(want) {
-        expect_all(&client, buffer, value, "eager")?;
-    }
+    check("eager")?;
+    replays_like_eager(&client, stream, run, poison, check)
+}
+
+/// Capture `run` on `stream` (seven launches, four deep and two wide), then
+/// `poison` what it writes and replay it a thousand times, `check`ing what
+/// it leaves every 250.
+fn replays_like_eager<D: UserKernels>(
+    client: &capture_core::Client<D>,
+    stream: capture_core::StreamId,
+    run: impl Fn() -> Result<(), capture_core::Error>,
+    poison: impl Fn() -> Result<(), capture_core::Error>,
+    check: impl Fn(&str) -> Outcome,
+) -> Outcome {
+    const REPLAYS: usize = 1000;
     let (graph, ()) = client.capture(stream, |_| run()).step("capture")?;
     let info = client.graph_info(&graph).step("info")?;
     ensure!(
@@ -95,17 +117,11 @@ pub fn hazards_of_every_kind_replay_a_thousand_times_like_eager<D: UserKernels>(
         "launches, depth, width: {:?}",
         (info.launches, info.depth, info.width)
     );
-    for buffer in &buffers {
-        client
-            .write_f32(buffer, &vec![-1.0; ELEMENTS as usize])
-            .step("poison")?;
-    }
+    poison().step("poison")?;
     for replay in 1..=REPLAYS {
         client.replay(&graph).step("replay")?;
         if replay % 250 == 0 {
-            for (buffer, value) in buffers.iter().zip(want) {
-                expect_all(&client, buffer, value, "after replays")?;
-            }
+            check("after replays")?;
         }
     }
     Ok(())
@@ -120,7 +136,6 @@ pub fn hazards_of_every_kind_replay_a_thousand_times_like_eager<D: UserKernels>(
 pub fn views_of_one_buffer_replay_a_thousand_times_like_eager<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
-    const REPLAYS: usize = 1000;
     // A quarter of the buffer, in elements: large enough that the host
     // backend spreads each level over its pool.
     const Q: u32 = 1 << 14;
@@ -178,23 +193,8 @@ pub fn views_of_one_buffer_replay_a_thousand_times_like_eager<D: UserKernels>(
         matches!(aliased, Err(capture_core::Error::KernelMismatch { .. })),
         "a written view overlapping a read one: {aliased:?}"
     );
-    let (graph, ()) = client.capture(stream, |_| run()).step("capture")?;
-    let info = client.graph_info(&graph).step("info")?;
-    ensure!(
-        (info.launches, info.depth, info.width) == (7, 4, 2),
-        "launches, depth, width: {:?}",
-        (info.launches, info.depth, info.width)
-    );
-    client
-        .write_f32(&buffer, &vec![-1.0; 4 * Q as usize])
-        .step("poison")?;
-    for replay in 1..=REPLAYS {
-        client.replay(&graph).step("replay")?;
-        if replay % 250 == 0 {
-            check("after replays")?;
-        }
-    }
-    Ok(())
+    let poison = || client.write_f32(&buffer, &vec![-1.0; 4 * Q as usize]);
+    replays_like_eager(&client, stream, run, poison, check)
 }
 
 /// An update in place that changes which buffers a launch reads changes
