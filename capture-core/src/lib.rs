@@ -53,6 +53,7 @@ mod graveyard;
 mod hashing;
 mod ids;
 mod info_cache;
+mod interleave;
 mod ordering;
 mod phase;
 mod pool;

@@ -19,6 +19,9 @@ pub(crate) type Handed = Option<Vec<(usize, usize)>>;
 pub(crate) struct TestDevice {
     pub refuse_begin: AtomicBool,
     pub refuse_upload: AtomicBool,
+    /// Asked whether work is done, the device answers not yet, as one
+    /// behind its queue would; a fence still waits for it.
+    pub busy: AtomicBool,
     /// The edges each instantiate and update was handed: `None` for a chain.
     pub orders: Mutex<Vec<Handed>>,
     pub pages: AtomicUsize,
@@ -181,7 +184,8 @@ impl Driver for TestDriver {
         }
     }
     fn is_done(stream: &mut TestStream, signal: ()) -> Result<bool, DriverError> {
-        Self::fence(stream, signal).map(|()| true)
+        let busy = stream.device.busy.load(Ordering::SeqCst);
+        Self::fence(stream, signal).map(|()| !busy)
     }
     // Work runs as it is issued, so every event has completed already.
     fn record_event(stream: &mut TestStream) -> Result<(), DriverError> {
@@ -1516,5 +1520,121 @@ mod tests {
             client.graph_info(&graph).expect("info").temporary_bytes,
             512
         );
+    }
+
+    #[test]
+    fn what_an_update_replaces_stays_until_the_device_is_past_it() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let src = client.create(stream, &[7; 32]).expect("src");
+        let dst = client.create(stream, &[0; 32]).expect("dst");
+        let (first, second) = (copy_kernel(2), copy_kernel(3));
+        let held =
+            |kernel: &crate::client::Kernel<TestDriver>| std::sync::Arc::downgrade(&kernel.0);
+        let (first_held, second_held) = (held(&first), held(&second));
+        let (graph, ()) = client
+            .capture(stream, |_| {
+                client.launch(stream, &first, [1, 1, 1], &[&src, &dst], &[], &[])
+            })
+            .expect("capture");
+        drop(first);
+        client.replay(&graph).expect("replay");
+        // From here no work counts as done until a sync waits for it.
+        client.device().busy.store(true, Ordering::SeqCst);
+        client
+            .recapture(&graph, |_| {
+                let bound = [&src, &dst, &src];
+                client.launch(stream, &second, [1, 1, 1], &bound, &[], &[])
+            })
+            .expect("recapture");
+        drop(second);
+        assert_eq!(
+            first_held.strong_count(),
+            1,
+            "the replay enqueued before may still launch the old kernel"
+        );
+        client.sync(stream).expect("sync");
+        assert_eq!(first_held.strong_count(), 0, "past the replay");
+        assert_eq!(second_held.strong_count(), 1, "the graph holds it");
+        client.destroy(&graph).expect("destroy");
+        assert_eq!(second_held.strong_count(), 0, "a destroy syncs first");
+    }
+
+    #[test]
+    fn a_write_whose_stream_joins_a_window_meanwhile_is_refused() {
+        use crate::interleave::{self, Point};
+        let client = client();
+        let (a, b) = (
+            client.create_stream().expect("a"),
+            client.create_stream().expect("b"),
+        );
+        let shared = client.create(b, &[3; 16]).expect("on b");
+        let dst = client.create(a, &[0; 16]).expect("on a");
+        // Bound on `a`, the buffer of `b` is shared: a write to it is ordered.
+        let copy = copy_kernel(2);
+        client
+            .launch(a, &copy, [1, 1, 1], &[&shared, &dst], &[], &[])
+            .expect("shares it");
+        // `b` is past that launch: its write waits for nothing of `a`.
+        client.wait(b, a).expect("b waits for a");
+        let window = client.prepare(a).expect("prepare");
+        client.begin(a, window).expect("begin");
+        let forking = client.clone();
+        interleave::at(Point::WriteOrdered, move || {
+            forking.wait(b, a).expect("b joins the window");
+        });
+        let written = client.write(&shared, &[9; 16]);
+        assert!(
+            matches!(&written, Err(Error::OutOfOrder { call: "write", reason, .. })
+                if reason.contains("meanwhile")),
+            "{written:?}"
+        );
+        client.wait(a, b).expect("b joined back");
+        let sealed = client.instantiate(a, window);
+        assert!(
+            matches!(&sealed, Err(Error::Doomed(cause))
+                if matches!(**cause, Error::OutOfOrder { call: "write", .. })),
+            "the window misses the joined stream's write: {:?}",
+            sealed.map(|graph| graph.id())
+        );
+        let read = client.read(&shared);
+        assert!(read.is_err(), "the write claimed its buffer: {read:?}");
+        client.write(&shared, &[5; 16]).expect("rewritten");
+        assert_eq!(client.read(&shared).expect("read"), [5; 16]);
+    }
+
+    #[test]
+    fn a_launch_whose_join_closes_meanwhile_is_refused() {
+        use crate::interleave::{self, Point};
+        let client = client();
+        let (a, b) = (
+            client.create_stream().expect("a"),
+            client.create_stream().expect("b"),
+        );
+        let src = client.create(b, &[4; 16]).expect("src");
+        let dst = client.create(b, &[0; 16]).expect("dst");
+        let copy = copy_kernel(2);
+        let window = client.prepare(a).expect("prepare");
+        client.begin(a, window).expect("begin");
+        client.wait(b, a).expect("b joins the window");
+        let joining = client.clone();
+        interleave::at(Point::LaunchJoined, move || {
+            joining.wait(a, b).expect("b joined back");
+        });
+        let launched = client.launch(b, &copy, [1, 1, 1], &[&src, &dst], &[], &[]);
+        assert!(
+            matches!(&launched, Err(Error::OutOfOrder { call: "launch", reason, .. })
+                if reason.contains("has closed")),
+            "{launched:?}"
+        );
+        let sealed = client.instantiate(a, window);
+        assert!(
+            sealed.is_err(),
+            "the window misses the launch: {:?}",
+            sealed.map(|graph| graph.id())
+        );
+        assert_eq!(client.read(&src).expect("src untouched"), [4; 16]);
+        let read = client.read(&dst);
+        assert!(read.is_err(), "the launch claimed what it writes: {read:?}");
     }
 }

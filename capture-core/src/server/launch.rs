@@ -19,6 +19,7 @@ use crate::driver::{Binding, DeviceSlice, Driver, GraphDriver, Launch};
 use crate::error::Error;
 use crate::graph_log::Entry;
 use crate::ids::{BufferId, StreamId};
+use crate::interleave::{self, Point};
 use crate::phase::Phase;
 use crate::pool::{Place, SliceHandle};
 use crate::signature::{LaunchShape, MAX_BINDINGS, Signature};
@@ -614,6 +615,7 @@ impl<D: GraphDriver> Server<D> {
         homes.push(stream);
         homes.sort_unstable();
         homes.dedup();
+        interleave::reached(Point::LaunchJoined);
         self.ordered(join.stream, &[], &homes, |lanes, _, _| {
             let recorded = self.record_joined(lanes, stream, join, request);
             match recorded {

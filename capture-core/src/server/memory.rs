@@ -6,6 +6,7 @@ use crate::driver::GraphDriver;
 use crate::error::Error;
 use crate::graph_log::Entry;
 use crate::ids::StreamId;
+use crate::interleave::{self, Point};
 use crate::pool::SliceHandle;
 use crate::signature::Access;
 
@@ -63,6 +64,7 @@ impl<D: GraphDriver> Server<D> {
         if done {
             return Ok(());
         }
+        interleave::reached(Point::WriteOrdered);
         let accesses = [(buffer.span.buffer, Access::Write)];
         self.ordered(
             buffer.stream,
