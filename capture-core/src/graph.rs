@@ -1,6 +1,5 @@
 //! Instantiated graphs, and windows that closed without one.
 
-use std::fmt;
 use std::sync::OnceLock;
 
 use slab::Slab;
@@ -11,7 +10,7 @@ use crate::driver::GraphDriver;
 use crate::error::Error;
 use crate::graph_log::{Entry, GraphInfo};
 use crate::hashing::FastMap;
-use crate::ids::{BufferId, GraphId, StreamId};
+use crate::ids::{BufferId, GraphId};
 use crate::pool::{Place, SliceHandle};
 use crate::signature::Access;
 
@@ -20,13 +19,12 @@ use crate::signature::Access;
 /// Lives inside the server, referenced by [`GraphId`]: nothing a client holds
 /// can reach the executable, so it is only touched under the server's lock
 /// and only destroyed after its stream was synced.
-pub struct Graph<D: GraphDriver> {
+pub(crate) struct Graph<D: GraphDriver> {
     /// Declared first, so it drops before the kernels its work launches.
     pub(crate) exec: D::Executable,
     /// Every kernel the recording launched (rule 19): the user may drop
     /// their handles, and a backend unloads a kernel's code with the last.
     pub(crate) kernels: Vec<KeptKernel>,
-    pub(crate) stream: StreamId,
     /// Every device and host slice the recording touched. A replay re-runs
     /// the recorded work against these exact addresses, and a recorded copy
     /// reads its host bytes again each time; holding them keeps the pools
@@ -58,21 +56,6 @@ pub struct Graph<D: GraphDriver> {
 }
 
 impl<D: GraphDriver> Graph<D> {
-    /// The stream the graph replays on.
-    pub fn stream(&self) -> StreamId {
-        self.stream
-    }
-
-    /// Buffers a replay writes.
-    pub fn written(&self) -> &[BufferId] {
-        &self.written
-    }
-
-    /// Buffers a replay reads.
-    pub fn read(&self) -> &[BufferId] {
-        &self.read
-    }
-
     /// What a replay does to each buffer, as the stream order counts it: a
     /// buffer read and written is both.
     pub(crate) fn accesses(&self) -> impl Iterator<Item = (BufferId, Access)> + Clone + '_ {
@@ -80,18 +63,13 @@ impl<D: GraphDriver> Graph<D> {
         written.chain(self.read.iter().map(|&b| (b, Access::Read)))
     }
 
-    /// The driver's executable.
-    pub fn executable(&self) -> &D::Executable {
-        &self.exec
-    }
-
     /// What the recording did, in order.
-    pub fn log(&self) -> &[Entry] {
+    pub(crate) fn log(&self) -> &[Entry] {
         &self.log
     }
 
     /// What the graph is and has done.
-    pub fn info(&self) -> GraphInfo {
+    pub(crate) fn info(&self) -> GraphInfo {
         let dependencies = self.dependencies();
         GraphInfo {
             edges: dependencies.edges.len(),
@@ -103,7 +81,7 @@ impl<D: GraphDriver> Graph<D> {
 
     /// The dependency graph of its recording: the one its executable keeps,
     /// or, for a graph replayed as a chain, computed on first asking.
-    pub fn dependencies(&self) -> &Dependencies {
+    pub(crate) fn dependencies(&self) -> &Dependencies {
         self.dependencies
             .get_or_init(|| Dependencies::of(&self.log))
     }
@@ -144,7 +122,7 @@ pub struct Refused {
 pub(crate) struct GraphKey(usize);
 
 /// The graphs of one stream, by id, and by the place a graph handle kept.
-pub struct Captures<D: GraphDriver> {
+pub(crate) struct Captures<D: GraphDriver> {
     /// The graphs, each with its id (a place is reused, an id never is).
     table: Slab<(GraphId, Graph<D>)>,
     /// Each graph's place in `table`.
@@ -157,15 +135,6 @@ impl<D: GraphDriver> Default for Captures<D> {
             table: Slab::new(),
             keys: FastMap::default(),
         }
-    }
-}
-
-impl<D: GraphDriver> fmt::Debug for Captures<D> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Executables are opaque driver handles; the count is all there is.
-        f.debug_struct("Captures")
-            .field("graphs", &self.keys.len())
-            .finish()
     }
 }
 
@@ -184,13 +153,13 @@ impl<D: GraphDriver> Captures<D> {
     }
 
     /// The live graph `id`.
-    pub fn get(&self, id: GraphId) -> Option<&Graph<D>> {
+    pub(crate) fn get(&self, id: GraphId) -> Option<&Graph<D>> {
         let key = *self.keys.get(&id)?;
         self.table.get(key).map(|(_, graph)| graph)
     }
 
     /// The live graph `id`, to update.
-    pub fn get_mut(&mut self, id: GraphId) -> Option<&mut Graph<D>> {
+    pub(crate) fn get_mut(&mut self, id: GraphId) -> Option<&mut Graph<D>> {
         let key = *self.keys.get(&id)?;
         self.table.get_mut(key).map(|(_, graph)| graph)
     }
@@ -206,19 +175,19 @@ impl<D: GraphDriver> Captures<D> {
     }
 
     /// Whether `id` names a live graph.
-    pub fn contains(&self, id: GraphId) -> bool {
+    pub(crate) fn contains(&self, id: GraphId) -> bool {
         self.keys.contains_key(&id)
     }
 
     /// Take graph `id` out, to be dropped once its stream is synced. `None`
     /// for an unknown id, which makes a double destroy a no-op.
-    pub fn remove(&mut self, id: GraphId) -> Option<Graph<D>> {
+    pub(crate) fn remove(&mut self, id: GraphId) -> Option<Graph<D>> {
         let key = self.keys.remove(&id)?;
         self.table.try_remove(key).map(|(_, graph)| graph)
     }
 
     /// The ids of every graph held.
-    pub fn ids(&self) -> Vec<GraphId> {
+    pub(crate) fn ids(&self) -> Vec<GraphId> {
         self.keys.keys().copied().collect()
     }
 }

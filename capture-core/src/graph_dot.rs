@@ -122,4 +122,26 @@ mod tests {
         );
         assert!(!text.contains("n0 -> n2"), "implied through b: {text}");
     }
+
+    #[test]
+    fn dot_names_the_info_and_params_a_launch_passes_and_no_others() {
+        let mut with_params = launch("p", &[(1, Access::Write)]);
+        if let Entry::Launch {
+            info_bytes,
+            param_bytes,
+            ..
+        } = &mut with_params
+        {
+            (*info_bytes, *param_bytes) = (0, 8);
+        }
+        let text = dot("g", &[with_params, launch("i", &[(2, Access::Write)])]);
+        assert!(
+            text.contains("0: p [2x1x1]\\nw buffer 1 [0..64)\\nparams 8 B\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("1: i [2x1x1]\\nw buffer 2 [0..64)\\ninfo 16 B\""),
+            "{text}"
+        );
+    }
 }

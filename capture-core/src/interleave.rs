@@ -11,6 +11,11 @@ pub(crate) enum Point {
     /// A launch found its stream's join open and has not yet taken the
     /// locks it records under.
     LaunchJoined,
+    /// A destroy found its graph's stream and has not yet locked it.
+    DestroyFound,
+    /// An operation on shared buffers knows the streams it involves and
+    /// has not yet locked them.
+    OrderLocking,
 }
 
 #[cfg(test)]

@@ -74,7 +74,7 @@ pub use driver::{
     HostSlice, Launch, Order, Updated,
 };
 pub use error::{Error, Result};
-pub use graph::{Captures, Graph, Refused};
+pub use graph::Refused;
 pub use graph_cache::{CacheStats, GraphCache, Served};
 pub use graph_log::GraphInfo;
 pub use ids::{BufferId, GraphId, StreamId, WindowId};

@@ -110,7 +110,7 @@ pub(crate) trait Bound {
     /// Whether it binds every byte of its allocation: only a write of all
     /// of them clears a claim.
     fn is_whole(&self) -> bool {
-        self.span().len == self.slice().len()
+        self.span().covers(self.slice().len())
     }
     /// The slot of that stream, where the binding keeps it.
     fn stream_slot(&self) -> Option<&dyn AnySlot> {
@@ -118,28 +118,6 @@ pub(crate) trait Bound {
     }
     /// Whether it is shared with another stream, and the flag that says so.
     fn shared(&self) -> &AtomicBool;
-}
-
-impl Bound for BufferRef<'_> {
-    fn slice(&self) -> &SliceHandle {
-        self.slice
-    }
-
-    fn stream(&self) -> StreamId {
-        self.stream
-    }
-
-    fn place(&self) -> Place {
-        self.slice.place().narrowed(&self.span)
-    }
-
-    fn span(&self) -> Span {
-        self.span
-    }
-
-    fn shared(&self) -> &AtomicBool {
-        self.shared
-    }
 }
 
 /// A stream as a graph handle keeps it: its slot, so that a replay reaches

@@ -32,6 +32,13 @@ impl Span {
         self.offset.saturating_add(self.len)
     }
 
+    /// Whether it names every byte of an allocation of `len` bytes: only a
+    /// write of all of them clears a claim.
+    #[inline]
+    pub fn covers(&self, len: u64) -> bool {
+        self.offset == 0 && self.len == len
+    }
+
     /// Whether the two share a byte.
     #[inline]
     pub fn overlaps(&self, other: &Span) -> bool {
@@ -69,5 +76,16 @@ mod tests {
         assert_eq!(a.end(), 512);
         assert_eq!(Span::whole(BufferId(3), 64), span(3, 0, 64));
         assert_eq!(a.to_string(), "buffer 1 [256..512)");
+    }
+
+    #[test]
+    fn a_span_covers_an_allocation_only_from_its_first_byte_to_its_last() {
+        assert!(span(1, 0, 512).covers(512));
+        assert!(!span(1, 0, 256).covers(512), "its first half");
+        assert!(!span(1, 256, 256).covers(512), "its second half");
+        assert!(
+            !span(1, 256, 512).covers(512),
+            "as long, not from its start"
+        );
     }
 }

@@ -22,6 +22,8 @@ pub(crate) struct TestDevice {
     /// Asked whether work is done, the device answers not yet, as one
     /// behind its queue would; a fence still waits for it.
     pub busy: AtomicBool,
+    /// Fences waited on: each a sync of some stream.
+    pub fences: AtomicUsize,
     /// The edges each instantiate and update was handed: `None` for a chain.
     pub orders: Mutex<Vec<Handed>>,
     pub pages: AtomicUsize,
@@ -83,6 +85,14 @@ fn copy(src: &Page, src_offset: u64, dst: &Page, dst_offset: u64, len: u64) -> O
         dst_offset as usize,
         len as usize,
     )
+}
+
+/// Whether `stream` may be fenced or evented: not while it records.
+fn idle(stream: &TestStream) -> Result<(), DriverError> {
+    match stream.recording {
+        Some(_) => Err(DriverError::new("test", "fence", "while recording")),
+        None => Ok(()),
+    }
 }
 
 fn page(bytes: u64) -> Page {
@@ -178,21 +188,19 @@ impl Driver for TestDriver {
         Ok(())
     }
     fn fence(stream: &mut TestStream, _: ()) -> Result<(), DriverError> {
-        match stream.recording {
-            Some(_) => Err(DriverError::new("test", "fence", "while recording")),
-            None => Ok(()),
-        }
+        idle(stream)?;
+        stream.device.fences.fetch_add(1, Ordering::SeqCst);
+        Ok(())
     }
-    fn is_done(stream: &mut TestStream, signal: ()) -> Result<bool, DriverError> {
-        let busy = stream.device.busy.load(Ordering::SeqCst);
-        Self::fence(stream, signal).map(|()| !busy)
+    fn is_done(stream: &mut TestStream, _: ()) -> Result<bool, DriverError> {
+        idle(stream).map(|()| !stream.device.busy.load(Ordering::SeqCst))
     }
     // Work runs as it is issued, so every event has completed already.
     fn record_event(stream: &mut TestStream) -> Result<(), DriverError> {
-        Self::fence(stream, ())
+        idle(stream)
     }
     fn wait_event(stream: &mut TestStream, _: &()) -> Result<(), DriverError> {
-        Self::fence(stream, ())
+        idle(stream)
     }
 }
 
@@ -1636,5 +1644,140 @@ mod tests {
         assert_eq!(client.read(&src).expect("src untouched"), [4; 16]);
         let read = client.read(&dst);
         assert!(read.is_err(), "the launch claimed what it writes: {read:?}");
+    }
+
+    #[test]
+    fn a_destroy_another_destroy_of_its_graph_beat_does_nothing() {
+        use crate::interleave::{self, Point};
+        let (fx, graph) = Copying::with_graph();
+        let device = fx.client.device().clone();
+        let (beating, beaten) = (fx.client.clone(), graph.clone());
+        interleave::at(Point::DestroyFound, move || {
+            beating.destroy(&beaten).expect("the other destroy");
+        });
+        let before = device.fences.load(Ordering::SeqCst);
+        // The first destroy finds the graph's stream, the other destroys
+        // the graph, then the first finds it gone.
+        fx.client.destroy(&graph).expect("destroy");
+        let fences = device.fences.load(Ordering::SeqCst) - before;
+        assert_eq!(fences, 1, "one sync, the other destroy's");
+        assert!(!fx.client.is_live(&graph));
+        assert_eq!(fx.client.live_graphs(), 0);
+    }
+
+    #[test]
+    fn a_stream_joins_one_window_at_a_time_and_none_while_it_has_its_own() {
+        let client = client();
+        let [a, b, c, d] = [(); 4].map(|()| client.create_stream().expect("stream"));
+        let (on_a, on_c) = (client.prepare(a).expect("a"), client.prepare(c).expect("c"));
+        client.begin(a, on_a).expect("a records");
+        client.begin(c, on_c).expect("c records");
+        client.wait(b, a).expect("b joins a's window");
+        client.wait(b, a).expect("joining again changes nothing");
+        let twice = client.wait(b, c);
+        assert!(
+            matches!(&twice, Err(Error::OutOfOrder { call: "wait", reason, .. })
+                if reason.contains("joined to another window")),
+            "{twice:?}"
+        );
+        let own = client.prepare(d).expect("d's own window");
+        let busy = client.wait(d, a);
+        assert!(
+            matches!(&busy, Err(Error::OutOfOrder { call: "wait", reason, .. })
+                if reason.contains("of its own")),
+            "{busy:?}"
+        );
+        assert_eq!(client.phase(d).expect("phase"), Phase::Prepared(own));
+    }
+
+    #[test]
+    fn a_joined_stream_waits_only_for_streams_of_its_window() {
+        let client = client();
+        let [a, b, c, x] = [(); 4].map(|()| client.create_stream().expect("stream"));
+        let window = client.prepare(a).expect("prepare");
+        client.begin(a, window).expect("begin");
+        client.wait(b, a).expect("b joins");
+        client.wait(c, a).expect("c joins");
+        client
+            .wait(b, c)
+            .expect("both in one recording, ordered by it");
+        let outside = client.wait(b, x);
+        assert!(
+            matches!(outside, Err(Error::WaitOutsideWindow { stream, other })
+                if (stream, other) == (b, x)),
+            "{outside:?}"
+        );
+    }
+
+    #[test]
+    fn a_recorded_launch_leaves_the_order_of_shared_buffers_alone() {
+        let client = client();
+        let (a, b) = (
+            client.create_stream().expect("a"),
+            client.create_stream().expect("b"),
+        );
+        let src = client.create(a, &[6; 16]).expect("src");
+        let shared = client.create(b, &[1; 16]).expect("on b");
+        let copy = copy_kernel(2);
+        let window = client.prepare(a).expect("prepare");
+        client.begin(a, window).expect("begin");
+        client
+            .launch(a, &copy, [1, 1, 1], &[&src, &shared], &[], &[])
+            .expect("recorded");
+        // The recorded copy runs when the graph replays: `b` has nothing of
+        // `a`'s to wait for yet.
+        assert_eq!(client.read(&shared).expect("read"), [1; 16]);
+        let graph = client.instantiate(a, window).expect("instantiate");
+        client.replay(&graph).expect("replay");
+        assert_eq!(client.read(&shared).expect("read"), [6; 16]);
+    }
+
+    #[test]
+    fn a_stream_to_wait_for_destroyed_meanwhile_is_waited_for_no_more() {
+        use crate::interleave::{self, Point};
+        let client = client();
+        let (a, c) = (
+            client.create_stream().expect("a"),
+            client.create_stream().expect("c"),
+        );
+        let src = client.create(c, &[8; 16]).expect("src");
+        let mid = client.create(a, &[0; 16]).expect("mid");
+        let dst = client.create(a, &[0; 16]).expect("dst");
+        let copy = copy_kernel(2);
+        client
+            .launch(c, &copy, [1, 1, 1], &[&src, &mid], &[], &[])
+            .expect("c writes mid");
+        // `a`'s launch must wait for `c`, which its destroy syncs.
+        let destroying = client.clone();
+        interleave::at(Point::OrderLocking, move || {
+            destroying.destroy_stream(c).expect("destroy c");
+        });
+        client
+            .launch(a, &copy, [1, 1, 1], &[&mid, &dst], &[], &[])
+            .expect("a's launch goes on");
+        assert_eq!(client.read(&dst).expect("read"), [8; 16]);
+    }
+
+    #[test]
+    fn a_launch_whose_buffers_stream_is_destroyed_meanwhile_is_refused() {
+        use crate::interleave::{self, Point};
+        let client = client();
+        let (a, b) = (
+            client.create_stream().expect("a"),
+            client.create_stream().expect("b"),
+        );
+        let src = client.create(b, &[8; 16]).expect("on b");
+        let dst = client.create(a, &[0; 16]).expect("on a");
+        let destroying = client.clone();
+        interleave::at(Point::OrderLocking, move || {
+            destroying.destroy_stream(b).expect("destroy b");
+        });
+        let copy = copy_kernel(2);
+        let launched = client.launch(a, &copy, [1, 1, 1], &[&src, &dst], &[], &[]);
+        assert!(
+            matches!(launched, Err(Error::UnknownStream(gone)) if gone == b),
+            "{launched:?}"
+        );
+        assert_eq!(client.read(&dst).expect("untouched"), [0; 16]);
     }
 }

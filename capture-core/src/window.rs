@@ -313,7 +313,6 @@ impl<'a, D: GraphDriver> Window<'a, D> {
                 let mut graph = Graph {
                     exec,
                     kernels: closed.kernels,
-                    stream: stream.id,
                     _retained: closed.retained,
                     written: closed.written,
                     renewed: closed.renewed,

@@ -10,6 +10,7 @@ use crate::graph::{Captures, Graph, GraphKey, Refused};
 use crate::graph_dot;
 use crate::graph_log::GraphInfo;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
+use crate::interleave::{self, Point};
 use crate::signature::Access;
 use crate::stream::StreamState;
 use crate::window::{Update, Window};
@@ -298,6 +299,7 @@ impl<D: GraphDriver> Server<D> {
         let Some(stream) = self.stream_of(id) else {
             return;
         };
+        interleave::reached(Point::DestroyFound);
         let destroyed = self.with(stream, |lane| {
             self.destroy_in(lane, id);
             Ok(())

@@ -1,7 +1,7 @@
 //! Buffers: allocation, the copies that fill and read them, syncs and trims.
 
 use super::shared::Shareable;
-use super::{Bound, BufferRef, Lane, Server};
+use super::{BufferRef, Lane, Server};
 use crate::driver::GraphDriver;
 use crate::error::Error;
 use crate::graph_log::Entry;
@@ -110,7 +110,7 @@ impl<D: GraphDriver> Server<D> {
         }
         // Only a write of every byte leaves the buffer unclaimed: a view's
         // leaves the rest as a failure left it.
-        let whole = buffer.is_whole();
+        let whole = span.covers(slice.len());
         let renewed = if whole { Some(slice.id()) } else { None };
         let staging = self.ids.buffer();
         let state = &mut lane.state;

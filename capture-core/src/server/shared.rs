@@ -24,6 +24,7 @@ use crate::capture_state::Join;
 use crate::driver::GraphDriver;
 use crate::error::Error;
 use crate::ids::{BufferId, StreamId};
+use crate::interleave::{self, Point};
 use crate::ordering::{StreamOrder, lock as lock_order};
 use crate::signature::Access;
 
@@ -72,6 +73,7 @@ impl<D: GraphDriver> Server<D> {
             for wait in lock_order(&self.order).needs(stream, accesses.iter().copied()) {
                 involved.insert(wait.stream);
             }
+            interleave::reached(Point::OrderLocking);
             let mut slots: Vec<(StreamId, Arc<Slot<D>>)> = Vec::with_capacity(involved.len());
             let mut gone = None;
             for &id in &involved {
