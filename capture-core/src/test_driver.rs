@@ -1780,4 +1780,56 @@ mod tests {
         );
         assert_eq!(client.read(&dst).expect("untouched"), [0; 16]);
     }
+
+    #[test]
+    fn only_work_writing_all_of_a_claimed_buffer_clears_its_claim() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let copy = kernel("copy", &[Access::Read, Access::Write]);
+        let src = client.create(stream, &[1; 512]).expect("src");
+        let dst = client.create(stream, &[0; 512]).expect("dst");
+        let (src_half, dst_half) = (
+            src.range(0, 256).expect("half"),
+            dst.range(0, 256).expect("half"),
+        );
+        // A window doomed by a launch of one binding claims what it writes.
+        let claim = || {
+            let refused = client.capture(stream, |pass| {
+                client.launch(stream, &copy, [1, 1, 1], &[&src, &dst], &[], &[])?;
+                if pass == Pass::Record {
+                    drop(client.launch(stream, &copy, [1, 1, 1], &[&src], &[], &[]));
+                }
+                Ok(())
+            });
+            assert!(matches!(refused, Err(Error::Doomed(_))), "{refused:?}");
+            assert_eq!(client.claimed_buffers(), 1, "dst");
+        };
+        claim();
+        let graph_of = |bound: [&crate::Buffer; 2]| {
+            let window = client.prepare(stream).expect("prepare");
+            client.begin(stream, window).expect("begin");
+            client
+                .launch(stream, &copy, [1, 1, 1], &bound, &[], &[])
+                .expect("recorded");
+            client.instantiate(stream, window).expect("instantiate")
+        };
+        let (half, whole) = (graph_of([&src_half, &dst_half]), graph_of([&src, &dst]));
+        client
+            .launch(stream, &copy, [1, 1, 1], &[&src_half, &dst_half], &[], &[])
+            .expect("half of it, eagerly");
+        client.replay(&half).expect("half of it, replayed");
+        assert_eq!(
+            client.claimed_buffers(),
+            1,
+            "half of dst is as the failure left it"
+        );
+        client.replay(&whole).expect("all of it, replayed");
+        assert_eq!(client.claimed_buffers(), 0);
+        assert_eq!(client.read(&dst).expect("read"), [1; 512]);
+        claim();
+        client
+            .launch(stream, &copy, [1, 1, 1], &[&src, &dst], &[], &[])
+            .expect("all of it, eagerly");
+        assert_eq!(client.claimed_buffers(), 0);
+    }
 }
