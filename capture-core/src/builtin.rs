@@ -163,6 +163,12 @@ mod tests {
     }
 
     #[test]
+    fn names_are_the_kernels_every_backends_sources_define() {
+        let names = Builtin::ALL.map(Builtin::name);
+        assert_eq!(names, ["fill", "add", "copy", "axpy"]);
+    }
+
+    #[test]
     fn index_is_the_position_in_all() {
         for (position, which) in Builtin::ALL.iter().enumerate() {
             assert_eq!(which.index(), position);

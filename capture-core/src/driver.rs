@@ -449,3 +449,26 @@ pub trait GraphDriver: Driver {
     /// Enqueue `exec`'s recorded work on `stream`.
     fn replay(exec: &Self::Executable, stream: &mut Self::Stream) -> Result<(), DriverError>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_driver::{Page, TestDriver};
+
+    #[test]
+    fn slices_print_the_bytes_they_name() {
+        let page = Page::default();
+        let device = DeviceSlice::<TestDriver> {
+            page: &page,
+            offset: 256,
+            len: 64,
+        };
+        let host = HostSlice::<TestDriver> {
+            page: &page,
+            offset: 0,
+            len: 16,
+        };
+        assert_eq!(format!("{device:?}"), "DeviceSlice(256..320)");
+        assert_eq!(format!("{host:?}"), "HostSlice(0..16)");
+    }
+}

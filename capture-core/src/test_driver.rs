@@ -1363,9 +1363,10 @@ mod tests {
         assert_eq!(pages(), (before.0 + 1, before.1 + 1));
     }
 
-    #[test]
-    fn info_first_seen_while_recording_that_needs_a_page_names_the_launch() {
-        // Device pages of one slice each, so a new entry needs a page.
+    /// On device pages of one slice each, a capture whose warmup passes
+    /// `warmup`'s info contents and whose recording passes two it never
+    /// did: room is kept for as many entries as the warmup used.
+    fn record_new_info(warmup: [u8; 2]) -> Result<(), Error> {
         let client = client_with(Config {
             device_page_bytes: 256,
             first_page_bytes: 256,
@@ -1386,26 +1387,33 @@ mod tests {
         client
             .launch(stream, &kernel, [1, 1, 1], &[&out], &[1; 4], &[])
             .expect("warm the entry");
-        // The warmup passes one entry twice, the recording two new ones:
-        // the room kept for one, the second needs a page.
-        let refused = client.capture(stream, |pass| {
-            for new in [2, 3] {
-                let info = if pass == Pass::Warmup {
-                    [1; 4]
-                } else {
-                    [new; 4]
-                };
-                client.launch(stream, &kernel, [1, 1, 1], &[&out], &info, &[])?;
-            }
-            Ok(())
-        });
-        match refused {
+        client
+            .capture(stream, |pass| {
+                for (old, new) in warmup.into_iter().zip([2, 3]) {
+                    let info = if pass == Pass::Warmup { old } else { new };
+                    client.launch(stream, &kernel, [1, 1, 1], &[&out], &[info; 4], &[])?;
+                }
+                Ok(())
+            })
+            .map(drop)
+    }
+
+    #[test]
+    fn info_first_seen_while_recording_that_needs_a_page_names_the_launch() {
+        // The warmup passes one entry twice: the room kept for one, the
+        // second new one needs a page.
+        match record_new_info([1, 1]) {
             Err(Error::Doomed(cause)) => assert!(
                 matches!(&*cause, Error::InfoFirstSeenWhileRecording { kernel, .. } if kernel == "first_seen"),
                 "{cause}"
             ),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn info_first_seen_while_recording_fits_the_room_the_warmup_sized() {
+        record_new_info([1, 4]).expect("two entries warmed, two kept room for");
     }
 
     #[test]
@@ -1831,5 +1839,35 @@ mod tests {
             .launch(stream, &copy, [1, 1, 1], &[&src, &dst], &[], &[])
             .expect("all of it, eagerly");
         assert_eq!(client.claimed_buffers(), 0);
+    }
+
+    #[test]
+    fn another_threads_calls_on_a_recording_stream_are_refused_and_leave_its_window_whole() {
+        let fx = Copying::new();
+        let window = fx.client.prepare(fx.stream).expect("prepare");
+        fx.client.begin(fx.stream, window).expect("begin");
+        fx.launch().expect("recorded");
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let launched = fx.launch();
+                assert!(
+                    matches!(launched, Err(Error::NotRecorder { window: named, .. })
+                        if named == window),
+                    "{launched:?}"
+                );
+                let read = fx.client.read(&fx.src);
+                assert!(
+                    matches!(read, Err(Error::SyncWhileRecording(_))),
+                    "{read:?}"
+                );
+            });
+        });
+        let graph = fx
+            .client
+            .instantiate(fx.stream, window)
+            .expect("the window is whole");
+        assert_eq!(fx.client.graph_info(&graph).expect("info").launches, 1);
+        fx.client.replay(&graph).expect("replay");
+        assert_eq!(fx.client.read(&fx.dst).expect("read"), [5; 16]);
     }
 }
