@@ -6,6 +6,8 @@
 //!
 //! [`Order::Dependencies`]: crate::Order::Dependencies
 
+use std::cmp::Ordering;
+
 /// An edge `(from, to)`: operation `to` runs after operation `from`.
 pub type Edge = (usize, usize);
 
@@ -42,21 +44,27 @@ impl Plan {
         let (mut c, mut t) = (current.iter().peekable(), target.iter().peekable());
         loop {
             match (c.peek(), t.peek()) {
-                (Some(&&have), Some(&&want)) if have == want => {
-                    c.next();
-                    t.next();
-                }
-                (Some(&&have), Some(&&want)) if have < want => {
-                    plan.remove.push(have);
-                    c.next();
-                }
-                (_, Some(&&want)) => {
-                    plan.add.push(want);
-                    t.next();
-                }
+                (Some(&&have), Some(&&want)) => match have.cmp(&want) {
+                    Ordering::Equal => {
+                        c.next();
+                        t.next();
+                    }
+                    Ordering::Less => {
+                        plan.remove.push(have);
+                        c.next();
+                    }
+                    Ordering::Greater => {
+                        plan.add.push(want);
+                        t.next();
+                    }
+                },
                 (Some(&&have), None) => {
                     plan.remove.push(have);
                     c.next();
+                }
+                (None, Some(&&want)) => {
+                    plan.add.push(want);
+                    t.next();
                 }
                 (None, None) => return plan,
             }
