@@ -154,3 +154,29 @@ pub(crate) fn run(level: &[Work<'_>], pool: &rayon::ThreadPool) -> Result<(), St
         None => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::{Memory, PageKind};
+
+    #[test]
+    fn a_level_of_copies_between_pages_runs_each_on_its_own_bytes() {
+        let page = || Memory::new(PageKind::Device, 64).expect("a page");
+        let (from, to) = (page(), page());
+        let (a, b) = (Range::new(&from, 0, 16), Range::new(&from, 16, 16));
+        let (c, d) = (Range::new(&to, 32, 16), Range::new(&to, 48, 16));
+        assert!(a.store(&[1; 16]) && b.store(&[2; 16]));
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .expect("a pool");
+        let level = [
+            Work::Copy { src: &a, dst: &c },
+            Work::Copy { src: &b, dst: &d },
+        ];
+        run(&level, &pool).expect("runs");
+        assert_eq!(c.load().expect("c"), [1; 16]);
+        assert_eq!(d.load().expect("d"), [2; 16]);
+    }
+}

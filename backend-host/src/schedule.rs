@@ -88,17 +88,20 @@ impl Schedule {
 fn pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
     POOL.get_or_init(|| {
-        let threads = std::thread::available_parallelism().map_or(1, usize::from);
-        if threads < 2 {
-            return None;
-        }
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
         rayon::ThreadPoolBuilder::new()
-            .num_threads(threads - 1)
+            .num_threads(helpers(cores)?)
             .thread_name(|i| format!("host-replay-{i}"))
             .build()
             .ok()
     })
     .as_ref()
+}
+
+/// The pool's threads on a machine of `cores` cores: one per core besides
+/// the replay's own thread, none on one core.
+fn helpers(cores: usize) -> Option<usize> {
+    (cores >= 2).then(|| cores - 1)
 }
 
 /// One step's access to a range: its page, start and end, the step, and
@@ -169,9 +172,11 @@ pub(crate) fn check_hazards(
     }
     // Distinct ranges that overlap (rare: a binding is a whole buffer) are
     // paired access by access.
-    for (i, group) in groups.iter().enumerate() {
+    let mut rest = &groups[..];
+    while let Some((group, later)) = rest.split_first() {
+        rest = later;
         let (page, _, end, ..) = group[0];
-        for other in &groups[i + 1..] {
+        for other in later {
             let (other_page, start, ..) = other[0];
             if other_page != page || start >= end {
                 break;
@@ -207,6 +212,25 @@ mod tests {
         let schedule = Schedule::of(&deps(5, &[(0, 2), (1, 3), (2, 3)]), |_| 0);
         assert_eq!(schedule.levels(), [vec![0, 1, 4], vec![2], vec![3]]);
         assert!(Schedule::of(&deps(0, &[]), |_| 0).levels().is_empty());
+    }
+
+    #[test]
+    fn the_pool_has_a_thread_per_core_besides_the_replays() {
+        assert_eq!(helpers(1), None);
+        assert_eq!(helpers(2), Some(1));
+        assert_eq!(helpers(16), Some(15));
+        let threads = pool().map(rayon::ThreadPool::current_num_threads);
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        assert_eq!(threads, (cores > 1).then(|| cores - 1));
+    }
+
+    #[test]
+    fn a_level_of_one_step_is_never_spread() {
+        let schedule = Schedule::of(&deps(3, &[(0, 2), (1, 2)]), |_| SPREAD_BYTES);
+        assert_eq!(schedule.levels(), [vec![0, 1], vec![2]]);
+        assert_eq!(schedule.spread, [true, false]);
+        let half = Schedule::of(&deps(2, &[]), |_| SPREAD_BYTES / 2);
+        assert_eq!(half.spread, [true], "two steps of half the bytes each");
     }
 
     #[test]
@@ -288,5 +312,15 @@ mod tests {
         // Two readers of one range need no order.
         let readers = vec![vec![(&b, false)], vec![(&b, false)]];
         assert!(check_hazards(&readers, &[]).is_ok());
+    }
+
+    #[test]
+    fn graphs_of_more_than_the_checked_steps_are_trusted() {
+        let page = Memory::new(PageKind::Device, 64).expect("a page");
+        let range = Range::new(&page, 0, 16);
+        // Every step writes the one range, and no edge orders them.
+        let writers = |steps: usize| vec![vec![(&range, true)]; steps];
+        assert!(check_hazards(&writers(CHECKED_STEPS), &[]).is_err());
+        assert!(check_hazards(&writers(CHECKED_STEPS + 1), &[]).is_ok());
     }
 }
