@@ -1870,4 +1870,36 @@ mod tests {
         fx.client.replay(&graph).expect("replay");
         assert_eq!(fx.client.read(&fx.dst).expect("read"), [5; 16]);
     }
+
+    #[test]
+    fn a_replay_on_a_stream_whose_work_is_recorded_is_refused() {
+        let (fx, graph) = Copying::with_graph();
+        let other = fx.client.create_stream().expect("other");
+        // Its own window.
+        let window = fx.client.prepare(fx.stream).expect("prepare");
+        fx.client.begin(fx.stream, window).expect("begin");
+        let replayed = fx.client.replay(&graph);
+        assert!(
+            matches!(replayed, Err(Error::ReplayWhileRecording(s)) if s == fx.stream),
+            "{replayed:?}"
+        );
+        let sealed = fx.client.instantiate(fx.stream, window);
+        assert!(
+            matches!(&sealed, Err(Error::Doomed(_))),
+            "the window missed the replay: {:?}",
+            sealed.map(|graph| graph.id())
+        );
+        // A window it joined.
+        let window = fx.client.prepare(other).expect("prepare");
+        fx.client.begin(other, window).expect("begin");
+        fx.client.wait(fx.stream, other).expect("joins");
+        let replayed = fx.client.replay(&graph);
+        assert!(
+            matches!(replayed, Err(Error::ReplayWhileRecording(s)) if s == fx.stream),
+            "{replayed:?}"
+        );
+        fx.client.wait(other, fx.stream).expect("joined back");
+        drop(fx.client.instantiate(other, window));
+        fx.client.replay(&graph).expect("free again");
+    }
 }

@@ -213,7 +213,8 @@ impl<D: GraphDriver> Server<D> {
     /// what `find` finds among the stream's. A stream destroyed since the
     /// graph was made took the graph with it. `false`, with nothing done,
     /// when the replay must first wait for other streams that used its
-    /// buffers ([`Server::replay_ordered`]).
+    /// buffers, or the stream's work is being recorded: both for
+    /// [`Server::replay_ordered`].
     #[inline]
     fn replay_on(
         slot: &Slot<D>,
@@ -228,7 +229,9 @@ impl<D: GraphDriver> Server<D> {
         };
         lane.check_recorder()?;
         if lane.state.capture.is_recording() || lane.state.joined.is_some() {
-            return Self::refuse_replay(lane, stream);
+            // Refused on the ordered path, which looks again under the
+            // locks: a join whose window closed since no longer counts.
+            return Ok(false);
         }
         let Lane { state, graphs, .. } = lane;
         // Not `ok_or`: the error would be built, and dropped, on every
@@ -248,17 +251,6 @@ impl<D: GraphDriver> Server<D> {
             return Ok(true);
         }
         replay_graph(state, graph, id).map(|()| true)
-    }
-
-    /// A replay on a stream whose work a window records (its own, or one
-    /// it joined): refused, unless the join has closed since.
-    #[cold]
-    fn refuse_replay(lane: &mut Lane<D>, stream: StreamId) -> Result<bool, Error> {
-        if lane.state.capture.is_recording() || lane.state.join().is_some() {
-            return lane.refused(Error::ReplayWhileRecording(stream));
-        }
-        // A join whose window closed: the stream is free again.
-        Ok(false)
     }
 
     /// Replay graph `id` on `stream` once it waited for the streams that
