@@ -221,7 +221,7 @@ mod tests {
         assert_eq!(helpers(16), Some(15));
         let threads = pool().map(rayon::ThreadPool::current_num_threads);
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        assert_eq!(threads, (cores > 1).then(|| cores - 1));
+        assert_eq!(threads, helpers(cores));
     }
 
     #[test]

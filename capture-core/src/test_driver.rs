@@ -263,6 +263,7 @@ mod tests {
     use crate::client::{Client, Pass};
     use crate::driver::Access;
     use crate::error::Error;
+    use crate::interleave::{self, Point};
     use crate::stream::Config;
 
     fn client() -> Client<TestDriver> {
@@ -276,6 +277,20 @@ mod tests {
     /// A kernel of the test driver binding `accesses`.
     fn kernel(name: &str, accesses: &[Access]) -> crate::client::Kernel<TestDriver> {
         crate::client::Kernel::new(crate::signature::Signature::new(name).bindings(accesses))
+    }
+
+    /// A kernel of the test driver writing one buffer, with 4 info bytes.
+    fn info_kernel(name: &str) -> crate::client::Kernel<TestDriver> {
+        crate::client::Kernel::new(
+            crate::signature::Signature::new(name)
+                .binding(Access::Write)
+                .info(4),
+        )
+    }
+
+    /// `N` new streams of `client`.
+    fn streams<const N: usize>(client: &Client<TestDriver>) -> [crate::ids::StreamId; N] {
+        std::array::from_fn(|_| client.create_stream().expect("stream"))
     }
 
     #[test]
@@ -396,7 +411,7 @@ mod tests {
     fn copy_kernel(bindings: usize) -> crate::client::Kernel<TestDriver> {
         let mut accesses = vec![Access::Read; bindings];
         accesses[1] = Access::Write;
-        crate::client::Kernel::new(crate::signature::Signature::new("copy").bindings(&accesses))
+        kernel("copy", &accesses)
     }
 
     /// A client and stream with `src` (sixteen 5s), `dst` (sixteen 0s) and
@@ -965,7 +980,7 @@ mod tests {
             buffer.range(0, 256).expect("a"),
             buffer.range(256, 512).expect("b"),
         );
-        let copy = kernel("copy", &[Access::Read, Access::Write]);
+        let copy = copy_kernel(2);
         client.write(&a, &[5; 256]).expect("write a");
         client
             .launch(stream, &copy, [1, 1, 1], &[&a, &b], &[], &[])
@@ -1016,7 +1031,7 @@ mod tests {
                 ..Config::default()
             });
             let stream = client.create_stream().expect("stream");
-            let copy = kernel("copy", &[Access::Read, Access::Write]);
+            let copy = copy_kernel(2);
             let (a, b, c) = (
                 client.create(stream, &[1; 16]).expect("a"),
                 client.create(stream, &[0; 16]).expect("b"),
@@ -1144,7 +1159,7 @@ mod tests {
         let client = client();
         let stream = client.create_stream().expect("stream");
         let a = client.create(stream, &[1; 16]).expect("a");
-        let copy = kernel("copy", &[Access::Read, Access::Write]);
+        let copy = copy_kernel(2);
         let b = client.create(stream, &[0; 16]).expect("b");
         let step = |launches: usize| {
             (0..launches)
@@ -1216,7 +1231,7 @@ mod tests {
     fn a_doomed_window_claims_what_it_would_have_written_until_rewritten() {
         let client = client();
         let stream = client.create_stream().expect("stream");
-        let copy = kernel("copy", &[Access::Read, Access::Write]);
+        let copy = copy_kernel(2);
         let (a, b) = (
             client.create(stream, &[1; 16]).expect("a"),
             client.create(stream, &[0; 16]).expect("b"),
@@ -1306,11 +1321,8 @@ mod tests {
         let client = client();
         let device = client.device().clone();
         let pages = || device.pages.load(Ordering::SeqCst);
-        let (a, b) = (
-            client.create_stream().expect("a"),
-            client.create_stream().expect("b"),
-        );
-        let copy = kernel("copy", &[Access::Read, Access::Write]);
+        let [a, b] = streams(&client);
+        let copy = copy_kernel(2);
         let x = client.create(a, &[4; 64]).expect("x on a");
         let y = client.create(b, &[0; 64]).expect("y on b");
         let (graph, ()) = client
@@ -1341,11 +1353,7 @@ mod tests {
     fn a_page_taken_only_to_keep_room_for_info_goes_back_after_the_window() {
         let client = client();
         let stream = client.create_stream().expect("stream");
-        let kernel = crate::client::Kernel::<TestDriver>::new(
-            crate::signature::Signature::new("info")
-                .binding(Access::Write)
-                .info(4),
-        );
+        let kernel = info_kernel("info");
         let out = client.allocate(stream, 16).expect("out");
         let pages = || {
             let usage = client.usage(stream).expect("usage");
@@ -1373,11 +1381,7 @@ mod tests {
             ..Config::default()
         });
         let stream = client.create_stream().expect("stream");
-        let kernel = crate::client::Kernel::<TestDriver>::new(
-            crate::signature::Signature::new("first_seen")
-                .binding(Access::Write)
-                .info(4),
-        );
+        let kernel = info_kernel("first_seen");
         let out = client.allocate(stream, 16).expect("out");
         // The host pool keeps room to spare.
         let big = client.allocate(stream, 1 << 20).expect("big");
@@ -1578,12 +1582,8 @@ mod tests {
 
     #[test]
     fn a_write_whose_stream_joins_a_window_meanwhile_is_refused() {
-        use crate::interleave::{self, Point};
         let client = client();
-        let (a, b) = (
-            client.create_stream().expect("a"),
-            client.create_stream().expect("b"),
-        );
+        let [a, b] = streams(&client);
         let shared = client.create(b, &[3; 16]).expect("on b");
         let dst = client.create(a, &[0; 16]).expect("on a");
         // Bound on `a`, the buffer of `b` is shared: a write to it is ordered.
@@ -1621,12 +1621,8 @@ mod tests {
 
     #[test]
     fn a_launch_whose_join_closes_meanwhile_is_refused() {
-        use crate::interleave::{self, Point};
         let client = client();
-        let (a, b) = (
-            client.create_stream().expect("a"),
-            client.create_stream().expect("b"),
-        );
+        let [a, b] = streams(&client);
         let src = client.create(b, &[4; 16]).expect("src");
         let dst = client.create(b, &[0; 16]).expect("dst");
         let copy = copy_kernel(2);
@@ -1656,7 +1652,6 @@ mod tests {
 
     #[test]
     fn a_destroy_another_destroy_of_its_graph_beat_does_nothing() {
-        use crate::interleave::{self, Point};
         let (fx, graph) = Copying::with_graph();
         let device = fx.client.device().clone();
         let (beating, beaten) = (fx.client.clone(), graph.clone());
@@ -1676,7 +1671,7 @@ mod tests {
     #[test]
     fn a_stream_joins_one_window_at_a_time_and_none_while_it_has_its_own() {
         let client = client();
-        let [a, b, c, d] = [(); 4].map(|()| client.create_stream().expect("stream"));
+        let [a, b, c, d] = streams(&client);
         let (on_a, on_c) = (client.prepare(a).expect("a"), client.prepare(c).expect("c"));
         client.begin(a, on_a).expect("a records");
         client.begin(c, on_c).expect("c records");
@@ -1701,7 +1696,7 @@ mod tests {
     #[test]
     fn a_joined_stream_waits_only_for_streams_of_its_window() {
         let client = client();
-        let [a, b, c, x] = [(); 4].map(|()| client.create_stream().expect("stream"));
+        let [a, b, c, x] = streams(&client);
         let window = client.prepare(a).expect("prepare");
         client.begin(a, window).expect("begin");
         client.wait(b, a).expect("b joins");
@@ -1720,10 +1715,7 @@ mod tests {
     #[test]
     fn a_recorded_launch_leaves_the_order_of_shared_buffers_alone() {
         let client = client();
-        let (a, b) = (
-            client.create_stream().expect("a"),
-            client.create_stream().expect("b"),
-        );
+        let [a, b] = streams(&client);
         let src = client.create(a, &[6; 16]).expect("src");
         let shared = client.create(b, &[1; 16]).expect("on b");
         let copy = copy_kernel(2);
@@ -1742,12 +1734,8 @@ mod tests {
 
     #[test]
     fn a_stream_to_wait_for_destroyed_meanwhile_is_waited_for_no_more() {
-        use crate::interleave::{self, Point};
         let client = client();
-        let (a, c) = (
-            client.create_stream().expect("a"),
-            client.create_stream().expect("c"),
-        );
+        let [a, c] = streams(&client);
         let src = client.create(c, &[8; 16]).expect("src");
         let mid = client.create(a, &[0; 16]).expect("mid");
         let dst = client.create(a, &[0; 16]).expect("dst");
@@ -1768,12 +1756,8 @@ mod tests {
 
     #[test]
     fn a_launch_whose_buffers_stream_is_destroyed_meanwhile_is_refused() {
-        use crate::interleave::{self, Point};
         let client = client();
-        let (a, b) = (
-            client.create_stream().expect("a"),
-            client.create_stream().expect("b"),
-        );
+        let [a, b] = streams(&client);
         let src = client.create(b, &[8; 16]).expect("on b");
         let dst = client.create(a, &[0; 16]).expect("on a");
         let destroying = client.clone();
@@ -1793,7 +1777,7 @@ mod tests {
     fn only_work_writing_all_of_a_claimed_buffer_clears_its_claim() {
         let client = client();
         let stream = client.create_stream().expect("stream");
-        let copy = kernel("copy", &[Access::Read, Access::Write]);
+        let copy = copy_kernel(2);
         let src = client.create(stream, &[1; 512]).expect("src");
         let dst = client.create(stream, &[0; 512]).expect("dst");
         let (src_half, dst_half) = (
