@@ -915,6 +915,13 @@ impl<D: GraphDriver> Client<D> {
         self.shared.server.claimed_buffers()
     }
 
+    /// Buffers whose every handle dropped while a graph or queued work
+    /// still uses their memory: their claims and order across streams are
+    /// kept until it lets go.
+    pub fn lingering_buffers(&self) -> usize {
+        self.shared.server.lingering_buffers()
+    }
+
     /// What `stream` holds now.
     pub fn usage(&self, stream: StreamId) -> Result<StreamUsage, Error> {
         self.server()?.usage(stream)

@@ -54,6 +54,7 @@ mod hashing;
 mod ids;
 mod info_cache;
 mod interleave;
+mod lingering;
 mod ordering;
 mod phase;
 mod pool;

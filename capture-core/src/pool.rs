@@ -116,6 +116,20 @@ impl SliceHandle {
     fn in_use(&self) -> bool {
         Arc::strong_count(&self.0) > 1
     }
+
+    /// Whether someone besides this handle and the pool holds the slice: a
+    /// graph, a queued free, another stream's use. Racing holders only ever
+    /// let go, so a `true` may be stale, never a `false`.
+    pub(crate) fn held_elsewhere(&self) -> bool {
+        holders(&self.0) > 1
+    }
+}
+
+/// How many hold `meta`, its pool's own hold not counted (a temporary cut
+/// from the arena is in no pool's list).
+fn holders(meta: &Arc<SliceMeta>) -> usize {
+    let pooled = usize::from(meta.arena.is_none());
+    Arc::strong_count(meta).saturating_sub(pooled)
 }
 
 /// A slice as someone who does not keep it sees it.
@@ -123,9 +137,11 @@ impl SliceHandle {
 pub(crate) struct WeakSlice(std::sync::Weak<SliceMeta>);
 
 impl WeakSlice {
-    /// The slice, if someone still holds it.
-    pub(crate) fn upgrade(&self) -> Option<SliceHandle> {
-        self.0.upgrade().map(SliceHandle)
+    /// Whether nobody but its pool holds the slice any more: nothing can
+    /// touch its memory again, and the pool may hand it out.
+    pub(crate) fn is_released(&self) -> bool {
+        // The upgrade itself is one holder.
+        self.0.upgrade().is_none_or(|meta| holders(&meta) <= 1)
     }
 }
 
@@ -348,16 +364,17 @@ impl<P> Pool<P> {
         self.retained.push(slice);
     }
 
-    /// What the pool holds now. Reclaims free slices on the way, so the
-    /// figures are exact.
-    pub fn usage(&mut self) -> PoolUsage {
+    /// What the pool holds now. A query: the free slices it skips stay
+    /// listed until an allocation or a trim reclaims them.
+    pub fn usage(&self) -> PoolUsage {
         let mut usage = PoolUsage::default();
-        for page in self.slots.iter_mut().flatten() {
-            page.slices.retain(SliceHandle::in_use);
+        for page in self.slots.iter().flatten() {
             usage.pages += 1;
             usage.reserved_bytes += page.size;
-            usage.slices += page.slices.len();
-            usage.in_use_bytes += page.slices.iter().map(|s| s.0.span).sum::<u64>();
+            for slice in page.slices.iter().filter(|slice| slice.in_use()) {
+                usage.slices += 1;
+                usage.in_use_bytes += slice.0.span;
+            }
         }
         usage
     }

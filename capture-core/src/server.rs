@@ -55,6 +55,7 @@ use crate::graph::Captures;
 use crate::graveyard::Graveyard;
 use crate::hashing::FastMap;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
+use crate::lingering::Lingering;
 use crate::ordering::StreamOrder;
 use crate::pool::{Place, SliceHandle};
 use crate::span::Span;
@@ -139,6 +140,8 @@ pub struct Server<D: GraphDriver> {
     order: Arc<Mutex<StreamOrder>>,
     /// The buffers failures claimed, on every stream.
     failures: Arc<Claims>,
+    /// Dropped buffers whose memory a graph or queued work still uses.
+    lingering: Arc<Mutex<Lingering>>,
     /// Destroyed streams whose pages other streams' graphs or queued work
     /// still use: kept, with their driver streams, until those pages are
     /// free.
@@ -161,6 +164,7 @@ impl<D: GraphDriver> Server<D> {
             graphs: Mutex::default(),
             order: Arc::default(),
             failures: Arc::default(),
+            lingering: Arc::default(),
             retired: Mutex::default(),
             kernels: Default::default(),
             ids: Ids::default(),
@@ -248,6 +252,7 @@ impl<D: GraphDriver> Server<D> {
             })),
             graveyard: Graveyard::default(),
             order: self.order.clone(),
+            lingering: self.lingering.clone(),
         });
         self.streams
             .write()
@@ -330,6 +335,20 @@ impl<D: GraphDriver> Server<D> {
         } else if !state.release_unheld() {
             self.retired_streams().push(state);
         }
+        self.sweep_lingering();
+    }
+
+    /// Forget what is keyed by the dropped buffers whose memory was
+    /// released since the last look.
+    fn sweep_lingering(&self) {
+        lock(&self.lingering).sweep(|id, ordered| {
+            forget_buffer(&self.order, &self.failures, id, ordered);
+        });
+    }
+
+    /// Dropped buffers whose memory a graph or queued work still uses.
+    pub fn lingering_buffers(&self) -> usize {
+        lock(&self.lingering).len()
     }
 
     /// The destroyed streams kept for their pages.
@@ -427,25 +446,45 @@ impl<D: GraphDriver> Drop for Server<D> {
 }
 
 /// Queue every buffer of `state`'s stream dropped since its last call for a
-/// fence, and forget their claims and, for a stream that shared buffers,
-/// their order: nothing can use them any more.
+/// fence. Their claims and order go with their memory: at once when nothing
+/// else holds it, else once the graphs and frees that do let go.
 #[inline]
 fn collect_dead<D: GraphDriver>(slot: &Slot<D>, state: &mut StreamState<D>) {
     let mut any = false;
     slot.graveyard.exhume(|slice| {
-        state.failures.forget(slice.id());
         if state.capture.is_active()
             && let Some(temporaries) = &mut state.temporaries
         {
             temporaries.dropped(slice.id());
         }
-        if state.shares {
-            crate::ordering::lock(&slot.order).forget(slice.id());
+        if slice.held_elsewhere() {
+            lock(&slot.lingering).linger(&slice, state.shares);
+        } else {
+            forget_buffer(&slot.order, &state.failures, slice.id(), state.shares);
         }
         state.queue_drop(slice);
         any = true;
     });
     if any {
+        lock(&slot.lingering)
+            .sweep_if_due(|id, ordered| forget_buffer(&slot.order, &state.failures, id, ordered));
         state.maybe_flush();
     }
+}
+
+/// Buffer `id` is gone, memory and all: nothing can use it any more, so
+/// its claim and, if the order of shared buffers may know it, its order go.
+fn forget_buffer(order: &Mutex<StreamOrder>, failures: &Claims, id: BufferId, ordered: bool) {
+    failures.forget(id);
+    if ordered {
+        crate::ordering::lock(order).forget(id);
+    }
+}
+
+/// `mutex`, locked. Its state is a list a panic cannot leave half
+/// changed.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

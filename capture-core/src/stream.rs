@@ -569,7 +569,7 @@ impl<D: Driver> StreamState<D> {
     }
 
     /// What the stream holds now.
-    pub(crate) fn usage(&mut self) -> StreamUsage {
+    pub(crate) fn usage(&self) -> StreamUsage {
         StreamUsage {
             device: self.device.usage(),
             host: self.host.usage(),
@@ -589,6 +589,9 @@ impl<D: Driver> StreamState<D> {
             return Err(Error::SyncWhileRecording(self.id));
         }
         self.sync()?;
+        if let Some(temporaries) = &mut self.temporaries {
+            drop(temporaries.unheld_arena());
+        }
         let raw = &mut self.raw;
         let mut released = self.device.trim(|page| D::release_device_page(raw, page));
         released += self.host.trim(|page| D::release_host_page(raw, page));
@@ -601,6 +604,9 @@ impl<D: Driver> StreamState<D> {
     pub(crate) fn release_unheld(&mut self) -> bool {
         self.info.clear();
         self.drops.release_fenced();
+        if let Some(temporaries) = &mut self.temporaries {
+            temporaries.let_go_of_arena();
+        }
         let raw = &mut self.raw;
         self.device.trim(|page| D::release_device_page(raw, page));
         self.host.trim(|page| D::release_host_page(raw, page));

@@ -13,17 +13,17 @@
 use crate::graph_log::Entry;
 use crate::hashing::FastSet;
 use crate::ids::BufferId;
-use crate::pool::{Place, SliceHandle, WeakSlice, aligned};
+use crate::pool::{Place, SliceHandle, aligned};
 use crate::signature::Access;
 
 /// One stream's arena and what its open window learnt of temporaries.
 #[derive(Debug, Default)]
 pub(crate) struct Temporaries {
-    /// The arena this stream's windows cut their temporaries from, held by
-    /// the graphs whose temporaries it holds: once none is left, its memory
-    /// goes back to the pool and the next window takes a fresh one. None
-    /// after a temporary was kept past its window, for the same reason.
-    arena: Option<WeakSlice>,
+    /// The arena this stream's windows cut their temporaries from. The
+    /// stream keeps it for its next window until a larger one replaces it,
+    /// a temporary is kept past its window, or `trim` finds no graph cutting
+    /// from it; the graphs whose temporaries lie in it hold it besides.
+    arena: Option<SliceHandle>,
     /// The arena the recording cuts from, held while it records.
     armed: Option<SliceHandle>,
     /// The open window's warmup allocations, in order, with their lengths.
@@ -114,26 +114,33 @@ impl Temporaries {
             .sum()
     }
 
-    /// The arena, if a graph still holds it.
-    fn arena(&self) -> Option<SliceHandle> {
-        self.arena.as_ref().and_then(WeakSlice::upgrade)
-    }
-
     /// The arena there is, if it holds `bytes`.
     pub fn holding(&self, bytes: u64) -> Option<SliceHandle> {
-        self.arena().filter(|arena| arena.span() >= bytes)
+        self.arena.clone().filter(|arena| arena.span() >= bytes)
     }
 
     /// The recorded run cuts its temporaries from `arena`, which is the
-    /// stream's from here (older graphs keep the one they cut from).
+    /// stream's from here. One it replaces is held by the older graphs that
+    /// cut from it alone, and its page serves the pool once they are gone.
     pub fn arm(&mut self, arena: SliceHandle) {
-        self.arena = Some(arena.downgrade());
+        self.arena = Some(arena.clone());
         self.armed = Some(arena);
+    }
+
+    /// The arena, if no graph holds it any more: the stream lets it go, so
+    /// that its page can be released (at `trim`).
+    pub fn unheld_arena(&mut self) -> Option<SliceHandle> {
+        self.arena.take_if(|arena| !arena.held_elsewhere())
+    }
+
+    /// The stream is going away: the arena is the graphs' that hold it.
+    pub fn let_go_of_arena(&mut self) {
+        self.arena = None;
     }
 
     /// Bytes of the arena the next window would cut from.
     pub fn arena_bytes(&self) -> u64 {
-        self.arena().map_or(0, |arena| arena.span())
+        self.arena.as_ref().map_or(0, SliceHandle::span)
     }
 
     /// The recorded run allocates `len` bytes for `id`: a slice of the
@@ -217,14 +224,16 @@ mod tests {
     use crate::pool::Pool;
     use crate::span::Span;
 
-    fn arena(bytes: u64) -> SliceHandle {
-        let mut pool: Pool<()> = Pool::new(4096);
+    /// An arena of `bytes`, in a page of `pool`, which holds it as a
+    /// stream's does.
+    fn arena(pool: &mut Pool<()>, bytes: u64) -> SliceHandle {
         pool.reserve_page(BufferId(100), bytes, |_| Ok(()))
             .expect("a page")
     }
 
     #[test]
     fn the_recorded_run_takes_what_the_warmup_dropped() {
+        let mut pool: Pool<()> = Pool::new(4096);
         let mut temps = Temporaries::default();
         temps.reset();
         temps.warmup_allocated(BufferId(1), 64);
@@ -236,7 +245,7 @@ mod tests {
         temps.dropped(BufferId(2)); // after the warmup: kept by the body
         assert_eq!(temps.needed(), 512);
         assert!(temps.holding(512).is_none());
-        temps.arm(arena(512));
+        temps.arm(arena(&mut pool, 512));
         let first = temps.take(BufferId(11), 64).expect("a temporary");
         assert!(temps.take(BufferId(12), 300).is_none(), "kept in warmup");
         let third = temps
@@ -255,23 +264,29 @@ mod tests {
         assert!(temps.take_kept().is_empty() && closed.read_first.is_none());
         assert_eq!(temps.arena_bytes(), 512, "the arena stays while held");
         assert!(temps.holding(512).is_some() && temps.holding(513).is_none());
+        assert!(temps.unheld_arena().is_none(), "a graph cuts from it");
         drop(first);
-        assert_eq!(temps.arena_bytes(), 0, "held by nothing now");
+        assert_eq!(temps.arena_bytes(), 512, "the stream's until let go");
+        assert_eq!(temps.unheld_arena().map(|a| a.span()), Some(512));
+        assert_eq!(temps.arena_bytes(), 0, "let go");
+        assert!(temps.holding(1).is_none());
     }
 
     #[test]
     fn a_length_other_than_the_warmups_is_no_temporary() {
+        let mut pool: Pool<()> = Pool::new(4096);
         let mut temps = Temporaries::default();
         temps.reset();
         temps.warmup_allocated(BufferId(1), 64);
         temps.dropped(BufferId(1));
         temps.warmup_ended();
-        temps.arm(arena(256));
+        temps.arm(arena(&mut pool, 256));
         assert!(temps.take(BufferId(11), 60).is_none());
     }
 
     #[test]
     fn a_kept_temporary_retires_the_arena_and_a_read_one_is_named() {
+        let mut pool: Pool<()> = Pool::new(4096);
         let mut temps = Temporaries::default();
         temps.reset();
         for id in 1..=3 {
@@ -279,7 +294,7 @@ mod tests {
             temps.dropped(BufferId(id));
         }
         temps.warmup_ended();
-        temps.arm(arena(768));
+        temps.arm(arena(&mut pool, 768));
         let slices: Vec<_> = (11..=13)
             .map(|id| temps.take(BufferId(id), 64).expect("a temporary"))
             .collect();

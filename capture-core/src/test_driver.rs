@@ -19,6 +19,9 @@ pub(crate) type Handed = Option<Vec<(usize, usize)>>;
 pub(crate) struct TestDevice {
     pub refuse_begin: AtomicBool,
     pub refuse_upload: AtomicBool,
+    pub refuse_replay: AtomicBool,
+    /// Waits on another stream's event.
+    pub waits: AtomicUsize,
     /// Asked whether work is done, the device answers not yet, as one
     /// behind its queue would; a fence still waits for it.
     pub busy: AtomicBool,
@@ -200,7 +203,9 @@ impl Driver for TestDriver {
         idle(stream)
     }
     fn wait_event(stream: &mut TestStream, _: &()) -> Result<(), DriverError> {
-        idle(stream)
+        idle(stream)?;
+        stream.device.waits.fetch_add(1, Ordering::SeqCst);
+        Ok(())
     }
 }
 
@@ -249,7 +254,10 @@ impl GraphDriver for TestDriver {
         }
         Ok(())
     }
-    fn replay(exec: &Vec<Op>, _: &mut TestStream) -> Result<(), DriverError> {
+    fn replay(exec: &Vec<Op>, stream: &mut TestStream) -> Result<(), DriverError> {
+        if stream.device.refuse_replay.load(Ordering::SeqCst) {
+            return Err(DriverError::new("test", "replay", "refused"));
+        }
         exec.iter().for_each(run);
         Ok(())
     }
@@ -1528,6 +1536,10 @@ mod tests {
         assert_eq!(client.phase(stream).expect("phase"), Phase::None);
         client.sync(stream).expect("sync");
         let usage = client.usage(stream).expect("usage");
+        assert_eq!(usage.temporary_arena_bytes, 512, "kept for the next window");
+        assert_eq!(usage.device.in_use_bytes, before + 512);
+        client.trim(stream).expect("trim");
+        let usage = client.usage(stream).expect("usage");
         assert_eq!(usage.temporary_arena_bytes, 0, "no graph holds it");
         assert_eq!(usage.device.in_use_bytes, before);
         let (graph, ()) = client
@@ -1885,5 +1897,105 @@ mod tests {
         fx.client.wait(other, fx.stream).expect("joined back");
         drop(fx.client.instantiate(other, window));
         fx.client.replay(&graph).expect("free again");
+    }
+
+    #[test]
+    fn a_dropped_buffers_graph_stays_ordered_after_its_other_streams_work() {
+        let device = std::sync::Arc::new(super::TestDevice::default());
+        let client = Client::<TestDriver>::with_device(device.clone(), Config::default());
+        let [p, g] = streams(&client);
+        let x = client.create(p, &[1; 16]).expect("x");
+        let ones = client.create(p, &[2; 16]).expect("ones");
+        let out = client.create(g, &[0; 16]).expect("out");
+        let copy = copy_kernel(2);
+        let (graph, ()) = client
+            .capture(g, |_| {
+                client.launch(g, &copy, [1, 1, 1], &[&x, &out], &[], &[])
+            })
+            .expect("capture");
+        client
+            .launch(p, &copy, [1, 1, 1], &[&ones, &x], &[], &[])
+            .expect("p writes x");
+        drop(x);
+        let waits = device.waits.load(Ordering::SeqCst);
+        client.replay(&graph).expect("replay");
+        assert_eq!(
+            device.waits.load(Ordering::SeqCst),
+            waits + 1,
+            "the replay waits for p's write of the buffer it reads"
+        );
+        assert_eq!(client.read(&out).expect("read"), [2; 16]);
+        assert_eq!(client.lingering_buffers(), 1);
+        // Once the graph is gone nothing can touch the memory: its order
+        // and claims go with it.
+        drop(graph);
+        assert_eq!(client.lingering_buffers(), 1, "p's queued free holds it");
+        client.sync(p).expect("sync");
+        assert_eq!(client.lingering_buffers(), 0);
+    }
+
+    #[test]
+    fn a_dropped_buffers_claim_stays_while_a_graph_reads_it() {
+        let device = std::sync::Arc::new(super::TestDevice::default());
+        let client = Client::<TestDriver>::with_device(device.clone(), Config::default());
+        let stream = client.create_stream().expect("stream");
+        let src = client.create(stream, &[3; 16]).expect("src");
+        let x = client.create(stream, &[0; 16]).expect("x");
+        let out = client.create(stream, &[0; 16]).expect("out");
+        let copy = copy_kernel(2);
+        let capture = |from: &crate::Buffer, to: &crate::Buffer| {
+            client
+                .capture(stream, |_| {
+                    client.launch(stream, &copy, [1, 1, 1], &[from, to], &[], &[])
+                })
+                .expect("capture")
+                .0
+        };
+        let writes = capture(&src, &x);
+        let reads = capture(&x, &out);
+        drop(x);
+        device.refuse_replay.store(true, Ordering::SeqCst);
+        assert!(client.replay(&writes).is_err());
+        device.refuse_replay.store(false, Ordering::SeqCst);
+        let refused = client.replay(&reads);
+        assert!(
+            matches!(refused, Err(Error::Claimed { .. })),
+            "a replay reading what a failed replay did not write: {refused:?}"
+        );
+        client.replay(&writes).expect("a good replay renews it");
+        client.replay(&reads).expect("and the reader runs");
+        assert_eq!(client.read(&out).expect("read"), [3; 16]);
+        drop((writes, reads));
+        assert_eq!(client.claimed_buffers(), 0);
+    }
+
+    #[test]
+    fn a_query_changes_nothing_and_capture_destroy_cycles_keep_one_arena() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let x = client.create(stream, &[4; 16]).expect("x");
+        let y = client.create(stream, &[0; 16]).expect("y");
+        let copy = copy_kernel(2);
+        let mut first = None;
+        for cycle in 0..10_000 {
+            let (graph, ()) = client
+                .capture(stream, |_| {
+                    let scratch = client.allocate(stream, 512)?;
+                    client.launch(stream, &copy, [1, 1, 1], &[&x, &scratch], &[], &[])?;
+                    client.launch(stream, &copy, [1, 1, 1], &[&scratch, &y], &[], &[])
+                })
+                .expect("capture");
+            drop(graph);
+            let usage = client.usage(stream).expect("usage");
+            assert_eq!(usage, client.usage(stream).expect("usage"), "a query");
+            let first = *first.get_or_insert(usage);
+            assert_eq!(usage.device.pages, first.device.pages, "cycle {cycle}");
+            assert_eq!(usage.device.reserved_bytes, first.device.reserved_bytes);
+            assert_eq!(usage.temporary_arena_bytes, 512, "the stream keeps it");
+        }
+        assert_eq!(client.read(&y).expect("read"), [4; 16]);
+        client.trim(stream).expect("trim");
+        let usage = client.usage(stream).expect("usage");
+        assert_eq!(usage.temporary_arena_bytes, 0, "no graph holds it");
     }
 }

@@ -138,13 +138,16 @@ pub fn in_use<D: GraphDriver>(client: &Client<D>, stream: StreamId) -> Result<(u
     ))
 }
 
-/// Check that `stream`'s pools hold what they held at `baseline`.
+/// Check that `stream`'s pools hold what they held at `baseline`, once a
+/// trim let go of the arena the stream keeps for its graphs' temporaries
+/// (which a trim releases only when no graph holds it).
 pub fn back_to<D: GraphDriver>(
     client: &Client<D>,
     stream: StreamId,
     baseline: (u64, u64),
     what: &str,
 ) -> Outcome {
+    client.trim(stream).step("trim")?;
     let now = in_use(client, stream)?;
     ensure!(
         now == baseline,

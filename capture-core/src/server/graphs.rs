@@ -313,14 +313,14 @@ impl<D: GraphDriver> Server<D> {
             return;
         }
         let synced = state.sync();
-        let graph = lane.graphs.remove(id);
+        let mut graph = lane.graphs.remove(id);
         self.graph_registry().remove(&id);
         if let Err(err) = synced {
             log::warn!("{id}: sync before destroy failed, destroying anyway: {err}");
             // A replay may still be running, so what the graph pinned waits
             // in the drop queue for a fence that succeeds instead of going
             // straight back to the pool.
-            if let Some(graph) = graph {
+            if let Some(graph) = graph.take() {
                 for slice in graph._retained {
                     state.queue_drop(slice);
                 }
@@ -330,6 +330,9 @@ impl<D: GraphDriver> Server<D> {
         for slice in state.info.graph_release(id) {
             state.queue_drop(slice);
         }
+        // The graph's pins are gone: buffers dropped before it may be too.
+        drop(graph);
+        self.sweep_lingering();
     }
 
     /// Graph `id`'s log drawn as Graphviz DOT.

@@ -9,6 +9,7 @@ use crate::error::Error;
 use crate::graph::Captures;
 use crate::graveyard::Graveyard;
 use crate::ids::{BufferId, WindowId};
+use crate::lingering::Lingering;
 use crate::ordering::StreamOrder;
 use crate::stream::StreamState;
 
@@ -30,6 +31,8 @@ pub(super) struct Slot<D: GraphDriver> {
     pub(super) graveyard: Graveyard,
     /// The device's order of shared buffers.
     pub(super) order: Arc<Mutex<StreamOrder>>,
+    /// The device's dropped buffers whose memory is still in use.
+    pub(super) lingering: Arc<Mutex<Lingering>>,
 }
 
 impl<D: GraphDriver> Slot<D> {

@@ -174,14 +174,20 @@ impl<D: GraphDriver> Server<D> {
                 return lane.refused(Error::SyncWhileRecording(stream));
             }
             lane.state.sync().map_err(Error::from)
-        })
+        })?;
+        // Frees the sync let go may have been the last hold on dropped
+        // buffers' memory.
+        self.sweep_lingering();
+        Ok(())
     }
 
     /// Release every page of `stream` no slice is held in.
     pub fn trim(&self, stream: StreamId) -> Result<usize, Error> {
-        self.with(stream, |lane| match lane.state.trim() {
+        let released = self.with(stream, |lane| match lane.state.trim() {
             Ok(released) => Ok(released),
             Err(err) => lane.refused(err),
-        })
+        })?;
+        self.sweep_lingering();
+        Ok(released)
     }
 }

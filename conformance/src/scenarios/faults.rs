@@ -269,8 +269,9 @@ pub fn refused_fence_on_read_keeps_its_staging<D: UserKernels>(session: &Session
 }
 
 /// A refusal or failed replay that claims a buffer the user already dropped
-/// (an intermediate of the recorded run) leaves no claim behind: nobody can
-/// read that buffer, so nothing would ever clear it.
+/// (an intermediate of the recorded run) leaves no claim behind once the
+/// buffer's memory is free: nobody can read it then, so nothing would ever
+/// clear it.
 pub fn claims_on_dropped_buffers_are_not_kept<D: UserKernels>(session: &Session<D>) -> Outcome {
     let f = Faulted::new(session)?;
     let (client, stream, x) = (&f.fx.client, f.fx.stream, &f.fx.x);
@@ -279,6 +280,8 @@ pub fn claims_on_dropped_buffers_are_not_kept<D: UserKernels>(session: &Session<
     refused(client.capture(stream, body), "a refused instantiate")?;
     expect_claimed(client, x, "injected", "the refused graph's output")?;
     client.write_f32(x, &[0.0; NU]).step("rewrite x")?;
+    // The intermediate's queued free is the last hold on its memory.
+    client.sync(stream).step("sync")?;
     ensure!(
         client.claimed_buffers() == 0,
         "{} claims left after the refusal's live output was rewritten",

@@ -223,11 +223,16 @@ pub fn destroying_one_graph_of_a_set_keeps_the_others<D: UserKernels>(
     );
     drop(graphs);
     client.sync(stream).step("sync")?;
-    client.sync(stream).step("sync")?;
+    let arena = client.usage(stream).step("usage")?.temporary_arena_bytes;
+    ensure!(
+        arena == spanned(3 * N),
+        "the stream keeps its arena for its next window: {arena}"
+    );
+    client.trim(stream).step("trim")?;
     let usage = client.usage(stream).step("usage")?;
     ensure!(
         usage.temporary_arena_bytes == 0,
-        "an arena outlives its graphs"
+        "a trim lets go of an arena no graph holds"
     );
     let held = in_use(&client, stream)?.0;
     ensure!(held == baseline, "{held} bytes held, {baseline} before");
