@@ -6,6 +6,7 @@ mod dependencies;
 mod faults;
 mod graphs;
 mod kernels;
+mod lifetimes;
 mod replay;
 mod scale;
 mod state;
@@ -142,4 +143,7 @@ suite![
     streams::rule_20_a_destroyed_streams_memory_stays_while_others_use_it,
     streams::rule_20_four_threads_share_a_buffer_across_four_streams,
     streams::rule_20_a_failed_event_leaves_no_wrong_answer,
+    lifetimes::rule_20_a_graph_over_a_dropped_buffer_stays_ordered,
+    lifetimes::a_claim_on_a_dropped_buffer_stays_while_a_graph_reads_it,
+    lifetimes::rule_20_random_programs_across_streams_match_a_model,
 ];

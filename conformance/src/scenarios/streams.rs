@@ -25,7 +25,7 @@ const BUSY: u32 = 512;
 /// Work that keeps a stream busy for a while (a matrix-vector product of
 /// its own buffers), so that a stream that is not ordered after it runs
 /// ahead of it.
-struct Busy<D: UserKernels> {
+pub(super) struct Busy<D: UserKernels> {
     kernels: Workload<D>,
     w: Buffer,
     x: Buffer,
@@ -33,7 +33,11 @@ struct Busy<D: UserKernels> {
 }
 
 impl<D: UserKernels> Busy<D> {
-    fn on(session: &Session<D>, client: &Client<D>, stream: StreamId) -> Result<Self, String> {
+    pub(super) fn on(
+        session: &Session<D>,
+        client: &Client<D>,
+        stream: StreamId,
+    ) -> Result<Self, String> {
         let kernels = Workload::new(session.device()).map_err(|e| format!("kernels: {e}"))?;
         let n = (BUSY * BUSY) as usize;
         Ok(Self {
@@ -48,7 +52,7 @@ impl<D: UserKernels> Busy<D> {
         })
     }
 
-    fn run(&self, client: &Client<D>, stream: StreamId) -> Result<(), Error> {
+    pub(super) fn run(&self, client: &Client<D>, stream: StreamId) -> Result<(), Error> {
         self.kernels
             .matvec(client, stream, &self.w, &self.x, &self.y, BUSY, BUSY)
     }
