@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use crate::driver::{Access, Driver, DriverError};
-use crate::signature::Signature;
+use crate::kernels::signature::Signature;
 
 /// Threads per workgroup (CUDA block) of every builtin kernel.
 pub const WORKGROUP_SIZE: u32 = 64;

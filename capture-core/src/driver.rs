@@ -10,9 +10,9 @@
 use std::fmt::{self, Debug};
 use std::sync::Arc;
 
-use crate::dependencies::Dependencies;
-pub use crate::signature::Access;
-use crate::signature::Signature;
+pub use crate::kernels::signature::Access;
+use crate::kernels::signature::Signature;
+use crate::recorded::dependencies::Dependencies;
 
 /// Whether a backend's device can be used on this machine, and why not.
 #[derive(Debug, Clone, PartialEq, Eq)]

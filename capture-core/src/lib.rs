@@ -2,13 +2,21 @@
 //! replaying them many times.
 //!
 //! A backend implements [`Driver`] and [`GraphDriver`]: a handful of
-//! primitives. Everything that makes replay safe is here, written once:
-//! memory pools that warm before a window and pin what a graph uses
-//! (`pool`), frees that wait for the device (`drop_queue`), launch info
-//! cached by content (`info_cache`), buffers claimed by failures
-//! (`failure`), the per-stream capture state (`capture_state`) and the
-//! window that drives it (`window`). `ARCHITECTURE.md` at the repository's
-//! root maps them.
+//! primitives. Everything that makes replay safe is here, written once, in
+//! parts that each use only the parts below them:
+//!
+//! - the contract: [`Driver`], [`GraphDriver`], [`Builtins`], [`Error`];
+//! - [`kernels`]: signatures every launch is checked against;
+//! - [`recorded`]: what a window recorded, and the graph drawn from it;
+//! - [`memory`]: pools, frees that wait for the device, the info cache,
+//!   temporaries;
+//! - [`failures`]: buffers claimed by the operations that failed to write
+//!   them;
+//! - [`streams`]: each stream's state and capture phase, and the order of
+//!   streams around shared buffers;
+//! - [`capture`]: windows and the graphs they make;
+//! - [`server`]: the device's state, one lock per stream;
+//! - [`client`]: what users call.
 //!
 //! Users call a [`Client`], the same way on every backend:
 //!
@@ -37,54 +45,38 @@
 #![forbid(unsafe_code)]
 
 mod builtin;
-mod capture_state;
-mod client;
-mod dependencies;
+pub mod capture;
+pub mod client;
 mod driver;
-mod drop_queue;
-pub mod edges;
 mod error;
-mod failure;
-mod graph;
-mod graph_cache;
-mod graph_dot;
-mod graph_log;
-mod graveyard;
+pub mod failures;
 mod hashing;
 mod ids;
-mod info_cache;
 mod interleave;
-mod lingering;
-mod ordering;
+pub mod kernels;
+pub mod memory;
 mod phase;
-mod pool;
-mod server;
-mod signature;
-mod span;
-mod stream;
-mod temporaries;
+pub mod recorded;
+pub mod server;
+pub mod streams;
 #[cfg(test)]
 mod test_driver;
-mod window;
 
 pub use builtin::{Builtin, BuiltinInfo, Builtins, MAX_GROUPS_PER_DIM, WORKGROUP_SIZE, groups_for};
-pub use client::{Buffer, Client, GraphHandle, Kernel, Pass, Placement};
-pub use dependencies::{Dependencies, MAX_REDUCED};
+pub use capture::{Refused, Update};
+pub use client::{
+    Buffer, CacheStats, Client, GraphCache, GraphHandle, Kernel, Pass, Placement, Served,
+};
 pub use driver::{
     Access, Availability, Binding, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver,
     HostSlice, Launch, Order, Updated,
 };
 pub use error::{Error, Result};
-pub use graph::Refused;
-pub use graph_cache::{CacheStats, GraphCache, Served};
-pub use graph_log::GraphInfo;
 pub use ids::{BufferId, GraphId, StreamId, WindowId};
-pub use ordering::{Point, StreamOrder, Wait};
-pub use phase::Phase;
-pub use pool::{PoolUsage, SLICE_ALIGN};
-pub use signature::{
-    MAX_BINDINGS, MAX_INFO_BYTES, MAX_PARAM_BYTES, MAX_WORKGROUP_THREADS, Params, Signature,
+pub use kernels::{
+    MAX_BINDINGS, MAX_INFO_BYTES, MAX_PARAM_BYTES, MAX_WORKGROUP_THREADS, Params, Signature, Span,
 };
-pub use span::Span;
-pub use stream::{Config, ReplayOrder, StreamUsage};
-pub use window::Update;
+pub use memory::{PoolUsage, SLICE_ALIGN};
+pub use phase::Phase;
+pub use recorded::{Dependencies, GraphInfo, MAX_REDUCED, edges};
+pub use streams::{Config, Point, ReplayOrder, StreamOrder, StreamUsage, Wait};

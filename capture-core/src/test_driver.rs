@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use crate::driver::{
     DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice, Launch, Order, Updated,
 };
-use crate::signature::Signature;
+use crate::kernels::signature::Signature;
 
 pub(crate) struct TestDriver;
 
@@ -267,12 +267,12 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use super::TestDriver;
-    use crate::capture_state::Phase;
     use crate::client::{Client, Pass};
     use crate::driver::Access;
     use crate::error::Error;
     use crate::interleave::{self, Point};
-    use crate::stream::Config;
+    use crate::streams::capturing::Phase;
+    use crate::streams::state::Config;
 
     fn client() -> Client<TestDriver> {
         client_with(Config::default())
@@ -284,13 +284,15 @@ mod tests {
 
     /// A kernel of the test driver binding `accesses`.
     fn kernel(name: &str, accesses: &[Access]) -> crate::client::Kernel<TestDriver> {
-        crate::client::Kernel::new(crate::signature::Signature::new(name).bindings(accesses))
+        crate::client::Kernel::new(
+            crate::kernels::signature::Signature::new(name).bindings(accesses),
+        )
     }
 
     /// A kernel of the test driver writing one buffer, with 4 info bytes.
     fn info_kernel(name: &str) -> crate::client::Kernel<TestDriver> {
         crate::client::Kernel::new(
-            crate::signature::Signature::new(name)
+            crate::kernels::signature::Signature::new(name)
                 .binding(Access::Write)
                 .info(4),
         )
@@ -340,7 +342,7 @@ mod tests {
         let src = client.create(stream, &[7; 32]).expect("src");
         let dst = client.create(stream, &[0; 32]).expect("dst");
         let kernel = crate::client::Kernel::<TestDriver>::new(
-            crate::signature::Signature::new("copy")
+            crate::kernels::signature::Signature::new("copy")
                 .bindings(&[Access::Read, Access::Write])
                 .info(1),
         );
@@ -613,7 +615,7 @@ mod tests {
 
     #[test]
     fn a_launch_may_bind_the_most_a_kernel_may_and_no_more() {
-        use crate::signature::MAX_BINDINGS;
+        use crate::kernels::signature::MAX_BINDINGS;
         let client = client();
         let stream = client.create_stream().expect("stream");
         let src = client.create(stream, &[5; 16]).expect("src");
@@ -1031,8 +1033,8 @@ mod tests {
     #[test]
     fn the_driver_is_handed_the_dependencies_unless_the_config_keeps_a_chain() {
         for order in [
-            crate::stream::ReplayOrder::Dependencies,
-            crate::stream::ReplayOrder::Chain,
+            crate::streams::state::ReplayOrder::Dependencies,
+            crate::streams::state::ReplayOrder::Chain,
         ] {
             let client = client_with(Config {
                 replay_order: order,
@@ -1054,8 +1056,8 @@ mod tests {
             client.recapture(&graph, |_| step()).expect("recapture");
             let orders = client.device().orders.lock().expect("orders").clone();
             let want = match order {
-                crate::stream::ReplayOrder::Dependencies => Some(vec![(0, 2), (1, 2)]),
-                crate::stream::ReplayOrder::Chain => None,
+                crate::streams::state::ReplayOrder::Dependencies => Some(vec![(0, 2), (1, 2)]),
+                crate::streams::state::ReplayOrder::Chain => None,
             };
             assert_eq!(orders, [want.clone(), want], "{order:?}");
         }
@@ -1457,7 +1459,7 @@ mod tests {
         // Lifted to the top: the largest length that still aligns.
         let (client, stream) = limited(u64::MAX);
         let err = client.allocate(stream, u64::MAX).expect_err("cannot align");
-        let limit = u64::MAX - (crate::pool::SLICE_ALIGN - 1);
+        let limit = u64::MAX - (crate::memory::pool::SLICE_ALIGN - 1);
         assert!(
             matches!(err, Error::TooLarge { limit: l, .. } if l == limit),
             "{err}"

@@ -4,16 +4,16 @@
 use std::sync::Arc;
 
 use super::{Ids, Lane, Server, Slot, StreamRef};
+use crate::capture::graph::{Captures, Graph, GraphKey, Refused};
+use crate::capture::window::{Update, Window};
 use crate::driver::GraphDriver;
 use crate::error::Error;
-use crate::graph::{Captures, Graph, GraphKey, Refused};
-use crate::graph_dot;
-use crate::graph_log::GraphInfo;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
 use crate::interleave::{self, Point};
-use crate::signature::Access;
-use crate::stream::StreamState;
-use crate::window::{Update, Window};
+use crate::kernels::signature::Access;
+use crate::recorded::dot;
+use crate::recorded::entries::GraphInfo;
+use crate::streams::state::StreamState;
 
 impl<D: GraphDriver> Server<D> {
     /// Open a capture window on `stream`: arm its pools for the warmup run.
@@ -242,7 +242,7 @@ impl<D: GraphDriver> Server<D> {
         if state.shares {
             // A buffer of this stream was used on another: the replay is
             // ordered after that use, and counted for the next one.
-            let mut order = crate::ordering::lock(&slot.order);
+            let mut order = crate::streams::order::lock(&slot.order);
             if !order.needs(stream, graph.accesses()).is_empty() {
                 return Ok(false);
             }
@@ -339,7 +339,7 @@ impl<D: GraphDriver> Server<D> {
     pub fn graph_dot(&self, id: GraphId, stream: StreamId) -> Result<String, Error> {
         self.with(stream, |lane| {
             let graph = lane.graphs.get(id).ok_or(Error::UnknownGraph(id))?;
-            Ok(graph_dot::dot(&id.to_string(), graph.log()))
+            Ok(dot::dot(&id.to_string(), graph.log()))
         })
     }
 

@@ -4,14 +4,14 @@ use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::capture::graph::Captures;
 use crate::driver::GraphDriver;
 use crate::error::Error;
-use crate::graph::Captures;
-use crate::graveyard::Graveyard;
 use crate::ids::{BufferId, WindowId};
-use crate::lingering::Lingering;
-use crate::ordering::StreamOrder;
-use crate::stream::StreamState;
+use crate::memory::graveyard::Graveyard;
+use crate::memory::lingering::Lingering;
+use crate::streams::order::StreamOrder;
+use crate::streams::state::StreamState;
 
 /// One stream and the graphs that replay on it, under the stream's lock.
 pub(super) struct Lane<D: GraphDriver> {

@@ -14,17 +14,17 @@ use std::sync::Arc;
 
 use super::shared::{Lanes, Shareable};
 use super::{Bound, Lane, Server, Slot};
-use crate::capture_state::Join;
 use crate::driver::{Binding, DeviceSlice, Driver, GraphDriver, Launch};
 use crate::error::Error;
-use crate::graph_log::Entry;
 use crate::ids::{BufferId, StreamId};
 use crate::interleave::{self, Point};
+use crate::kernels::signature::{LaunchShape, MAX_BINDINGS, Signature};
+use crate::kernels::span::Span;
+use crate::memory::pool::{Place, SliceHandle};
 use crate::phase::Phase;
-use crate::pool::{Place, SliceHandle};
-use crate::signature::{LaunchShape, MAX_BINDINGS, Signature};
-use crate::span::Span;
-use crate::stream::StreamState;
+use crate::recorded::entries::Entry;
+use crate::streams::capturing::Join;
+use crate::streams::state::StreamState;
 
 /// One launch as its caller asked for it, with its kernel's signature.
 struct Request<'a, D: Driver, B> {
@@ -293,7 +293,7 @@ fn recorded_info<D: Driver, B: Bound>(
     request: &Request<'_, D, B>,
     bytes: &[u8],
     ids: &mut impl FnMut() -> BufferId,
-) -> Result<crate::pool::SliceHandle, Error> {
+) -> Result<crate::memory::pool::SliceHandle, Error> {
     let grown = |state: &StreamState<D>| {
         state.device.grew_while_recording() || state.host.grew_while_recording()
     };
@@ -433,12 +433,13 @@ impl<D: GraphDriver> Server<D> {
         if let Err(err) = self.share(&foreign) {
             return Err(self.refuse(stream, err));
         }
-        let accesses: SmallVec<[(BufferId, crate::signature::Access); MAX_BINDINGS]> = request
-            .args
-            .iter()
-            .zip(request.signature.accesses())
-            .map(|(b, access)| (b.id(), *access))
-            .collect();
+        let accesses: SmallVec<[(BufferId, crate::kernels::signature::Access); MAX_BINDINGS]> =
+            request
+                .args
+                .iter()
+                .zip(request.signature.accesses())
+                .map(|(b, access)| (b.id(), *access))
+                .collect();
         let mut homes: SmallVec<[StreamId; MAX_BINDINGS]> =
             request.args.iter().map(Bound::stream).collect();
         homes.sort_unstable();

@@ -4,11 +4,11 @@ use super::shared::Shareable;
 use super::{BufferRef, Lane, Server};
 use crate::driver::GraphDriver;
 use crate::error::Error;
-use crate::graph_log::Entry;
 use crate::ids::StreamId;
 use crate::interleave::{self, Point};
-use crate::pool::SliceHandle;
-use crate::signature::Access;
+use crate::kernels::signature::Access;
+use crate::memory::pool::SliceHandle;
+use crate::recorded::entries::Entry;
 
 impl<D: GraphDriver> Server<D> {
     /// Allocate a buffer of `len` bytes on `stream`.
@@ -20,7 +20,7 @@ impl<D: GraphDriver> Server<D> {
             }
             // A length the pool cannot align (a config that lifts the limit
             // to near `u64::MAX`) is as much too large as one past the limit.
-            let alignable = u64::MAX - (crate::pool::SLICE_ALIGN - 1);
+            let alignable = u64::MAX - (crate::memory::pool::SLICE_ALIGN - 1);
             let limit = self.config.max_allocation_bytes.min(alignable);
             if len > limit {
                 return lane.refused(Error::TooLarge {

@@ -20,13 +20,13 @@ use std::sync::atomic::AtomicBool;
 use smallvec::SmallVec;
 
 use super::{Lane, Server, Slot};
-use crate::capture_state::Join;
 use crate::driver::GraphDriver;
 use crate::error::Error;
 use crate::ids::{BufferId, StreamId};
 use crate::interleave::{self, Point};
-use crate::ordering::{StreamOrder, lock as lock_order};
-use crate::signature::Access;
+use crate::kernels::signature::Access;
+use crate::streams::capturing::Join;
+use crate::streams::order::{StreamOrder, lock as lock_order};
 
 /// The lanes of the streams a shared operation involves, locked: the
 /// operation's own stream apart, the others by id.

@@ -13,11 +13,12 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, GraphHandle, Pass};
+use crate::capture::window::Update;
+use crate::client::calls::{Client, Pass};
+use crate::client::graph_handle::GraphHandle;
 use crate::driver::GraphDriver;
 use crate::error::Error;
 use crate::ids::StreamId;
-use crate::window::Update;
 
 /// How [`GraphCache::run`] served a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,8 +209,8 @@ mod tests {
     use crate::driver::Access;
     use crate::error::Error;
     use crate::ids::StreamId;
-    use crate::signature::Signature;
-    use crate::stream::Config;
+    use crate::kernels::signature::Signature;
+    use crate::streams::state::Config;
     use crate::test_driver::TestDriver;
 
     /// A stream with `src` (sixteen 5s), `dst` (sixteen 0s) and a kernel

@@ -2,19 +2,19 @@
 
 use std::sync::Arc;
 
-use crate::capture_state::{Join, StreamCapture};
 use crate::driver::{DeviceSlice, Driver, DriverError, HostSlice};
-use crate::drop_queue::{DropQueue, Stamp};
 use crate::error::Error;
-use crate::failure::Claims;
-use crate::graph_log::Entry;
+use crate::failures::claims::Claims;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
-use crate::info_cache::InfoCache;
+use crate::kernels::signature::MAX_INFO_BYTES;
+use crate::kernels::span::Span;
+use crate::memory::drop_queue::{DropQueue, Stamp};
+use crate::memory::info_cache::InfoCache;
+use crate::memory::pool::{Place, Pool, PoolUsage, SliceHandle};
+use crate::memory::temporaries::Temporaries;
 use crate::phase::Phase;
-use crate::pool::{Place, Pool, PoolUsage, SliceHandle};
-use crate::signature::MAX_INFO_BYTES;
-use crate::span::Span;
-use crate::temporaries::Temporaries;
+use crate::recorded::entries::Entry;
+use crate::streams::capturing::{Join, StreamCapture};
 
 /// Sizes and limits of a device's pools and queues.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,7 +75,7 @@ impl Default for Config {
         Self {
             device_page_bytes: 4 << 20,
             host_page_bytes: 1 << 20,
-            first_page_bytes: crate::pool::SLICE_ALIGN,
+            first_page_bytes: crate::memory::pool::SLICE_ALIGN,
             max_allocation_bytes: 1 << 32,
             drop_queue_threshold: 64,
             info_cache_capacity: 1024,

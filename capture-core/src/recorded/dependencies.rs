@@ -11,7 +11,7 @@
 
 use fixedbitset::FixedBitSet;
 
-use crate::graph_log::{Entry, edges};
+use crate::recorded::entries::{Entry, edges};
 
 /// Most operations whose edges are reduced: the pass holds a bit per pair
 /// of operations (32 MiB at this size). A larger graph keeps every hazard
@@ -121,10 +121,10 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::signature::Access;
+    use crate::kernels::signature::Access;
 
     fn launch(bindings: &[(u64, Access)]) -> Entry {
-        crate::graph_log::test_launch("k", bindings)
+        crate::recorded::entries::test_launch("k", bindings)
     }
 
     #[test]

@@ -17,8 +17,8 @@ use smallvec::SmallVec;
 
 use crate::hashing::FastMap;
 use crate::ids::GraphId;
+use crate::memory::pool::{Place, SliceHandle};
 use crate::phase::Phase;
-use crate::pool::{Place, SliceHandle};
 
 struct Entry {
     slice: SliceHandle,
@@ -223,7 +223,7 @@ impl InfoCache {
 mod tests {
     use super::*;
     use crate::ids::{BufferId, WindowId};
-    use crate::pool::Pool;
+    use crate::memory::pool::Pool;
 
     const OUT: Phase = Phase::None;
     const WARMUP: Phase = Phase::Prepared(WindowId(1));

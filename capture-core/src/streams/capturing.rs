@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
 use crate::error::Error;
-use crate::graph_log::Entry;
 use crate::hashing::FastSet;
 use crate::ids::{BufferId, StreamId, WindowId};
-use crate::pool::SliceHandle;
+use crate::memory::pool::SliceHandle;
+use crate::recorded::entries::Entry;
 
 pub use crate::phase::Phase;
 
@@ -417,7 +417,7 @@ mod tests {
 
     fn write(buffer: u64) -> Entry {
         Entry::Write {
-            span: crate::span::Span::whole(BufferId(buffer), 4),
+            span: crate::kernels::span::Span::whole(BufferId(buffer), 4),
         }
     }
 

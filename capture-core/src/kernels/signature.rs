@@ -17,7 +17,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use crate::ids::BufferId;
-use crate::span::Span;
+use crate::kernels::span::Span;
 
 /// Most buffers one kernel may bind.
 pub const MAX_BINDINGS: usize = 16;

@@ -21,7 +21,7 @@ use smallvec::SmallVec;
 
 use crate::hashing::FastMap;
 use crate::ids::{BufferId, StreamId};
-use crate::signature::Access;
+use crate::kernels::signature::Access;
 
 /// `order`, locked. A panic under the lock leaves clocks that are at worst
 /// behind, which asks for waits that are not needed, never misses one.

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use crate::driver::DriverError;
 use crate::ids::BufferId;
+use crate::kernels::span::Span;
 use crate::phase::Phase;
-use crate::span::Span;
 
 /// Every slice starts at a multiple of this many bytes, which satisfies the
 /// binding-offset alignment of every supported backend.

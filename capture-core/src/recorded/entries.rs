@@ -8,8 +8,8 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use crate::ids::BufferId;
-use crate::signature::Access;
-use crate::span::Span;
+use crate::kernels::signature::Access;
+use crate::kernels::span::Span;
 
 /// One recorded operation.
 #[derive(Debug, Clone, PartialEq, Eq)]

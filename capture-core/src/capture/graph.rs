@@ -4,15 +4,15 @@ use std::sync::OnceLock;
 
 use slab::Slab;
 
-use crate::capture_state::KeptKernel;
-use crate::dependencies::Dependencies;
 use crate::driver::GraphDriver;
 use crate::error::Error;
-use crate::graph_log::{Entry, GraphInfo};
 use crate::hashing::FastMap;
 use crate::ids::{BufferId, GraphId};
-use crate::pool::{Place, SliceHandle};
-use crate::signature::Access;
+use crate::kernels::signature::Access;
+use crate::memory::pool::{Place, SliceHandle};
+use crate::recorded::dependencies::Dependencies;
+use crate::recorded::entries::{Entry, GraphInfo};
+use crate::streams::capturing::KeptKernel;
 
 /// An instantiated graph, and everything its window pinned for it.
 ///

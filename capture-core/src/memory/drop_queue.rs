@@ -18,7 +18,7 @@
 
 use std::collections::VecDeque;
 
-use crate::pool::SliceHandle;
+use crate::memory::pool::SliceHandle;
 
 /// Which signal covers a freed slice's last use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,7 +191,7 @@ mod tests {
 
     use super::*;
     use crate::ids::BufferId;
-    use crate::pool::Pool;
+    use crate::memory::pool::Pool;
 
     fn slices(pool: &mut Pool<()>, n: u64) -> Vec<SliceHandle> {
         (0..n)

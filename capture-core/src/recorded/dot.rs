@@ -3,9 +3,9 @@
 
 use std::fmt::Write as _;
 
-use crate::dependencies::Dependencies;
-use crate::driver::Access;
-use crate::graph_log::{Entry, edges};
+use crate::kernels::signature::Access;
+use crate::recorded::dependencies::Dependencies;
+use crate::recorded::entries::{Entry, edges};
 
 /// `log` as a Graphviz digraph named `name`: a node per operation, an
 /// edge per edge of its dependency graph, labelled with the buffers and
@@ -81,13 +81,13 @@ mod tests {
     use super::*;
     use crate::ids::BufferId;
 
-    use crate::graph_log::test_launch as launch;
+    use crate::recorded::entries::test_launch as launch;
 
     #[test]
     fn dot_names_every_node_and_edge() {
         let log = vec![
             Entry::Write {
-                span: crate::span::Span::whole(BufferId(1), 8),
+                span: crate::kernels::span::Span::whole(BufferId(1), 8),
             },
             launch("k\"1", &[(1, Access::Read), (2, Access::Write)]),
         ];

@@ -1,6 +1,9 @@
 //! The device state every client call is served from: one lock per stream,
 //! and small device-wide locks for the little that streams share.
 //!
+//! Uses capture, streams and every part below them; only the client uses
+//! it.
+//!
 //! # Locks
 //!
 //! Streams are the unit of concurrency, so each stream's whole state (its
@@ -47,20 +50,20 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use crate::builtin::{Builtin, Builtins};
-use crate::capture_state::Phase;
+use crate::capture::graph::Captures;
+use crate::capture::window::Window;
 use crate::driver::GraphDriver;
 use crate::error::Error;
-use crate::failure::Claims;
-use crate::graph::Captures;
-use crate::graveyard::Graveyard;
+use crate::failures::claims::Claims;
 use crate::hashing::FastMap;
 use crate::ids::{BufferId, GraphId, StreamId, WindowId};
-use crate::lingering::Lingering;
-use crate::ordering::StreamOrder;
-use crate::pool::{Place, SliceHandle};
-use crate::span::Span;
-use crate::stream::{Config, StreamState, StreamUsage};
-use crate::window::Window;
+use crate::kernels::span::Span;
+use crate::memory::graveyard::Graveyard;
+use crate::memory::lingering::Lingering;
+use crate::memory::pool::{Place, SliceHandle};
+use crate::streams::capturing::Phase;
+use crate::streams::order::StreamOrder;
+use crate::streams::state::{Config, StreamState, StreamUsage};
 
 pub(crate) use lane::AnySlot;
 use lane::{Ids, Lane, Slot};
@@ -75,7 +78,7 @@ mod shared;
 
 /// A buffer as the server sees it: the slice and the stream it belongs to.
 #[derive(Debug, Clone, Copy)]
-pub struct BufferRef<'a> {
+pub(crate) struct BufferRef<'a> {
     /// The buffer's slice.
     pub slice: &'a SliceHandle,
     /// The stream it was allocated on.
@@ -128,7 +131,7 @@ pub(crate) trait Bound {
 pub(crate) struct StreamRef<D: GraphDriver>(Option<Arc<Slot<D>>>);
 
 /// The state of one device: its streams, graphs and failures.
-pub struct Server<D: GraphDriver> {
+pub(crate) struct Server<D: GraphDriver> {
     device: Arc<D::Device>,
     config: Config,
     /// The device's grid limit, every launch is checked against.
@@ -326,7 +329,7 @@ impl<D: GraphDriver> Server<D> {
         for id in ids {
             drop(lane.graphs.remove(id));
         }
-        crate::ordering::lock(&self.order).forget_stream(lane.state.id);
+        crate::streams::order::lock(&self.order).forget_stream(lane.state.id);
         let mut state = lane.state;
         // Only a stream that shared buffers can have pages other streams'
         // graphs or queued work use; the others' pages all go now.
@@ -477,7 +480,7 @@ fn collect_dead<D: GraphDriver>(slot: &Slot<D>, state: &mut StreamState<D>) {
 fn forget_buffer(order: &Mutex<StreamOrder>, failures: &Claims, id: BufferId, ordered: bool) {
     failures.forget(id);
     if ordered {
-        crate::ordering::lock(order).forget(id);
+        crate::streams::order::lock(order).forget(id);
     }
 }
 

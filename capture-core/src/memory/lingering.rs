@@ -6,7 +6,7 @@
 //! refused by it.
 
 use crate::ids::BufferId;
-use crate::pool::{SliceHandle, WeakSlice};
+use crate::memory::pool::{SliceHandle, WeakSlice};
 
 /// The list is swept when it reaches this length, or twice what the last
 /// sweep left: sweeping then costs a constant per buffer.
@@ -66,8 +66,8 @@ impl Lingering {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::pool::Pool;
     use crate::phase::Phase;
-    use crate::pool::Pool;
 
     fn slice(pool: &mut Pool<u32>, id: u64) -> SliceHandle {
         pool.reserve(BufferId(id), 8, true, Phase::None, |_| Ok(0))

@@ -10,11 +10,11 @@
 //! warmup ended. What the recording does with it is then checked when the
 //! window closes (see [`Temporaries::close`]).
 
-use crate::graph_log::Entry;
 use crate::hashing::FastSet;
 use crate::ids::BufferId;
-use crate::pool::{Place, SliceHandle, aligned};
-use crate::signature::Access;
+use crate::kernels::signature::Access;
+use crate::memory::pool::{Place, SliceHandle, aligned};
+use crate::recorded::entries::Entry;
 
 /// One stream's arena and what its open window learnt of temporaries.
 #[derive(Debug, Default)]
@@ -205,7 +205,7 @@ fn read_first(log: &[Entry], id: BufferId, len: u64) -> Option<usize> {
             .into_iter()
             .filter(|(span, _)| span.buffer == id);
         let first = touches.next()?;
-        let writes_all = |(span, access): &(crate::span::Span, Access)| {
+        let writes_all = |(span, access): &(crate::kernels::span::Span, Access)| {
             *access == Access::Write && span.offset == 0 && span.len == len
         };
         // Touched here: fine only if every binding of it writes all of it.
@@ -220,9 +220,9 @@ fn read_first(log: &[Entry], id: BufferId, len: u64) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph_log::test_launch;
-    use crate::pool::Pool;
-    use crate::span::Span;
+    use crate::kernels::span::Span;
+    use crate::memory::pool::Pool;
+    use crate::recorded::entries::test_launch;
 
     /// An arena of `bytes`, in a page of `pool`, which holds it as a
     /// stream's does.

@@ -8,16 +8,16 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::capture_state::KeptKernel;
-use crate::dependencies::Dependencies;
+use crate::capture::graph::{Graph, Refused};
 use crate::driver::{GraphDriver, Order, Updated};
 use crate::error::Error;
-use crate::graph::{Graph, Refused};
-use crate::graph_log::{Entry, GraphInfo};
 use crate::hashing::FastSet;
 use crate::ids::{BufferId, GraphId, WindowId};
-use crate::pool::{Place, SliceHandle};
-use crate::stream::{ReplayOrder, StreamState};
+use crate::memory::pool::{Place, SliceHandle};
+use crate::recorded::dependencies::Dependencies;
+use crate::recorded::entries::{Entry, GraphInfo};
+use crate::streams::capturing::KeptKernel;
+use crate::streams::state::{ReplayOrder, StreamState};
 
 /// How a re-capture reached its graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -229,7 +229,7 @@ impl<'a, D: GraphDriver> Window<'a, D> {
         }
         let temporaries = match &mut stream.temporaries {
             Some(temporaries) => temporaries.close(stream.capture.log()),
-            None => crate::temporaries::Closed::default(),
+            None => crate::memory::temporaries::Closed::default(),
         };
         if let Some((buffer, operation)) = temporaries.read_first {
             stream.capture.record_failure(Error::TemporaryReadFirst {

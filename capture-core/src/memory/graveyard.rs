@@ -11,7 +11,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::pool::SliceHandle;
+use crate::memory::pool::SliceHandle;
 
 /// The slices one stream's buffers left behind.
 #[derive(Debug, Default)]
@@ -83,8 +83,8 @@ impl Graveyard {
 mod tests {
     use super::*;
     use crate::ids::BufferId;
+    use crate::memory::pool::Pool;
     use crate::phase::Phase;
-    use crate::pool::Pool;
 
     fn reserve(pool: &mut Pool<u32>, id: u64) -> SliceHandle {
         pool.reserve(BufferId(id), 16, true, Phase::None, |_| Ok(1))
