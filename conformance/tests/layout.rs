@@ -330,3 +330,71 @@ fn no_two_files_of_any_crate_depend_on_each_other() {
         cycles.join("\n")
     );
 }
+
+/// capture-core's parts, lowest first: a file may use its own part and the
+/// parts before it, never one after. A part is a folder, or files at the
+/// crate's root: the basics, the driver contract, and the root itself.
+const CORE_PARTS: &[(&str, &[&str])] = &[
+    ("basics", &["ids", "hashing", "phase", "interleave"]),
+    ("kernels", &["kernels"]),
+    ("recorded", &["recorded"]),
+    ("contract", &["driver", "builtin", "error"]),
+    ("memory", &["memory"]),
+    ("failures", &["failures"]),
+    ("streams", &["streams"]),
+    ("capture", &["capture"]),
+    ("server", &["server"]),
+    ("client", &["client"]),
+    ("root", &["", "test_driver"]),
+];
+
+/// The place in [`CORE_PARTS`] of the part `module` (a path from the crate's
+/// root) lies in, by its first segment.
+fn core_part(module: &str) -> Option<usize> {
+    let first = module.split("::").next().unwrap_or_default();
+    CORE_PARTS
+        .iter()
+        .position(|(_, modules)| modules.contains(&first))
+}
+
+#[test]
+fn capture_cores_parts_use_only_the_parts_below_them() {
+    let crates = crates();
+    let core = crates
+        .iter()
+        .find(|krate| krate.name == "capture-core")
+        .expect("capture-core is a member");
+    let mut wrong = Vec::new();
+    for (module, uses) in dependencies(core) {
+        let Some(part) = core_part(&module) else {
+            wrong.push(format!("{} belongs to no part", name(&module)));
+            continue;
+        };
+        for used in uses {
+            match core_part(&used) {
+                Some(theirs) if theirs <= part => {}
+                Some(theirs) => wrong.push(format!(
+                    "{} ({}) uses {} ({}), a part above it",
+                    name(&module),
+                    CORE_PARTS[part].0,
+                    name(&used),
+                    CORE_PARTS[theirs].0
+                )),
+                None => wrong.push(format!("{} belongs to no part", name(&used))),
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "capture-core's parts out of order:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn a_part_is_found_by_its_first_segment() {
+    assert_eq!(core_part("memory::pool"), core_part("memory"));
+    assert_eq!(core_part(""), Some(CORE_PARTS.len() - 1));
+    assert!(core_part("kernels") < core_part("driver"));
+    assert_eq!(core_part("nowhere"), None);
+}
