@@ -7,9 +7,9 @@ mod common;
 use std::process::ExitCode;
 
 use benches::Backend;
-use capture_core::Client;
 use conformance::workload::decode::{Decoder, Model, Shape};
 use criterion::Criterion;
+use graph_capture::Client;
 
 struct Decode;
 

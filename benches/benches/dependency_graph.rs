@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use benches::{Backend, wide};
-use capture_core::ReplayOrder;
 use criterion::Criterion;
+use graph_capture::ReplayOrder;
 
 struct DependencyGraph;
 

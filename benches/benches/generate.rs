@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use benches::Backend;
 use benches::generate::BATCHES;
-use capture_core::{Client, Error};
 use conformance::workload::transformer::{Config, GraphSet, Transformer, Weights, starts};
 use criterion::Criterion;
+use graph_capture::{Client, Error};
 
 struct Generate;
 

@@ -11,8 +11,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use benches::{Backend, pipeline};
-use capture_core::Client;
 use criterion::Criterion;
+use graph_capture::Client;
 
 struct TwoStreams;
 

@@ -2,9 +2,9 @@
 //! always, the others by Cargo feature: `vulkan`, `cuda`, `hip`, each
 //! turning on conformance's feature of the same name).
 
-use capture_core::{Availability, DeviceInfo};
 use conformance::UserKernels;
 use conformance::registry::AfterTrial;
+use graph_capture::{Availability, DeviceInfo};
 
 /// A backend the benches can run on: its builtins and the workload's user
 /// kernels.

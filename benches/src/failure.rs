@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use capture_core::DriverError;
+use graph_capture::DriverError;
 
 /// Why a measurement could not complete, said for a person.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,8 +19,8 @@ impl fmt::Display for Failure {
 
 impl std::error::Error for Failure {}
 
-impl From<capture_core::Error> for Failure {
-    fn from(err: capture_core::Error) -> Self {
+impl From<graph_capture::Error> for Failure {
+    fn from(err: graph_capture::Error) -> Self {
         Self(err.to_string())
     }
 }

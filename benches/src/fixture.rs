@@ -1,7 +1,7 @@
 //! One client, one stream and the two buffers every measured `add` launch
 //! works on, with the count of adds that tells what `x` must hold.
 
-use capture_core::{Buffer, Builtin, Client, GraphHandle, StreamId};
+use graph_capture::{Buffer, Builtin, Client, GraphHandle, StreamId};
 
 use crate::backends::Backend;
 use crate::failure::{Failure, Result};

@@ -4,12 +4,12 @@
 
 use std::time::Instant;
 
-use capture_core::{Client, Error};
 use conformance::workload::UserKernels;
 pub use conformance::workload::transformer::SET_TARGET;
 use conformance::workload::transformer::{
     Config, GraphSet, SetMemory, Transformer, Weights, starts,
 };
+use graph_capture::{Client, Error};
 
 /// The batch sizes, each with a graph.
 pub const BATCHES: [u32; 4] = [1, 2, 4, 8];

@@ -5,7 +5,7 @@
 //! --bin summary`):
 //!
 //! - one replay through capture-core against the raw
-//!   [`GraphDriver::replay`](capture_core::GraphDriver::replay) of the same
+//!   [`GraphDriver::replay`](graph_capture::GraphDriver::replay) of the same
 //!   executable on the same stream ([`measure::replay_core`],
 //!   [`measure::replay_raw`]);
 //! - a graph of N `add` launches replayed against the same N launches issued
@@ -13,7 +13,7 @@
 //!   ([`measure::sequence_replay`], [`measure::sequence_eager`]);
 //! - the cost of recording N launches into a graph ([`measure::capture`]);
 //! - one eager launch through capture-core against the raw
-//!   [`Driver::launch`](capture_core::Driver::launch) ([`measure::eager_core`],
+//!   [`Driver::launch`](graph_capture::Driver::launch) ([`measure::eager_core`],
 //!   [`measure::eager_raw`]);
 //! - a pipeline that uploads on one stream while another computes, against
 //!   the same work on one stream ([`pipeline`]);

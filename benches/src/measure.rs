@@ -247,7 +247,7 @@ pub fn replay_core<D: Backend>(
     measure(fixture, Call::CoreReplay(graph), Shape::PerCall, iters)
 }
 
-/// `iters` raw [`GraphDriver::replay`](capture_core::GraphDriver::replay)s
+/// `iters` raw [`GraphDriver::replay`](graph_capture::GraphDriver::replay)s
 /// of `graph`'s executable on its stream, all under one hold of the client's
 /// lock.
 pub fn replay_raw<D: Backend>(
@@ -263,7 +263,7 @@ pub fn eager_core<D: Backend>(fixture: &mut Fixture<D>, iters: u64) -> Result<Sa
     measure(fixture, Call::CoreLaunch, Shape::PerCall, iters)
 }
 
-/// `iters` raw [`Driver::launch`](capture_core::Driver::launch)es of `add` on the fixture's buffers, all
+/// `iters` raw [`Driver::launch`](graph_capture::Driver::launch)es of `add` on the fixture's buffers, all
 /// under one hold of the client's lock.
 pub fn eager_raw<D: Backend>(
     fixture: &mut Fixture<D>,

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use capture_core::{Builtin, Builtins, Client, Error, GraphDriver, StreamId};
+use graph_capture::{Builtin, Builtins, Client, Error, GraphDriver, StreamId};
 
 /// Steps each way.
 pub const STEPS: usize = 40;

@@ -1,7 +1,7 @@
 //! The raw driver's side of the eager comparison: the `add` launch built by
 //! hand and issued with [`Driver::launch`] on the fixture's own memory.
 
-use capture_core::{
+use graph_capture::{
     Access, Binding, Buffer, Builtin, BuiltinInfo, DeviceSlice, Driver, DriverError, Kernel,
     Launch, groups_for,
 };
@@ -32,7 +32,7 @@ impl<D: Backend> RawAdd<D> {
     }
 
     /// The bindings of `add` over `slices` (`x`, `y`, info, in the order
-    /// [`Client::with_raw_stream`](capture_core::Client::with_raw_stream)
+    /// [`Client::with_raw_stream`](graph_capture::Client::with_raw_stream)
     /// was given them): `x` read-write, `y` read.
     pub fn bindings<'a>(slices: &[DeviceSlice<'a, D>]) -> [Binding<'a, D>; 2] {
         [

@@ -48,7 +48,7 @@ impl Validation {
 
 #[cfg(feature = "vulkan")]
 fn variable() -> &'static str {
-    backend_vulkan::VALIDATION_ENV
+    graph_capture::vulkan::VALIDATION_ENV
 }
 
 #[cfg(not(feature = "vulkan"))]

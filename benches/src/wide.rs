@@ -5,9 +5,9 @@
 
 use std::time::Instant;
 
-use capture_core::{Client, Config, Error, GraphInfo, ReplayOrder};
 use conformance::workload::decode::{self, Shape};
 use conformance::workload::{UserKernels, Workload};
+use graph_capture::{Client, Config, Error, GraphInfo, ReplayOrder};
 
 /// Independent products.
 pub const BRANCHES: usize = 8;

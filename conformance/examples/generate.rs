@@ -18,12 +18,12 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use capture_core::{Client, Error};
 use conformance::UserKernels;
 use conformance::workload::transformer::{
     Config, GraphSet, HIDDEN_TOLERANCE, NEAR_TIE, Start, Transformer, Verdict, Weights, check,
     starts,
 };
+use graph_capture::{Client, Error};
 
 struct Options {
     backend: String,
@@ -276,13 +276,13 @@ fn run<D: UserKernels>(options: &Options) -> Result<bool, Error> {
 
 fn dispatch(options: &Options) -> Result<bool, String> {
     let result = match options.backend.as_str() {
-        "host" => run::<backend_host::Host>(options),
+        "host" => run::<graph_capture::host::Host>(options),
         #[cfg(feature = "vulkan")]
-        "vulkan" => run::<backend_vulkan::Vulkan>(options),
+        "vulkan" => run::<graph_capture::vulkan::Vulkan>(options),
         #[cfg(feature = "cuda")]
-        "cuda" => run::<backend_cuda::Cuda>(options),
+        "cuda" => run::<graph_capture::cuda::Cuda>(options),
         #[cfg(feature = "hip")]
-        "hip" => run::<backend_hip::Hip>(options),
+        "hip" => run::<graph_capture::hip::Hip>(options),
         other => {
             return Err(format!(
                 "backend {other} is not compiled in (build with --features {other})"

@@ -9,7 +9,7 @@
 //!
 //! # Running the suite on a backend outside this workspace
 //!
-//! Implement [`capture_core::GraphDriver`] and [`capture_core::Builtins`],
+//! Implement [`graph_capture::GraphDriver`] and [`graph_capture::Builtins`],
 //! then [`AfterTrial`] (its default checks nothing), and call [`run_all`]:
 //!
 //! ```
@@ -17,7 +17,7 @@
 //!
 //! // A third-party backend would be its own type; the host backend stands in.
 //! struct Mine;
-//! # type Backend = backend_host::Host;
+//! # type Backend = graph_capture::host::Host;
 //! impl Mine {
 //!     fn check() -> Result<(), String> {
 //!         let results = run_all::<Backend>()?;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backend {
     /// Its name (`host`, `vulkan`, ...): the trial names' first half, and
-    /// its driver's [`capture_core::Driver::NAME`].
+    /// its driver's [`graph_capture::Driver::NAME`].
     pub name: &'static str,
     /// The Cargo feature of this crate that compiles it in; `None` for the
     /// host backend, always there.
@@ -53,7 +53,7 @@ macro_rules! backend_list {
         /// Call `visitor` for every backend compiled in, in the order of
         /// [`backends`]: the host first.
         pub fn each_backend(visitor: &mut impl Visit) {
-            visitor.visit::<backend_host::Host>();
+            visitor.visit::<graph_capture::host::Host>();
             $(
                 #[cfg(feature = $feature)]
                 visitor.visit::<$driver>();
@@ -63,9 +63,9 @@ macro_rules! backend_list {
 }
 
 backend_list! {
-    "vulkan" => backend_vulkan::Vulkan,
-    "cuda" => backend_cuda::Cuda,
-    "hip" => backend_hip::Hip,
+    "vulkan" => graph_capture::vulkan::Vulkan,
+    "cuda" => graph_capture::cuda::Cuda,
+    "hip" => graph_capture::hip::Hip,
 }
 
 /// Every backend this build knows, compiled in or not, the host first.
@@ -111,12 +111,12 @@ pub trait AfterTrial: UserKernels {
     }
 }
 
-impl AfterTrial for backend_host::Host {}
+impl AfterTrial for graph_capture::host::Host {}
 
 #[cfg(feature = "vulkan")]
-impl AfterTrial for backend_vulkan::Vulkan {
+impl AfterTrial for graph_capture::vulkan::Vulkan {
     fn validation(device: &Arc<Self::Device>) -> Option<Validation> {
-        let counts = backend_vulkan::validation_counts(device);
+        let counts = graph_capture::vulkan::validation_counts(device);
         Some(Validation {
             enabled: counts.enabled,
             sync: counts.sync,
@@ -127,10 +127,10 @@ impl AfterTrial for backend_vulkan::Vulkan {
 }
 
 #[cfg(feature = "cuda")]
-impl AfterTrial for backend_cuda::Cuda {}
+impl AfterTrial for graph_capture::cuda::Cuda {}
 
 #[cfg(feature = "hip")]
-impl AfterTrial for backend_hip::Hip {}
+impl AfterTrial for graph_capture::hip::Hip {}
 
 #[cfg(test)]
 mod tests {

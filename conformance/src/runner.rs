@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::Instant;
 
-use capture_core::{Driver, DriverError, ReplayOrder};
+use graph_capture::{Driver, DriverError, ReplayOrder};
 
 use crate::registry::{self, AfterTrial, Validation, Visit, each_backend};
 use crate::scenarios::{Scenario, scenarios};
@@ -617,7 +617,7 @@ mod tests {
 
     #[test]
     fn host_trials_are_named_after_the_backend_and_open_the_device_asked_for() {
-        let list = trials::<backend_host::Host>(Open::Index(7));
+        let list = trials::<graph_capture::host::Host>(Open::Index(7));
         assert!(!list.is_empty());
         assert!(list.iter().all(|t| t.name().starts_with("host::")));
         let run = list.into_iter().next().unwrap().run();

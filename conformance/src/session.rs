@@ -3,7 +3,7 @@
 use crate::workload::UserKernels;
 use std::sync::Arc;
 
-use capture_core::{Client, Config, Driver, ReplayOrder};
+use graph_capture::{Client, Config, Driver, ReplayOrder};
 
 use crate::faulty::{FaultPlan, Faulty, FaultyDevice};
 

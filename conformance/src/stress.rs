@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use capture_core::{Buffer, Builtin, Client, Error, GraphHandle, StreamId};
+use graph_capture::{Buffer, Builtin, Client, Error, GraphHandle, StreamId};
 
 use crate::workload::UserKernels;
 

@@ -1,7 +1,7 @@
 //! Checks shared by the scenarios.
 
 use crate::workload::UserKernels;
-use capture_core::{Buffer, Builtin, Client, Error, GraphDriver, GraphHandle, StreamId};
+use graph_capture::{Buffer, Builtin, Client, Error, GraphDriver, GraphHandle, StreamId};
 
 /// What a scenario returns: `Err` says what was wrong.
 pub type Outcome = Result<(), String>;
@@ -131,7 +131,7 @@ pub fn usable<D: UserKernels>(client: &Client<D>, stream: StreamId) -> Outcome {
 pub fn in_use<D: GraphDriver>(client: &Client<D>, stream: StreamId) -> Result<(u64, u64), String> {
     client.sync(stream).step("sync for usage")?;
     let usage = client.usage(stream).step("usage")?;
-    let info = usage.info_entries as u64 * capture_core::SLICE_ALIGN;
+    let info = usage.info_entries as u64 * graph_capture::SLICE_ALIGN;
     Ok((
         usage.device.in_use_bytes.saturating_sub(info),
         usage.host.in_use_bytes,

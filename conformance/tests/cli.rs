@@ -22,7 +22,7 @@ fn conformance(args: &[&str]) -> Run {
     let output = Command::new(env!("CARGO_BIN_EXE_conformance"))
         .args(args)
         .env_remove("CONFORMANCE_REQUIRE")
-        .env_remove(backend_host::DEVICE_ENV)
+        .env_remove(graph_capture::host::DEVICE_ENV)
         .output()
         .expect("the conformance binary runs");
     Run {
@@ -46,14 +46,20 @@ fn trial_lines<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
 fn devices_lists_the_host_and_each_of_its_devices() {
     let run = conformance(&["--devices"]);
     assert!(run.ok, "{}{}", run.stdout, run.stderr);
-    let plural = if backend_host::DEVICES == 1 { "" } else { "s" };
+    let plural = if graph_capture::host::DEVICES == 1 {
+        ""
+    } else {
+        "s"
+    };
     assert!(
-        run.stdout
-            .contains(&format!("host: {} device{plural}", backend_host::DEVICES)),
+        run.stdout.contains(&format!(
+            "host: {} device{plural}",
+            graph_capture::host::DEVICES
+        )),
         "{}",
         run.stdout
     );
-    for index in 0..backend_host::DEVICES {
+    for index in 0..graph_capture::host::DEVICES {
         assert!(
             run.stdout.contains(&format!("host reference {index}")),
             "device {index} is listed:\n{}",
@@ -244,7 +250,7 @@ fn device_opens_the_index_asked_for() {
 
 #[test]
 fn a_backend_without_its_device_prints_one_line_with_the_reason() {
-    let missing = backend_host::DEVICES + 5;
+    let missing = graph_capture::host::DEVICES + 5;
     let index = missing.to_string();
     let run = conformance(&["--device", &index, "host::"]);
     assert!(
@@ -258,7 +264,7 @@ fn a_backend_without_its_device_prints_one_line_with_the_reason() {
         .filter(|l| l.contains(&format!("host device {missing} does not exist")))
         .collect();
     // Every scenario runs twice: as dependency graphs and as chains.
-    let scenarios = 2 * conformance::scenarios::<backend_host::Host>().len();
+    let scenarios = 2 * conformance::scenarios::<graph_capture::host::Host>().len();
     // Once where the trials would run, once under the table.
     assert_eq!(lines.len(), 2, "{}", run.stdout);
     assert!(

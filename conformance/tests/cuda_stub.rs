@@ -6,7 +6,7 @@
 use std::process::Command;
 
 fn run(require: &str) -> (bool, String) {
-    let Some(stub) = backend_cuda::TEST_STUB_DIR else {
+    let Some(stub) = graph_capture::cuda::TEST_STUB_DIR else {
         panic!("the CUDA stub library was not built (no C compiler at build time)");
     };
     let output = Command::new(env!("CARGO_BIN_EXE_conformance"))
@@ -38,7 +38,7 @@ fn cuda_trials_are_ignored_with_the_drivers_reason() {
         "cuda trials are ignored:\n{text}"
     );
     // Every scenario runs twice: as dependency graphs and as chains.
-    let scenarios = 2 * conformance::scenarios::<backend_cuda::Cuda>().len();
+    let scenarios = 2 * conformance::scenarios::<graph_capture::cuda::Cuda>().len();
     let lines: Vec<_> = text.lines().filter(|l| l.starts_with("cuda")).collect();
     assert_eq!(lines.len(), 1, "one line for every cuda trial:\n{text}");
     assert!(
@@ -50,7 +50,7 @@ fn cuda_trials_are_ignored_with_the_drivers_reason() {
 
 #[test]
 fn devices_says_why_cuda_lists_none() {
-    let Some(stub) = backend_cuda::TEST_STUB_DIR else {
+    let Some(stub) = graph_capture::cuda::TEST_STUB_DIR else {
         panic!("the CUDA stub library was not built (no C compiler at build time)");
     };
     let output = Command::new(env!("CARGO_BIN_EXE_conformance"))
@@ -81,12 +81,12 @@ fn required_cuda_fails_with_the_reason() {
 
 #[test]
 fn a_client_without_a_device_is_unavailable_with_the_reason() {
-    use capture_core::{Availability, Client, Driver, Error};
-    let Availability::Unavailable(reason) = backend_cuda::Cuda::probe() else {
+    use graph_capture::{Availability, Client, Driver, Error};
+    let Availability::Unavailable(reason) = graph_capture::cuda::Cuda::probe() else {
         eprintln!("skipped: this machine has a CUDA device");
         return;
     };
-    match Client::<backend_cuda::Cuda>::open() {
+    match Client::<graph_capture::cuda::Cuda>::open() {
         Err(Error::Unavailable {
             backend,
             reason: why,

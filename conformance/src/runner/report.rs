@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use capture_core::DeviceInfo;
+use graph_capture::DeviceInfo;
 use serde_json::{Value, json};
 
 use crate::registry::Validation;
@@ -510,7 +510,7 @@ mod tests {
         LINE_WIDTH, Outcome, Record, Report, Row, State, WRAP_WIDTH, group_line, name_width,
         trial_line, wrap,
     };
-    use capture_core::DeviceInfo;
+    use graph_capture::DeviceInfo;
     use std::time::Duration;
 
     fn record(name: &str, backend: &'static str, outcome: Outcome, ran: bool) -> Record {

@@ -7,7 +7,7 @@
 //! 128, vocabulary 512), so the debug-build suite stays quick on every
 //! backend; the example runs [`Config::FULL`].
 
-use capture_core::{GraphCache, Served};
+use graph_capture::{GraphCache, Served};
 
 use crate::ensure;
 use crate::session::Session;

@@ -2,7 +2,7 @@
 //! no hazard orders, the values are those of the chain, and an update that
 //! changes what a launch touches changes the edges with it.
 
-use capture_core::{Builtin, Update};
+use graph_capture::{Builtin, Update};
 
 use crate::ensure;
 use crate::session::Session;
@@ -70,8 +70,8 @@ pub fn hazards_of_every_kind_replay_a_thousand_times_like_eager<D: UserKernels>(
     let [a, b, c, d] = &buffers[..] else {
         unreachable!("four buffers")
     };
-    let run = || -> Result<(), capture_core::Error> {
-        let builtin = |which, args: &[&capture_core::Buffer], value| {
+    let run = || -> Result<(), graph_capture::Error> {
+        let builtin = |which, args: &[&graph_capture::Buffer], value| {
             client.run_builtin(stream, which, args, ELEMENTS, value)
         };
         builtin(Builtin::Fill, &[a], 1.0)?; // 0: a = 1
@@ -103,10 +103,10 @@ pub fn hazards_of_every_kind_replay_a_thousand_times_like_eager<D: UserKernels>(
 /// `poison` what it writes and replay it a thousand times, `check`ing what
 /// it leaves every 250.
 fn replays_like_eager<D: UserKernels>(
-    client: &capture_core::Client<D>,
-    stream: capture_core::StreamId,
-    run: impl Fn() -> Result<(), capture_core::Error>,
-    poison: impl Fn() -> Result<(), capture_core::Error>,
+    client: &graph_capture::Client<D>,
+    stream: graph_capture::StreamId,
+    run: impl Fn() -> Result<(), graph_capture::Error>,
+    poison: impl Fn() -> Result<(), graph_capture::Error>,
     check: impl Fn(&str) -> Outcome,
 ) -> Outcome {
     const REPLAYS: usize = 1000;
@@ -158,8 +158,8 @@ pub fn views_of_one_buffer_replay_a_thousand_times_like_eager<D: UserKernels>(
         view(1, 2).step("mid")?,
         view(2, 2).step("hi")?,
     );
-    let run = || -> Result<(), capture_core::Error> {
-        let builtin = |which, args: &[&capture_core::Buffer], n, value| {
+    let run = || -> Result<(), graph_capture::Error> {
+        let builtin = |which, args: &[&graph_capture::Buffer], n, value| {
             client.run_builtin(stream, which, args, n, value)
         };
         builtin(Builtin::Fill, &[&lo], 2 * Q, 1.0)?; // 0: q0 = q1 = 1
@@ -190,7 +190,7 @@ pub fn views_of_one_buffer_replay_a_thousand_times_like_eager<D: UserKernels>(
     check("eager")?;
     let aliased = client.run_builtin(stream, Builtin::Add, &[&lo, &mid], 2 * Q, 0.0);
     ensure!(
-        matches!(aliased, Err(capture_core::Error::KernelMismatch { .. })),
+        matches!(aliased, Err(graph_capture::Error::KernelMismatch { .. })),
         "a written view overlapping a read one: {aliased:?}"
     );
     let poison = || client.write_f32(&buffer, &vec![-1.0; 4 * Q as usize]);
@@ -211,7 +211,7 @@ pub fn an_update_in_place_keeps_the_edges_of_the_new_work<D: UserKernels>(
     let b = client.create_f32(stream, &[0.0; NU]).step("b")?;
     // a = one; b += (a or ten): one launch's input is the other's output,
     // or not.
-    let step = |input: &capture_core::Buffer| -> Result<(), capture_core::Error> {
+    let step = |input: &graph_capture::Buffer| -> Result<(), graph_capture::Error> {
         client.run_builtin(stream, Builtin::Copy, &[&one, &a], N, 0.0)?;
         client.run_builtin(stream, Builtin::Add, &[&b, input], N, 0.0)
     };

@@ -5,7 +5,7 @@
 use crate::workload::UserKernels;
 use std::sync::Arc;
 
-use capture_core::{Builtin, Error, GraphDriver};
+use graph_capture::{Builtin, Error, GraphDriver};
 
 use crate::ensure;
 use crate::faulty::{FaultPlan, Faulty, Primitive};

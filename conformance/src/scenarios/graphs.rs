@@ -2,7 +2,7 @@
 //! released and when.
 
 use crate::workload::UserKernels;
-use capture_core::{Builtin, Error, GraphId};
+use graph_capture::{Builtin, Error, GraphId};
 
 use crate::ensure;
 use crate::session::Session;
@@ -39,7 +39,7 @@ pub fn rule_07_page_allocated_while_recording_is_refused<D: UserKernels>(
 pub fn a_recording_may_pass_info_its_warmup_did_not<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
-    use capture_core::Pass;
+    use graph_capture::Pass;
     let fx = Fixture::new(session.client())?;
     let (client, stream, x) = (&fx.client, fx.stream, &fx.x);
     // Warmup fills with 1, the recording with 2: another info content.

@@ -2,7 +2,7 @@
 //! their signatures at every launch (rule 17), captured with their by-value
 //! parameters, and a whole decode step replayed.
 
-use capture_core::{Error, Params, Phase};
+use graph_capture::{Error, Params, Phase};
 
 use crate::ensure;
 use crate::session::Session;
@@ -339,7 +339,7 @@ pub fn decode_step_replayed_matches_eager<D: UserKernels>(session: &Session<D>) 
 /// then the sum), so all of them give the same bits: with these values a
 /// fused multiply-add would give 2^-24 where the unfused form gives 0.
 pub fn axpy_is_not_fused<D: UserKernels>(session: &Session<D>) -> Outcome {
-    use capture_core::Builtin;
+    use graph_capture::Builtin;
     let client = session.client();
     let stream = client.create_stream().step("stream")?;
     let a = 1.0 + f32::EPSILON * 2048.0; // 1 + 2^-12
@@ -367,7 +367,7 @@ pub fn axpy_is_not_fused<D: UserKernels>(session: &Session<D>) -> Outcome {
 pub fn a_kernel_sees_the_whole_elements_of_its_binding<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
-    use capture_core::Builtin;
+    use graph_capture::Builtin;
     let client = session.client();
     let stream = client.create_stream().step("stream")?;
     let before = [0xAB_u8; 10];

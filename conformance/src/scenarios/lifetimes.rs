@@ -3,7 +3,7 @@
 //! after the other streams' work on it, and refused by a claim on it, for
 //! as long as the graph lives.
 
-use capture_core::{Buffer, Builtin, Client, Error, GraphHandle, StreamId};
+use graph_capture::{Buffer, Builtin, Client, Error, GraphHandle, StreamId};
 
 use super::streams::Busy;
 use crate::ensure;

@@ -2,7 +2,7 @@
 //! graph does not own.
 
 use crate::workload::UserKernels;
-use capture_core::{Buffer, Builtin, Client, Error, Pass, StreamId};
+use graph_capture::{Buffer, Builtin, Client, Error, Pass, StreamId};
 
 use crate::ensure;
 use crate::session::Session;

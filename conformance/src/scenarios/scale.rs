@@ -1,7 +1,7 @@
 //! Many launches, many replays, several streams.
 
 use crate::workload::UserKernels;
-use capture_core::{Builtin, Config};
+use graph_capture::{Builtin, Config};
 
 use crate::ensure;
 use crate::session::Session;

@@ -2,7 +2,7 @@
 //! each refused with a clear error that changes nothing.
 
 use crate::workload::{UserKernel, UserKernels, Workload};
-use capture_core::{Builtin, Config, Error, Phase, StreamId, WindowId};
+use graph_capture::{Builtin, Config, Error, Phase, StreamId, WindowId};
 
 use crate::ensure;
 use crate::session::Session;
@@ -327,7 +327,7 @@ pub fn bad_input_is_refused_and_loses_nothing<D: UserKernels>(session: &Session<
     // SAFETY: the one launch is refused (17 bindings) before any device.
     #[allow(unsafe_code)]
     let kernel = unsafe { workload.kernel(UserKernel::Scale) };
-    let many: Vec<&capture_core::Buffer> = (0..17).map(|_| &x).collect();
+    let many: Vec<&graph_capture::Buffer> = (0..17).map(|_| &x).collect();
     let err = refused(
         client.launch(stream, kernel, [1, 1, 1], &many, &[], &[0; 12]),
         "17 bindings",

@@ -3,7 +3,7 @@
 //! it on the device; memory another stream still uses is not reused; claims
 //! follow a buffer to every stream.
 
-use capture_core::{Buffer, Builtin, Client, Error, StreamId};
+use graph_capture::{Buffer, Builtin, Client, Error, StreamId};
 
 use crate::ensure;
 use crate::faulty::Primitive;
@@ -342,7 +342,7 @@ pub fn rule_21_an_unjoined_close_is_refused<D: UserKernels>(session: &Session<D>
     );
     ensure!(client.live_graphs() == 0, "no graph");
     ensure!(
-        client.phase(a).step("phase")? == capture_core::Phase::None,
+        client.phase(a).step("phase")? == graph_capture::Phase::None,
         "a left capture mode"
     );
     client

@@ -5,7 +5,7 @@
 
 use std::cell::RefCell;
 
-use capture_core::{Buffer, Builtin, Client, Error, GraphHandle, Pass, Placement, StreamId};
+use graph_capture::{Buffer, Builtin, Client, Error, GraphHandle, Pass, Placement, StreamId};
 
 use crate::ensure;
 use crate::session::Session;
@@ -14,7 +14,7 @@ use crate::workload::UserKernels;
 
 /// Bytes a buffer of `elements` floats spans in its pool.
 fn spanned(elements: u32) -> u64 {
-    (u64::from(elements) * 4).next_multiple_of(capture_core::SLICE_ALIGN)
+    (u64::from(elements) * 4).next_multiple_of(graph_capture::SLICE_ALIGN)
 }
 
 /// A step that fills a temporary of `elements` with `value`, adds `x` to

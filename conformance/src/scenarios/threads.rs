@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use capture_core::{Builtin, Config, Error, Pass, Phase};
+use graph_capture::{Builtin, Config, Error, Pass, Phase};
 
 use crate::ensure;
 use crate::session::Session;
@@ -193,7 +193,7 @@ pub fn a_recording_takes_only_its_threads_work<D: UserKernels>(session: &Session
     let err = refused(fx.add(), "the first thread after the hand-over")?;
     ensure!(matches!(err, Error::NotRecorder { .. }), "got {err}");
     let err = refused(
-        client.adopt(stream, capture_core::WindowId(window.0 + 99)),
+        client.adopt(stream, graph_capture::WindowId(window.0 + 99)),
         "a wrong token",
     )?;
     ensure!(matches!(err, Error::OutOfOrder { .. }), "got {err}");

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use capture_core::{Builtin, Error, GraphCache, Pass, Served, Update};
+use graph_capture::{Builtin, Error, GraphCache, Pass, Served, Update};
 
 use crate::ensure;
 use crate::faulty::Primitive;

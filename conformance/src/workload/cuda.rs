@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
-use backend_cuda::{Cuda, Device, Kernel};
-use capture_core::{Access, Error, Signature};
+use graph_capture::cuda::{Cuda, Device, Kernel};
+use graph_capture::{Access, Error, Signature};
 
 use super::{CUDA_SOURCE, UserKernel, UserKernels};
 

@@ -9,7 +9,7 @@
 //! Weights come from a fixed-seed generator, so every backend and the
 //! reference see the same model.
 
-use capture_core::{Buffer, Client, Error, GraphHandle, StreamId};
+use graph_capture::{Buffer, Client, Error, GraphHandle, StreamId};
 
 use super::{Footprint, UserKernels, Workload};
 use crate::workload::rng::Rng;

@@ -2,7 +2,7 @@
 //! holds and what the recording touched: the memory figures of the decode
 //! step and of the benches' long capture.
 
-use capture_core::{Client, Error, GraphDriver, GraphHandle, StreamId};
+use graph_capture::{Client, Error, GraphDriver, GraphHandle, StreamId};
 
 /// What a stream's device pool holds against what its user holds, and what
 /// a graph pins against what its recording touched.

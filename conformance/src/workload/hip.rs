@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
-use backend_hip::{Device, Hip, Kernel};
-use capture_core::{Access, Error, Signature};
+use graph_capture::hip::{Device, Hip, Kernel};
+use graph_capture::{Access, Error, Signature};
 
 use super::{CUDA_SOURCE, UserKernel, UserKernels};
 

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use backend_host::{Device, Group, Host, Kernel, View};
-use capture_core::{Error, Signature};
+use graph_capture::host::{Device, Group, Host, Kernel, View};
+use graph_capture::{Error, Signature};
 
 use super::transformer::host as transformer;
 use super::{UserKernel, UserKernels};

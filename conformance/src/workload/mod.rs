@@ -59,7 +59,7 @@ use std::sync::Arc;
 
 pub use footprint::Footprint;
 
-use capture_core::{
+use graph_capture::{
     Access, Buffer, Builtins, Client, Error, GraphDriver, Kernel, Params, Signature, StreamId,
 };
 

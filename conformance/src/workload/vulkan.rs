@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use backend_vulkan::{Device, Kernel, Vulkan};
-use capture_core::{Access, Error, Signature};
+use graph_capture::vulkan::{Device, Kernel, Vulkan};
+use graph_capture::{Access, Error, Signature};
 
 use super::{UserKernel, UserKernels};
 

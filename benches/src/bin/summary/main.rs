@@ -202,8 +202,8 @@ const RECAPTURE_REPETITIONS: usize = 11;
 /// again into the same graph: the driver's instantiate against its update,
 /// and what the user waits for, `capture` against `recapture` end to end.
 fn update_rows<D: Backend>(failed: &mut bool) -> Vec<(String, bool)> {
-    let measure = |launches: u32| -> Result<(String, bool), capture_core::Error> {
-        let client = capture_core::Client::<D>::open()?;
+    let measure = |launches: u32| -> Result<(String, bool), graph_capture::Error> {
+        let client = graph_capture::Client::<D>::open()?;
         let stream = client.create_stream()?;
         let shape = Shape {
             hidden: 64,
@@ -292,7 +292,7 @@ fn pipeline_row<D: Backend>(failed: &mut bool) -> String {
 /// operations per second each thread gets.
 fn thread_row<D: Backend>(failed: &mut bool) -> String {
     let rates = |threads: usize| -> Result<Vec<f64>, String> {
-        let client = capture_core::Client::<D>::open().map_err(|e| e.to_string())?;
+        let client = graph_capture::Client::<D>::open().map_err(|e| e.to_string())?;
         let runs = conformance::stress::run_threads(&client, threads, STRESS_OPERATIONS)?;
         Ok(runs.iter().map(|run| run.rate()).collect())
     };
@@ -319,7 +319,7 @@ fn thread_row<D: Backend>(failed: &mut bool) -> String {
 /// The decode step on `D`: eager against replay per step, and per launch.
 fn decode_row<D: Backend>(failed: &mut bool, memory: &mut Vec<(String, bool)>) -> String {
     let shape = Shape::DECODE;
-    let figures = capture_core::Client::<D>::open()
+    let figures = graph_capture::Client::<D>::open()
         .and_then(|client| decode::measure(&client, shape, DECODE_STEPS));
     match figures {
         Ok(f) => {

@@ -1,7 +1,7 @@
 //! One backend's measurements, at fixed counts.
 
-use capture_core::DeviceInfo;
 use conformance::workload::Footprint;
+use graph_capture::DeviceInfo;
 
 use benches::{Backend, Fixture, RawAdd, Result, Sample, measure};
 use benches::{CAPTURE_LENGTHS, SEQUENCE_LENGTHS};

@@ -2,7 +2,7 @@
 //! scratch in buffers of one stream, sized for a largest batch, and the
 //! launches of one step for any batch up to it.
 
-use capture_core::{Buffer, Builtin, Client, Error, StreamId};
+use graph_capture::{Buffer, Builtin, Client, Error, StreamId};
 
 use super::kernels::Kernels;
 use super::reference::{Config, EPS, Weights};

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use capture_core::{Client, Error, GraphCache};
+use graph_capture::{Client, Error, GraphCache};
 
 use super::device::{Transformer, starts};
 use crate::workload::UserKernels;

@@ -2,7 +2,7 @@
 //! GPU sources' workgroup does, and every reduction runs in index order, as
 //! the reference does, so the host backend matches it bit for bit.
 
-use backend_host::{Group, View};
+use graph_capture::host::{Group, View};
 
 /// The workgroup's linear index: the row a per-row kernel works on.
 fn row(group: &Group<'_>) -> usize {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use capture_core::{Buffer, Client, Error, Kernel, Params, StreamId};
+use graph_capture::{Buffer, Client, Error, Kernel, Params, StreamId};
 
 use crate::workload::{UserKernel, UserKernels, grid};
 
