@@ -54,11 +54,11 @@ impl<D: GraphDriver> GraphHandle<D> {
 
 impl<D: GraphDriver> GraphHandle<D> {
     /// Enqueue the graph's recorded work on its stream: the same as
-    /// [`Client::replay`] with this graph.
+    /// [`Client::replay`](crate::Client::replay) with this graph.
     ///
     /// # Errors
     ///
-    /// As [`Client::replay`]; [`Error::UnknownGraph`] once the client is
+    /// As [`Client::replay`](crate::Client::replay); [`Error::UnknownGraph`] once the client is
     /// gone.
     pub fn replay(&self) -> Result<(), Error> {
         let Some(shared) = self.inner.shared.upgrade() else {

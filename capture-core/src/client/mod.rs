@@ -15,8 +15,9 @@
 //!   (the one that called [`Client::begin`], or the one that took the
 //!   window over with [`Client::adopt`]) may issue work on it: a launch, a
 //!   write or an allocation from any other thread is refused with
-//!   [`Error::NotRecorder`] and never recorded. Any thread holding the
-//!   window's token may close it with [`Client::instantiate`].
+//!   [`Error::NotRecorder`](crate::Error::NotRecorder) and never recorded.
+//!   Any thread holding the window's token may close it with
+//!   [`Client::instantiate`].
 //! - Buffers and graph handles may be dropped anywhere: the memory returns
 //!   to its stream's pool through the drop queue, and a graph is destroyed
 //!   after its stream is synced.

@@ -1,20 +1,12 @@
 //! Frees that wait for the device, each only as long as it must.
 //!
-//! A slice dropped on the host may still be read or written by work already
-//! enqueued: a pinned staging slice a copy has not read yet, a buffer a kernel
-//! is still writing. Its handle waits here until the device is past its last
-//! use, and only then can the pool hand the range out again. The same holds
-//! for anything else a replay may still use (an executable replaced by an
-//! update).
-//!
-//! Frees are grouped into batches, each stamped with a signal taken when
-//! its first slice was queued, after the work that used it: a batch is done
-//! when the device has passed its stamp. Reclaiming asks the driver without
-//! waiting ([`DropQueue::reclaim`]); only a pool that cannot grow otherwise
-//! waits, and then only for the oldest batch ([`DropQueue::wait_oldest`]),
-//! never for work issued after the frees it reclaims. While a window
-//! records no signal may be taken, so frees queue unstamped until the
-//! window closes and stamps them.
+//! A slice dropped on the host may still be used by enqueued work, so its
+//! handle waits here until the device is past that work (an executable an
+//! update replaced, too). Frees are batched under a signal taken after
+//! their last use; reclaiming never waits, and a pool that cannot grow
+//! waits for the oldest batch alone ([`DropQueue::wait_oldest`]). While a
+//! window records, no signal may be taken: frees queue unstamped until it
+//! closes.
 
 use std::collections::VecDeque;
 

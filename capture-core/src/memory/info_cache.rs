@@ -1,17 +1,11 @@
 //! Launch info bytes, cached on the device by content.
 //!
-//! Most launches of a decode step repeat the same few element counts and
-//! scalars, so each distinct content is staged and copied to the device once
-//! and reused. A graph's recorded launches point at those device slices, so
-//! while a window is open, every entry it uses is pinned; `capture_commit`
-//! seals the pins under the new graph, and an entry is freed once no live
-//! graph pins it any more.
-//!
-//! An entry first made while the stream records is different: its bytes are
-//! copied by a recorded copy, which runs only when the graph replays. It
-//! serves the rest of that recording, and leaves the cache when the window
-//! closes (the graph keeps its slice), so no eager launch ever reads it
-//! before a replay wrote it.
+//! A decode step repeats a few element counts and scalars, so each content
+//! is copied to the device once and reused. While a window is open every
+//! entry it uses is pinned; `capture_commit` seals the pins under the new
+//! graph, and an entry goes once no live graph pins it. An entry first made
+//! while recording is written only when the graph replays, so it leaves the
+//! cache when the window closes and no eager launch ever reads it first.
 
 use smallvec::SmallVec;
 

@@ -1,50 +1,32 @@
-//! The device state every client call is served from: one lock per stream,
-//! and small device-wide locks for the little that streams share.
+//! The device state every client call is served from.
 //!
 //! Uses capture, streams and every part below them; only the client uses
 //! it.
 //!
 //! # Locks
 //!
-//! Streams are the unit of concurrency, so each stream's whole state (its
-//! pools, drop queue, info cache, capture state, failure claims and graphs)
-//! sits under its own mutex, and a call on one stream never waits for a call
-//! on another. The device-wide state is small and each part has its own
-//! lock:
+//! Each stream's whole state sits under its own mutex, held for the whole
+//! of a call on it (its driver waits included), so a call on one stream
+//! never waits for a call on another. What streams share has small locks of
+//! its own, always taken in this order, so no two calls wait for each
+//! other:
 //!
-//! - `streams` (a read-write lock): the map from id to stream. Read-locked
-//!   only to clone a stream's `Arc` out; write-locked to add or remove one.
-//!   Never held while a stream is locked. The hot calls do not ask it: a
-//!   launch reaches its stream through its first buffer, and a handle's
-//!   replay through the handle, each of which keeps the stream's slot.
-//! - one mutex per stream: held for the whole of a call on it, including
-//!   the driver waits that call makes (a read's fence, a destroy's sync);
-//!   those block only that stream.
-//! - `graphs` (a mutex): which stream each live graph belongs to. Taken
-//!   while a stream is locked, never the other way round.
-//! - `kernels` (a mutex): the builtins compiled so far. Taken with no
-//!   stream locked.
+//! 1. `streams`, the map of streams, released before any stream lock. Hot
+//!    calls skip it: a buffer and a graph handle keep their stream's slot.
+//! 2. Stream locks: one, or for work on shared buffers several, in
+//!    ascending id (`shared.rs`).
+//! 3. `lingering`, then `order`, `graphs` and the claims.
 //!
-//! - `order` (a mutex): which stream waits for which around shared
-//!   buffers (`ordering.rs`). Taken under stream locks, never the other way
-//!   round.
-//!
-//! So the order is: `streams`, released before any stream lock; then
-//! stream locks, one, or for work on shared buffers several, always in
-//! ascending id (`server/shared.rs`); then `order`, `graphs` and the
-//! device's claims. No two calls can wait for each other.
+//! `kernels`, the builtins compiled so far, is taken with no stream locked.
 //!
 //! # Threads and capture windows
 //!
-//! A recording takes the work of one thread: the one that called `begin`
-//! (or adopted the window since, with its token). Work another thread issues
-//! on a recording stream (a launch, a write, an allocation) is refused with
-//! [`Error::NotRecorder`] and never recorded, so it can neither run silently
-//! inside every replay nor vanish from a graph. Every call of the recording
-//! thread that the stream refuses (a launch, a write, an allocation, a host
-//! sync, a replay) dooms the window: a recording that skipped an operation
-//! never becomes a graph. Capture calls out of order (a second `begin`) are
-//! the exception: they change nothing, as rule 1 says.
+//! A recording takes the work of one thread, the one that began or adopted
+//! it: another thread's launch, write or allocation on a recording stream is
+//! refused with [`Error::NotRecorder`], so it can neither run inside every
+//! replay nor vanish from a graph. Any refused call of the recording thread
+//! dooms the window, but capture calls out of order, which change nothing
+//! (rule 1).
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};

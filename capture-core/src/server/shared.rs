@@ -2,16 +2,11 @@
 //! involves locked together, and the waits it needs made on the device
 //! before it is issued.
 //!
-//! A buffer is used only on its own stream until another stream first
-//! touches it. From then on it is *shared*: every operation on it, on any
-//! stream, takes this path, and [`StreamOrder`] says which stream must wait
-//! for which. Work on buffers that were never shared never comes here and
-//! pays nothing for it.
-//!
-//! This path holds several streams' locks at once, always taken in
-//! ascending stream id, then the order's lock: no two calls can wait for
-//! each other. The waits are events recorded at the other stream's end
-//! when needed, so no stream records an event for work nobody waits on.
+//! A buffer becomes *shared* when a second stream first touches it; from
+//! then on every operation on it takes this path, and [`StreamOrder`] says
+//! who waits for whom. Buffers never shared never come here. The locks are
+//! taken in ascending stream id, then the order's, so no two calls wait for
+//! each other, and an event is recorded only for work somebody waits on.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -1,19 +1,13 @@
 //! Which stream must wait for which before it touches a buffer another
-//! stream used: the bookkeeping behind buffers shared across streams
-//! (rule 20), kept apart from the locks and drivers that act on it.
+//! stream used (rule 20), kept apart from the locks and drivers that act on
+//! it.
 //!
-//! Each stream counts the operations it issues; an operation's point is that
-//! count. Each stream also keeps, per other stream, the point up to which it
-//! is ordered after that stream (a vector clock): its own waits, and what
-//! the streams it waited for were ordered after when it waited. A wait is
-//! always for the other stream's whole work so far (an event recorded at its
-//! current end), so one event per producer serves every buffer it wrote.
-//!
-//! Per buffer, the last write and the reads since it, each with its stream
-//! and point. An access on stream `b` needs a wait on stream `a` only when a
-//! hazard with `a`'s work (read after write, write after read, write after
-//! write) lies past what `b` is already ordered after; otherwise it adds
-//! nothing, and a buffer only ever used on one stream costs no wait at all.
+//! Each stream counts the operations it issues (its points) and keeps, per
+//! other stream, the point it is ordered after: a vector clock. A wait is
+//! always for the other stream's whole work so far, so one event serves
+//! every buffer it wrote. Per buffer, the last write and the reads since:
+//! an access needs a wait only for a hazard past what its stream is already
+//! ordered after, and a buffer used on one stream never needs one.
 
 use std::sync::{Mutex, MutexGuard};
 
