@@ -2000,4 +2000,69 @@ mod tests {
         let usage = client.usage(stream).expect("usage");
         assert_eq!(usage.temporary_arena_bytes, 0, "no graph holds it");
     }
+
+    #[test]
+    fn a_dropped_buffer_nothing_else_holds_loses_its_claim_and_order_at_once() {
+        let device = std::sync::Arc::new(super::TestDevice::default());
+        let client = Client::<TestDriver>::with_device(device.clone(), Config::default());
+        let [a, b] = streams(&client);
+        let src = client.create(a, &[2; 16]).expect("src");
+        let x = client.create(a, &[0; 16]).expect("x");
+        let out = client.create(b, &[0; 16]).expect("out");
+        let copy = copy_kernel(2);
+        client
+            .launch(b, &copy, [1, 1, 1], &[&x, &out], &[], &[])
+            .expect("b reads x: shared");
+        let (writes, ()) = client
+            .capture(a, |_| {
+                client.launch(a, &copy, [1, 1, 1], &[&src, &x], &[], &[])
+            })
+            .expect("capture");
+        device.refuse_replay.store(true, Ordering::SeqCst);
+        assert!(client.replay(&writes).is_err(), "claims x");
+        device.refuse_replay.store(false, Ordering::SeqCst);
+        drop(writes);
+        client.sync(b).expect("b is past its read of x");
+        assert_eq!(client.claimed_buffers(), 1);
+        let server = client.server().expect("server");
+        let ordered = server.ordered_buffers();
+        drop(x);
+        client.sync(a).expect("a call on a collects x");
+        assert_eq!(client.lingering_buffers(), 0, "nothing else held x");
+        assert_eq!(client.claimed_buffers(), 0, "x's claim went with it");
+        assert_eq!(server.ordered_buffers(), ordered - 1, "and its order");
+    }
+
+    #[test]
+    fn a_destroyed_stream_that_shared_lets_go_of_its_arena() {
+        let client = client();
+        let device = client.device().clone();
+        let pages = || device.pages.load(Ordering::SeqCst);
+        let [a, b] = streams(&client);
+        let copy = copy_kernel(2);
+        let x = client.create(a, &[4; 16]).expect("x on a");
+        let y = client.create(b, &[0; 16]).expect("y on b");
+        client
+            .launch(b, &copy, [1, 1, 1], &[&x, &y], &[], &[])
+            .expect("a's buffer used on b: a shares");
+        let (graph, ()) = client
+            .capture(a, |_| {
+                let scratch = client.allocate(a, 512)?;
+                client.launch(a, &copy, [1, 1, 1], &[&x, &scratch], &[], &[])?;
+                client.launch(a, &copy, [1, 1, 1], &[&scratch, &x], &[], &[])
+            })
+            .expect("a graph with a temporary");
+        drop(graph);
+        assert!(client.usage(a).expect("usage").temporary_arena_bytes > 0);
+        drop(x);
+        client.sync(b).expect("b is past x");
+        let before = pages();
+        client.destroy_stream(a).expect("destroy a");
+        assert_eq!(
+            device.streams.load(Ordering::SeqCst),
+            1,
+            "a's stream went: nothing kept its pages"
+        );
+        assert!(pages() < before, "a's pages, the arena's too, went");
+    }
 }

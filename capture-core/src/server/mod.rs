@@ -336,6 +336,12 @@ impl<D: GraphDriver> Server<D> {
         lock(&self.lingering).len()
     }
 
+    /// Buffers the order of shared buffers keeps something of.
+    #[cfg(test)]
+    pub(crate) fn ordered_buffers(&self) -> usize {
+        crate::streams::order::lock(&self.order).buffers()
+    }
+
     /// The destroyed streams kept for their pages.
     fn retired_streams(&self) -> std::sync::MutexGuard<'_, Vec<StreamState<D>>> {
         self.retired

@@ -225,6 +225,12 @@ impl StreamOrder {
         users
     }
 
+    /// Buffers the order keeps something of.
+    #[cfg(test)]
+    pub(crate) fn buffers(&self) -> usize {
+        self.buffers.len()
+    }
+
     /// `buffer` is gone: nothing will order against it any more.
     pub fn forget(&mut self, buffer: BufferId) {
         self.buffers.remove(&buffer);
