@@ -38,11 +38,13 @@
 //! length of the call and then makes the caller's device current again, so a
 //! program that also uses HIP directly keeps its own current device. Captures
 //! run in relaxed mode so that `begin` and `end` may come from different
-//! threads. That gives up no protection: what the stricter modes guard
-//! against, an allocation or a host sync while recording, capture-core
-//! refuses itself, and a page freed or a module unloaded while any stream
-//! of the GPU records (through any `Device` opened on it) is released once
-//! the last recording ends (see [`Device`]).
+//! threads; relaxed mode allows allocations while recording. On ROCm a
+//! synchronous `hipMemcpy` or `hipMemset` anywhere in the process
+//! invalidates every capture in progress, so a capture whose end fails and
+//! leaves its stream capturing gets a fresh stream in its place. A page
+//! freed or a module unloaded while any stream of the GPU records (through
+//! any `Device` opened on it) is released once the last recording ends (see
+//! [`Device`]).
 //!
 //! Graphs need ROCm 5.3 or later: before it a kernel launched on a capturing
 //! stream runs at once and is missing from the graph, so `begin` refuses on

@@ -5,12 +5,13 @@
 //! Captures run in `hipStreamCaptureModeRelaxed`. capture-core drives a
 //! stream from whichever thread calls, so `begin` and `end` may arrive on
 //! different threads; the global and thread-local modes refuse that
-//! (`hipErrorStreamCaptureWrongThread`). What those modes guard against, a
-//! device allocation or a host sync while a capture records, capture-core
-//! refuses itself, and a page freed or a module unloaded on the GPU while
-//! any of its streams records waits for the recording to end (see
-//! [`Device`](crate::Device)). Relaxed mode therefore gives up no protection
-//! here.
+//! (`hipErrorStreamCaptureWrongThread`). Relaxed mode allows allocations
+//! while a capture records. The real risk is process-wide: on ROCm any
+//! synchronous `hipMemcpy` or `hipMemset`, on any thread, invalidates every
+//! capture in progress, and `hipStreamEndCapture` then fails without ending
+//! it, so a failed end replaces the stream (`Stream::end`). Frees and
+//! unloads on the GPU wait while any of its streams records (see
+//! [`Device`](crate::Device)).
 
 use std::collections::VecDeque;
 use std::ffi::c_void;
@@ -113,8 +114,12 @@ pub struct Stream {
     /// The last sequence number handed out; 0 means none, which every fence
     /// treats as already reached.
     last_seq: u64,
-    /// Recorded events not yet known complete, oldest first.
+    /// Recorded events not yet known complete, oldest first. An entry
+    /// `(seq, event)` stands for every sequence number after the previous
+    /// entry's up to `seq`.
     pending: VecDeque<(u64, ffi::Event)>,
+    /// Every sequence number up to this one has been reached.
+    reached: u64,
     spare: Vec<ffi::Event>,
     /// The capture `begin` opened, until `end` closes it.
     capture: Option<Capture>,
@@ -162,6 +167,7 @@ impl Stream {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             last_seq: 0,
             pending: VecDeque::new(),
+            reached: 0,
             spare: Vec::new(),
             capture: None,
             unsignalled: false,
@@ -180,7 +186,14 @@ impl Stream {
                 // Not ready, or an error that the fence on it will report.
                 break;
             }
-            self.pending.pop_front();
+            self.pop_reached();
+        }
+    }
+
+    /// The oldest pending event has been reached.
+    fn pop_reached(&mut self) {
+        if let Some((seq, event)) = self.pending.pop_front() {
+            self.reached = seq;
             self.recycle(event);
         }
     }
@@ -196,9 +209,7 @@ impl Stream {
     /// Every event up to `index` of `pending` has been reached.
     fn passed(&mut self, index: usize) {
         for _ in 0..=index {
-            if let Some((_, event)) = self.pending.pop_front() {
-                self.recycle(event);
-            }
+            self.pop_reached();
         }
     }
 
@@ -243,9 +254,11 @@ impl Stream {
         if signal.seq > self.last_seq {
             return Err(other(op, "the signal was never handed out by this stream"));
         }
-        // Events leave `pending` only once complete, so a signal whose event
-        // is gone has been reached.
-        Ok(self.pending.iter().position(|&(seq, _)| seq == signal.seq))
+        if signal.seq <= self.reached {
+            return Ok(None);
+        }
+        // The first event at or after the signal stands for it.
+        Ok(self.pending.iter().position(|&(seq, _)| seq >= signal.seq))
     }
 
     pub(crate) fn fence(&mut self, signal: Signal) -> Result<(), DriverError> {
@@ -256,7 +269,8 @@ impl Stream {
         let api = self.device.api;
         let _current = self.device.enter(OP)?;
         let event = self.pending[index].1;
-        // SAFETY: the event is live and was recorded on this stream.
+        // SAFETY: the event is live and was last recorded on this stream's
+        // current handle, which is live.
         let code = unsafe { (api.event_synchronize)(event) };
         error::check(api, OP, code)?;
         // The stream is in order: everything recorded before this event is
@@ -273,7 +287,7 @@ impl Stream {
         let api = self.device.api;
         let _current = self.device.enter(OP)?;
         let event = self.pending[index].1;
-        // SAFETY: the event is live and was recorded on this stream.
+        // SAFETY: as for `fence`.
         match unsafe { (api.event_query)(event) } {
             ffi::SUCCESS => {
                 self.passed(index);
@@ -438,7 +452,8 @@ impl Stream {
     /// recording mode on every path: when the runtime's end fails and leaves
     /// the stream capturing (some releases answer
     /// `hipErrorStreamCaptureInvalidated` without ending it), the stream is
-    /// replaced by a fresh one.
+    /// replaced by a fresh one. A capture the runtime still calls active
+    /// cannot be replaced, and the error says so.
     pub(crate) fn end(&mut self) -> Result<Recording, DriverError> {
         const OP: &str = "end capture";
         let api = self.device.api;
@@ -461,14 +476,18 @@ impl Stream {
         });
         let result = if code != ffi::SUCCESS {
             let mut message = describe(Some(api), code);
-            if !self.is_idle() {
-                message.push_str(match self.replace() {
-                    Ok(()) => "; the stream was left capturing, so it was replaced by a fresh one",
-                    Err(_) => {
-                        "; the stream was left capturing and no fresh one could be created \
-                         to replace it"
+            let status = self.capture_status();
+            if status != Some(ffi::CAPTURE_STATUS_NONE) {
+                match self.replace(status) {
+                    Ok(()) => message.push_str(
+                        "; the stream was left capturing, so it was replaced by a fresh one",
+                    ),
+                    Err(error) => {
+                        log::error!("{error}");
+                        message.push_str("; the stream was left capturing and was not replaced: ");
+                        message.push_str(&error.message);
                     }
-                });
+                }
             }
             Err(DriverError::new(error::BACKEND, OP, message))
         } else {
@@ -480,47 +499,103 @@ impl Stream {
         result
     }
 
-    /// Whether the runtime says the stream is not capturing. A stream it
-    /// cannot answer for is taken as capturing, since replacing an idle
-    /// stream costs little and keeping a capturing one loses all later work.
-    fn is_idle(&self) -> bool {
-        let Some(is_capturing) = self.device.api.stream_is_capturing else {
-            return false;
-        };
+    /// The stream's capture status, or `None` when the runtime cannot say.
+    /// A stream it cannot answer for is taken as capturing, since replacing
+    /// an idle stream costs little and keeping a capturing one loses all
+    /// later work.
+    fn capture_status(&self) -> Option<ffi::CaptureStatus> {
+        let is_capturing = self.device.api.stream_is_capturing?;
         let mut status = ffi::CAPTURE_STATUS_ACTIVE;
         // SAFETY: the stream is live; the out-pointer is a live local.
         let code = unsafe { is_capturing(self.raw, &mut status) };
-        code == ffi::SUCCESS && status == ffi::CAPTURE_STATUS_NONE
+        (code == ffi::SUCCESS).then_some(status)
     }
 
     /// Put a fresh stream in place of this one, which a broken capture left
-    /// capturing. The new stream first waits for the newest event of the old
-    /// one, which `begin` recorded after everything enqueued before the
-    /// capture; destroying the old stream ends its capture and (on ROCm's
-    /// runtime) waits for the work issued on it before the capture opened.
-    /// Events recorded on the old stream stay valid, so earlier signals
-    /// still fence.
-    fn replace(&mut self) -> Result<(), DriverError> {
+    /// capturing (`status` is what the runtime said of it). The new stream
+    /// first waits for the newest event of the old one, which `begin`
+    /// recorded after everything enqueued before the capture; destroying the
+    /// old stream ends its capture and (on ROCm's runtime) waits for the
+    /// work issued on it before the capture opened.
+    ///
+    /// ROCm's `hipEventQuery` and `hipEventSynchronize` read the stream an
+    /// event was last recorded on without checking it, so no event of the
+    /// old stream may outlive it: one event recorded on the fresh stream
+    /// after its wait stands for every pending signal, and the old events
+    /// are destroyed first. On an error the old stream is kept.
+    fn replace(&mut self, status: Option<ffi::CaptureStatus>) -> Result<(), DriverError> {
         const OP: &str = "replace a stream left capturing";
-        let api = self.device.api;
-        let fresh = create_raw(&self.device, OP).inspect_err(|error| log::error!("{error}"))?;
-        if let Some(&(_, event)) = self.pending.back() {
-            // SAFETY: the fresh stream and the event are live; the flags are
-            // the default, 0.
-            let code = unsafe { (api.stream_wait_event)(fresh, event, 0) };
-            if let Err(error) = error::check(api, OP, code) {
-                log::warn!("{error}");
-            }
+        if status == Some(ffi::CAPTURE_STATUS_ACTIVE) {
+            // After hipErrorStreamCaptureUnjoined the capture stays open; a
+            // wait on its stream's event would be refused
+            // (hipErrorStreamCaptureIsolation) and leave a fresh stream
+            // unordered after the old one's work.
+            return Err(other(
+                OP,
+                "the capture is still active (a stream joined into it was never joined back), \
+                 so no fresh stream can be ordered after it",
+            ));
         }
+        let api = self.device.api;
+        let fresh = create_raw(&self.device, OP)?;
+        let marker = match self.pending.back() {
+            Some(&(newest, event)) => match order_after(&self.device, fresh, event) {
+                Ok(marker) => Some((newest, marker)),
+                Err(error) => {
+                    // SAFETY: the fresh stream was created above, holds no
+                    // work anyone waits for, and is destroyed once, here.
+                    let code = unsafe { (api.stream_destroy)(fresh) };
+                    if let Err(error) = error::check(api, OP, code) {
+                        log::warn!("{error}");
+                    }
+                    return Err(error);
+                }
+            },
+            None => None,
+        };
+        for (_, event) in std::mem::take(&mut self.pending) {
+            destroy_event(&self.device, event);
+        }
+        for event in std::mem::take(&mut self.spare) {
+            destroy_event(&self.device, event);
+        }
+        self.pending.extend(marker);
         let old = std::mem::replace(&mut self.raw, fresh);
-        // SAFETY: the old stream is live and no longer reachable: it is
-        // destroyed exactly once, here.
+        // SAFETY: the old stream is live and no longer reachable, and no
+        // event recorded on it is left: it is destroyed exactly once, here.
         let code = unsafe { (api.stream_destroy)(old) };
         if let Err(error) = error::check(api, OP, code) {
             log::warn!("{error}");
         }
         Ok(())
     }
+}
+
+/// Make `fresh` wait for `event` and record a new event on it after the
+/// wait, which is reached once `event` is.
+fn order_after(
+    device: &Device,
+    fresh: ffi::Stream,
+    event: ffi::Event,
+) -> Result<ffi::Event, DriverError> {
+    const OP: &str = "replace a stream left capturing";
+    let api = device.api;
+    // SAFETY: the fresh stream and the event are live; the flags are the
+    // default, 0.
+    let code = unsafe { (api.stream_wait_event)(fresh, event, 0) };
+    error::check(api, OP, code)?;
+    let mut marker = ptr::null_mut();
+    // SAFETY: the out-pointer is a live local; the flag is a documented one.
+    let code = unsafe { (api.event_create_with_flags)(&mut marker, ffi::EVENT_DISABLE_TIMING) };
+    error::check(api, OP, code)?;
+    // SAFETY: the event was just created and the fresh stream is live, both
+    // on the current device.
+    let code = unsafe { (api.event_record)(marker, fresh) };
+    if let Err(error) = error::check(api, OP, code) {
+        destroy_event(device, marker);
+        return Err(error);
+    }
+    Ok(marker)
 }
 
 /// A point recorded on one stream that other streams of the same device

@@ -27,6 +27,12 @@
  * fake_replaced_covered can say whether a stream replacing one left
  * capturing waited for all the old one's work.
  *
+ * An event remembers the stream it was last recorded on, as ROCm's does,
+ * and hipEventQuery or hipEventSynchronize on one whose stream was
+ * destroyed aborts the process: ROCm reads that stream without checking it.
+ * A stream's capture status is 1 (active) while it records; a failed end
+ * can leave it invalidated (2) or active (1), see fake_fail_next_end.
+ *
  * A code object is an ELF whose e_ident padding (bytes 9 to 12) holds a
  * four-letter tag, which hipModuleLoadData logs; "BAD!" is refused. Any
  * other image (hiprtc's output here) is logged by its first four bytes.
@@ -59,10 +65,17 @@ static void* handle(void) { return (void*)(next_handle += 0x10); }
 
 #define MAX_HANDLES 256
 
-/* Streams with their capture state, graphs with their node counts,
- * executables with the kernel-argument bytes their updates took, events
- * with the stream and tick of their latest recording. */
-static struct { void* handle; int capturing; long nodes; long last_work; } streams[MAX_HANDLES];
+/* Streams with their capture status (0 none, 1 active, 2 invalidated),
+ * graphs with their node counts, executables with the kernel-argument
+ * bytes their updates took, events with the stream and tick of their
+ * latest recording. */
+static struct {
+    void* handle;
+    int capturing;
+    long nodes;
+    long last_work;
+    int destroyed;
+} streams[MAX_HANDLES];
 static struct {
     void* handle;
     long nodes;
@@ -77,8 +90,12 @@ static struct { void* handle; long nodes; long kernarg; } execs[MAX_HANDLES];
 static struct { void* handle; void* stream; long at; int captured; } events[MAX_HANDLES];
 static int stream_count = 0, graph_count = 0, exec_count = 0, event_count = 0;
 static long ticks = 0, kernarg_bytes = 0;
-static void* last_waited_event = 0;
+/* The latest wait: the waiting stream, and the waited event's stream,
+ * tick and whether it was recorded in a capture, as they were then. */
 static void* last_waiting_stream = 0;
+static void* last_waited_recorder = 0;
+static long last_waited_at = 0;
+static int last_waited_captured = 0;
 static int replaced_covered = -1;
 /* The streams (by creation order) of the latest wait: the waiting one and
  * the one its event was recorded on. */
@@ -163,8 +180,9 @@ static int failing(const char* name) {
 int fake_last_wait(void) {
     return last_wait_waiter < 0 ? -1 : last_wait_waiter * 100 + last_wait_recorder;
 }
-/* The next hipStreamEndCapture answers `code`, leaving the stream capturing
- * when `leave_capturing` is set. */
+/* The next hipStreamEndCapture answers `code`, leaving the stream's capture
+ * ended (`leave_capturing` 0), invalidated (1) or still active (2, as
+ * after hipErrorStreamCaptureUnjoined). */
 void fake_fail_next_end(int code, int leave_capturing) {
     end_code = code;
     end_leaves_capturing = leave_capturing;
@@ -226,6 +244,7 @@ int hipStreamCreateWithFlags(void** stream, unsigned flags) {
     *stream = handle();
     streams[stream_count].handle = *stream;
     streams[stream_count].capturing = 0;
+    streams[stream_count].destroyed = 0;
     stream_count++;
     say("hipStreamCreateWithFlags flags=%u", flags);
     return 0;
@@ -233,11 +252,13 @@ int hipStreamCreateWithFlags(void** stream, unsigned flags) {
 int hipStreamDestroy(void* stream) {
     int i = find_stream(stream);
     if (i >= 0 && streams[i].capturing) {
-        int e = find_event(last_waited_event);
-        replaced_covered = e >= 0 && events[e].stream == stream && last_waiting_stream != stream &&
-                           !events[e].captured && events[e].at >= streams[i].last_work;
+        replaced_covered = last_waited_recorder == stream && last_waiting_stream != stream &&
+                           !last_waited_captured && last_waited_at >= streams[i].last_work;
     }
-    if (i >= 0) streams[i].capturing = 0;
+    if (i >= 0) {
+        streams[i].capturing = 0;
+        streams[i].destroyed = 1;
+    }
     say("hipStreamDestroy");
     return 0;
 }
@@ -248,13 +269,15 @@ int hipStreamWaitEvent(void* stream, void* event, unsigned flags) {
     last_wait_waiter = find_stream(stream);
     last_wait_recorder = e >= 0 ? find_stream(events[e].stream) : -1;
     last_waiting_stream = stream;
-    last_waited_event = event;
+    last_waited_recorder = e >= 0 ? events[e].stream : 0;
+    last_waited_at = e >= 0 ? events[e].at : 0;
+    last_waited_captured = e >= 0 && events[e].captured;
     say("hipStreamWaitEvent flags=%u", flags);
     return 0;
 }
 int hipStreamIsCapturing(void* stream, int* status) {
     int i = find_stream(stream);
-    *status = i >= 0 && streams[i].capturing ? 2 : 0;
+    *status = i >= 0 ? streams[i].capturing : 0;
     say("hipStreamIsCapturing -> %d", *status);
     return 0;
 }
@@ -354,8 +377,26 @@ int hipEventRecord(void* event, void* stream) {
     say("hipEventRecord");
     return 0;
 }
-int hipEventSynchronize(void* event) { (void)event; say("hipEventSynchronize"); return 0; }
-int hipEventQuery(void* event) { (void)event; return events_ready ? 0 : 600; }
+/* ROCm follows the event to the stream it was last recorded on; a
+ * destroyed one is freed memory there, so this fake stops the process. */
+static void check_event_stream(const char* name, void* event) {
+    int e = find_event(event);
+    int i = e >= 0 ? find_stream(events[e].stream) : -1;
+    if (i >= 0 && streams[i].destroyed) {
+        say("%s on an event of a destroyed stream", name);
+        fprintf(stderr, "fake HIP: %s on an event last recorded on a destroyed stream\n", name);
+        abort();
+    }
+}
+int hipEventSynchronize(void* event) {
+    check_event_stream("hipEventSynchronize", event);
+    say("hipEventSynchronize");
+    return 0;
+}
+int hipEventQuery(void* event) {
+    check_event_stream("hipEventQuery", event);
+    return events_ready ? 0 : 600;
+}
 int hipEventDestroy(void* event) {
     int code = failing("hipEventDestroy");
     if (code) return code;
@@ -380,7 +421,7 @@ int hipStreamEndCapture(void* stream, void** graph) {
     if (end_code != 0) {
         int code = end_code;
         end_code = 0;
-        if (!end_leaves_capturing) streams[i].capturing = 0;
+        streams[i].capturing = end_leaves_capturing == 2 ? 1 : end_leaves_capturing ? 2 : 0;
         return code;
     }
     if (graph_count == MAX_HANDLES) return 2;

@@ -150,10 +150,20 @@ impl Fake {
     }
 
     fn fail_next_end(&self, code: c_int, leave_capturing: bool) {
+        self.fail_next_end_leaving(code, c_int::from(leave_capturing));
+    }
+
+    /// The next end answers `code` and leaves the capture active, as ROCm
+    /// does after `hipErrorStreamCaptureUnjoined`.
+    fn fail_next_end_active(&self, code: c_int) {
+        self.fail_next_end_leaving(code, 2);
+    }
+
+    fn fail_next_end_leaving(&self, code: c_int, status: c_int) {
         // SAFETY: `void fake_fail_next_end(int, int)`.
         let fail = unsafe { self.get::<unsafe extern "C" fn(c_int, c_int)>("fake_fail_next_end") };
         // SAFETY: plain values.
-        unsafe { fail(code, c_int::from(leave_capturing)) };
+        unsafe { fail(code, status) };
     }
 
     fn push_update(&self, code: c_int, result: c_int) {
@@ -808,8 +818,9 @@ fn run_scenario(library: &Path, log: &Path) {
     calls.take();
 
     // A failed end that leaves the stream capturing: the stream is replaced
-    // by a fresh one, which first waits for the old one's newest event, and
-    // the next capture runs on it.
+    // by a fresh one, which first waits for the old one's newest event and
+    // records one of its own for the pending signals; the old events go
+    // before the old stream, and the next capture runs on the fresh one.
     fake.events_ready(false);
     ok(Hip::signal(&mut stream));
     ok(Hip::begin(&mut stream));
@@ -822,16 +833,25 @@ fn run_scenario(library: &Path, log: &Path) {
         "{message}"
     );
     let ended = calls.take();
+    let ended = after(&ended, "hipStreamEndCapture");
+    let old_events = ended
+        .iter()
+        .filter(|call| *call == "hipEventDestroy")
+        .count();
+    assert!(old_events >= 1, "{ended:?}");
     assert_eq!(
-        ended[ended.len() - 5..],
+        ended[..6],
         [
             "hipStreamEndCapture",
             "hipStreamIsCapturing -> 2",
             "hipStreamCreateWithFlags flags=1",
             "hipStreamWaitEvent flags=0",
-            "hipStreamDestroy"
+            "hipEventCreateWithFlags flags=2",
+            "hipEventRecord"
         ]
     );
+    assert_eq!(ended.len(), 7 + old_events, "{ended:?}");
+    assert_eq!(ended.last().map(String::as_str), Some("hipStreamDestroy"));
     fake.events_ready(true);
     ok(Hip::begin(&mut stream));
     ok(Hip::launch(&mut stream, launch(&add)));
@@ -1197,6 +1217,120 @@ fn a_replacement_stream_waits_for_all_the_old_streams_work() {
     in_child(
         "a_replacement_stream_waits_for_all_the_old_streams_work",
         replacement_is_ordered,
+    );
+}
+
+/// Signals taken before a capture whose end fails and leaves the stream
+/// capturing still fence and query once the stream is replaced: the fake
+/// aborts on an event whose stream was destroyed, as ROCm reads freed
+/// memory there.
+fn replaced_signals(library: &Path, log: &Path) {
+    let fake = Fake::open(library);
+    let mut calls = Calls {
+        path: log.to_owned(),
+        seen: 0,
+    };
+    let device = ok(Hip::open());
+    let mut stream = ok(Hip::create_stream(&device));
+    let page = ok(Hip::allocate_device_page(&mut stream, 64));
+    let host = ok(Hip::allocate_host_page(&mut stream, 64));
+    let copy = |stream: &mut Stream| {
+        ok(Hip::copy_to_device(
+            stream,
+            HostSlice::<Hip> {
+                page: &host,
+                offset: 0,
+                len: 64,
+            },
+            DeviceSlice::<Hip> {
+                page: &page,
+                offset: 0,
+                len: 64,
+            },
+        ));
+    };
+    fake.events_ready(false);
+    copy(&mut stream);
+    let first = ok(Hip::signal(&mut stream));
+    copy(&mut stream);
+    let second = ok(Hip::signal(&mut stream));
+    ok(Hip::begin(&mut stream));
+    calls.take();
+    fake.fail_next_end(901, true);
+    let message = refusal(Hip::end(&mut stream));
+    assert!(message.contains("replaced by a fresh one"), "{message}");
+    let replaced = calls.take();
+    assert_eq!(fake.query("fake_replaced_covered"), 1);
+
+    // Both earlier points now stand on the fresh stream.
+    assert!(!ok(Hip::is_done(&mut stream, first)));
+    fake.events_ready(true);
+    ok(Hip::fence(&mut stream, first));
+    assert!(ok(Hip::is_done(&mut stream, second)));
+    ok(Hip::fence(&mut stream, second));
+    copy(&mut stream);
+    let third = ok(Hip::signal(&mut stream));
+    ok(Hip::fence(&mut stream, third));
+    drop(stream);
+
+    // One event recorded on the fresh stream after its wait, and the two
+    // old ones destroyed before the old stream.
+    assert_eq!(
+        names(&replaced)[2..],
+        [
+            "hipStreamCreateWithFlags",
+            "hipStreamWaitEvent",
+            "hipEventCreateWithFlags",
+            "hipEventRecord",
+            "hipEventDestroy",
+            "hipEventDestroy",
+            "hipStreamDestroy"
+        ],
+        "{replaced:?}"
+    );
+}
+
+#[test]
+fn signals_before_a_replaced_capture_still_fence() {
+    in_child(
+        "signals_before_a_replaced_capture_still_fence",
+        replaced_signals,
+    );
+}
+
+/// A failed end that leaves the capture active (a stream forked into it
+/// was never joined back) is an error, and the stream is not replaced: a
+/// fresh stream could not be ordered after it.
+fn active_capture_not_replaced(library: &Path, log: &Path) {
+    let fake = Fake::open(library);
+    let mut calls = Calls {
+        path: log.to_owned(),
+        seen: 0,
+    };
+    let device = ok(Hip::open());
+    let mut stream = ok(Hip::create_stream(&device));
+    ok(Hip::begin(&mut stream));
+    calls.take();
+    // hipErrorStreamCaptureUnjoined.
+    fake.fail_next_end_active(904);
+    let message = refusal(Hip::end(&mut stream));
+    assert!(
+        message.contains("still active") && !message.contains("replaced by a fresh one"),
+        "{message}"
+    );
+    assert_eq!(
+        calls.take(),
+        ["hipStreamEndCapture", "hipStreamIsCapturing -> 1"],
+        "a fresh stream was made for a capture still active"
+    );
+    drop(stream);
+}
+
+#[test]
+fn a_capture_left_active_is_an_error_not_a_replacement() {
+    in_child(
+        "a_capture_left_active_is_an_error_not_a_replacement",
+        active_capture_not_replaced,
     );
 }
 
