@@ -41,7 +41,17 @@ fn build_stubs() -> Result<(), String> {
     build_stub(&compiler, &runs, &["-DCUDA_STUB_FULL", "-DCUDA_STUB_RUNS"])?;
     println!("cargo:rustc-env=CUDA_RUNS_STUB_DIR={}", runs.display());
     // Inside the runs stub's directory, so that whatever ships that
-    // directory ships this one too.
+    // directory ships these too: a 12.0 to 12.2 driver, without the edge
+    // functions taking edge data, and one without any edge functions.
+    build_stub(
+        &compiler,
+        &runs.join("no-edge-data"),
+        &[
+            "-DCUDA_STUB_FULL",
+            "-DCUDA_STUB_RUNS",
+            "-DCUDA_STUB_NO_EDGE_DATA",
+        ],
+    )?;
     build_stub(
         &compiler,
         &runs.join("no-edge-functions"),

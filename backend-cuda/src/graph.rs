@@ -10,7 +10,10 @@ use capture_core::{DriverError, Order, Updated};
 
 use crate::device::Device;
 use crate::error::refuse;
-use crate::sys::{self, CUgraph, CUgraphExec, CUgraphExecUpdateResultInfo, CUgraphNode, CUstream};
+use crate::sys::{
+    self, Api, CUgraph, CUgraphExec, CUgraphExecUpdateResultInfo, CUgraphNode, CUresult, CUstream,
+    ChangePlain, ChangeWithData, DependentsPlain, DependentsWithData,
+};
 use capture_core::edges::{self, Edge, Plan};
 
 /// What a stream capture recorded: the captured `CUgraph`, and how many
@@ -85,9 +88,9 @@ impl Recording {
     /// has made the context current and checked the nodes.
     ///
     /// `Order::Chain` on a graph still as captured makes no driver call. On
-    /// a driver without the edge functions (older than 12.3) the graph
-    /// keeps its chain, which orders every pair of operations and so keeps
-    /// any dependencies too.
+    /// a driver without the edge functions in either spelling (see
+    /// [`EdgeFunctions`]) the graph keeps its chain, which orders every pair
+    /// of operations and so keeps any dependencies too.
     fn arrange(&mut self, order: Order<'_>, op: &'static str) -> Result<(), DriverError> {
         let nodes = self.operations();
         let chain;
@@ -103,14 +106,13 @@ impl Recording {
             return Ok(());
         }
         let api = self.device.api();
-        let (Some(add), Some(remove)) = (api.graph_add_dependencies, api.graph_remove_dependencies)
-        else {
+        let Some(functions) = EdgeFunctions::of(api) else {
             chain_kept(&self.device.info().driver_version);
             return Ok(());
         };
         let rewritten = match self.rewritten.take() {
             Some(rewritten) => rewritten,
-            None => match self.walk_chain(op)? {
+            None => match self.walk_chain(functions, op)? {
                 Some(nodes) => Rewritten {
                     edges: edges::chain(nodes.len()),
                     nodes,
@@ -146,32 +148,14 @@ impl Recording {
         };
         if !plan.remove.is_empty() {
             let (from, to) = ends(&plan.remove)?;
-            // SAFETY: the graph is live and every node is one of its own;
-            // `from` and `to` hold `from.len()` nodes each; a null edge-data
-            // array means the plain edges a capture records.
-            api.check(op, unsafe {
-                remove(
-                    self.graph,
-                    from.as_ptr(),
-                    to.as_ptr(),
-                    ptr::null(),
-                    from.len(),
-                )
-            })?;
+            // SAFETY: the graph is live and every node is one of its own.
+            api.check(op, unsafe { functions.remove(self.graph, &from, &to) })?;
         }
         if !plan.add.is_empty() {
             let (from, to) = ends(&plan.add)?;
             // SAFETY: as for the removal; none of these edges is in the
             // graph, which the driver would refuse.
-            api.check(op, unsafe {
-                add(
-                    self.graph,
-                    from.as_ptr(),
-                    to.as_ptr(),
-                    ptr::null(),
-                    from.len(),
-                )
-            })?;
+            api.check(op, unsafe { functions.add(self.graph, &from, &to) })?;
         }
         self.rewritten = Some(Rewritten {
             nodes: rewritten.nodes,
@@ -184,11 +168,13 @@ impl Recording {
     /// from the single root; `None` when the driver lacks the functions to
     /// walk it. A graph that is not one chain of every node is refused: its
     /// nodes cannot be matched to the operations issued.
-    fn walk_chain(&self, op: &'static str) -> Result<Option<Vec<CUgraphNode>>, DriverError> {
+    fn walk_chain(
+        &self,
+        functions: EdgeFunctions,
+        op: &'static str,
+    ) -> Result<Option<Vec<CUgraphNode>>, DriverError> {
         let api = self.device.api();
-        let (Some(roots_of), Some(dependents_of)) =
-            (api.graph_get_root_nodes, api.graph_node_get_dependent_nodes)
-        else {
+        let Some(roots_of) = api.graph_get_root_nodes else {
             return Ok(None);
         };
         let expected = self.operations();
@@ -219,11 +205,9 @@ impl Recording {
         loop {
             nodes.push(node);
             let mut count = found.len();
-            // SAFETY: the node belongs to the live graph; `found` holds
-            // `count` slots; a null edge-data array asks for none, which is
-            // allowed for the plain edges a capture records.
+            // SAFETY: the node belongs to the live graph.
             api.check(op, unsafe {
-                dependents_of(node, found.as_mut_ptr(), ptr::null_mut(), &mut count)
+                functions.dependents(node, &mut found, &mut count)
             })?;
             match count {
                 0 => break,
@@ -335,11 +319,126 @@ fn chain_kept(version: &str) {
     static TOLD: AtomicBool = AtomicBool::new(false);
     if !TOLD.swap(true, Ordering::Relaxed) {
         log::info!(
-            "cuda: driver {version} lacks cuGraphAddDependencies_v2, \
-             cuGraphRemoveDependencies_v2, cuGraphNodeGetDependentNodes_v2 or \
-             cuGraphGetRootNodes (12.3 and newer have them); graphs replay their operations one \
-             after another, as captured"
+            "cuda: driver {version} lacks cuGraphGetRootNodes or one of \
+             cuGraphAddDependencies, cuGraphRemoveDependencies and \
+             cuGraphNodeGetDependentNodes (10.0 and newer have them); graphs replay their \
+             operations one after another, as captured"
         );
+    }
+}
+
+/// The driver's functions that read and change a graph's edges. Drivers
+/// 12.0 to 12.2 lack the 12.3 spellings with edge data; the 10.0 ones do
+/// the same for the plain edges a capture records, so they stand in.
+#[derive(Clone, Copy)]
+enum EdgeFunctions {
+    /// 12.3 and newer, always passed a null edge-data array: plain edges.
+    WithData {
+        add: ChangeWithData,
+        remove: ChangeWithData,
+        dependents: DependentsWithData,
+    },
+    /// 10.0 and newer.
+    Plain {
+        add: ChangePlain,
+        remove: ChangePlain,
+        dependents: DependentsPlain,
+    },
+}
+
+impl EdgeFunctions {
+    /// The newer spellings where the driver has all three, else the older
+    /// ones where it has those; `None` when it has neither set.
+    fn of(api: &Api) -> Option<Self> {
+        if let (Some(add), Some(remove), Some(dependents)) = (
+            api.graph_add_dependencies,
+            api.graph_remove_dependencies,
+            api.graph_node_get_dependent_nodes,
+        ) {
+            return Some(Self::WithData {
+                add,
+                remove,
+                dependents,
+            });
+        }
+        match (
+            api.graph_add_dependencies_plain,
+            api.graph_remove_dependencies_plain,
+            api.graph_node_get_dependent_nodes_plain,
+        ) {
+            (Some(add), Some(remove), Some(dependents)) => Some(Self::Plain {
+                add,
+                remove,
+                dependents,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Add the plain edges `from[i] -> to[i]` to `graph`.
+    ///
+    /// # Safety
+    ///
+    /// `graph` is live, its context is current, and every node is one of
+    /// its own; `from` and `to` have the same length.
+    unsafe fn add(self, graph: CUgraph, from: &[CUgraphNode], to: &[CUgraphNode]) -> CUresult {
+        debug_assert_eq!(from.len(), to.len());
+        let count = from.len().min(to.len());
+        match self {
+            // SAFETY: the caller's promise; both arrays hold `count` nodes,
+            // and a null edge-data array means plain edges.
+            Self::WithData { add, .. } => unsafe {
+                add(graph, from.as_ptr(), to.as_ptr(), ptr::null(), count)
+            },
+            // SAFETY: as above.
+            Self::Plain { add, .. } => unsafe { add(graph, from.as_ptr(), to.as_ptr(), count) },
+        }
+    }
+
+    /// Remove the plain edges `from[i] -> to[i]` from `graph`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`EdgeFunctions::add`].
+    unsafe fn remove(self, graph: CUgraph, from: &[CUgraphNode], to: &[CUgraphNode]) -> CUresult {
+        debug_assert_eq!(from.len(), to.len());
+        let count = from.len().min(to.len());
+        match self {
+            // SAFETY: as in `add`.
+            Self::WithData { remove, .. } => unsafe {
+                remove(graph, from.as_ptr(), to.as_ptr(), ptr::null(), count)
+            },
+            // SAFETY: as in `add`.
+            Self::Plain { remove, .. } => unsafe {
+                remove(graph, from.as_ptr(), to.as_ptr(), count)
+            },
+        }
+    }
+
+    /// Write up to `*count` of `node`'s dependents into `found` (`*count`
+    /// at most `found.len()`), as the driver answers.
+    ///
+    /// # Safety
+    ///
+    /// `node` belongs to a live graph whose context is current.
+    unsafe fn dependents(
+        self,
+        node: CUgraphNode,
+        found: &mut [CUgraphNode],
+        count: &mut usize,
+    ) -> CUresult {
+        *count = (*count).min(found.len());
+        match self {
+            // SAFETY: `found` holds at least `count` slots; a null edge-data
+            // array asks for none, which is allowed for plain edges.
+            Self::WithData { dependents, .. } => unsafe {
+                dependents(node, found.as_mut_ptr(), ptr::null_mut(), count)
+            },
+            // SAFETY: as above.
+            Self::Plain { dependents, .. } => unsafe {
+                dependents(node, found.as_mut_ptr(), count)
+            },
+        }
     }
 }
 

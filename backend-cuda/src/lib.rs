@@ -199,8 +199,9 @@ impl GraphDriver for Cuda {
     /// the launches and copies the stream recorded. For
     /// [`Order::Dependencies`] the captured chain's edges are first replaced
     /// by the dependencies' (`cuGraphRemoveDependencies_v2`,
-    /// `cuGraphAddDependencies_v2`); a driver older than 12.3 keeps the
-    /// chain, which says so once in the log.
+    /// `cuGraphAddDependencies_v2`, or on drivers 12.0 to 12.2 their 10.0
+    /// spellings without edge data); a driver with neither keeps the chain,
+    /// which says so once in the log.
     fn instantiate(
         _stream: &mut Stream,
         recording: Recording,

@@ -29,8 +29,9 @@ const NAMES: &[&str] = &["libcuda.so.1", "libcuda.so"];
 
 /// The oldest driver with everything required here: graph upload and the
 /// stream-capture calls used arrived by 11.4. In-place update
-/// (`cuGraphExecUpdate_v2`) needs 12.0 and rewriting a graph's edges
-/// (`cuGraphAddDependencies_v2` and kin) 12.3; each is used where present.
+/// (`cuGraphExecUpdate_v2`) needs 12.0; rewriting a graph's edges uses
+/// `cuGraphAddDependencies_v2` and kin (12.3), else the 10.0 spellings;
+/// each is used where present.
 const OLDEST_DRIVER: c_int = 11040;
 
 /// The driver's version as `cuDriverGetVersion` encodes it (`12040`).

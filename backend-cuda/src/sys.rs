@@ -150,6 +150,11 @@ pub struct Prototype {
     pub params: &'static [&'static str],
     /// Whether a driver may lack it (the function is then not used).
     pub optional: bool,
+    /// Whether it is an older spelling that CUDA 13's `cuda.h` declares
+    /// only for the driver's own build (`__CUDA_API_VERSION_INTERNAL`), its
+    /// plain name there meaning the newer function; the ABI test checks it
+    /// with that defined.
+    pub legacy: bool,
 }
 
 /// Declares the driver functions once: the table of pointers resolved from
@@ -161,6 +166,9 @@ macro_rules! driver_api {
         }
         optional {
             $( $(#[doc = $odoc:literal])* $ofield:ident = $osymbol:ident ( $( $oty:ty ),* $(,)? ); )*
+        }
+        legacy {
+            $( $(#[doc = $ldoc:literal])* $lfield:ident = $lsymbol:ident ( $( $lty:ty ),* $(,)? ); )*
         }
     ) => {
         /// Every driver function this crate calls, resolved from the loaded
@@ -175,13 +183,15 @@ macro_rules! driver_api {
         pub(crate) struct Api {
             $( $(#[doc = $doc])* pub(crate) $field: unsafe extern "C" fn($($ty),*) -> CUresult, )*
             $( $(#[doc = $odoc])* pub(crate) $ofield: Option<unsafe extern "C" fn($($oty),*) -> CUresult>, )*
+            $( $(#[doc = $ldoc])* pub(crate) $lfield: Option<unsafe extern "C" fn($($lty),*) -> CUresult>, )*
         }
 
         /// Every prototype the driver table declares, required ones first, in the
         /// order they are resolved.
         pub const PROTOTYPES: &[Prototype] = &[
-            $( Prototype { symbol: stringify!($symbol), params: &[$(stringify!($ty)),*], optional: false }, )*
-            $( Prototype { symbol: stringify!($osymbol), params: &[$(stringify!($oty)),*], optional: true }, )*
+            $( Prototype { symbol: stringify!($symbol), params: &[$(stringify!($ty)),*], optional: false, legacy: false }, )*
+            $( Prototype { symbol: stringify!($osymbol), params: &[$(stringify!($oty)),*], optional: true, legacy: false }, )*
+            $( Prototype { symbol: stringify!($lsymbol), params: &[$(stringify!($lty)),*], optional: true, legacy: true }, )*
         ];
 
         impl Api {
@@ -205,6 +215,16 @@ macro_rules! driver_api {
                         let found = unsafe {
                             library.get::<unsafe extern "C" fn($($oty),*) -> CUresult>(
                                 concat!(stringify!($osymbol), "\0").as_bytes(),
+                            )
+                        };
+                        found.ok().map(|f| *f)
+                    }, )*
+                    $( $lfield: {
+                        // SAFETY: as for the required functions, with the
+                        // prototype of the older spelling.
+                        let found = unsafe {
+                            library.get::<unsafe extern "C" fn($($lty),*) -> CUresult>(
+                                concat!(stringify!($lsymbol), "\0").as_bytes(),
                             )
                         };
                         found.ok().map(|f| *f)
@@ -330,7 +350,56 @@ driver_api! {
             usize,
         );
     }
+    legacy {
+        /// 10.0 and newer, still exported by 13.0: the nodes that depend on
+        /// a node, over plain edges. What a 12.0 to 12.2 driver offers in
+        /// place of `cuGraphNodeGetDependentNodes_v2`.
+        graph_node_get_dependent_nodes_plain = cuGraphNodeGetDependentNodes(
+            CUgraphNode,
+            *mut CUgraphNode,
+            *mut usize,
+        );
+        /// 10.0 and newer: add plain edges, in place of
+        /// `cuGraphAddDependencies_v2`.
+        graph_add_dependencies_plain = cuGraphAddDependencies(
+            CUgraph,
+            *const CUgraphNode,
+            *const CUgraphNode,
+            usize,
+        );
+        /// 10.0 and newer: remove plain edges, in place of
+        /// `cuGraphRemoveDependencies_v2`.
+        graph_remove_dependencies_plain = cuGraphRemoveDependencies(
+            CUgraph,
+            *const CUgraphNode,
+            *const CUgraphNode,
+            usize,
+        );
+    }
 }
+
+/// `cuGraphAddDependencies_v2` and `cuGraphRemoveDependencies_v2`, as the
+/// table holds them.
+pub(crate) type ChangeWithData = unsafe extern "C" fn(
+    CUgraph,
+    *const CUgraphNode,
+    *const CUgraphNode,
+    *const CUgraphEdgeData,
+    usize,
+) -> CUresult;
+/// The 10.0 `cuGraphAddDependencies` and `cuGraphRemoveDependencies`.
+pub(crate) type ChangePlain =
+    unsafe extern "C" fn(CUgraph, *const CUgraphNode, *const CUgraphNode, usize) -> CUresult;
+/// `cuGraphNodeGetDependentNodes_v2`.
+pub(crate) type DependentsWithData = unsafe extern "C" fn(
+    CUgraphNode,
+    *mut CUgraphNode,
+    *mut CUgraphEdgeData,
+    *mut usize,
+) -> CUresult;
+/// The 10.0 `cuGraphNodeGetDependentNodes`.
+pub(crate) type DependentsPlain =
+    unsafe extern "C" fn(CUgraphNode, *mut CUgraphNode, *mut usize) -> CUresult;
 
 /// A C expression whose value must be `value` under `cuda.h`: a constant
 /// this file declares, or the size or offset of a type it declares.

@@ -25,7 +25,7 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use backend_cuda::abi::{NVRTC_PROTOTYPES, PROTOTYPES, abi_facts, result_names};
+use backend_cuda::abi::{NVRTC_PROTOTYPES, PROTOTYPES, Prototype, abi_facts, result_names};
 
 const INCLUDE_ENV: &str = "CAPTURE_CUDA_INCLUDE";
 
@@ -131,7 +131,8 @@ fn c_type(rust: &str) -> String {
     .to_owned()
 }
 
-/// The C source asserting every fact and prototype, plus `extra` lines.
+/// The C source asserting every fact and prototype but the legacy ones,
+/// plus `extra` lines.
 fn assertions(extra: &str) -> String {
     let mut c = String::from("#include <cuda.h>\n#include <stddef.h>\n\n");
     for fact in abi_facts() {
@@ -141,14 +142,34 @@ fn assertions(extra: &str) -> String {
             value = fact.value
         ));
     }
-    for prototype in PROTOTYPES {
-        let params: Vec<String> = prototype.params.iter().map(|p| c_type(p)).collect();
-        let spelled = format!("CUresult (*)({})", params.join(", "));
-        c.push_str(&format!(
-            "_Static_assert(__builtin_types_compatible_p(__typeof__(&{symbol}), {spelled}), \
-             \"{symbol} is {spelled} in Rust\");\n",
-            symbol = prototype.symbol
-        ));
+    for prototype in PROTOTYPES.iter().filter(|p| !p.legacy) {
+        c.push_str(&prototype_assertion(prototype));
+    }
+    c.push_str(extra);
+    c
+}
+
+/// A static assertion that `prototype`'s symbol has the type its Rust
+/// declaration spells.
+fn prototype_assertion(prototype: &Prototype) -> String {
+    let params: Vec<String> = prototype.params.iter().map(|p| c_type(p)).collect();
+    let spelled = format!("CUresult (*)({})", params.join(", "));
+    format!(
+        "_Static_assert(__builtin_types_compatible_p(__typeof__(&{symbol}), {spelled}), \
+         \"{symbol} is {spelled} in Rust\");\n",
+        symbol = prototype.symbol
+    )
+}
+
+/// The C source asserting the legacy prototypes, plus `extra` lines. CUDA
+/// 13's header declares them only for the driver's own build, whose macro
+/// is defined first; CUDA 12's declares them either way.
+fn legacy_assertions(extra: &str) -> String {
+    let mut c = String::from(
+        "#define __CUDA_API_VERSION_INTERNAL 1\n#include <cuda.h>\n#include <stddef.h>\n\n",
+    );
+    for prototype in PROTOTYPES.iter().filter(|p| p.legacy) {
+        c.push_str(&prototype_assertion(prototype));
     }
     c.push_str(extra);
     c
@@ -195,7 +216,7 @@ fn declarations_agree_with_cuda_h() {
         println!(
             "CUDA {}: {} prototypes and {} constants, sizes and offsets agree",
             header.version,
-            PROTOTYPES.len(),
+            PROTOTYPES.iter().filter(|p| !p.legacy).count(),
             abi_facts().len()
         );
         // The check can fail: a value and a prototype made wrong on
@@ -257,6 +278,56 @@ fn edge_functions_are_the_edge_data_spellings() {
                 if same { "not " } else { "" }
             );
         }
+    }
+}
+
+/// The 10.0 edge functions a driver before 12.3 offers in place of the
+/// `_v2` ones are declared as every header spells them under the plain
+/// names: CUDA 12's, and CUDA 13's for the driver's own build.
+#[test]
+fn plain_edge_functions_agree_with_cuda_h() {
+    let legacy: Vec<&str> = PROTOTYPES
+        .iter()
+        .filter(|p| p.legacy)
+        .map(|p| p.symbol)
+        .collect();
+    assert_eq!(
+        legacy,
+        [
+            "cuGraphNodeGetDependentNodes",
+            "cuGraphAddDependencies",
+            "cuGraphRemoveDependencies"
+        ]
+    );
+    assert!(PROTOTYPES.iter().filter(|p| p.legacy).all(|p| p.optional));
+    let Some(headers) = checked_headers() else {
+        return;
+    };
+    if Command::new(compiler()).arg("--version").output().is_err() {
+        return missing(&format!("no C compiler ({})", compiler()));
+    }
+    for header in &headers {
+        if let Err(words) = compile(header, &legacy_assertions(""), "legacy") {
+            panic!(
+                "the plain edge functions disagree with {} (CUDA {}):\n{words}",
+                header.path().display(),
+                header.version
+            );
+        }
+        // The check can fail: the edge-data prototype under the plain name
+        // is refused.
+        let wrong = legacy_assertions(
+            "_Static_assert(__builtin_types_compatible_p(__typeof__(&cuGraphAddDependencies), \
+             CUresult (*)(CUgraph, const CUgraphNode *, const CUgraphNode *, \
+             const CUgraphEdgeData *, size_t)), \"a wrong prototype\");\n",
+        );
+        let refused = compile(header, &wrong, "legacy-wrong").expect_err("a wrong one is refused");
+        assert!(refused.contains("a wrong prototype"), "{refused}");
+        println!(
+            "CUDA {}: the {} plain edge functions agree",
+            header.version,
+            legacy.len()
+        );
     }
 }
 

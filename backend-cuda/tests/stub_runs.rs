@@ -8,8 +8,9 @@
 //! a wait, or after its streams, is destroyed in its own context. And the
 //! order a graph keeps: a captured chain's edges replaced by a dependency
 //! graph's before instantiation and update, left alone for the chain, a
-//! capture that is no chain refused, and a driver without the edge
-//! functions keeping the chain.
+//! capture that is no chain refused, a 12.0 to 12.2 driver rewriting edges
+//! with the 10.0 edge functions, and a driver without any edge functions
+//! keeping the chain.
 //!
 //! Each case runs in a child process (this test binary, run again with the
 //! stub first on the library path), because the driver library, once
@@ -519,8 +520,10 @@ impl Bench {
 }
 
 /// In the child: four copies recorded, instantiated as their dependency
-/// graph and as the chain; the graph replays what was recorded.
-fn check_dependency_order() {
+/// graph and as the chain; the graph replays what was recorded. The edges
+/// change through the 10.0 functions where `plain`, else only through the
+/// 12.3 ones.
+fn check_dependency_order(plain: bool) {
     let mut bench = Bench::new();
     let calls = stub_int("cuStubEdgeCalls");
     let exec = bench
@@ -540,6 +543,11 @@ fn check_dependency_order() {
         .expect("the dependency graph instantiates");
     assert_eq!(stub_edges(), [(0, 2), (1, 3)]);
     assert!(stub_int("cuStubEdgeCalls") > calls);
+    assert_eq!(
+        stub_int("cuStubPlainEdgeCalls") > 0,
+        plain,
+        "which spelling of the edge functions was called"
+    );
 
     // The replay runs every recorded copy.
     Cuda::write_host(&bench.host, 0, &[3; 64]);
@@ -579,9 +587,35 @@ fn check_dependency_order() {
 #[test]
 fn a_graph_is_instantiated_with_its_dependency_edges_or_the_chain() {
     if in_child() {
-        return check_dependency_order();
+        return check_dependency_order(false);
     }
     in_stub("a_graph_is_instantiated_with_its_dependency_edges_or_the_chain");
+}
+
+/// The runs stub built as another driver: the directory `name` inside the
+/// runs stub's.
+fn stub_variant(name: &str) -> String {
+    let dir = env::var(STUB_DIR_ENV)
+        .ok()
+        .or(backend_cuda::TEST_RUNS_STUB_DIR.map(str::to_owned))
+        .expect("the stub libcuda.so.1 was built");
+    std::path::Path::new(&dir)
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+fn a_driver_before_12_3_rewrites_edges_with_the_plain_functions() {
+    if in_child() {
+        check_dependency_order(true);
+        return check_update_order();
+    }
+    in_stub_at(
+        "a_driver_before_12_3_rewrites_edges_with_the_plain_functions",
+        &stub_variant("no-edge-data"),
+        &[],
+    );
 }
 
 /// In the child: updates with the same edges go in place; with other edges
@@ -747,14 +781,9 @@ fn a_driver_without_the_edge_functions_keeps_the_chain() {
     if in_child() {
         return check_fallback_to_chain();
     }
-    let dir = env::var(STUB_DIR_ENV)
-        .ok()
-        .or(backend_cuda::TEST_RUNS_STUB_DIR.map(str::to_owned))
-        .expect("the stub libcuda.so.1 was built");
-    let older = std::path::Path::new(&dir).join("no-edge-functions");
     in_stub_at(
         "a_driver_without_the_edge_functions_keeps_the_chain",
-        &older.to_string_lossy(),
+        &stub_variant("no-edge-functions"),
         &[],
     );
 }

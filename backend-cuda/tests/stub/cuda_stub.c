@@ -39,10 +39,12 @@
  * edges are the same, and whose copies cuGraphLaunch runs at once.
  * cuStubGraphEdges hands out the edges of the graph last instantiated or
  * updated from, cuStubInstantiations and cuStubUpdatesInPlace count those,
- * and cuStubEdgeCalls counts the calls that read or change edges.
- * Built once more with CUDA_STUB_NO_EDGE_FUNCTIONS defined, it lacks the
- * edge functions of 12.3 (cuGraphAddDependencies_v2 and the like), as a
- * 12.2 driver does.
+ * and cuStubEdgeCalls counts the calls that read or change edges
+ * (cuStubPlainEdgeCalls those of the 10.0 spellings without edge data).
+ * Built with CUDA_STUB_NO_EDGE_DATA defined, it lacks the edge functions of
+ * 12.3 (cuGraphAddDependencies_v2 and the like), as a 12.0 to 12.2 driver
+ * does, and keeps the 10.0 ones (cuGraphAddDependencies and the like);
+ * with CUDA_STUB_NO_EDGE_FUNCTIONS, it lacks both.
  *
  * With CUDA_STUB_DEFER=1 as well, work outside a capture is queued on its
  * stream instead of run at once, and runs in order when something waits
@@ -310,8 +312,10 @@ enum { CU_GRAPH_NODE_TYPE_MEMCPY = 1 };
 static int branch_captures = 0;
 static int instantiations = 0;
 static int updates_in_place = 0;
-/* Calls of cuGraphGetRootNodes and the edge functions. */
+/* Calls of cuGraphGetRootNodes and the edge functions, and of the 10.0
+ * edge functions alone. */
 static int edge_calls = 0;
+static int plain_edge_calls = 0;
 /* The edges of the graph last instantiated or updated from. */
 static size_t (*last_edges)[2] = NULL;
 static size_t last_edge_count = 0;
@@ -320,6 +324,7 @@ void cuStubBranchCaptures(int on) { branch_captures = on; }
 int cuStubInstantiations(void) { return instantiations; }
 int cuStubUpdatesInPlace(void) { return updates_in_place; }
 int cuStubEdgeCalls(void) { return edge_calls; }
+int cuStubPlainEdgeCalls(void) { return plain_edge_calls; }
 /* Writes up to `max` edges of the graph last instantiated or updated from
  * as node positions into `from` and `to`; returns how many it has. */
 size_t cuStubGraphEdges(size_t *from, size_t *to, size_t max) {
@@ -625,7 +630,9 @@ CUresult cuGraphDestroy(void *graph) {
     return CUDA_SUCCESS;
 }
 
-#ifndef CUDA_STUB_NO_EDGE_FUNCTIONS
+#ifdef CUDA_STUB_NO_EDGE_FUNCTIONS
+#define CUDA_STUB_NO_EDGE_DATA
+#else
 /* The position of `node` in `g`, or -1 when it is not one of its nodes. */
 static long position(const Graph *g, const void *node) {
     for (size_t i = 0; i < g->count; i++)
@@ -633,16 +640,9 @@ static long position(const Graph *g, const void *node) {
     return -1;
 }
 
-/* An edge-data array must be all zero: the plain edges a capture records. */
-static int plain(const unsigned char *data, size_t edges) {
-    for (size_t i = 0; data != NULL && i < edges * 8; i++)
-        if (data[i] != 0) return 0;
-    return 1;
-}
-CUresult cuGraphNodeGetDependentNodes_v2(void *node, void **dependents, void *data,
-                                         size_t *count) {
+static CUresult dependent_nodes(void *node, void **dependents, size_t *count) {
     edge_calls += 1;
-    if (node == NULL || data != NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (node == NULL) return CUDA_ERROR_INVALID_VALUE;
     Graph *g = ((Node *)node)->graph;
     long at = position(g, node);
     void **found = calloc(g->edge_count ? g->edge_count : 1, sizeof(void *));
@@ -659,11 +659,9 @@ CUresult cuGraphNodeGetDependentNodes_v2(void *node, void **dependents, void *da
 }
 /* Every edge must join two nodes of the graph and not be there yet; nothing
  * is added unless all can be. */
-CUresult cuGraphAddDependencies_v2(void *graph, void *const *from, void *const *to,
-                                   const void *data, size_t count) {
+static CUresult add_dependencies(void *graph, void *const *from, void *const *to, size_t count) {
     Graph *g = graph;
     edge_calls += 1;
-    if (!plain(data, count)) return CUDA_ERROR_INVALID_VALUE;
     for (size_t i = 0; i < count; i++) {
         long a = position(g, from[i]), b = position(g, to[i]);
         if (a < 0 || b < 0 || a == b || find_edge(g, (size_t)a, (size_t)b) >= 0)
@@ -677,11 +675,9 @@ CUresult cuGraphAddDependencies_v2(void *graph, void *const *from, void *const *
     return CUDA_SUCCESS;
 }
 /* Every edge must be in the graph; nothing is removed unless all are. */
-CUresult cuGraphRemoveDependencies_v2(void *graph, void *const *from, void *const *to,
-                                      const void *data, size_t count) {
+static CUresult remove_dependencies(void *graph, void *const *from, void *const *to, size_t count) {
     Graph *g = graph;
     edge_calls += 1;
-    if (!plain(data, count)) return CUDA_ERROR_INVALID_VALUE;
     for (size_t i = 0; i < count; i++) {
         long a = position(g, from[i]), b = position(g, to[i]);
         if (a < 0 || b < 0 || find_edge(g, (size_t)a, (size_t)b) < 0) return CUDA_ERROR_INVALID_VALUE;
@@ -694,7 +690,56 @@ CUresult cuGraphRemoveDependencies_v2(void *graph, void *const *from, void *cons
     }
     return CUDA_SUCCESS;
 }
+/* The 10.0 spellings: plain edges only. */
+CUresult cuGraphNodeGetDependentNodes(void *node, void **dependents, size_t *count) {
+    plain_edge_calls += 1;
+    return dependent_nodes(node, dependents, count);
+}
+CUresult cuGraphAddDependencies(void *graph, void *const *from, void *const *to, size_t count) {
+    plain_edge_calls += 1;
+    return add_dependencies(graph, from, to, count);
+}
+CUresult cuGraphRemoveDependencies(void *graph, void *const *from, void *const *to,
+                                   size_t count) {
+    plain_edge_calls += 1;
+    return remove_dependencies(graph, from, to, count);
+}
 #endif /* CUDA_STUB_NO_EDGE_FUNCTIONS */
+
+#ifndef CUDA_STUB_NO_EDGE_DATA
+/* An edge-data array must be all zero: the plain edges a capture records. */
+static int plain(const unsigned char *data, size_t edges) {
+    for (size_t i = 0; data != NULL && i < edges * 8; i++)
+        if (data[i] != 0) return 0;
+    return 1;
+}
+/* The 12.3 spellings, with edge data: only a null array, or zeros, is
+ * taken. */
+CUresult cuGraphNodeGetDependentNodes_v2(void *node, void **dependents, void *data,
+                                         size_t *count) {
+    if (data != NULL) {
+        edge_calls += 1;
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return dependent_nodes(node, dependents, count);
+}
+CUresult cuGraphAddDependencies_v2(void *graph, void *const *from, void *const *to,
+                                   const void *data, size_t count) {
+    if (!plain(data, count)) {
+        edge_calls += 1;
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return add_dependencies(graph, from, to, count);
+}
+CUresult cuGraphRemoveDependencies_v2(void *graph, void *const *from, void *const *to,
+                                      const void *data, size_t count) {
+    if (!plain(data, count)) {
+        edge_calls += 1;
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return remove_dependencies(graph, from, to, count);
+}
+#endif /* CUDA_STUB_NO_EDGE_DATA */
 
 CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
     if (exec == NULL || graph == NULL || flags != 0) return CUDA_ERROR_INVALID_VALUE;
@@ -784,6 +829,9 @@ UNSUPPORTED(cuGraphGetRootNodes)
 UNSUPPORTED(cuGraphNodeGetDependentNodes_v2)
 UNSUPPORTED(cuGraphAddDependencies_v2)
 UNSUPPORTED(cuGraphRemoveDependencies_v2)
+UNSUPPORTED(cuGraphNodeGetDependentNodes)
+UNSUPPORTED(cuGraphAddDependencies)
+UNSUPPORTED(cuGraphRemoveDependencies)
 
 #endif /* CUDA_STUB_RUNS */
 
