@@ -186,7 +186,8 @@ impl Recording {
             refuse(
                 op,
                 format!(
-                    "the captured graph is not one chain of its {expected} operation(s) ({what}),                      so its nodes cannot be matched to the operations issued"
+                    "the captured graph is not one chain of its {expected} operation(s) ({what}), \
+                     so its nodes cannot be matched to the operations issued"
                 ),
             )
         };

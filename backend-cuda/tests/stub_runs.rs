@@ -722,9 +722,10 @@ fn check_branched_capture_refused() {
     assert_eq!(refused.op, "instantiate");
     assert!(refused.message.contains("not one chain"), "{refused}");
     assert!(
-        refused
-            .message
-            .contains("operation 0 is followed by more than one"),
+        refused.message.contains(
+            "is not one chain of its 3 operation(s) (operation 0 is followed by more than one), \
+             so its nodes cannot be matched to the operations issued"
+        ),
         "{refused}"
     );
 
