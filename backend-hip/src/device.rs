@@ -45,6 +45,13 @@ const FIRST_CAPTURING_RUNTIME: c_int = 50_300_000;
 /// since they all share its primary context. A page or module is only
 /// released once no enqueued work uses it, so holding it longer is always
 /// safe.
+///
+/// The queue is freed outside the lock: `hipFree` waits for every stream of
+/// the device to drain, and other threads' begins and releases must not
+/// wait for that. A recording that begins meanwhile sends what is still
+/// queued back for its own end; one that begins while a free is under way
+/// may be invalidated by it, and fails at its end like any invalidated
+/// capture.
 pub struct Device {
     pub(crate) api: &'static Api,
     pub(crate) ordinal: c_int,
@@ -209,12 +216,31 @@ impl Device {
     /// A stream of this device stopped recording: the last one to stop frees
     /// what the recordings held back.
     pub(crate) fn recording_ends(&self) {
-        let mut recorders = self.recorders();
-        recorders.streams = recorders.streams.saturating_sub(1);
-        if recorders.streams == 0 {
-            for page in std::mem::take(&mut recorders.deferred) {
-                self.free_now(&page);
+        let deferred = {
+            let mut recorders = self.recorders();
+            recorders.streams = recorders.streams.saturating_sub(1);
+            if recorders.streams > 0 {
+                return;
             }
+            std::mem::take(&mut recorders.deferred)
+        };
+        self.free_deferred(deferred);
+    }
+
+    /// Free what was taken off the queue, without holding the lock, one at
+    /// a time; once a recording has begun, the rest goes back to the queue.
+    fn free_deferred(&self, deferred: Vec<Deferred>) {
+        let mut left = deferred.into_iter();
+        while let Some(release) = left.next() {
+            {
+                let mut recorders = self.recorders();
+                if recorders.streams > 0 {
+                    recorders.deferred.push(release);
+                    recorders.deferred.extend(left);
+                    return;
+                }
+            }
+            self.free_now(&release);
         }
     }
 
@@ -264,13 +290,14 @@ impl Drop for Device {
     fn drop(&mut self) {
         // A stream of another `Device` on this GPU may still be recording,
         // and releases what waits when it ends.
-        let mut recorders = self.recorders();
-        if recorders.streams > 0 {
-            return;
-        }
-        for release in std::mem::take(&mut recorders.deferred) {
-            self.free_now(&release);
-        }
+        let deferred = {
+            let mut recorders = self.recorders();
+            if recorders.streams > 0 {
+                return;
+            }
+            std::mem::take(&mut recorders.deferred)
+        };
+        self.free_deferred(deferred);
     }
 }
 

@@ -9,7 +9,8 @@
  * FAKE_HIP_LOG. The `fake_*` functions let a test change what the runtime
  * answers: its version, whether events are reached, how the next end of a
  * capture and the next graph updates go, how many nodes a graph gains or
- * loses, and which code the next call of an event function answers.
+ * loses, which code the next call of an event function answers, and what
+ * runs while a hipFree does.
  *
  * A graph keeps its nodes and edges: a capture's nodes form a chain in
  * issue order (or, after fake_set_branch_captures(1), each node follows the
@@ -288,7 +289,17 @@ int hipMalloc(void** ptr, size_t size) {
     say("hipMalloc %zu -> %p", size, *ptr);
     return *ptr ? 0 : 2;
 }
-int hipFree(void* ptr) { say("hipFree %p", ptr); free(ptr); return 0; }
+/* Called at the start of every hipFree, when set: a test's way to act
+ * while a free runs, as another thread would while ROCm's free waits for
+ * the device. */
+static void (*on_free)(void) = 0;
+void fake_on_free(void (*callback)(void)) { on_free = callback; }
+int hipFree(void* ptr) {
+    if (on_free) on_free();
+    say("hipFree %p", ptr);
+    free(ptr);
+    return 0;
+}
 int hipHostMalloc(void** ptr, size_t size, unsigned flags) {
     *ptr = calloc(1, size);
     say("hipHostMalloc %zu flags=%u", size, flags);

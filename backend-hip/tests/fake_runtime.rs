@@ -13,7 +13,9 @@ use std::ffi::c_int;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::thread;
+use std::time::Duration;
 
 use backend_hip::{Device, Hip, IN_PLACE_UPDATES_PER_INSTANCE, Kernel, LIBRARY_ENV, Stream};
 use capture_core::{
@@ -1169,6 +1171,86 @@ fn frees_and_unloads_wait_for_a_recording_through_any_device_of_the_gpu() {
     in_child(
         "frees_and_unloads_wait_for_a_recording_through_any_device_of_the_gpu",
         releases_wait_for_the_gpu,
+    );
+}
+
+/// The stream another thread begins a recording on while a free runs, and
+/// what came of it.
+static BEGINNER: Mutex<Option<Stream>> = Mutex::new(None);
+static BEGUN: Mutex<Option<Result<Stream, String>>> = Mutex::new(None);
+
+/// Called by the fake at the start of a `hipFree`: begin a recording on
+/// another thread, as a user's thread would, and wait a while for it. A
+/// begin still waiting means the free runs under the GPU's lock.
+extern "C" fn begin_on_another_thread() {
+    let Some(mut stream) = BEGINNER
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
+    else {
+        return;
+    };
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let begun = Hip::begin(&mut stream).map_err(|e| e.to_string());
+        let _ = tx.send(begun.map(|()| stream));
+    });
+    let outcome = rx
+        .recv_timeout(Duration::from_secs(5))
+        .unwrap_or_else(|_| Err("the begin waited for the free".to_owned()));
+    *BEGUN.lock().unwrap_or_else(PoisonError::into_inner) = Some(outcome);
+}
+
+/// Frees held back by a recording run once it ends, without the GPU's lock:
+/// another thread's begin goes ahead while one runs, and the frees still
+/// queued then wait for that recording.
+fn deferred_frees_outside_the_lock(library: &Path, log: &Path) {
+    let fake = Fake::open(library);
+    let mut calls = Calls {
+        path: log.to_owned(),
+        seen: 0,
+    };
+    let device = ok(Hip::open());
+    let mut recording = ok(Hip::create_stream(&device));
+    let mut other = ok(Hip::create_stream(&device));
+    let first = ok(Hip::allocate_device_page(&mut other, 64));
+    let second = ok(Hip::allocate_device_page(&mut other, 64));
+    ok(Hip::begin(&mut recording));
+    Hip::release_device_page(&mut other, first);
+    Hip::release_device_page(&mut other, second);
+    *BEGINNER.lock().unwrap_or_else(PoisonError::into_inner) =
+        Some(ok(Hip::create_stream(&device)));
+    // SAFETY: `void fake_on_free(void (*)(void))`.
+    let on_free =
+        unsafe { fake.get::<unsafe extern "C" fn(Option<extern "C" fn()>)>("fake_on_free") };
+    // SAFETY: the callback lives as long as the program.
+    unsafe { on_free(Some(begin_on_another_thread)) };
+    calls.take();
+    let graph = ok(Hip::end(&mut recording));
+    // SAFETY: as above; no callback from here.
+    unsafe { on_free(None) };
+    let begun = BEGUN.lock().unwrap_or_else(PoisonError::into_inner).take();
+    let mut began = match begun {
+        Some(Ok(stream)) => stream,
+        Some(Err(why)) => panic!("another thread's begin during a deferred free: {why}"),
+        None => panic!("no deferred free ran"),
+    };
+    let frees = |calls: &[String]| names(calls).iter().filter(|n| **n == "hipFree").count();
+    assert_eq!(
+        frees(&calls.take()),
+        1,
+        "the second page is freed while another recording is open"
+    );
+    drop(ok(Hip::end(&mut began)));
+    assert_eq!(frees(&calls.take()), 1, "the second page waited for it");
+    drop(graph);
+}
+
+#[test]
+fn deferred_frees_run_without_the_gpus_lock() {
+    in_child(
+        "deferred_frees_run_without_the_gpus_lock",
+        deferred_frees_outside_the_lock,
     );
 }
 
