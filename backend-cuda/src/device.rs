@@ -280,15 +280,41 @@ impl Device {
     /// and perform the releases that waited once no stream records any
     /// more. The caller has made the context current.
     pub(crate) fn end_recording<T>(&self, end: impl FnOnce() -> T) -> T {
-        let mut recording = self.recording();
-        let ended = end();
-        recording.streams = recording.streams.saturating_sub(1);
-        if recording.streams == 0 {
-            for release in std::mem::take(&mut recording.deferred) {
-                self.perform(release);
-            }
-        }
+        let (ended, deferred) = {
+            let mut recording = self.recording();
+            let ended = end();
+            recording.streams = recording.streams.saturating_sub(1);
+            let deferred = if recording.streams == 0 {
+                std::mem::take(&mut recording.deferred)
+            } else {
+                Vec::new()
+            };
+            (ended, deferred)
+        };
+        self.perform_deferred(deferred);
         ended
+    }
+
+    /// Perform releases taken off the queue without holding the lock, one
+    /// at a time: a free may wait for every stream of the device to drain,
+    /// and other threads' begins and releases must not wait for that. Once
+    /// a recording has begun, the rest goes back to the queue for its end;
+    /// one that begins while a free is under way may be invalidated by it,
+    /// and fails at its end like any invalidated capture. The caller has
+    /// made the context current.
+    fn perform_deferred(&self, deferred: Vec<Release>) {
+        let mut left = deferred.into_iter();
+        while let Some(release) = left.next() {
+            {
+                let mut recording = self.recording();
+                if recording.streams > 0 {
+                    recording.deferred.push(release);
+                    recording.deferred.extend(left);
+                    return;
+                }
+            }
+            self.perform(release);
+        }
     }
 
     /// Give memory or code back to the driver: now, or once the last stream
@@ -316,8 +342,7 @@ impl Device {
         drop(recording);
     }
 
-    /// Perform one release; the caller has made the context current and
-    /// holds the recording lock.
+    /// Perform one release; the caller has made the context current.
     fn perform(&self, release: Release) {
         let api = self.api;
         let (op, code) = match release {
@@ -351,16 +376,16 @@ impl Drop for Device {
         // A stream of another `Device` on this GPU may still be recording,
         // and performs what waits when it ends. Otherwise this is for a
         // release made while the last stream was recording and never ended.
-        let mut recording = self.recording();
-        if recording.streams > 0 || recording.deferred.is_empty() {
-            return;
-        }
-        let deferred = std::mem::take(&mut recording.deferred);
+        let deferred = {
+            let mut recording = self.recording();
+            if recording.streams > 0 || recording.deferred.is_empty() {
+                return;
+            }
+            std::mem::take(&mut recording.deferred)
+        };
         match self.enter() {
             Ok(current) => {
-                for release in deferred {
-                    self.perform(release);
-                }
+                self.perform_deferred(deferred);
                 drop(current);
             }
             Err(e) => log::warn!("leaking {} released block(s): {e}", deferred.len()),

@@ -1,7 +1,8 @@
 //! The recording bookkeeping against the stub whose streams, events,
 //! captures and memory work on host memory: frees wait for every recording
-//! on the GPU, whichever `Device` opened it, and a stream replaced after a
-//! capture left it recording is ordered after all its work. And events
+//! on the GPU, whichever `Device` opened it, and run after it without the
+//! GPU's lock, and a stream replaced after a capture left it recording is
+//! ordered after all its work. And events
 //! across streams, with the stub queuing each stream's work until something
 //! waits for it (`CUDA_STUB_DEFER`): a wait orders another stream's work,
 //! an event of another device is refused, and an event dropped right after
@@ -19,6 +20,9 @@
 
 use std::env;
 use std::process::Command;
+use std::sync::{Mutex, PoisonError, mpsc};
+use std::thread;
+use std::time::Duration;
 
 use backend_cuda::{Cuda, DEVICE_ENV, DevicePage, HostPage, Stream};
 use capture_core::{
@@ -183,6 +187,98 @@ fn frees_through_one_device_wait_for_a_recording_on_another_of_the_same_gpu() {
         return check_frees_wait_for_the_gpu();
     }
     in_stub("frees_through_one_device_wait_for_a_recording_on_another_of_the_same_gpu");
+}
+
+/// The stream another thread begins a recording on while a free runs, and
+/// what came of it.
+static BEGINNER: Mutex<Option<Stream>> = Mutex::new(None);
+static BEGUN: Mutex<Option<Result<Stream, String>>> = Mutex::new(None);
+
+/// Called by the stub at the start of a `cuMemFree_v2`: begin a recording
+/// on another thread, as a user's thread would, and wait a while for it. A
+/// begin still waiting means the free runs under the GPU's lock.
+extern "C" fn begin_on_another_thread() {
+    let Some(mut stream) = BEGINNER
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
+    else {
+        return;
+    };
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let begun = Cuda::begin(&mut stream).map_err(|e| e.to_string());
+        let _ = tx.send(begun.map(|()| stream));
+    });
+    let outcome = rx
+        .recv_timeout(Duration::from_secs(5))
+        .unwrap_or_else(|_| Err("the begin waited for the free".to_owned()));
+    *BEGUN.lock().unwrap_or_else(PoisonError::into_inner) = Some(outcome);
+}
+
+/// Make the stub call `callback` inside every `cuMemFree_v2`, or stop.
+fn on_free(callback: Option<extern "C" fn()>) {
+    // SAFETY: as in `stub_int`; cuStubOnFree takes a nullable function
+    // pointer, which lives as long as the program.
+    unsafe {
+        let library = libloading::Library::new("libcuda.so.1").expect("the stub is loaded");
+        let function = library
+            .get::<unsafe extern "C" fn(Option<extern "C" fn()>)>(b"cuStubOnFree\0")
+            .expect("the stub exports it");
+        function(callback);
+    }
+}
+
+/// In the child: frees held back by a recording run once it ends, without
+/// the GPU's lock: another thread's begin goes ahead while one runs, and
+/// the frees still queued then wait for that recording.
+fn check_deferred_frees_outside_the_lock() {
+    let device = Cuda::open_index(0).expect("the stub opens device 0");
+    let mut recording = Cuda::create_stream(&device).expect("a stream");
+    let mut other = Cuda::create_stream(&device).expect("a stream");
+    let first = Cuda::allocate_device_page(&mut other, 64).expect("a page");
+    let second = Cuda::allocate_device_page(&mut other, 64).expect("a page");
+    Cuda::begin(&mut recording).expect("the stream records");
+    Cuda::release_device_page(&mut other, first);
+    Cuda::release_device_page(&mut other, second);
+    *BEGINNER.lock().unwrap_or_else(PoisonError::into_inner) =
+        Some(Cuda::create_stream(&device).expect("a stream"));
+    let before = stub_int("cuStubReleases");
+    on_free(Some(begin_on_another_thread));
+    let graph = Cuda::end(&mut recording).expect("the recording ends");
+    on_free(None);
+    let begun = BEGUN.lock().unwrap_or_else(PoisonError::into_inner).take();
+    let mut began = match begun {
+        Some(Ok(stream)) => stream,
+        Some(Err(why)) => panic!("another thread's begin during a deferred free: {why}"),
+        None => panic!("no deferred free ran"),
+    };
+    assert_eq!(
+        stub_int("cuStubReleases"),
+        before + 1,
+        "the second page is freed while another recording is open"
+    );
+    drop(Cuda::end(&mut began).expect("the other recording ends"));
+    assert_eq!(
+        stub_int("cuStubReleases"),
+        before + 2,
+        "the second page waited for it"
+    );
+    drop(graph);
+    assert_eq!(
+        stub_int("cuStubContextDepth"),
+        0,
+        "a context was left pushed"
+    );
+    println!("\n{DONE}");
+}
+
+#[test]
+fn deferred_frees_run_without_the_gpus_lock() {
+    if in_child() {
+        return check_deferred_frees_outside_the_lock();
+    }
+    in_stub("deferred_frees_run_without_the_gpus_lock");
 }
 
 /// In the child: work enqueued after the latest signal, then a capture

@@ -26,10 +26,10 @@
  *
  * Built a third time with CUDA_STUB_RUNS defined as well: streams, events,
  * captures and memory then work on host memory (copies run at once), and
- * cuStub* functions let a test count the frees and unloads performed, make
- * the next end of a capture fail with the stream left capturing, and ask
- * whether a stream replacing one left capturing waited for all the old
- * one's work.
+ * cuStub* functions let a test count the frees and unloads performed, run
+ * a callback inside each cuMemFree_v2, make the next end of a capture fail
+ * with the stream left capturing, and ask whether a stream replacing one
+ * left capturing waited for all the old one's work.
  *
  * Its graphs are kept as nodes and edges: a capture records each copy as a
  * memcpy node after the one before it (or, after cuStubBranchCaptures(1),
@@ -450,7 +450,13 @@ CUresult cuMemAlloc_v2(unsigned long long *pointer, size_t bytes) {
     *pointer = (unsigned long long)(size_t)calloc(1, bytes);
     return CUDA_SUCCESS;
 }
+/* Called at the start of every cuMemFree_v2, when set: a test's way to act
+ * while a free runs, as another thread would while the driver's free waits
+ * for the device. */
+static void (*on_free)(void) = NULL;
+void cuStubOnFree(void (*callback)(void)) { on_free = callback; }
 CUresult cuMemFree_v2(unsigned long long pointer) {
+    if (on_free != NULL) on_free();
     free((void *)(size_t)pointer);
     releases += 1;
     return CUDA_SUCCESS;
