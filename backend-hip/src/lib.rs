@@ -31,6 +31,8 @@
 //!   when neither is set), then the system paths (`libamdhip64.so`, `.so.7`,
 //!   `.so.6`, `.so.5` in each). hiprtc is looked for as `libhiprtc.so` (and
 //!   `.so.7`, ...) beside it (ROCm 6 on), else inside the runtime (ROCm 5).
+//!   Where none is there, `Hip::probe` says only `libamdhip64 not found`;
+//!   [`library_search`] lists every path tried and what each answered.
 //!
 //! # Threads and capture
 //!
@@ -93,7 +95,7 @@ mod stream;
 pub use device::{DEVICE_ENV, Device};
 pub use graph::{Executable, IN_PLACE_UPDATES_PER_INSTANCE};
 pub use kernels::{Kernel, check_code_object};
-pub use loader::LIBRARY_ENV;
+pub use loader::{Attempt, LIBRARY_ENV, library_search};
 pub use memory::{DevicePage, HostPage};
 pub use rtc::hiprtc_compile;
 pub use stream::{Event, Recording, Signal, Stream};

@@ -20,9 +20,13 @@
 //! hiprtc is its own library from ROCm 6 on (`libhiprtc.so`, `.so.7`, ...);
 //! ROCm 5 ships its functions inside `libamdhip64.so`. Both are tried, the
 //! separate library first.
+//!
+//! When no candidate exists the reason is only `libamdhip64 not found`;
+//! every path tried, with what loading it answered, is in
+//! [`library_search`], for a verbose report.
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use libloading::Library;
@@ -135,12 +139,38 @@ pub(crate) struct Rtc {
     pub path: String,
 }
 
-/// The loaded runtime, or the reason it could not be loaded; decided once,
-/// since neither the environment nor the installed files are expected to
-/// change under a running process.
+/// One place the HIP runtime library was looked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    /// The path, or the bare file name given to the dynamic loader's own
+    /// search.
+    pub path: String,
+    /// `None` for the library that loaded; otherwise what the loader said.
+    pub error: Option<String>,
+    /// Whether nothing was there (rather than a library that failed to load).
+    missing: bool,
+}
+
+/// The loaded runtime, or the reason it could not be loaded, and every
+/// place looked in; decided once, since neither the environment nor the
+/// installed files are expected to change under a running process.
+fn loaded() -> &'static (Result<Api, String>, Vec<Attempt>) {
+    static LOADED: OnceLock<(Result<Api, String>, Vec<Attempt>)> = OnceLock::new();
+    LOADED.get_or_init(load)
+}
+
+/// The loaded runtime, or the reason it could not be loaded.
 pub(crate) fn api() -> Result<&'static Api, &'static str> {
-    static API: OnceLock<Result<Api, String>> = OnceLock::new();
-    API.get_or_init(load).as_ref().map_err(String::as_str)
+    loaded().0.as_ref().map_err(String::as_str)
+}
+
+/// Every place the HIP runtime library (`libamdhip64.so`) was looked for,
+/// in order, with what loading it answered; the last loaded when any did.
+/// The unavailability reason names none of these paths, so a verbose
+/// report (a device listing) can show them from here. Searching happens
+/// once per process, on the first call into the backend or this one.
+pub fn library_search() -> &'static [Attempt] {
+    &loaded().1
 }
 
 /// The install roots' library folders named by `ROCM_PATH` and `HIP_PATH`,
@@ -176,9 +206,10 @@ fn candidates(names: &[&str], dirs: &[PathBuf], system: bool) -> Vec<PathBuf> {
     out
 }
 
-/// Open the first candidate that loads; the error lists what each said.
-fn open_first(candidates: &[PathBuf]) -> Result<(Library, PathBuf), String> {
-    let mut failures = Vec::new();
+/// Open the first candidate that loads, saying what each one tried
+/// answered.
+fn open_first(candidates: &[PathBuf]) -> (Option<(Library, PathBuf)>, Vec<Attempt>) {
+    let mut attempts = Vec::new();
     for path in candidates {
         // SAFETY: loading a shared library runs its initialisers. The
         // candidates are the HIP runtime's own file names in ROCm's install
@@ -186,12 +217,57 @@ fn open_first(candidates: &[PathBuf]) -> Result<(Library, PathBuf), String> {
         // their initialisers are the vendor's, which do not assume anything
         // of the loading program.
         match unsafe { Library::new(path) } {
-            Ok(library) => return Ok((library, path.clone())),
-            // dlopen's message names the file already.
-            Err(error) => failures.push(error.to_string()),
+            Ok(library) => {
+                attempts.push(Attempt {
+                    path: path.display().to_string(),
+                    error: None,
+                    missing: false,
+                });
+                return (Some((library, path.clone())), attempts);
+            }
+            Err(error) => attempts.push(failed(path, error.to_string())),
         }
     }
-    Err(failures.join("; "))
+    (None, attempts)
+}
+
+/// A candidate that did not load, and whether that is because nothing is
+/// there: a path with a folder is checked on disk, and a bare name is
+/// missing when the loader says it cannot open that very name (a missing
+/// dependency of a library it found is named instead).
+fn failed(path: &Path, error: String) -> Attempt {
+    let shown = path.display().to_string();
+    let missing = if path.parent().is_some_and(|dir| !dir.as_os_str().is_empty()) {
+        !path.exists()
+    } else {
+        error.starts_with(&format!("{shown}: cannot open shared object file"))
+    };
+    Attempt {
+        path: shown,
+        error: Some(error),
+        missing,
+    }
+}
+
+/// Why no runtime loaded, in a few words: that none is there, or which one
+/// is there and failed to load, and why. `explicit` is the path
+/// `CAPTURE_HIP_LIBRARY` named, when it did.
+fn not_loaded(attempts: &[Attempt], explicit: Option<&Path>) -> String {
+    let broken = attempts
+        .iter()
+        .find(|attempt| !attempt.missing && attempt.error.is_some());
+    match (broken, explicit) {
+        (Some(attempt), _) => format!(
+            "{} did not load: {}",
+            attempt.path,
+            attempt.error.as_deref().unwrap_or_default()
+        ),
+        (None, Some(path)) => format!(
+            "libamdhip64 not found at {} ({LIBRARY_ENV})",
+            path.display()
+        ),
+        (None, None) => "libamdhip64 not found".to_owned(),
+    }
 }
 
 /// Resolve `name` in `library` as a function pointer of type `T`.
@@ -212,7 +288,7 @@ unsafe fn symbol<T: Copy>(library: &Library, name: &str) -> Result<T, String> {
         .map_err(|error| format!("{name}: {error}"))
 }
 
-fn load() -> Result<Api, String> {
+fn load() -> (Result<Api, String>, Vec<Attempt>) {
     let explicit = env::var_os(LIBRARY_ENV)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from);
@@ -220,18 +296,34 @@ fn load() -> Result<Api, String> {
         Some(path) => vec![path.clone()],
         None => candidates(&HIP_NAMES, &env_dirs(), true),
     };
-    let (hip, hip_path) = open_first(&hip_candidates)
-        .map_err(|tried| format!("libamdhip64.so not found ({tried})"))?;
+    let (found, attempts) = open_first(&hip_candidates);
+    let api = match found {
+        Some((hip, hip_path)) => load_api(hip, &hip_path, explicit.as_deref()),
+        None => Err(not_loaded(&attempts, explicit.as_deref())),
+    };
+    (api, attempts)
+}
+
+/// Resolve the runtime's functions from `hip`, loaded from `hip_path`, and
+/// find hiprtc.
+fn load_api(hip: Library, hip_path: &Path, explicit: Option<&Path>) -> Result<Api, String> {
     // hiprtc is looked for where the runtime was: beside an explicit library
     // only, else along the same search.
-    let rtc_candidates = match &explicit {
+    let rtc_candidates = match explicit {
         Some(path) => {
             let dir = path.parent().map(PathBuf::from).unwrap_or_default();
             candidates(&RTC_NAMES, &[dir], false)
         }
         None => candidates(&RTC_NAMES, &env_dirs(), true),
     };
-    let rtc_library = open_first(&rtc_candidates);
+    let rtc_library = match open_first(&rtc_candidates) {
+        (Some(found), _) => Ok(found),
+        (None, attempts) => Err(attempts
+            .iter()
+            .filter_map(|attempt| attempt.error.as_deref())
+            .collect::<Vec<_>>()
+            .join("; ")),
+    };
 
     macro_rules! hip_fn {
         ($name:literal) => {
@@ -391,6 +483,60 @@ mod tests {
             candidates(&RTC_NAMES, &[PathBuf::from("/x")], false)[1],
             PathBuf::from("/x/libhiprtc.so.7")
         );
+    }
+
+    fn missing(path: &str) -> Attempt {
+        Attempt {
+            path: path.to_owned(),
+            error: Some(format!(
+                "{path}: cannot open shared object file: No such file or directory"
+            )),
+            missing: true,
+        }
+    }
+
+    #[test]
+    fn a_missing_runtime_is_said_in_a_few_words() {
+        let dirs = [PathBuf::from("/opt/rocm/lib"), PathBuf::from("/usr/lib")];
+        let all: Vec<Attempt> = candidates(&HIP_NAMES, &dirs, true)
+            .iter()
+            .map(|path| missing(&path.display().to_string()))
+            .collect();
+        assert_eq!(all.len(), 12);
+        assert_eq!(not_loaded(&all, None), "libamdhip64 not found");
+        let named = Path::new("/x/libamdhip64.so");
+        assert_eq!(
+            not_loaded(&all[..1], Some(named)),
+            "libamdhip64 not found at /x/libamdhip64.so (CAPTURE_HIP_LIBRARY)"
+        );
+        // A library that is there and does not load is named, with why.
+        let mut some = all.clone();
+        some[5] = Attempt {
+            path: "/usr/lib/libamdhip64.so.7".to_owned(),
+            error: Some("libnuma.so.1: cannot open shared object file".to_owned()),
+            missing: false,
+        };
+        assert_eq!(
+            not_loaded(&some, None),
+            "/usr/lib/libamdhip64.so.7 did not load: libnuma.so.1: cannot open shared object file"
+        );
+    }
+
+    #[test]
+    fn a_bare_name_is_missing_only_when_the_loader_cannot_open_it() {
+        let bare = failed(
+            Path::new("libamdhip64.so.6"),
+            "libamdhip64.so.6: cannot open shared object file: No such file or directory"
+                .to_owned(),
+        );
+        assert!(bare.missing);
+        let dependency = failed(
+            Path::new("libamdhip64.so.6"),
+            "libnuma.so.1: cannot open shared object file: No such file or directory".to_owned(),
+        );
+        assert!(!dependency.missing);
+        let absent = failed(Path::new("/nonexistent/libamdhip64.so"), "gone".to_owned());
+        assert!(absent.missing);
     }
 
     #[test]

@@ -90,6 +90,10 @@ fn probe_without_the_library_says_it_is_missing() {
             Ok(_) => panic!("hiprtc compiled with no library"),
             Err(error) => println!("COMPILE={error}"),
         }
+        for attempt in backend_hip::library_search() {
+            println!("TRIED={}", attempt.path);
+            println!("ANSWERED={}", attempt.error.as_deref().unwrap_or("loaded"));
+        }
         return;
     }
 
@@ -114,11 +118,23 @@ fn probe_without_the_library_says_it_is_missing() {
         .find_map(|line| line.split_once("REASON=").map(|(_, rest)| rest))
         .unwrap_or_else(|| panic!("the child printed no reason:\n{stdout}\n{stderr}"));
     eprintln!("probe: {reason}");
+    assert_eq!(
+        reason,
+        format!("no HIP runtime: libamdhip64 not found at {missing} ({LIBRARY_ENV})")
+    );
+    // What the loader said of each path is there for a verbose report.
+    let tried: Vec<&str> = stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("TRIED="))
+        .collect();
+    assert_eq!(tried, [missing]);
+    let answered = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("ANSWERED="))
+        .unwrap_or_default();
     assert!(
-        reason.starts_with(&format!(
-            "no HIP runtime: libamdhip64.so not found ({missing}: "
-        )),
-        "unexpected reason: {reason}"
+        answered.starts_with(&format!("{missing}: ")),
+        "unexpected answer: {answered}"
     );
     let open = stdout
         .lines()
@@ -141,12 +157,12 @@ fn probe_without_the_library_says_it_is_missing() {
         .lines()
         .find_map(|line| line.split_once("COMPILE=").map(|(_, rest)| rest))
         .unwrap_or_else(|| panic!("the child printed no compile error:\n{stdout}"));
-    assert!(
-        compile.starts_with(&format!(
-            "hip: compile kernel failed: hiprtc unavailable: no HIP runtime: libamdhip64.so not \
-             found ({missing}: "
-        )),
-        "{compile}"
+    assert_eq!(
+        compile,
+        format!(
+            "hip: compile kernel failed: hiprtc unavailable: no HIP runtime: libamdhip64 not \
+             found at {missing} ({LIBRARY_ENV})"
+        )
     );
 }
 
