@@ -266,9 +266,25 @@ impl Visit for Lister<'_> {
                 .map_err(|err| err.message),
             _ => Err(String::new()),
         };
-        self.listings
-            .push((D::NAME, report::device_listing(D::NAME, &devices, &default)));
+        let mut listing = report::device_listing(D::NAME, &devices, &default);
+        listing.push_str(&libraries_tried(D::NAME));
+        self.listings.push((D::NAME, listing));
     }
+}
+
+/// The libraries `backend` looked for and what each answered, for the device
+/// listing: its unavailability reason names none of them.
+fn libraries_tried(backend: &str) -> String {
+    #[cfg(feature = "hip")]
+    if backend == <graph_capture::Hip as graph_capture::Driver>::NAME {
+        return report::attempts(
+            graph_capture::hip::library_search()
+                .iter()
+                .map(|attempt| (attempt.path.as_str(), attempt.error.as_deref())),
+        );
+    }
+    let _ = backend;
+    String::new()
 }
 
 /// One compiled-in backend's part of a run.

@@ -98,6 +98,24 @@ fn devices_with_backend_lists_only_that_backend() {
     assert!(backends[0].starts_with("host: "), "{}", run.stdout);
 }
 
+#[cfg(feature = "hip")]
+#[test]
+fn devices_lists_every_library_hip_tried() {
+    let run = conformance(&["--devices", "--backend", "hip"]);
+    assert!(run.ok, "{}{}", run.stdout, run.stderr);
+    let tried: Vec<_> = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("  tried "))
+        .collect();
+    assert_eq!(
+        tried.len(),
+        graph_capture::hip::library_search().len(),
+        "{}",
+        run.stdout
+    );
+}
+
 #[test]
 fn json_has_the_table_and_every_selected_trial() {
     let path = scratch("two-trials");

@@ -210,6 +210,23 @@ pub fn device_line(backend: &str, count: usize, info: &DeviceInfo) -> String {
     )
 }
 
+/// Each library a backend tried, with the loader's answer (`None`: it
+/// loaded), as lines under its device listing.
+pub fn attempts<'a>(tried: impl IntoIterator<Item = (&'a str, Option<&'a str>)>) -> String {
+    let mut out = String::new();
+    for (path, error) in tried {
+        let _ = writeln!(
+            out,
+            "{}",
+            wrap(
+                &format!("  tried {path}: {}", error.unwrap_or("loaded")),
+                "    "
+            )
+        );
+    }
+    out
+}
+
 /// `--devices`' lines for one backend: every device it sees, the one it
 /// opens by default marked `*` (or why that one does not open), or why it
 /// sees none.
@@ -507,8 +524,8 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::{
-        LINE_WIDTH, Outcome, Record, Report, Row, State, WRAP_WIDTH, group_line, name_width,
-        trial_line, wrap,
+        LINE_WIDTH, Outcome, Record, Report, Row, State, WRAP_WIDTH, attempts, group_line,
+        name_width, trial_line, wrap,
     };
     use graph_capture::DeviceInfo;
     use std::time::Duration;
@@ -521,6 +538,16 @@ mod tests {
             duration: ran.then(|| Duration::from_millis(250)),
             validation: None,
         }
+    }
+
+    #[test]
+    fn attempts_say_what_each_library_answered() {
+        let lines = attempts([("/a/libx.so", Some("not there")), ("libx.so", None)]);
+        assert_eq!(
+            lines,
+            "  tried /a/libx.so: not there\n  tried libx.so: loaded\n"
+        );
+        assert!(attempts([]).is_empty());
     }
 
     #[test]
