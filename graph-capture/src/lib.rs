@@ -10,19 +10,22 @@
 //! ```
 //! use graph_capture::{Builtin, Client, Error, Host};
 //!
-//! let client = Client::<Host>::open()?;
-//! let stream = client.create_stream()?;
-//! let x = client.create_f32(stream, &[0.0; 256])?;
-//! let one = client.create_f32(stream, &[1.0; 256])?;
-//! // The body runs once for real (warming the pools), then is recorded.
-//! let (graph, ()) = client.capture(stream, |_pass| {
-//!     client.run_builtin(stream, Builtin::Add, &[&x, &one], 256, 0.0)
-//! })?;
-//! for _ in 0..1000 {
-//!     graph.replay()?;
+//! fn main() -> Result<(), Error> {
+//!     let client = Client::<Host>::open()?;
+//!     let stream = client.create_stream()?;
+//!     let x = client.create_f32(stream, &[0.0; 256])?;
+//!     let one = client.create_f32(stream, &[1.0; 256])?;
+//!     // The body runs once for real (warming the pools), then is recorded.
+//!     let (graph, ()) = client.capture(stream, |_pass| {
+//!         client.run_builtin(stream, Builtin::Add, &[&x, &one], 256, 0.0)
+//!     })?;
+//!     for _ in 0..1000 {
+//!         graph.replay()?;
+//!     }
+//!     // The warmup added one, the replays a thousand.
+//!     assert_eq!(client.read_f32(&x)?, vec![1001.0; 256]);
+//!     Ok(())
 //! }
-//! assert_eq!(client.read_f32(&x)?, vec![1001.0; 256]);
-//! # Ok::<(), Error>(())
 //! ```
 //!
 //! The [`guide`] walks through the rest, each section with examples that
