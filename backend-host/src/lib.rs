@@ -290,6 +290,10 @@ impl Driver for Host {
         page.0.release();
     }
 
+    fn imported_bytes(page: &DevicePage) -> Option<u64> {
+        page.imported_bytes()
+    }
+
     fn allocate_host_page(stream: &mut Stream, bytes: u64) -> Result<HostPage, DriverError> {
         let page = HostPage(page(PageKind::Host, bytes)?);
         stream.allocated_page();

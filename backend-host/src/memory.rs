@@ -37,6 +37,8 @@ pub struct Memory {
     /// copies back later (a step of a replay running beside others).
     storage: RwLock<Storage>,
     released: AtomicBool,
+    /// Memory made elsewhere and imported ([`DevicePage::import`]).
+    imported: bool,
 }
 
 /// A page's bytes, held as 8-byte words so that every slice at an aligned
@@ -101,6 +103,7 @@ impl Memory {
                 len,
             }),
             released: AtomicBool::new(false),
+            imported: false,
         }))
     }
 
@@ -159,6 +162,35 @@ impl Memory {
 /// A device page of the host backend.
 #[derive(Debug)]
 pub struct DevicePage(pub(crate) Arc<Memory>);
+
+impl DevicePage {
+    /// Memory made elsewhere, moved in, for `Client::import`: a device page
+    /// of exactly `bytes`' length and content, or `None` when the host
+    /// cannot hold it. It is freed once the last buffer, view, graph or
+    /// queued use of it is done.
+    pub fn import(bytes: &[u8]) -> Option<Self> {
+        let memory = Memory::new(PageKind::Device, bytes.len())?;
+        memory.bytes().copy_from_slice(bytes);
+        let mut memory = Arc::into_inner(memory)?;
+        memory.imported = true;
+        Some(Self(Arc::new(memory)))
+    }
+
+    /// The bytes it holds, if it is imported memory.
+    pub(crate) fn imported_bytes(&self) -> Option<u64> {
+        self.0.imported.then(|| self.0.shared().len() as u64)
+    }
+}
+
+impl Drop for DevicePage {
+    fn drop(&mut self) {
+        // capture-core drops imported memory instead of releasing it: a use
+        // after that is detected as a released page's is.
+        if self.0.imported {
+            self.0.release();
+        }
+    }
+}
 
 /// A pinned host page of the host backend.
 #[derive(Debug)]

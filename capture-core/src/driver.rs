@@ -244,6 +244,17 @@ pub trait Driver: Sized + Send + 'static {
     /// enqueued work can touch the page any more.
     fn release_device_page(stream: &mut Self::Stream, page: Self::DevicePage);
 
+    /// The bytes `page` holds if it is memory imported from elsewhere, made
+    /// by the backend's own (`unsafe`, where the memory is the device's)
+    /// import constructor; `None` for any other page, and by default, for a
+    /// backend that imports nothing. capture-core never releases an
+    /// imported page: it drops it, once no enqueued work can touch it, and
+    /// the page's drop lets go of what kept the memory alive.
+    fn imported_bytes(page: &Self::DevicePage) -> Option<u64> {
+        let _ = page;
+        None
+    }
+
     /// Allocate a pinned host page of at least `bytes` bytes.
     fn allocate_host_page(
         stream: &mut Self::Stream,

@@ -98,6 +98,15 @@ pub enum Error {
     /// A buffer of zero bytes was asked for.
     #[error("a buffer must hold at least one byte")]
     EmptyBuffer,
+    /// A page handed to `Client::import` that its backend did not make
+    /// from imported memory.
+    #[error(
+        "{backend} did not make this page from imported memory: only its own import constructors do"
+    )]
+    NotImported {
+        /// The backend.
+        backend: &'static str,
+    },
     /// A buffer larger than the configured limit was asked for.
     #[error("{requested} bytes requested, but one allocation may hold at most {limit}")]
     TooLarge {

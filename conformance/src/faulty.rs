@@ -263,6 +263,10 @@ impl<D: Driver> Driver for Faulty<D> {
         D::release_device_page(&mut stream.inner, page);
     }
 
+    fn imported_bytes(page: &Self::DevicePage) -> Option<u64> {
+        D::imported_bytes(page)
+    }
+
     fn allocate_host_page(
         stream: &mut Self::Stream,
         bytes: u64,

@@ -17,8 +17,9 @@ use crate::driver::{DeviceInfo, GraphDriver};
 use crate::error::Error;
 use crate::ids::{GraphId, StreamId, WindowId};
 use crate::kernels::span::Span;
+use crate::memory::pool::SliceHandle;
 use crate::recorded::entries::GraphInfo;
-use crate::server::{Bound, BufferRef, Server};
+use crate::server::{AnySlot, Bound, BufferRef, Server};
 use crate::streams::capturing::Phase;
 use crate::streams::state::{Config, StreamUsage};
 
@@ -161,7 +162,43 @@ impl<D: GraphDriver> Client<D> {
         let server = self.server()?;
         let slot = server.buffer_slot(stream)?;
         let slice = server.allocate(stream, len)?;
-        Ok(Buffer {
+        Ok(self.buffer(stream, slot, slice))
+    }
+
+    /// A buffer on `stream` over memory allocated elsewhere: `page`, made by
+    /// the backend's import constructor. It is tracked like any buffer of
+    /// the stream (hazards, claims, views, the pins of graphs, the order of
+    /// streams that share it), but the pools never cut or free it: once
+    /// every handle, view, graph and queued use is done with it, the page
+    /// is dropped, which lets go of what kept the memory alive.
+    ///
+    /// # Errors
+    ///
+    /// Refused, with `page` handed back: [`Error::NotImported`] for a page
+    /// the backend did not make from imported memory, [`Error::EmptyBuffer`]
+    /// for an empty one, [`Error::OutOfOrder`] while `stream` records, and
+    /// [`Error::UnknownStream`].
+    pub fn import(
+        &self,
+        stream: StreamId,
+        page: D::DevicePage,
+    ) -> Result<Buffer, (Error, D::DevicePage)> {
+        let server = match self.server() {
+            Ok(server) => server,
+            Err(err) => return Err((err, page)),
+        };
+        let slot = match server.buffer_slot(stream) {
+            Ok(slot) => slot,
+            Err(err) => return Err((err, page)),
+        };
+        let slice = server.import(stream, page)?;
+        Ok(self.buffer(stream, slot, slice))
+    }
+
+    /// A new buffer of this client on `stream` (whose slot is `slot`) over
+    /// `slice`.
+    fn buffer(&self, stream: StreamId, slot: Arc<dyn AnySlot>, slice: SliceHandle) -> Buffer {
+        Buffer {
             view: Span::whole(slice.id(), slice.len()),
             inner: Arc::new(BufferInner {
                 id: slice.id(),
@@ -172,7 +209,7 @@ impl<D: GraphDriver> Client<D> {
                 client: self.shared.id,
                 shared: AtomicBool::new(false),
             }),
-        })
+        }
     }
 
     /// Allocate a buffer on `stream` holding `bytes`.

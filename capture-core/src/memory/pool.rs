@@ -185,6 +185,9 @@ pub struct PoolUsage {
     pub slices: usize,
     /// Pages obtained from the driver and not yet released.
     pub pages: usize,
+    /// Bytes of the memory imported from elsewhere and still held (in none
+    /// of the figures above: the pool neither obtained nor cuts it).
+    pub imported_bytes: u64,
 }
 
 struct Page<P> {
@@ -192,6 +195,27 @@ struct Page<P> {
     size: u64,
     /// Live slices, sorted by offset.
     slices: Vec<SliceHandle>,
+    /// Memory imported from elsewhere: one slice, never cut again, and
+    /// dropped rather than released to the driver once that slice is free.
+    imported: bool,
+}
+
+impl<P> Page<P> {
+    /// Whether no slice of the page is held any more.
+    fn is_free(&mut self) -> bool {
+        self.slices.retain(SliceHandle::in_use);
+        self.slices.is_empty()
+    }
+}
+
+/// Give `page` back: to the driver through `release`, or, for imported
+/// memory, to its owner by dropping it (which drops its keep-alive).
+fn give_back<P>(page: Page<P>, release: impl FnOnce(P)) {
+    if page.imported {
+        drop(page.page);
+    } else {
+        release(page.page);
+    }
 }
 
 /// The pages of one kind of memory (device or pinned host) of one stream.
@@ -281,7 +305,7 @@ impl<P> Pool<P> {
         // that overlaps every other.
         let span = aligned(len).ok_or_else(|| unalignable(len))?;
         let found = self.slots.iter_mut().enumerate().find_map(|(slot, page)| {
-            let page = page.as_mut()?;
+            let page = page.as_mut().filter(|page| !page.imported)?;
             page.slices.retain(SliceHandle::in_use);
             first_fit(page, span).map(|(index, offset)| (slot, index, offset))
         });
@@ -339,12 +363,47 @@ impl<P> Pool<P> {
         Ok(handle)
     }
 
+    /// A slice for allocation `id` over all `len` bytes of `page`, memory
+    /// imported from elsewhere: never cut again, and dropped once the slice
+    /// is free ([`Pool::drop_free_imports`]). Never retained by a window.
+    pub fn import(&mut self, id: BufferId, page: P, len: u64) -> SliceHandle {
+        let span = aligned(len).unwrap_or(u64::MAX);
+        let slot = self.add_page(page, len);
+        let handle = SliceHandle(Arc::new(SliceMeta {
+            id,
+            slot,
+            offset: 0,
+            len,
+            span,
+            arena: None,
+        }));
+        if let Some(page) = self.slots[slot].as_mut() {
+            page.imported = true;
+            page.slices.push(handle.clone());
+        }
+        handle
+    }
+
+    /// Drop every imported page whose slice nobody holds any more; how many.
+    /// The caller guarantees no enqueued work still uses them.
+    pub fn drop_free_imports(&mut self) -> usize {
+        let mut dropped = 0;
+        for slot in &mut self.slots {
+            if let Some(page) = slot.take_if(|page| page.imported && page.is_free()) {
+                drop(page);
+                dropped += 1;
+            }
+        }
+        dropped
+    }
+
     /// Put `page`, of `size` bytes, in the first free slot; which one.
     fn add_page(&mut self, page: P, size: u64) -> usize {
         let fresh = Page {
             page,
             size,
             slices: Vec::new(),
+            imported: false,
         };
         match self.slots.iter().position(Option::is_none) {
             Some(slot) => {
@@ -369,6 +428,12 @@ impl<P> Pool<P> {
     pub fn usage(&self) -> PoolUsage {
         let mut usage = PoolUsage::default();
         for page in self.slots.iter().flatten() {
+            if page.imported {
+                if page.slices.iter().any(SliceHandle::in_use) {
+                    usage.imported_bytes += page.size;
+                }
+                continue;
+            }
             usage.pages += 1;
             usage.reserved_bytes += page.size;
             for slice in page.slices.iter().filter(|slice| slice.in_use()) {
@@ -384,13 +449,11 @@ impl<P> Pool<P> {
     pub fn trim(&mut self, mut release: impl FnMut(P)) -> usize {
         let mut released = 0;
         for slot in &mut self.slots {
-            let empty = slot.as_mut().is_some_and(|page| {
-                page.slices.retain(SliceHandle::in_use);
-                page.slices.is_empty()
-            });
-            if empty && let Some(page) = slot.take() {
-                release(page.page);
-                released += 1;
+            if let Some(page) = slot.take_if(|page| page.is_free()) {
+                if !page.imported {
+                    released += 1;
+                }
+                give_back(page, &mut release);
             }
         }
         released
@@ -398,7 +461,11 @@ impl<P> Pool<P> {
 
     /// Pages obtained and not released.
     pub fn page_count(&self) -> usize {
-        self.slots.iter().flatten().count()
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|page| !page.imported)
+            .count()
     }
 
     /// Release the page in `slot` if no slice is held in it; whether it
@@ -407,13 +474,9 @@ impl<P> Pool<P> {
         let Some(entry) = self.slots.get_mut(slot) else {
             return false;
         };
-        let free = entry.as_mut().is_some_and(|page| {
-            page.slices.retain(SliceHandle::in_use);
-            page.slices.is_empty()
-        });
-        match entry.take_if(|_| free) {
+        match entry.take_if(|page| page.is_free()) {
             Some(page) => {
-                release(page.page);
+                give_back(page, release);
                 true
             }
             None => false,
@@ -424,7 +487,7 @@ impl<P> Pool<P> {
     pub fn release_all(&mut self, mut release: impl FnMut(P)) {
         self.retained.clear();
         for page in self.slots.drain(..).flatten() {
-            release(page.page);
+            give_back(page, &mut release);
         }
     }
 
@@ -528,6 +591,7 @@ mod tests {
                 in_use_bytes: 256 + 512 + 256 + 5120,
                 slices: 4,
                 pages: 2,
+                imported_bytes: 0,
             }
         );
         drop((b, d));
@@ -538,6 +602,7 @@ mod tests {
                 in_use_bytes: 512,
                 slices: 2,
                 pages: 2,
+                imported_bytes: 0,
             }
         );
     }
@@ -739,5 +804,38 @@ mod tests {
         pool.retain(shared.clone());
         assert_eq!(pool.capture_end().len(), 1, "retained for the window");
         assert_eq!(pool.usage().in_use_bytes, before);
+    }
+
+    #[test]
+    fn imported_pages_are_never_cut_and_go_to_their_owner_once_free() {
+        let mut pool = Pool::new(4096);
+        let mut pages = 0;
+        let imported = pool.import(BufferId(1), 77, 1000);
+        assert_eq!(
+            (imported.offset(), imported.len(), imported.span()),
+            (0, 1000, 1024)
+        );
+        assert_eq!(pool.page_count(), 0, "not the pool's own");
+        assert_eq!(pool.usage().imported_bytes, 1000);
+        assert_eq!(pool.usage().pages, 0);
+        let own = reserve(&mut pool, 2, 8, &mut pages);
+        assert_ne!(own.slot(), imported.slot(), "never cut");
+        assert_eq!(pool.drop_free_imports(), 0, "still held");
+        let slot = imported.slot();
+        drop(imported);
+        assert_eq!(pool.usage().imported_bytes, 0, "held by nobody");
+        let again = reserve(&mut pool, 3, 8, &mut pages);
+        assert_ne!(again.slot(), slot, "free, and still never cut");
+        assert_eq!(pool.drop_free_imports(), 1);
+        assert_eq!(pool.drop_free_imports(), 0);
+        // No release path hands imported memory to the driver.
+        drop(pool.import(BufferId(4), 88, 16));
+        let mut released = Vec::new();
+        assert_eq!(pool.trim(|page| released.push(page)), 0, "own pages held");
+        assert!(released.is_empty(), "the import was dropped, not released");
+        let _held = pool.import(BufferId(5), 99, 16);
+        pool.release_all(|page| released.push(page));
+        assert_eq!(released, vec![1], "the pool's one page alone");
+        drop((own, again));
     }
 }

@@ -39,6 +39,57 @@ impl<D: GraphDriver> Server<D> {
         })
     }
 
+    /// A buffer on `stream` over `page`, memory imported from elsewhere.
+    /// Refused, with the page handed back, for a page not made by the
+    /// backend's import constructor, an empty or unalignable one, or while
+    /// `stream` records.
+    pub fn import(
+        &self,
+        stream: StreamId,
+        page: D::DevicePage,
+    ) -> Result<SliceHandle, (Error, D::DevicePage)> {
+        let Some(len) = D::imported_bytes(&page) else {
+            let err = Error::NotImported { backend: D::NAME };
+            return Err((self.refuse(stream, err), page));
+        };
+        let mut page = Some(page);
+        let imported = self.with(stream, |lane| {
+            lane.check_recorder()?;
+            if lane.state.capture.is_recording() {
+                return lane.refused(Error::OutOfOrder {
+                    call: "import",
+                    stream,
+                    reason: "a recording takes no new memory; import before the window opens"
+                        .into(),
+                });
+            }
+            if len == 0 {
+                return lane.refused(Error::EmptyBuffer);
+            }
+            let alignable = u64::MAX - (crate::memory::pool::SLICE_ALIGN - 1);
+            if len > alignable {
+                return lane.refused(Error::TooLarge {
+                    requested: len,
+                    limit: alignable,
+                });
+            }
+            // Every check is passed, and nothing below fails: a refusal
+            // always hands the page back.
+            let Some(page) = page.take() else {
+                return Err(Error::Poisoned);
+            };
+            let id = self.ids.buffer();
+            let slice = lane.state.device.import(id, page, len);
+            lane.state.failures.track(id);
+            Ok(slice)
+        });
+        match (imported, page) {
+            (Ok(slice), _) => Ok(slice),
+            (Err(err), Some(page)) => Err((err, page)),
+            (Err(_), None) => unreachable!("the page is taken only by an import that succeeds"),
+        }
+    }
+
     /// Enqueue a copy of `bytes` into `buffer`, on its own stream; ordered
     /// after the other streams' work on it when it is shared.
     pub fn write(&self, buffer: BufferRef<'_>, bytes: &[u8]) -> Result<(), Error> {

@@ -260,6 +260,7 @@ impl<D: Driver> StreamState<D> {
     pub(crate) fn sync(&mut self) -> Result<(), DriverError> {
         self.fence_all()?;
         self.drops.release_fenced();
+        self.device.drop_free_imports();
         Ok(())
     }
 
@@ -299,6 +300,7 @@ impl<D: Driver> StreamState<D> {
         if let Err(err) = self.drops.reclaim(|signal| D::is_done(raw, signal)) {
             log::warn!("{}: deferred frees kept: {err}", self.id);
         }
+        self.device.drop_free_imports();
     }
 
     /// Reclaim the drop queue if it has grown past its threshold and the
@@ -610,7 +612,8 @@ impl<D: Driver> StreamState<D> {
         let raw = &mut self.raw;
         self.device.trim(|page| D::release_device_page(raw, page));
         self.host.trim(|page| D::release_host_page(raw, page));
-        self.device.usage().pages == 0 && self.host.usage().pages == 0
+        let device = self.device.usage();
+        device.pages == 0 && device.imported_bytes == 0 && self.host.usage().pages == 0
     }
 
     /// Release every page: the stream is going away and has been synced.
