@@ -547,8 +547,3 @@ impl Builtins for Host {
         builtins::build(which)
     }
 }
-
-/// The README's examples, run as this crate's documentation tests.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-struct ReadmeExamples;

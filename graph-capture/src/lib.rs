@@ -62,3 +62,8 @@ pub use backend_hip as hip;
 pub use backend_hip::Hip;
 
 pub mod guide;
+
+/// The README's examples, run as this crate's documentation tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeExamples;
