@@ -348,37 +348,38 @@ impl<P> Pool<P> {
         allocate_page: impl FnOnce(u64) -> Result<P, DriverError>,
     ) -> Result<SliceHandle, DriverError> {
         let span = aligned(len).ok_or_else(|| unalignable(len))?;
-        let slot = self.add_page(allocate_page(span)?, span);
-        let handle = SliceHandle(Arc::new(SliceMeta {
-            id,
-            slot,
-            offset: 0,
-            len,
-            span,
-            arena: None,
-        }));
-        if let Some(page) = self.slots[slot].as_mut() {
-            page.slices.push(handle.clone());
-        }
-        Ok(handle)
+        let page = allocate_page(span)?;
+        Ok(self.whole_page(id, page, span, len, false))
     }
 
     /// A slice for allocation `id` over all `len` bytes of `page`, memory
     /// imported from elsewhere: never cut again, and dropped once the slice
     /// is free ([`Pool::drop_free_imports`]). Never retained by a window.
     pub fn import(&mut self, id: BufferId, page: P, len: u64) -> SliceHandle {
-        let span = aligned(len).unwrap_or(u64::MAX);
-        let slot = self.add_page(page, len);
+        self.whole_page(id, page, len, len, true)
+    }
+
+    /// Add `page`, of `size` bytes, holding one slice of `len` bytes at its
+    /// start for allocation `id`.
+    fn whole_page(
+        &mut self,
+        id: BufferId,
+        page: P,
+        size: u64,
+        len: u64,
+        imported: bool,
+    ) -> SliceHandle {
+        let slot = self.add_page(page, size);
         let handle = SliceHandle(Arc::new(SliceMeta {
             id,
             slot,
             offset: 0,
             len,
-            span,
+            span: aligned(len).unwrap_or(u64::MAX),
             arena: None,
         }));
         if let Some(page) = self.slots[slot].as_mut() {
-            page.imported = true;
+            page.imported = imported;
             page.slices.push(handle.clone());
         }
         handle
