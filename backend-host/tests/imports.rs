@@ -146,6 +146,32 @@ fn bad_imports_are_refused_with_the_page_handed_back() {
     let empty = DevicePage::import(&[]).expect("an empty page");
     let (err, _) = client.import(stream, empty).expect_err("empty");
     assert_eq!(err, Error::EmptyBuffer);
+    // Past the allocation limit, which holds for imports as for the pools.
+    let small = Client::<Host>::with_device(
+        client.device().clone(),
+        capture_core::Config {
+            max_allocation_bytes: 64,
+            ..capture_core::Config::default()
+        },
+    );
+    let on_small = small.create_stream().expect("stream");
+    let at_limit = DevicePage::import(&[1; 64]).expect("a page");
+    small
+        .import(on_small, at_limit)
+        .map_err(|(err, _)| err)
+        .expect("the limit itself imports");
+    let past = DevicePage::import(&[1; 65]).expect("a page");
+    let (err, _) = small.import(on_small, past).expect_err("past the limit");
+    assert!(
+        matches!(
+            err,
+            Error::TooLarge {
+                requested: 65,
+                limit: 64
+            }
+        ),
+        "{err}"
+    );
     // An unknown stream.
     let page = DevicePage::import(&[7; 16]).expect("a page");
     let gone = client.create_stream().expect("another");

@@ -18,10 +18,7 @@ impl<D: GraphDriver> Server<D> {
             if len == 0 {
                 return lane.refused(Error::EmptyBuffer);
             }
-            // A length the pool cannot align (a config that lifts the limit
-            // to near `u64::MAX`) is as much too large as one past the limit.
-            let alignable = u64::MAX - (crate::memory::pool::SLICE_ALIGN - 1);
-            let limit = self.config.max_allocation_bytes.min(alignable);
+            let limit = self.allocation_limit();
             if len > limit {
                 return lane.refused(Error::TooLarge {
                     requested: len,
@@ -39,10 +36,18 @@ impl<D: GraphDriver> Server<D> {
         })
     }
 
+    /// The most bytes one buffer may hold: the configured limit, or less
+    /// where the pool could not align a length (a config that lifts the
+    /// limit to near `u64::MAX`).
+    fn allocation_limit(&self) -> u64 {
+        let alignable = u64::MAX - (crate::memory::pool::SLICE_ALIGN - 1);
+        self.config.max_allocation_bytes.min(alignable)
+    }
+
     /// A buffer on `stream` over `page`, memory imported from elsewhere.
     /// Refused, with the page handed back, for a page not made by the
-    /// backend's import constructor, an empty or unalignable one, or while
-    /// `stream` records.
+    /// backend's import constructor, an empty one, one past the allocation
+    /// limit, or while `stream` records.
     pub fn import(
         &self,
         stream: StreamId,
@@ -66,11 +71,11 @@ impl<D: GraphDriver> Server<D> {
             if len == 0 {
                 return lane.refused(Error::EmptyBuffer);
             }
-            let alignable = u64::MAX - (crate::memory::pool::SLICE_ALIGN - 1);
-            if len > alignable {
+            let limit = self.allocation_limit();
+            if len > limit {
                 return lane.refused(Error::TooLarge {
                     requested: len,
-                    limit: alignable,
+                    limit,
                 });
             }
             // Every check is passed, and nothing below fails: a refusal
