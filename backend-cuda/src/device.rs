@@ -8,7 +8,9 @@ use capture_core::{DeviceInfo, DriverError};
 
 use crate::error::refuse;
 use crate::loader::{self, LOAD_OP};
-use crate::sys::{self, Api, CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUmodule};
+use crate::sys::{
+    self, Api, CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUmodule, CUstreamCaptureMode,
+};
 
 /// The variable that picks a device by index when a machine has several
 /// (default 0).
@@ -25,7 +27,8 @@ pub const DEVICE_ENV: &str = "CAPTURE_CUDA_DEVICE";
 ///
 /// Every call on the device, its streams, pages, kernels and graphs pushes
 /// the context on the calling thread and pops it on return, so the caller's
-/// own current context is as it was.
+/// own current context is as it was; the thread's stream-capture mode is
+/// relaxed for the call and restored likewise.
 pub struct Device {
     api: &'static Api,
     ordinal: c_int,
@@ -88,9 +91,12 @@ pub(crate) enum Release {
 // context is current.
 unsafe impl Send for Release {}
 
-/// The device's context made current on this thread; popped when dropped.
+/// The device's context made current on this thread, in relaxed capture
+/// mode; popped, and the thread's mode put back, when dropped.
 pub(crate) struct Current {
     api: &'static Api,
+    /// Dropped after the pop, so the mode is restored last.
+    _relaxed: Relaxed,
 }
 
 impl Drop for Current {
@@ -100,6 +106,46 @@ impl Drop for Current {
         // popping gives the thread back the context it had before.
         let code = unsafe { (self.api.ctx_pop_current)(&mut popped) };
         if let Err(e) = self.api.check("restore the caller's context", code) {
+            log::warn!("{e}");
+        }
+    }
+}
+
+/// The calling thread in relaxed stream-capture mode, holding the mode it
+/// had before, which is put back when dropped.
+///
+/// In the default global mode, a capture another library of the process
+/// runs on any thread makes the driver refuse this thread's allocations,
+/// frees and module loads; in relaxed mode they go ahead.
+struct Relaxed {
+    api: &'static Api,
+    previous: CUstreamCaptureMode,
+}
+
+impl Relaxed {
+    fn enter(api: &'static Api) -> Result<Self, DriverError> {
+        let mut mode = sys::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: `mode` is a live local holding a valid mode, which the
+        // driver swaps with the calling thread's.
+        let code = unsafe { (api.thread_exchange_stream_capture_mode)(&mut mode) };
+        api.check("relax the thread's stream-capture mode", code)?;
+        Ok(Self {
+            api,
+            previous: mode,
+        })
+    }
+}
+
+impl Drop for Relaxed {
+    fn drop(&mut self) {
+        let mut mode = self.previous;
+        // SAFETY: `mode` is a live local holding the mode the driver handed
+        // back on entry, on this same thread.
+        let code = unsafe { (self.api.thread_exchange_stream_capture_mode)(&mut mode) };
+        if let Err(e) = self
+            .api
+            .check("restore the thread's stream-capture mode", code)
+        {
             log::warn!("{e}");
         }
     }
@@ -214,18 +260,22 @@ impl Device {
         self.api
     }
 
-    /// Make this device's context current on the calling thread until the
-    /// guard drops.
+    /// Make this device's context current on the calling thread, with the
+    /// thread in relaxed stream-capture mode, until the guard drops.
     ///
     /// Called on every entry point: capture-core may drive a device from any
-    /// thread, and a context is current per thread, so no call may assume
-    /// the previous one ran on the same thread, nor leave its context
-    /// behind for the caller.
+    /// thread, and a context and a capture mode are per thread, so no call
+    /// may assume the previous one ran on the same thread, nor leave its
+    /// context or mode behind for the caller.
     pub(crate) fn enter(&self) -> Result<Current, DriverError> {
+        let relaxed = Relaxed::enter(self.api)?;
         // SAFETY: the context is retained for the life of the process.
         let code = unsafe { (self.api.ctx_push_current)(self.context) };
         self.api.check("make the device's context current", code)?;
-        Ok(Current { api: self.api })
+        Ok(Current {
+            api: self.api,
+            _relaxed: relaxed,
+        })
     }
 
     /// Whether `other` shares this device's context, so that its memory and

@@ -19,7 +19,11 @@
 //!
 //! Every entry point pushes the device's primary context on the calling
 //! thread and pops it on return, so a caller's own current context is left
-//! as it was. Captures run in `CU_STREAM_CAPTURE_MODE_RELAXED`: capture-core
+//! as it was. It likewise puts the thread in relaxed stream-capture mode for
+//! the call and back in its own mode after it, so that another library
+//! capturing in the default global mode, on any thread of the process, does
+//! not make the driver refuse the backend's allocations, frees and module
+//! loads. Captures run in `CU_STREAM_CAPTURE_MODE_RELAXED`: capture-core
 //! drives a device from whichever thread calls, so a capture may begin on
 //! one thread and end on another, which the global and thread-local modes
 //! refuse. What those modes guard against, an implicitly synchronizing call

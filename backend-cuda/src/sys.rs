@@ -261,6 +261,10 @@ driver_api! {
         stream_begin_capture = cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode);
         stream_end_capture = cuStreamEndCapture(CUstream, *mut CUgraph);
         stream_is_capturing = cuStreamIsCapturing(CUstream, *mut CUstreamCaptureStatus);
+        /// 10.1 and newer: set the calling thread's capture mode, handing
+        /// back the one it had.
+        thread_exchange_stream_capture_mode =
+            cuThreadExchangeStreamCaptureMode(*mut CUstreamCaptureMode);
         event_create = cuEventCreate(*mut CUevent, c_uint);
         event_record = cuEventRecord(CUevent, CUstream);
         event_query = cuEventQuery(CUevent);

@@ -11,7 +11,9 @@
 //! graph's before instantiation and update, left alone for the chain, a
 //! capture that is no chain refused, a 12.0 to 12.2 driver rewriting edges
 //! with the 10.0 edge functions, and a driver without any edge functions
-//! keeping the chain.
+//! keeping the chain. And the calls that another thread's capture in
+//! global mode would refuse, made in relaxed mode, leaving the calling
+//! thread's own mode as it was.
 //!
 //! Each case runs in a child process (this test binary, run again with the
 //! stub first on the library path), because the driver library, once
@@ -24,9 +26,10 @@ use std::sync::{Mutex, PoisonError, mpsc};
 use std::thread;
 use std::time::Duration;
 
-use backend_cuda::{Cuda, DEVICE_ENV, DevicePage, HostPage, Stream};
+use backend_cuda::{Cuda, DEVICE_ENV, DevicePage, HostPage, Kernel, Stream};
 use capture_core::{
-    Dependencies, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice, Order, Updated,
+    Access, Dependencies, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice, Order,
+    Signature, Updated,
 };
 
 const CHILD: &str = "BACKEND_CUDA_RUNS_CHILD";
@@ -882,5 +885,108 @@ fn a_driver_without_the_edge_functions_keeps_the_chain() {
         "a_driver_without_the_edge_functions_keeps_the_chain",
         &stub_variant("no-edge-functions"),
         &[],
+    );
+}
+
+/// Set the calling thread's stream-capture mode through the stub's
+/// `cuThreadExchangeStreamCaptureMode`, as another library would; the mode
+/// it had comes back.
+fn exchange_capture_mode(mode: i32) -> i32 {
+    let mut mode = mode;
+    // SAFETY: as in `stub_int`; the exchange takes a pointer to an int,
+    // which is live for the call.
+    let code = unsafe {
+        let library = libloading::Library::new("libcuda.so.1").expect("the stub is loaded");
+        let function = library
+            .get::<unsafe extern "C" fn(*mut i32) -> i32>(b"cuThreadExchangeStreamCaptureMode\0")
+            .expect("the stub exports it");
+        function(&mut mode)
+    };
+    assert_eq!(code, 0, "the stub refused capture mode {mode}");
+    mode
+}
+
+/// Play, or stop playing, a capture in global mode on another thread.
+fn foreign_global_capture(on: bool) {
+    // SAFETY: as in `stub_int`; cuStubForeignGlobalCapture takes an int.
+    unsafe {
+        let library = libloading::Library::new("libcuda.so.1").expect("the stub is loaded");
+        let function = library
+            .get::<unsafe extern "C" fn(i32)>(b"cuStubForeignGlobalCapture\0")
+            .expect("the stub exports it");
+        function(i32::from(on));
+    }
+}
+
+/// In the child: while another thread captures in global mode, pages are
+/// allocated and freed and a module loaded and unloaded, from a thread in
+/// global mode (the driver's default) and from one in thread-local mode;
+/// each call leaves the thread's mode as it found it.
+fn check_calls_beside_a_foreign_global_capture() {
+    const GLOBAL: i32 = 0;
+    const THREAD_LOCAL: i32 = 1;
+    let device = Cuda::open_index(0).expect("the stub opens device 0");
+    let mut stream = Cuda::create_stream(&device).expect("a stream");
+    foreign_global_capture(true);
+    for mode in [GLOBAL, THREAD_LOCAL] {
+        exchange_capture_mode(mode);
+        let before = stub_int("cuStubReleases");
+        let page = Cuda::allocate_device_page(&mut stream, 64).expect("a page beside the capture");
+        assert_eq!(
+            stub_int("cuStubCaptureMode"),
+            mode,
+            "mode left after allocating"
+        );
+        let host = Cuda::allocate_host_page(&mut stream, 64).expect("a host page beside it");
+        let signature = Signature::new("zero").binding(Access::Write);
+        // SAFETY: the stub runs no kernel; this one is never launched.
+        let kernel = unsafe { Kernel::from_ptx(&device, "stub PTX", "zero", signature) }
+            .expect("a module loaded beside the capture");
+        assert_eq!(
+            stub_int("cuStubCaptureMode"),
+            mode,
+            "mode left after loading"
+        );
+        Cuda::release_device_page(&mut stream, page);
+        Cuda::release_host_page(&mut stream, host);
+        drop(kernel);
+        assert_eq!(
+            stub_int("cuStubReleases"),
+            before + 3,
+            "a free or unload was refused beside the capture"
+        );
+        assert_eq!(
+            stub_int("cuStubCaptureMode"),
+            mode,
+            "mode left after freeing"
+        );
+    }
+    assert_eq!(stub_int("cuStubCaptureRefusals"), 0);
+    // The stub does refuse a thread left in global mode.
+    exchange_capture_mode(GLOBAL);
+    let mut pointer: u64 = 0;
+    // SAFETY: as in `stub_int`; cuMemAlloc_v2 takes a place for an address
+    // and a size.
+    let code = unsafe {
+        let library = libloading::Library::new("libcuda.so.1").expect("the stub is loaded");
+        let function = library
+            .get::<unsafe extern "C" fn(*mut u64, usize) -> i32>(b"cuMemAlloc_v2\0")
+            .expect("the stub exports it");
+        function(&mut pointer, 64)
+    };
+    // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+    assert_eq!(code, 900);
+    foreign_global_capture(false);
+    println!("\n{DONE}");
+}
+
+#[test]
+fn allocations_frees_and_module_loads_go_ahead_beside_another_librarys_global_capture() {
+    if in_child() {
+        return check_calls_beside_a_foreign_global_capture();
+    }
+    in_stub_with(
+        "allocations_frees_and_module_loads_go_ahead_beside_another_librarys_global_capture",
+        &[("CUDA_STUB_MODULE_RESULT", "0")],
     );
 }

@@ -24,8 +24,14 @@
  *                             also records whether it was handed an ELF
  *                             image or text (cuStubLastImage).
  *
+ * The full stub also keeps each thread's stream-capture mode, and can
+ * play another thread's capture in global mode, under which a thread left
+ * in that mode is refused allocations, frees and module loads (see
+ * cuStubForeignGlobalCapture).
+ *
  * Built a third time with CUDA_STUB_RUNS defined as well: streams, events,
- * captures and memory then work on host memory (copies run at once), and
+ * captures and memory then work on host memory (copies run at once), a
+ * module that CUDA_STUB_MODULE_RESULT=0 lets load has every entry point, and
  * cuStub* functions let a test count the frees and unloads performed, run
  * a callback inside each cuMemFree_v2, make the next end of a capture fail
  * with the stream left capturing, and ask whether a stream replacing one
@@ -204,6 +210,43 @@ CUresult cuCtxPopCurrent_v2(void **context) {
     context_depth -= 1;
     if (context != NULL) *context = context_stack[context_depth];
     return CUDA_SUCCESS;
+}
+
+/* The calling thread's stream-capture mode (0 global, the driver's
+ * default; 1 thread-local; 2 relaxed), and whether another thread of the
+ * process holds a capture begun in global mode (cuStubForeignGlobalCapture).
+ * While one does, a thread in global mode is refused what may not run
+ * beside such a capture: allocations, frees, module loads and unloads
+ * answer CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, as the driver's do.
+ * cuStubCaptureRefusals counts those refusals. */
+enum {
+    CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+    CU_STREAM_CAPTURE_MODE_RELAXED = 2,
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+};
+static __thread int capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+static int foreign_global_capture = 0;
+static int capture_refusals = 0;
+
+void cuStubForeignGlobalCapture(int on) { foreign_global_capture = on; }
+int cuStubCaptureMode(void) { return capture_mode; }
+int cuStubCaptureRefusals(void) { return capture_refusals; }
+
+CUresult cuThreadExchangeStreamCaptureMode(int *mode) {
+    if (mode == NULL || *mode < CU_STREAM_CAPTURE_MODE_GLOBAL || *mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    int previous = capture_mode;
+    capture_mode = *mode;
+    *mode = previous;
+    return CUDA_SUCCESS;
+}
+
+/* Whether the calling thread is refused a call that may not run beside
+ * another thread's global capture; counted when it is. */
+static int refused_by_capture(void) {
+    if (!foreign_global_capture || capture_mode != CU_STREAM_CAPTURE_MODE_GLOBAL) return 0;
+    capture_refusals += 1;
+    return 1;
 }
 
 /* Everything that would need a GPU. */
@@ -447,6 +490,7 @@ static void worked(void *stream) {
 
 CUresult cuMemAlloc_v2(unsigned long long *pointer, size_t bytes) {
     if (pointer == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (refused_by_capture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     *pointer = (unsigned long long)(size_t)calloc(1, bytes);
     return CUDA_SUCCESS;
 }
@@ -457,6 +501,7 @@ static void (*on_free)(void) = NULL;
 void cuStubOnFree(void (*callback)(void)) { on_free = callback; }
 CUresult cuMemFree_v2(unsigned long long pointer) {
     if (on_free != NULL) on_free();
+    if (refused_by_capture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     free((void *)(size_t)pointer);
     releases += 1;
     return CUDA_SUCCESS;
@@ -464,16 +509,19 @@ CUresult cuMemFree_v2(unsigned long long pointer) {
 CUresult cuMemHostAlloc(void **pointer, size_t bytes, unsigned flags) {
     (void)flags;
     if (pointer == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (refused_by_capture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     *pointer = malloc(bytes);
     return CUDA_SUCCESS;
 }
 CUresult cuMemFreeHost(void *pointer) {
+    if (refused_by_capture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     free(pointer);
     releases += 1;
     return CUDA_SUCCESS;
 }
 CUresult cuModuleUnload(void *module) {
     (void)module;
+    if (refused_by_capture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     releases += 1;
     return CUDA_SUCCESS;
 }
@@ -852,21 +900,41 @@ static int last_image = 0;
 
 int cuStubLastImage(void) { return last_image; }
 
+/* The module a successful load hands out: any distinct address. */
+static int pretend_module;
+
 CUresult cuModuleLoadDataEx(void **module, const void *image, unsigned int count,
                             int *options, void **values) {
-    (void)module;
     (void)count;
     (void)options;
     (void)values;
-    if (image == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (module == NULL || image == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (refused_by_capture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     /* Compared byte by byte, stopping at the first difference, so that a
      * text shorter than the magic is not read past its NUL. */
     const unsigned char *bytes = image;
     last_image = bytes[0] == 0x7f && bytes[1] == 'E' && bytes[2] == 'L' && bytes[3] == 'F' ? 1 : 2;
-    return env_int("CUDA_STUB_MODULE_RESULT", CUDA_ERROR_NOT_SUPPORTED);
+    CUresult result = env_int("CUDA_STUB_MODULE_RESULT", CUDA_ERROR_NOT_SUPPORTED);
+    if (result == CUDA_SUCCESS) *module = &pretend_module;
+    return result;
 }
+#ifdef CUDA_STUB_RUNS
+/* A loaded module has every entry point asked for, each running blocks of
+ * up to 1024 threads. */
+CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
+    if (function == NULL || module != &pretend_module || name == NULL) return CUDA_ERROR_INVALID_VALUE;
+    *function = &pretend_module;
+    return CUDA_SUCCESS;
+}
+CUresult cuFuncGetAttribute(int *value, int attribute, void *function) {
+    if (value == NULL || function != &pretend_module || attribute != 0) return CUDA_ERROR_INVALID_VALUE;
+    *value = 1024;
+    return CUDA_SUCCESS;
+}
+#else
 UNSUPPORTED(cuModuleGetFunction)
 UNSUPPORTED(cuFuncGetAttribute)
+#endif
 UNSUPPORTED(cuLaunchKernel)
 
 #endif /* CUDA_STUB_FULL */
