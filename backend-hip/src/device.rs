@@ -112,47 +112,86 @@ fn recorders_of(ordinal: c_int) -> Arc<Mutex<Recorders>> {
 }
 
 /// The device made current on the calling thread for the length of one
-/// call; dropping it makes the caller's device current again, so that a
-/// program using HIP directly keeps its own current device.
+/// call, with the thread in relaxed capture mode; dropping it makes the
+/// caller's device current again and puts the thread's mode back, so that a
+/// program using HIP directly keeps its own device and mode.
 pub(crate) struct Current {
     api: &'static Api,
     /// The caller's device, when it was another one.
     restore: Option<c_int>,
+    /// The thread's capture mode before the call, when the runtime could
+    /// exchange it.
+    mode: Option<ffi::CaptureMode>,
 }
 
 impl Current {
     fn enter(api: &'static Api, ordinal: c_int, op: &'static str) -> Result<Self, DriverError> {
+        // Dropped on any failure below, which puts the mode back.
+        let mut current = Self {
+            api,
+            restore: None,
+            mode: relax(api)?,
+        };
         let mut previous: c_int = -1;
         // SAFETY: the out-pointer is a live local int.
         let known = unsafe { (api.get_device)(&mut previous) } == ffi::SUCCESS;
         if known && previous == ordinal {
-            return Ok(Self { api, restore: None });
+            return Ok(current);
         }
         // SAFETY: a plain ordinal, within the count the runtime reported.
         let code = unsafe { (api.set_device)(ordinal) };
         error::check(api, op, code)?;
-        Ok(Self {
-            api,
-            restore: known.then_some(previous),
-        })
+        current.restore = known.then_some(previous);
+        Ok(current)
     }
+}
+
+/// Put the calling thread in relaxed capture mode, returning the mode it had
+/// (`None` when the runtime cannot exchange it).
+///
+/// In the default global mode, a capture another library of the process
+/// runs on any thread makes ROCm refuse this thread's allocations, frees,
+/// module loads and syncs, and invalidates that capture; in relaxed mode
+/// they go ahead.
+fn relax(api: &Api) -> Result<Option<ffi::CaptureMode>, DriverError> {
+    let Some(exchange) = api.thread_exchange_stream_capture_mode else {
+        return Ok(None);
+    };
+    let mut mode = ffi::CAPTURE_MODE_RELAXED;
+    // SAFETY: `mode` is a live local holding a valid mode, which the runtime
+    // swaps with the calling thread's.
+    let code = unsafe { exchange(&mut mode) };
+    error::check(api, "relax the thread's stream-capture mode", code)?;
+    Ok(Some(mode))
 }
 
 impl Drop for Current {
     fn drop(&mut self) {
-        let Some(previous) = self.restore else {
-            return;
-        };
-        // SAFETY: the ordinal is the one the runtime reported current.
-        let code = unsafe { (self.api.set_device)(previous) };
-        if let Err(error) = error::check(self.api, "restore the current device", code) {
-            log::warn!("{error}");
+        if let Some(previous) = self.restore {
+            // SAFETY: the ordinal is the one the runtime reported current.
+            let code = unsafe { (self.api.set_device)(previous) };
+            if let Err(error) = error::check(self.api, "restore the current device", code) {
+                log::warn!("{error}");
+            }
+        }
+        if let (Some(mut mode), Some(exchange)) =
+            (self.mode, self.api.thread_exchange_stream_capture_mode)
+        {
+            // SAFETY: `mode` is a live local holding the mode the runtime
+            // handed back on entry, on this same thread.
+            let code = unsafe { exchange(&mut mode) };
+            if let Err(error) =
+                error::check(self.api, "restore the thread's stream-capture mode", code)
+            {
+                log::warn!("{error}");
+            }
         }
     }
 }
 
 impl Device {
-    /// Make this device current on the calling thread until the guard drops.
+    /// Make this device current on the calling thread, in relaxed capture
+    /// mode, until the guard drops.
     pub(crate) fn enter(&self, op: &'static str) -> Result<Current, DriverError> {
         Current::enter(self.api, self.ordinal, op)
     }

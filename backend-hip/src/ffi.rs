@@ -481,6 +481,12 @@ pub type HipEventRecord = unsafe extern "C" fn(event: Event, stream: Stream) -> 
 /// `(hipEvent_t)`.
 pub type HipEventOp = unsafe extern "C" fn(event: Event) -> HipError;
 
+/// `hipThreadExchangeStreamCaptureMode(hipStreamCaptureMode* mode)`: sets
+/// the calling thread's capture mode to `*mode` and writes the one it had
+/// there.
+pub type HipThreadExchangeStreamCaptureMode =
+    unsafe extern "C" fn(mode: *mut CaptureMode) -> HipError;
+
 /// `hipStreamBeginCapture(hipStream_t, hipStreamCaptureMode)`.
 pub type HipStreamBeginCapture =
     unsafe extern "C" fn(stream: Stream, mode: CaptureMode) -> HipError;

@@ -38,9 +38,15 @@
 //!
 //! Every entry makes the device current on the calling thread for the
 //! length of the call and then makes the caller's device current again, so a
-//! program that also uses HIP directly keeps its own current device. Captures
-//! run in relaxed mode so that `begin` and `end` may come from different
-//! threads; relaxed mode allows allocations while recording. On ROCm a
+//! program that also uses HIP directly keeps its own current device. The
+//! thread is likewise put in relaxed capture mode for the call and back in
+//! its own mode after it (`hipThreadExchangeStreamCaptureMode`, skipped on a
+//! runtime without it), so that another library capturing in the default
+//! global mode, on any thread of the process, neither has its capture
+//! invalidated by the backend's allocations, frees, module loads and syncs
+//! nor makes ROCm refuse them. Captures run in relaxed mode so that `begin`
+//! and `end` may come from different threads; relaxed mode allows
+//! allocations while recording. On ROCm a
 //! synchronous `hipMemcpy` or `hipMemset` anywhere in the process
 //! invalidates every capture in progress, so a capture whose end fails and
 //! leaves its stream capturing gets a fresh stream in its place. A page

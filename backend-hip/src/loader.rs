@@ -91,6 +91,9 @@ pub(crate) struct Api {
     pub event_synchronize: ffi::HipEventOp,
     pub event_query: ffi::HipEventOp,
     pub event_destroy: ffi::HipEventOp,
+    /// Exported by ROCm 5.2 (as `hip_5.0`); without it every call runs in
+    /// the calling thread's own capture mode.
+    pub thread_exchange_stream_capture_mode: Option<ffi::HipThreadExchangeStreamCaptureMode>,
     pub stream_begin_capture: ffi::HipStreamBeginCapture,
     pub stream_end_capture: ffi::HipStreamEndCapture,
     pub graph_get_nodes: ffi::HipGraphGetNodes,
@@ -344,6 +347,22 @@ fn load_api(hip: Library, hip_path: &Path, explicit: Option<&Path>) -> Result<Ap
     // SAFETY: as above.
     let graph_exec_update =
         unsafe { symbol::<ffi::HipGraphExecUpdate>(&hip, "hipGraphExecUpdate") }.ok();
+    // SAFETY: as above.
+    let thread_exchange_stream_capture_mode = unsafe {
+        symbol::<ffi::HipThreadExchangeStreamCaptureMode>(
+            &hip,
+            "hipThreadExchangeStreamCaptureMode",
+        )
+    }
+    .ok();
+    // Said once, since the runtime is loaded once per process.
+    if thread_exchange_stream_capture_mode.is_none() {
+        log::info!(
+            "{} has no hipThreadExchangeStreamCaptureMode: while another library captures in \
+             global mode, the runtime may refuse this backend's allocations, frees and syncs",
+            hip_path.display()
+        );
+    }
     // SAFETY: as above, for each of the four.
     let graph_edges = unsafe {
         match (
@@ -422,6 +441,7 @@ fn load_api(hip: Library, hip_path: &Path, explicit: Option<&Path>) -> Result<Ap
         event_synchronize: hip_fn!("hipEventSynchronize"),
         event_query: hip_fn!("hipEventQuery"),
         event_destroy: hip_fn!("hipEventDestroy"),
+        thread_exchange_stream_capture_mode,
         stream_begin_capture: hip_fn!("hipStreamBeginCapture"),
         stream_end_capture: hip_fn!("hipStreamEndCapture"),
         graph_get_nodes: hip_fn!("hipGraphGetNodes"),

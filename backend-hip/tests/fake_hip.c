@@ -38,6 +38,16 @@
  * four-letter tag, which hipModuleLoadData logs; "BAD!" is refused. Any
  * other image (hiprtc's output here) is logged by its first four bytes.
  *
+ * Each thread has a stream-capture mode (0 global, the default; 1
+ * thread-local; 2 relaxed), set by hipThreadExchangeStreamCaptureMode,
+ * which is silent in the log (fake_capture_mode reads it). After
+ * fake_set_foreign_global_capture(1) another thread holds a capture in
+ * global mode: as ROCm's runtime does, a thread in global mode is then
+ * refused allocations, frees, module loads and unloads, and stream and
+ * event syncs, each logged as `name -> 900`, and the refusal invalidates
+ * that capture (fake_foreign_capture_status: 0 none, 1 active, 2
+ * invalidated). Built with FAKE_HIP_NO_EXCHANGE, the exchange is missing.
+ *
  * A kernel's parameter layout comes from its name: the builtins' is known,
  * and any other name ends in `__` and one letter per parameter, `p` for a
  * pointer or the byte size of a value (`mixed__pp48`: two pointers, a 4-byte
@@ -197,6 +207,29 @@ void fake_push_update(int code, int result) {
     }
 }
 
+static __thread int capture_mode = 0;
+static int foreign_capture = 0;
+void fake_set_foreign_global_capture(int on) { foreign_capture = on ? 1 : 0; }
+int fake_foreign_capture_status(void) { return foreign_capture; }
+int fake_capture_mode(void) { return capture_mode; }
+#ifndef FAKE_HIP_NO_EXCHANGE
+int hipThreadExchangeStreamCaptureMode(int* mode) {
+    if (!mode || *mode < 0 || *mode > 2) return 1;
+    int previous = capture_mode;
+    capture_mode = *mode;
+    *mode = previous;
+    return 0;
+}
+#endif
+/* Whether `name`, called now on this thread, is refused beside another
+ * thread's global capture, which the refusal invalidates. */
+static int refused_by_capture(const char* name) {
+    if (!foreign_capture || capture_mode != 0) return 0;
+    foreign_capture = 2;
+    say("%s -> 900", name);
+    return 1;
+}
+
 int hipInit(unsigned flags) { return flags == 0 ? 0 : 1; }
 int hipGetDeviceCount(int* count) { *count = 2; return 0; }
 int hipGetDevice(int* ordinal) { *ordinal = current_device; return 0; }
@@ -282,9 +315,15 @@ int hipStreamIsCapturing(void* stream, int* status) {
     say("hipStreamIsCapturing -> %d", *status);
     return 0;
 }
-int hipStreamSynchronize(void* stream) { (void)stream; say("hipStreamSynchronize"); return 0; }
+int hipStreamSynchronize(void* stream) {
+    (void)stream;
+    if (refused_by_capture("hipStreamSynchronize")) return 900;
+    say("hipStreamSynchronize");
+    return 0;
+}
 
 int hipMalloc(void** ptr, size_t size) {
+    if (refused_by_capture("hipMalloc")) return 900;
     *ptr = calloc(1, size);
     say("hipMalloc %zu -> %p", size, *ptr);
     return *ptr ? 0 : 2;
@@ -296,16 +335,23 @@ static void (*on_free)(void) = 0;
 void fake_on_free(void (*callback)(void)) { on_free = callback; }
 int hipFree(void* ptr) {
     if (on_free) on_free();
+    if (refused_by_capture("hipFree")) return 900;
     say("hipFree %p", ptr);
     free(ptr);
     return 0;
 }
 int hipHostMalloc(void** ptr, size_t size, unsigned flags) {
+    if (refused_by_capture("hipHostMalloc")) return 900;
     *ptr = calloc(1, size);
     say("hipHostMalloc %zu flags=%u", size, flags);
     return *ptr ? 0 : 2;
 }
-int hipHostFree(void* ptr) { say("hipHostFree"); free(ptr); return 0; }
+int hipHostFree(void* ptr) {
+    if (refused_by_capture("hipHostFree")) return 900;
+    say("hipHostFree");
+    free(ptr);
+    return 0;
+}
 int hipMemcpyHtoDAsync(void* dst, void* src, size_t bytes, void* stream) {
     if (!captured(stream)) memcpy(dst, src, bytes);
     say("hipMemcpyHtoDAsync %p %zu", dst, bytes);
@@ -319,6 +365,7 @@ int hipMemcpyDtoHAsync(void* dst, void* src, size_t bytes, void* stream) {
 
 /* An image starting "BAD!" is refused, as the runtime refuses a broken one. */
 int hipModuleLoadData(void** module, const void* image) {
+    if (refused_by_capture("hipModuleLoadData")) return 900;
     const char* tag = (const char*)image;
     if (memcmp(image, "\x7f" "ELF", 4) == 0) tag += 9;
     say("hipModuleLoadData %.4s", tag);
@@ -326,7 +373,12 @@ int hipModuleLoadData(void** module, const void* image) {
     *module = handle();
     return 0;
 }
-int hipModuleUnload(void* module) { (void)module; say("hipModuleUnload"); return 0; }
+int hipModuleUnload(void* module) {
+    (void)module;
+    if (refused_by_capture("hipModuleUnload")) return 900;
+    say("hipModuleUnload");
+    return 0;
+}
 /* A kernel called "missing" is not in any module. */
 int hipModuleGetFunction(void** function, void* module, const char* name) {
     (void)module;
@@ -401,6 +453,7 @@ static void check_event_stream(const char* name, void* event) {
 }
 int hipEventSynchronize(void* event) {
     check_event_stream("hipEventSynchronize", event);
+    if (refused_by_capture("hipEventSynchronize")) return 900;
     say("hipEventSynchronize");
     return 0;
 }

@@ -1974,3 +1974,158 @@ fn a_runtime_without_the_edge_functions_keeps_the_chain() {
         &["FAKE_HIP_NO_EDGE_FUNCTIONS"],
     );
 }
+
+impl Fake {
+    /// What a library using HIP directly would do: set the calling thread's
+    /// capture mode; the mode it had comes back.
+    fn exchange_capture_mode(&self, mode: c_int) -> c_int {
+        // SAFETY: `int hipThreadExchangeStreamCaptureMode(int*)`.
+        let exchange = unsafe {
+            self.get::<unsafe extern "C" fn(*mut c_int) -> c_int>(
+                "hipThreadExchangeStreamCaptureMode",
+            )
+        };
+        let mut mode = mode;
+        // SAFETY: the pointer is a live local.
+        assert_eq!(unsafe { exchange(&mut mode) }, 0);
+        mode
+    }
+}
+
+/// `hipStreamCaptureModeGlobal` and `hipStreamCaptureModeThreadLocal`.
+const MODE_GLOBAL: c_int = 0;
+const MODE_THREAD_LOCAL: c_int = 1;
+
+/// While another thread captures in global mode: pages allocated and freed,
+/// a module loaded and unloaded, a signal waited for and a stream destroyed
+/// (which syncs it), from a thread in global mode (ROCm's default) and from
+/// one in thread-local mode, all go ahead and leave that capture valid;
+/// each call puts the thread's mode back as it found it.
+fn beside_a_foreign_global_capture(library: &Path, log: &Path) {
+    let fake = Fake::open(library);
+    let calls = Calls {
+        path: log.to_owned(),
+        seen: 0,
+    };
+    let device = ok(Hip::open());
+    fake.set_int("fake_set_foreign_global_capture", 1);
+    for mode in [MODE_GLOBAL, MODE_THREAD_LOCAL] {
+        fake.exchange_capture_mode(mode);
+        let left = |after: &str| {
+            assert_eq!(
+                fake.query("fake_capture_mode"),
+                mode,
+                "mode left after {after}"
+            );
+        };
+        let mut stream = ok(Hip::create_stream(&device));
+        let page = ok(Hip::allocate_device_page(&mut stream, 64));
+        left("allocating");
+        let host = ok(Hip::allocate_host_page(&mut stream, 64));
+        let kernel = fill_kernel(&device);
+        left("loading");
+        let signal = ok(Hip::signal(&mut stream));
+        ok(Hip::fence(&mut stream, signal));
+        left("waiting");
+        Hip::release_device_page(&mut stream, page);
+        Hip::release_host_page(&mut stream, host);
+        drop(kernel);
+        left("freeing");
+        drop(stream);
+        left("destroying a stream");
+    }
+    let all = calls.all();
+    assert!(
+        all.iter().all(|call| !call.ends_with("-> 900")),
+        "refused beside the capture: {all:?}"
+    );
+    for call in [
+        "hipFree",
+        "hipHostFree",
+        "hipModuleUnload",
+        "hipStreamSynchronize",
+        "hipEventSynchronize",
+    ] {
+        assert_eq!(
+            names(&all).iter().filter(|n| **n == call).count(),
+            2,
+            "{call}"
+        );
+    }
+    assert_eq!(
+        fake.query("fake_foreign_capture_status"),
+        1,
+        "the other library's capture was invalidated"
+    );
+    // The fake does refuse a thread left in global mode, and invalidates.
+    fake.exchange_capture_mode(MODE_GLOBAL);
+    // SAFETY: `int hipMalloc(void**, size_t)`.
+    let malloc = unsafe {
+        fake.get::<unsafe extern "C" fn(*mut *mut std::ffi::c_void, usize) -> c_int>("hipMalloc")
+    };
+    let mut ptr = std::ptr::null_mut();
+    // SAFETY: the out-pointer is a live local.
+    assert_eq!(unsafe { malloc(&mut ptr, 64) }, 900);
+    assert_eq!(fake.query("fake_foreign_capture_status"), 2);
+}
+
+#[test]
+fn calls_beside_another_librarys_global_capture_go_ahead_and_leave_it_valid() {
+    in_child(
+        "calls_beside_another_librarys_global_capture_go_ahead_and_leave_it_valid",
+        beside_a_foreign_global_capture,
+    );
+}
+
+/// What the backend logged in this process.
+static LOGGED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+struct Logged;
+
+impl log::Log for Logged {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        LOGGED
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(record.args().to_string());
+    }
+
+    fn flush(&self) {}
+}
+
+static LOGGER: Logged = Logged;
+
+/// A runtime without `hipThreadExchangeStreamCaptureMode`: every call runs
+/// in the thread's own mode, and the missing function is said once.
+fn without_the_exchange(library: &Path, _log: &Path) {
+    log::set_logger(&LOGGER).unwrap_or_else(|e| panic!("{e}"));
+    log::set_max_level(log::LevelFilter::Info);
+    let fake = Fake::open(library);
+    let device = ok(Hip::open());
+    for _ in 0..2 {
+        let mut stream = ok(Hip::create_stream(&device));
+        let page = ok(Hip::allocate_device_page(&mut stream, 64));
+        Hip::release_device_page(&mut stream, page);
+        drop(fill_kernel(&device));
+    }
+    assert_eq!(fake.query("fake_capture_mode"), MODE_GLOBAL);
+    let logged = LOGGED.lock().unwrap_or_else(PoisonError::into_inner);
+    let said = logged
+        .iter()
+        .filter(|line| line.contains("no hipThreadExchangeStreamCaptureMode"))
+        .count();
+    assert_eq!(said, 1, "{logged:?}");
+}
+
+#[test]
+fn a_runtime_without_the_mode_exchange_runs_calls_in_the_threads_mode_and_says_so_once() {
+    in_child_built(
+        "a_runtime_without_the_mode_exchange_runs_calls_in_the_threads_mode_and_says_so_once",
+        without_the_exchange,
+        &["FAKE_HIP_NO_EXCHANGE"],
+    );
+}
