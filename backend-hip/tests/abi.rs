@@ -236,7 +236,14 @@ macro_rules! abi_as {
     };
 }
 
-abi_as!(Int32: i32, u32, hipError_t, hipStreamCaptureStatus, hipGraphExecUpdateResult);
+abi_as!(
+    Int32: i32,
+    u32,
+    hipError_t,
+    hipStreamCaptureMode,
+    hipStreamCaptureStatus,
+    hipGraphExecUpdateResult,
+);
 abi_as!(usize: usize);
 abi_as!(
     Opaque: std::ffi::c_void,
@@ -323,6 +330,11 @@ fn new_prototypes_match() {
     same_type(
         abi::<ffi::HipEventOp>(),
         abi_of(|| sys::hipEventDestroy as unsafe extern "C" fn(_) -> _),
+    );
+    // Entering every call: the thread's capture mode, relaxed and put back.
+    same_type(
+        abi::<ffi::HipThreadExchangeStreamCaptureMode>(),
+        abi_of(|| sys::hipThreadExchangeStreamCaptureMode as unsafe extern "C" fn(_) -> _),
     );
     same_type(
         abi::<ffi::HipStreamEndCapture>(),
