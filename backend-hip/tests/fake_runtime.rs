@@ -1254,29 +1254,47 @@ fn deferred_frees_run_without_the_gpus_lock() {
     );
 }
 
+/// A device page and a host page of 64 bytes on one stream, for work to
+/// enqueue: a copy from the one into the other.
+struct Staged {
+    page: backend_hip::DevicePage,
+    host: backend_hip::HostPage,
+}
+
+impl Staged {
+    fn on(stream: &mut Stream) -> Self {
+        Self {
+            page: ok(Hip::allocate_device_page(stream, 64)),
+            host: ok(Hip::allocate_host_page(stream, 64)),
+        }
+    }
+
+    /// Enqueue the copy of the host page into the device page on `stream`.
+    fn copy(&self, stream: &mut Stream) {
+        ok(Hip::copy_to_device(
+            stream,
+            HostSlice::<Hip> {
+                page: &self.host,
+                offset: 0,
+                len: 64,
+            },
+            DeviceSlice::<Hip> {
+                page: &self.page,
+                offset: 0,
+                len: 64,
+            },
+        ));
+    }
+}
+
 /// Work enqueued after the latest signal, then a capture whose end fails
 /// and leaves the stream capturing: the fresh stream waits for all of it.
 fn replacement_is_ordered(library: &Path, _log: &Path) {
     let fake = Fake::open(library);
     let device = ok(Hip::open());
     let mut stream = ok(Hip::create_stream(&device));
-    let page = ok(Hip::allocate_device_page(&mut stream, 64));
-    let host = ok(Hip::allocate_host_page(&mut stream, 64));
-    let copy = |stream: &mut Stream| {
-        ok(Hip::copy_to_device(
-            stream,
-            HostSlice::<Hip> {
-                page: &host,
-                offset: 0,
-                len: 64,
-            },
-            DeviceSlice::<Hip> {
-                page: &page,
-                offset: 0,
-                len: 64,
-            },
-        ));
-    };
+    let staged = Staged::on(&mut stream);
+    let copy = |stream: &mut Stream| staged.copy(stream);
     copy(&mut stream);
     ok(Hip::signal(&mut stream));
     // Enqueued after the latest signal: only a point taken later covers it.
@@ -1314,23 +1332,8 @@ fn replaced_signals(library: &Path, log: &Path) {
     };
     let device = ok(Hip::open());
     let mut stream = ok(Hip::create_stream(&device));
-    let page = ok(Hip::allocate_device_page(&mut stream, 64));
-    let host = ok(Hip::allocate_host_page(&mut stream, 64));
-    let copy = |stream: &mut Stream| {
-        ok(Hip::copy_to_device(
-            stream,
-            HostSlice::<Hip> {
-                page: &host,
-                offset: 0,
-                len: 64,
-            },
-            DeviceSlice::<Hip> {
-                page: &page,
-                offset: 0,
-                len: 64,
-            },
-        ));
-    };
+    let staged = Staged::on(&mut stream);
+    let copy = |stream: &mut Stream| staged.copy(stream);
     fake.events_ready(false);
     copy(&mut stream);
     let first = ok(Hip::signal(&mut stream));

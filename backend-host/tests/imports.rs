@@ -195,3 +195,43 @@ fn bad_imports_are_refused_with_the_page_handed_back() {
     assert_eq!(client.read(&x).expect("read"), vec![7; 16]);
     assert_eq!(imported_bytes(&client, stream), 16);
 }
+
+#[test]
+fn another_threads_import_on_a_recording_stream_is_refused_and_leaves_the_window_whole() {
+    let client = Client::<Host>::open().expect("host");
+    let stream = client.create_stream().expect("stream");
+    let x = client.create_f32(stream, &[1.0; N]).expect("x");
+    let one = client.create_f32(stream, &[1.0; N]).expect("one");
+    let window = client.prepare(stream).expect("prepare");
+    client
+        .run_builtin(stream, Builtin::Add, &[&x, &one], N as u32, 0.0)
+        .expect("warmup");
+    client.begin(stream, window).expect("begin");
+    client
+        .run_builtin(stream, Builtin::Add, &[&x, &one], N as u32, 0.0)
+        .expect("recorded");
+    let other = client.clone();
+    let (err, page) = std::thread::spawn(move || {
+        let page = DevicePage::import(&[5; 16]).expect("a page");
+        other
+            .import(stream, page)
+            .expect_err("another thread's import")
+    })
+    .join()
+    .expect("the importing thread");
+    assert!(matches!(err, Error::NotRecorder { .. }), "{err}");
+    let graph = client
+        .instantiate(stream, window)
+        .expect("the owner's window seals: another thread's refusal dooms nothing");
+    graph.replay().expect("replay");
+    assert_eq!(
+        client.read_f32(&x).expect("read"),
+        vec![3.0; N],
+        "the warmup and the replay; recording runs nothing"
+    );
+    let imported = client
+        .import(stream, page)
+        .map_err(|(err, _)| err)
+        .expect("the page handed back imports");
+    assert_eq!(client.read(&imported).expect("read"), vec![5; 16]);
+}

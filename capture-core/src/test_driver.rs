@@ -2065,4 +2065,49 @@ mod tests {
         );
         assert!(pages() < before, "a's pages, the arena's too, went");
     }
+
+    #[test]
+    fn buffers_dropped_on_other_threads_while_their_graphs_go_leave_nothing_kept() {
+        let client = client();
+        let [a, b] = streams(&client);
+        let copy = copy_kernel(2);
+        let server = client.server().expect("server");
+        let ordered = server.ordered_buffers();
+        for _ in 0..20 {
+            // Buffers of `a` that graphs of `b` read: shared, so ordered.
+            let inputs: Vec<_> = (0..4)
+                .map(|i| client.create(a, &[i; 16]).expect("an input"))
+                .collect();
+            let out = client.create(b, &[0; 16]).expect("out");
+            let graphs: Vec<_> = inputs
+                .iter()
+                .map(|input| {
+                    client
+                        .capture(b, |_| {
+                            client.launch(b, &copy, [1, 1, 1], &[input, &out], &[], &[])
+                        })
+                        .expect("capture")
+                        .0
+                })
+                .collect();
+            let droppers: Vec<_> = inputs
+                .into_iter()
+                .map(|input| std::thread::spawn(move || drop(input)))
+                .collect();
+            for graph in &graphs {
+                client.replay(graph).expect("replay");
+            }
+            drop(graphs);
+            for dropper in droppers {
+                dropper.join().expect("a dropping thread");
+            }
+            drop(out);
+        }
+        client.sync(a).expect("a collects what was dropped");
+        client.sync(b).expect("b");
+        client.sync(a).expect("a, past b's queued uses");
+        assert_eq!(client.lingering_buffers(), 0);
+        assert_eq!(server.ordered_buffers(), ordered, "every order forgotten");
+        assert_eq!(client.claimed_buffers(), 0);
+    }
 }

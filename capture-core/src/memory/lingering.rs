@@ -12,11 +12,10 @@ use crate::memory::pool::{SliceHandle, WeakSlice};
 /// sweep left: sweeping then costs a constant per buffer.
 const FIRST_SWEEP: usize = 32;
 
-/// A device's dropped buffers whose memory is still in use, each with
-/// whether the order of shared buffers knows it.
+/// A device's dropped buffers whose memory is still in use.
 #[derive(Debug)]
 pub(crate) struct Lingering {
-    buffers: Vec<(BufferId, WeakSlice, bool)>,
+    buffers: Vec<(BufferId, WeakSlice)>,
     sweep_at: usize,
 }
 
@@ -32,25 +31,24 @@ impl Default for Lingering {
 impl Lingering {
     /// The last handle of `slice`'s buffer dropped, but its memory is held
     /// elsewhere: what is keyed by the buffer stays until it is released.
-    /// `ordered`: whether the order of shared buffers may know it.
-    pub fn linger(&mut self, slice: &SliceHandle, ordered: bool) {
-        self.buffers.push((slice.id(), slice.downgrade(), ordered));
+    pub fn linger(&mut self, slice: &SliceHandle) {
+        self.buffers.push((slice.id(), slice.downgrade()));
     }
 
     /// [`Lingering::sweep`], once the list has grown enough since the last.
-    pub fn sweep_if_due(&mut self, released: impl FnMut(BufferId, bool)) {
+    pub fn sweep_if_due(&mut self, released: impl FnMut(BufferId)) {
         if self.buffers.len() >= self.sweep_at {
             self.sweep(released);
         }
     }
 
     /// Hand every buffer whose memory nobody uses any more to `released`,
-    /// with whether it was ordered, and forget it.
-    pub fn sweep(&mut self, mut released: impl FnMut(BufferId, bool)) {
-        self.buffers.retain(|(id, slice, ordered)| {
+    /// and forget it.
+    pub fn sweep(&mut self, mut released: impl FnMut(BufferId)) {
+        self.buffers.retain(|(id, slice)| {
             let gone = slice.is_released();
             if gone {
-                released(*id, *ordered);
+                released(*id);
             }
             !gone
         });
@@ -81,15 +79,15 @@ mod tests {
         let mut lingering = Lingering::default();
         let held = slice(&mut pool, 1);
         let graph = held.clone();
-        lingering.linger(&held, true);
+        lingering.linger(&held);
         drop(held);
         let mut released = Vec::new();
-        lingering.sweep(|id, ordered| released.push((id, ordered)));
+        lingering.sweep(|id| released.push(id));
         assert!(released.is_empty(), "a graph still holds it");
         assert_eq!(lingering.len(), 1);
         drop(graph);
-        lingering.sweep(|id, ordered| released.push((id, ordered)));
-        assert_eq!((released, lingering.len()), (vec![(BufferId(1), true)], 0));
+        lingering.sweep(|id| released.push(id));
+        assert_eq!((released, lingering.len()), (vec![BufferId(1)], 0));
     }
 
     #[test]
@@ -100,9 +98,9 @@ mod tests {
         let mut swept = 0;
         for id in 1..=FIRST_SWEEP as u64 {
             let held = slice(&mut pool, id);
-            lingering.linger(&held, false);
+            lingering.linger(&held);
             graphs.push(held);
-            lingering.sweep_if_due(|_, _| swept += 1);
+            lingering.sweep_if_due(|_| swept += 1);
         }
         assert_eq!(swept, 0, "all still held");
         assert_eq!(
@@ -112,14 +110,14 @@ mod tests {
         );
         graphs.truncate(1);
         let held = slice(&mut pool, 999);
-        lingering.linger(&held, false);
-        lingering.sweep_if_due(|_, _| swept += 1);
+        lingering.linger(&held);
+        lingering.sweep_if_due(|_| swept += 1);
         assert_eq!(swept, 0, "not due before the mark");
         for id in 1000..1000 + FIRST_SWEEP as u64 {
             let held = slice(&mut pool, id);
-            lingering.linger(&held, false);
+            lingering.linger(&held);
         }
-        lingering.sweep_if_due(|_, _| swept += 1);
+        lingering.sweep_if_due(|_| swept += 1);
         assert_eq!(swept, 2 * FIRST_SWEEP - 1, "every one let go");
         assert_eq!(lingering.len(), 1 + 1, "one graph and `held`");
         assert_eq!(

@@ -15,15 +15,8 @@ impl<D: GraphDriver> Server<D> {
     pub fn allocate(&self, stream: StreamId, len: u64) -> Result<SliceHandle, Error> {
         self.with(stream, |lane| {
             lane.check_recorder()?;
-            if len == 0 {
-                return lane.refused(Error::EmptyBuffer);
-            }
-            let limit = self.allocation_limit();
-            if len > limit {
-                return lane.refused(Error::TooLarge {
-                    requested: len,
-                    limit,
-                });
+            if let Err(err) = self.check_size(len) {
+                return lane.refused(err);
             }
             let id = self.ids.buffer();
             match lane.state.allocate_buffer(id, len) {
@@ -36,12 +29,20 @@ impl<D: GraphDriver> Server<D> {
         })
     }
 
-    /// The most bytes one buffer may hold: the configured limit, or less
-    /// where the pool could not align a length (a config that lifts the
-    /// limit to near `u64::MAX`).
-    fn allocation_limit(&self) -> u64 {
+    /// Whether one buffer may hold `len` bytes: at least one, and at most
+    /// the configured limit, or less where the pool could not align the
+    /// length (a config that lifts the limit to near `u64::MAX`).
+    fn check_size(&self, len: u64) -> Result<(), Error> {
         let alignable = u64::MAX - (crate::memory::pool::SLICE_ALIGN - 1);
-        self.config.max_allocation_bytes.min(alignable)
+        let limit = self.config.max_allocation_bytes.min(alignable);
+        match len {
+            0 => Err(Error::EmptyBuffer),
+            len if len > limit => Err(Error::TooLarge {
+                requested: len,
+                limit,
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// A buffer on `stream` over `page`, memory imported from elsewhere.
@@ -68,15 +69,8 @@ impl<D: GraphDriver> Server<D> {
                         .into(),
                 });
             }
-            if len == 0 {
-                return lane.refused(Error::EmptyBuffer);
-            }
-            let limit = self.allocation_limit();
-            if len > limit {
-                return lane.refused(Error::TooLarge {
-                    requested: len,
-                    limit,
-                });
+            if let Err(err) = self.check_size(len) {
+                return lane.refused(err);
             }
             // Every check is passed, and nothing below fails: a refusal
             // always hands the page back.

@@ -326,8 +326,9 @@ impl<D: GraphDriver> Server<D> {
     /// Forget what is keyed by the dropped buffers whose memory was
     /// released since the last look.
     fn sweep_lingering(&self) {
-        lock(&self.lingering).sweep(|id, ordered| {
-            forget_buffer(&self.order, &self.failures, id, ordered);
+        // A buffer the order never knew leaves it unchanged.
+        lock(&self.lingering).sweep(|id| {
+            forget_buffer(&self.order, &self.failures, id, true);
         });
     }
 
@@ -449,7 +450,7 @@ fn collect_dead<D: GraphDriver>(slot: &Slot<D>, state: &mut StreamState<D>) {
             temporaries.dropped(slice.id());
         }
         if slice.held_elsewhere() {
-            lock(&slot.lingering).linger(&slice, state.shares);
+            lock(&slot.lingering).linger(&slice);
         } else {
             forget_buffer(&slot.order, &state.failures, slice.id(), state.shares);
         }
@@ -458,7 +459,7 @@ fn collect_dead<D: GraphDriver>(slot: &Slot<D>, state: &mut StreamState<D>) {
     });
     if any {
         lock(&slot.lingering)
-            .sweep_if_due(|id, ordered| forget_buffer(&slot.order, &state.failures, id, ordered));
+            .sweep_if_due(|id| forget_buffer(&slot.order, &state.failures, id, true));
         state.maybe_flush();
     }
 }
