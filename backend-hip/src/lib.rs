@@ -165,6 +165,10 @@ impl Driver for Hip {
         kernel.signature()
     }
 
+    fn is_stream_of(device: &Arc<Device>, stream: &Stream) -> bool {
+        Arc::ptr_eq(device, &stream.device)
+    }
+
     fn create_stream(device: &Arc<Device>) -> Result<Stream, DriverError> {
         Stream::create(device)
     }

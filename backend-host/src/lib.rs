@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use capture_core::{
     Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice,
-    Launch, Order, Signature, Updated,
+    ImportRefusal, Launch, Order, Signature, Updated,
 };
 
 pub use kernels::{Body, Group, Kernel, Reader, View};
@@ -266,6 +266,10 @@ impl Driver for Host {
         kernel.signature()
     }
 
+    fn is_stream_of(device: &Arc<Device>, stream: &Stream) -> bool {
+        Arc::ptr_eq(device, &stream.device)
+    }
+
     fn create_stream(device: &Arc<Device>) -> Result<Stream, DriverError> {
         let index = device.next_stream.fetch_add(1, Ordering::Relaxed);
         let worker = Worker::spawn(format!("host-stream-{index}"))
@@ -290,8 +294,8 @@ impl Driver for Host {
         page.0.release();
     }
 
-    fn imported_bytes(page: &DevicePage) -> Option<u64> {
-        page.imported_bytes()
+    fn imported_bytes(device: &Device, page: &DevicePage) -> Result<u64, ImportRefusal> {
+        page.imported_bytes(device)
     }
 
     fn allocate_host_page(stream: &mut Stream, bytes: u64) -> Result<HostPage, DriverError> {

@@ -6,7 +6,11 @@
 
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+
+use capture_core::ImportRefusal;
+
+use crate::Device;
 
 /// Bytes freshly allocated pages are filled with: all-ones is a NaN as
 /// `f32`, so a kernel that reads memory nobody wrote gives a visibly wrong
@@ -38,7 +42,20 @@ pub struct Memory {
     storage: RwLock<Storage>,
     released: AtomicBool,
     /// Memory made elsewhere and imported ([`DevicePage::import`]).
-    imported: bool,
+    imported: Option<Imported>,
+}
+
+/// What an imported page keeps: the device it was imported for, and the
+/// caller's keep-alive, dropped once the page is.
+struct Imported {
+    device: Weak<Device>,
+    keep_alive: Mutex<Option<Box<dyn Send>>>,
+}
+
+impl std::fmt::Debug for Imported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Imported").finish_non_exhaustive()
+    }
 }
 
 /// A page's bytes, held as 8-byte words so that every slice at an aligned
@@ -103,7 +120,7 @@ impl Memory {
                 len,
             }),
             released: AtomicBool::new(false),
-            imported: false,
+            imported: None,
         }))
     }
 
@@ -164,21 +181,33 @@ impl Memory {
 pub struct DevicePage(pub(crate) Arc<Memory>);
 
 impl DevicePage {
-    /// Memory made elsewhere, moved in, for `Client::import`: a device page
-    /// of exactly `bytes`' length and content, or `None` when the host
-    /// cannot hold it. It is freed once the last buffer, view, graph or
-    /// queued use of it is done.
-    pub fn import(bytes: &[u8]) -> Option<Self> {
+    /// Memory made elsewhere, moved in, for `Client::import` on a client
+    /// of `device`: a device page of exactly `bytes`' length and content,
+    /// or `None` when the host cannot hold it. It is let go of, and
+    /// `keep_alive` dropped, once the last buffer, view, graph or queued
+    /// use of it is done.
+    pub fn import(
+        device: &Arc<Device>,
+        bytes: &[u8],
+        keep_alive: impl Send + 'static,
+    ) -> Option<Self> {
         let memory = Memory::new(PageKind::Device, bytes.len())?;
         memory.bytes().copy_from_slice(bytes);
         let mut memory = Arc::into_inner(memory)?;
-        memory.imported = true;
+        memory.imported = Some(Imported {
+            device: Arc::downgrade(device),
+            keep_alive: Mutex::new(Some(Box::new(keep_alive))),
+        });
         Some(Self(Arc::new(memory)))
     }
 
-    /// The bytes it holds, if it is imported memory.
-    pub(crate) fn imported_bytes(&self) -> Option<u64> {
-        self.0.imported.then(|| self.0.shared().len() as u64)
+    /// The bytes it holds, if it is memory imported for `device`.
+    pub(crate) fn imported_bytes(&self, device: &Device) -> Result<u64, ImportRefusal> {
+        let imported = self.0.imported.as_ref().ok_or(ImportRefusal::NotImported)?;
+        if !std::ptr::eq(imported.device.as_ptr(), device) {
+            return Err(ImportRefusal::OtherDevice);
+        }
+        Ok(self.0.shared().len() as u64)
     }
 }
 
@@ -186,8 +215,14 @@ impl Drop for DevicePage {
     fn drop(&mut self) {
         // capture-core drops imported memory instead of releasing it: a use
         // after that is detected as a released page's is.
-        if self.0.imported {
+        if let Some(imported) = &self.0.imported {
             self.0.release();
+            let keep_alive = imported
+                .keep_alive
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            drop(keep_alive);
         }
     }
 }

@@ -12,7 +12,7 @@ fn f32_bytes(values: &[f32]) -> Vec<u8> {
 }
 
 fn import(client: &Client<Host>, stream: StreamId, values: &[f32]) -> Buffer {
-    let page = DevicePage::import(&f32_bytes(values)).expect("host memory");
+    let page = DevicePage::import(client.device(), &f32_bytes(values), ()).expect("host memory");
     client
         .import(stream, page)
         .map_err(|(err, _)| err)
@@ -143,7 +143,7 @@ fn bad_imports_are_refused_with_the_page_handed_back() {
     );
     Host::release_device_page(&mut raw, own);
     // Empty memory.
-    let empty = DevicePage::import(&[]).expect("an empty page");
+    let empty = DevicePage::import(client.device(), &[], ()).expect("an empty page");
     let (err, _) = client.import(stream, empty).expect_err("empty");
     assert_eq!(err, Error::EmptyBuffer);
     // Past the allocation limit, which holds for imports as for the pools.
@@ -155,12 +155,12 @@ fn bad_imports_are_refused_with_the_page_handed_back() {
         },
     );
     let on_small = small.create_stream().expect("stream");
-    let at_limit = DevicePage::import(&[1; 64]).expect("a page");
+    let at_limit = DevicePage::import(client.device(), &[1; 64], ()).expect("a page");
     small
         .import(on_small, at_limit)
         .map_err(|(err, _)| err)
         .expect("the limit itself imports");
-    let past = DevicePage::import(&[1; 65]).expect("a page");
+    let past = DevicePage::import(client.device(), &[1; 65], ()).expect("a page");
     let (err, _) = small.import(on_small, past).expect_err("past the limit");
     assert!(
         matches!(
@@ -173,7 +173,7 @@ fn bad_imports_are_refused_with_the_page_handed_back() {
         "{err}"
     );
     // An unknown stream.
-    let page = DevicePage::import(&[7; 16]).expect("a page");
+    let page = DevicePage::import(client.device(), &[7; 16], ()).expect("a page");
     let gone = client.create_stream().expect("another");
     client.destroy_stream(gone).expect("destroy");
     let (err, page) = client.import(gone, page).expect_err("unknown stream");
@@ -212,7 +212,7 @@ fn another_threads_import_on_a_recording_stream_is_refused_and_leaves_the_window
         .expect("recorded");
     let other = client.clone();
     let (err, page) = std::thread::spawn(move || {
-        let page = DevicePage::import(&[5; 16]).expect("a page");
+        let page = DevicePage::import(other.device(), &[5; 16], ()).expect("a page");
         other
             .import(stream, page)
             .expect_err("another thread's import")
@@ -234,4 +234,75 @@ fn another_threads_import_on_a_recording_stream_is_refused_and_leaves_the_window
         .map_err(|(err, _)| err)
         .expect("the page handed back imports");
     assert_eq!(client.read(&imported).expect("read"), vec![5; 16]);
+}
+
+#[test]
+fn memory_and_streams_of_another_device_are_refused_and_handed_back() {
+    let client = Client::<Host>::open().expect("host");
+    let other = Client::<Host>::open().expect("another host device");
+    let stream = client.create_stream().expect("stream");
+    let page = DevicePage::import(other.device(), &[3; 16], ()).expect("a page");
+    let (err, page) = client
+        .import(stream, page)
+        .expect_err("another device's page");
+    assert!(
+        matches!(err, Error::OtherDevice { what: "page", .. }),
+        "{err}"
+    );
+    assert_eq!(imported_bytes(&client, stream), 0, "nothing changed");
+    let on_other = other.create_stream().expect("a stream of the other");
+    let x = other
+        .import(on_other, page)
+        .map_err(|(err, _)| err)
+        .expect("its own device imports it");
+    assert_eq!(other.read(&x).expect("read"), vec![3; 16]);
+
+    let raw = Host::create_stream(other.device()).expect("a raw stream");
+    let err = client
+        .adopt_stream(raw)
+        .expect_err("another device's stream");
+    assert!(
+        matches!(err, Error::OtherDevice { what: "stream", .. }),
+        "{err}"
+    );
+    let raw = Host::create_stream(client.device()).expect("a raw stream");
+    let adopted = client.adopt_stream(raw).expect("its own device's stream");
+    let y = client.create(adopted, &[4; 16]).expect("a buffer on it");
+    assert_eq!(client.read(&y).expect("read"), vec![4; 16]);
+    client.destroy_stream(adopted).expect("destroyed like any");
+}
+
+#[test]
+fn the_keep_alive_is_dropped_only_once_the_device_is_past_the_last_use() {
+    let client = Client::<Host>::open().expect("host");
+    let stream = client.create_stream().expect("stream");
+    let kept = std::sync::Arc::new(());
+    let big = 1 << 20;
+    let page = DevicePage::import(client.device(), &f32_bytes(&vec![1.0; big]), kept.clone())
+        .expect("a page");
+    let x = client
+        .import(stream, page)
+        .map_err(|(err, _)| err)
+        .expect("imported");
+    let ones = client.create_f32(stream, &vec![1.0; big]).expect("ones");
+    let (graph, ()) = client
+        .capture(stream, |_| {
+            client.run_builtin(stream, Builtin::Add, &[&x, &ones], big as u32, 0.0)
+        })
+        .expect("capture");
+    for _ in 0..8 {
+        client
+            .run_builtin(stream, Builtin::Add, &[&x, &ones], big as u32, 0.0)
+            .expect("queued");
+    }
+    drop(x);
+    assert_eq!(
+        std::sync::Arc::strong_count(&kept),
+        2,
+        "queued launches and the graph still use it"
+    );
+    graph.replay().expect("replay");
+    drop(graph);
+    client.sync(stream).expect("sync");
+    assert_eq!(std::sync::Arc::strong_count(&kept), 1, "dropped at last");
 }

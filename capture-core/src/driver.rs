@@ -170,6 +170,15 @@ impl<D: Driver> Debug for HostSlice<'_, D> {
     }
 }
 
+/// Why [`Driver::imported_bytes`] turns a page away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImportRefusal {
+    /// The backend made the page itself, not from imported memory.
+    NotImported,
+    /// The page is imported memory of another device.
+    OtherDevice,
+}
+
 /// The primitives a backend provides.
 ///
 /// Every call may be made from any thread (capture-core serializes each
@@ -234,6 +243,10 @@ pub trait Driver: Sized + Send + 'static {
     /// Create a stream on `device`.
     fn create_stream(device: &Arc<Self::Device>) -> Result<Self::Stream, DriverError>;
 
+    /// Whether `stream` was made on `device`, for a stream handed to
+    /// `Client::adopt_stream` (a backend's streams over raw handles).
+    fn is_stream_of(device: &Arc<Self::Device>, stream: &Self::Stream) -> bool;
+
     /// Allocate a device page of at least `bytes` bytes.
     fn allocate_device_page(
         stream: &mut Self::Stream,
@@ -244,15 +257,18 @@ pub trait Driver: Sized + Send + 'static {
     /// enqueued work can touch the page any more.
     fn release_device_page(stream: &mut Self::Stream, page: Self::DevicePage);
 
-    /// The bytes `page` holds if it is memory imported from elsewhere, made
-    /// by the backend's own (`unsafe`, where the memory is the device's)
-    /// import constructor; `None` for any other page, and by default, for a
-    /// backend that imports nothing. capture-core never releases an
-    /// imported page: it drops it, once no enqueued work can touch it, and
-    /// the page's drop lets go of what kept the memory alive.
-    fn imported_bytes(page: &Self::DevicePage) -> Option<u64> {
-        let _ = page;
-        None
+    /// The bytes `page` holds if it is memory imported for `device` from
+    /// elsewhere, made by the backend's own (`unsafe`, where the memory is
+    /// the device's) import constructor; why not for any other page, and by
+    /// default, for a backend that imports nothing. capture-core never
+    /// releases an imported page: it drops it, once no enqueued work can
+    /// touch it, and the page's drop lets go of what kept the memory alive.
+    fn imported_bytes(
+        device: &Self::Device,
+        page: &Self::DevicePage,
+    ) -> Result<u64, ImportRefusal> {
+        let _ = (device, page);
+        Err(ImportRefusal::NotImported)
     }
 
     /// Allocate a pinned host page of at least `bytes` bytes.

@@ -107,6 +107,15 @@ pub enum Error {
         /// The backend.
         backend: &'static str,
     },
+    /// A page or stream handed to a client that was made for another
+    /// device than the client's.
+    #[error("{backend}: this {what} was made for another device than this client's")]
+    OtherDevice {
+        /// The backend.
+        backend: &'static str,
+        /// `"page"` or `"stream"`.
+        what: &'static str,
+    },
     /// A buffer larger than the configured limit was asked for.
     #[error("{requested} bytes requested, but one allocation may hold at most {limit}")]
     TooLarge {

@@ -69,7 +69,7 @@ pub use client::{
 };
 pub use driver::{
     Access, Availability, Binding, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver,
-    HostSlice, Launch, Order, Updated,
+    HostSlice, ImportRefusal, Launch, Order, Updated,
 };
 pub use error::{Error, Result};
 pub use ids::{BufferId, GraphId, StreamId, WindowId};

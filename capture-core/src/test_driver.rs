@@ -127,6 +127,10 @@ impl Driver for TestDriver {
     fn signature(kernel: &Signature) -> &Signature {
         kernel
     }
+    fn is_stream_of(device: &Arc<TestDevice>, stream: &TestStream) -> bool {
+        Arc::ptr_eq(device, &stream.device)
+    }
+
     fn create_stream(device: &Arc<TestDevice>) -> Result<TestStream, DriverError> {
         device.streams.fetch_add(1, Ordering::SeqCst);
         Ok(TestStream {
@@ -2109,5 +2113,26 @@ mod tests {
         assert_eq!(client.lingering_buffers(), 0);
         assert_eq!(server.ordered_buffers(), ordered, "every order forgotten");
         assert_eq!(client.claimed_buffers(), 0);
+    }
+
+    #[test]
+    fn an_adopted_stream_of_the_clients_device_works_and_another_devices_is_refused() {
+        use crate::Driver;
+        let (client, other) = (client(), client());
+        let raw = TestDriver::create_stream(other.device()).expect("a raw stream");
+        let err = client.adopt_stream(raw).expect_err("another device's");
+        assert_eq!(
+            err,
+            Error::OtherDevice {
+                backend: TestDriver::NAME,
+                what: "stream"
+            }
+        );
+        let raw = TestDriver::create_stream(client.device()).expect("a raw stream");
+        let adopted = client.adopt_stream(raw).expect("its own device's");
+        let own = client.create_stream().expect("a stream of its own");
+        assert_ne!(adopted, own, "numbered like any");
+        let x = client.create(adopted, &[1; 8]).expect("a buffer");
+        assert_eq!(client.read(&x).expect("read"), vec![1; 8]);
     }
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use graph_capture::{
     Availability, Binding, Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, Error,
-    GraphDriver, HostSlice, Launch, Order, Signature, Updated,
+    GraphDriver, HostSlice, ImportRefusal, Launch, Order, Signature, Updated,
 };
 
 use crate::workload::{UserKernel, UserKernels};
@@ -244,6 +244,10 @@ impl<D: Driver> Driver for Faulty<D> {
         D::signature(kernel)
     }
 
+    fn is_stream_of(device: &Arc<Self::Device>, stream: &Self::Stream) -> bool {
+        D::is_stream_of(&device.inner, &stream.inner)
+    }
+
     fn create_stream(device: &Arc<Self::Device>) -> Result<Self::Stream, DriverError> {
         Ok(FaultyStream {
             inner: D::create_stream(&device.inner)?,
@@ -263,8 +267,11 @@ impl<D: Driver> Driver for Faulty<D> {
         D::release_device_page(&mut stream.inner, page);
     }
 
-    fn imported_bytes(page: &Self::DevicePage) -> Option<u64> {
-        D::imported_bytes(page)
+    fn imported_bytes(
+        device: &Self::Device,
+        page: &Self::DevicePage,
+    ) -> Result<u64, ImportRefusal> {
+        D::imported_bytes(&device.inner, page)
     }
 
     fn allocate_host_page(

@@ -152,6 +152,20 @@ impl<D: GraphDriver> Client<D> {
         self.server()?.create_stream()
     }
 
+    /// Take in a stream the backend made over the caller's own handle (a
+    /// CUDA or HIP stream from `Stream::from_raw`): captures on it record
+    /// between the caller's own launches on that handle, and
+    /// [`Client::destroy_stream`] leaves the handle to its owner unless its
+    /// ownership was handed over.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OtherDevice`] for a stream of another device than the
+    /// client's.
+    pub fn adopt_stream(&self, stream: D::Stream) -> Result<StreamId, Error> {
+        self.server()?.adopt_stream(stream)
+    }
+
     /// Destroy a stream, its graphs and its memory.
     pub fn destroy_stream(&self, stream: StreamId) -> Result<(), Error> {
         self.server()?.destroy_stream(stream)

@@ -2,7 +2,7 @@
 
 use super::shared::Shareable;
 use super::{BufferRef, Lane, Server};
-use crate::driver::GraphDriver;
+use crate::driver::{GraphDriver, ImportRefusal};
 use crate::error::Error;
 use crate::ids::StreamId;
 use crate::interleave::{self, Point};
@@ -54,9 +54,18 @@ impl<D: GraphDriver> Server<D> {
         stream: StreamId,
         page: D::DevicePage,
     ) -> Result<SliceHandle, (Error, D::DevicePage)> {
-        let Some(len) = D::imported_bytes(&page) else {
-            let err = Error::NotImported { backend: D::NAME };
-            return Err((self.refuse(stream, err), page));
+        let len = match D::imported_bytes(&self.device, &page) {
+            Ok(len) => len,
+            Err(refusal) => {
+                let err = match refusal {
+                    ImportRefusal::NotImported => Error::NotImported { backend: D::NAME },
+                    ImportRefusal::OtherDevice => Error::OtherDevice {
+                        backend: D::NAME,
+                        what: "page",
+                    },
+                };
+                return Err((self.refuse(stream, err), page));
+            }
         };
         let mut page = Some(page);
         let imported = self.with(stream, |lane| {

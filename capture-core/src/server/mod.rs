@@ -229,6 +229,24 @@ impl<D: GraphDriver> Server<D> {
     /// Create a stream.
     pub fn create_stream(&self) -> Result<StreamId, Error> {
         let raw = D::create_stream(&self.device)?;
+        self.add_stream(raw)
+    }
+
+    /// A stream the backend made over handles of the caller's; refused when
+    /// it was made on another device (dropping it, which leaves a borrowed
+    /// handle to its owner).
+    pub fn adopt_stream(&self, raw: D::Stream) -> Result<StreamId, Error> {
+        if !D::is_stream_of(&self.device, &raw) {
+            return Err(Error::OtherDevice {
+                backend: D::NAME,
+                what: "stream",
+            });
+        }
+        self.add_stream(raw)
+    }
+
+    /// Number `raw` and give it its lane.
+    fn add_stream(&self, raw: D::Stream) -> Result<StreamId, Error> {
         let id = StreamId(Ids::next(&self.ids.stream));
         let slot = Arc::new(Slot {
             lane: Mutex::new(Some(Lane {
