@@ -31,13 +31,25 @@ pub struct Device {
     pub(crate) device: ash::Device,
     /// One queue shared by every stream; `vkQueueSubmit` requires external
     /// synchronization, hence the lock.
-    queue: Mutex<vk::Queue>,
+    pub(crate) queue: Mutex<vk::Queue>,
     pub(crate) queue_family: u32,
     pub(crate) memory: vk::PhysicalDeviceMemoryProperties,
     pub(crate) limits: vk::PhysicalDeviceLimits,
     pub(crate) info: DeviceInfo,
-    counters: Arc<Counters>,
-    parts: InstanceParts,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) owner: Owner,
+}
+
+/// Who destroys the device and its instance.
+pub(crate) enum Owner {
+    /// The backend, which created them.
+    Backend(InstanceParts),
+    /// The caller, who handed them in ([`Device::from_raw`]): the library
+    /// keeps the loader loaded and drops the keep-alive last.
+    Caller {
+        _entry: ash::Entry,
+        _keep_alive: Box<dyn Send + Sync>,
+    },
 }
 
 impl std::fmt::Debug for Device {
@@ -49,12 +61,12 @@ impl std::fmt::Debug for Device {
 }
 
 /// One physical device, as the listing sees it.
-struct Assessed {
-    physical: vk::PhysicalDevice,
-    info: DeviceInfo,
+pub(crate) struct Assessed {
+    pub(crate) physical: vk::PhysicalDevice,
+    pub(crate) info: DeviceInfo,
     /// The compute queue family the backend would use, or what the device
     /// lacks to run the backend.
-    queue_family: Result<u32, &'static str>,
+    pub(crate) queue_family: Result<u32, &'static str>,
     /// Lower is preferred when no device is asked for.
     rank: u8,
 }
@@ -160,7 +172,7 @@ fn driver_version(
 }
 
 /// Every physical device of `instance`, in enumeration order.
-fn list(instance: &ash::Instance) -> Result<Vec<Assessed>, DriverError> {
+pub(crate) fn list(instance: &ash::Instance) -> Result<Vec<Assessed>, DriverError> {
     // SAFETY: a valid instance; enumeration has no preconditions.
     let physicals = unsafe { instance.enumerate_physical_devices() }
         .map_err(|e| vk_error("list devices", e))?;
@@ -355,13 +367,13 @@ impl Device {
             limits: props.limits,
             info: chosen.info,
             counters: Arc::clone(&parts.counters),
-            parts,
+            owner: Owner::Backend(parts),
         }
     }
 
     /// The queue, locked for one submission. A poisoned lock only means
     /// another thread panicked between submissions; the queue is fine.
-    fn queue(&self) -> MutexGuard<'_, vk::Queue> {
+    pub(crate) fn queue(&self) -> MutexGuard<'_, vk::Queue> {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -427,6 +439,11 @@ impl Device {
 
 impl Drop for Device {
     fn drop(&mut self) {
+        // A caller's device stays theirs; what the library made on it is
+        // already gone, each object having held an `Arc` of this.
+        let Owner::Backend(parts) = &mut self.owner else {
+            return;
+        };
         // SAFETY: no other handle to the device remains (this is the last
         // `Arc`); waiting for idle has no other precondition. A failure
         // (device lost) leaves nothing to wait for.
@@ -434,6 +451,6 @@ impl Drop for Device {
         // SAFETY: every object created from the device was destroyed: each
         // (streams, pages, kernels, executables) holds an `Arc` of it.
         unsafe { self.device.destroy_device(None) };
-        self.parts.destroy();
+        parts.destroy();
     }
 }

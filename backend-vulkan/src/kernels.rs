@@ -35,10 +35,16 @@ pub(crate) struct KernelObjects {
     pub(crate) set_layout: vk::DescriptorSetLayout,
     /// Storage-buffer descriptors a launch writes: the buffers, then the info.
     pub(crate) descriptors: u32,
+    /// For a caller's pipeline ([`Kernel::from_raw`]), what it keeps alive;
+    /// the library destroys only the objects it made (`None`).
+    pub(crate) keep_alive: Option<Box<dyn Send + Sync>>,
 }
 
 impl Drop for KernelObjects {
     fn drop(&mut self) {
+        if self.keep_alive.is_some() {
+            return;
+        }
         let device = &self.device.device;
         // SAFETY: this is the last reference; every command buffer that
         // recorded the pipeline held one until it completed or was
@@ -81,7 +87,7 @@ impl std::fmt::Debug for KernelObjects {
 #[derive(Clone)]
 pub struct Kernel {
     pub(crate) objects: Arc<KernelObjects>,
-    signature: Signature,
+    pub(crate) signature: Signature,
 }
 
 impl std::fmt::Debug for Kernel {
@@ -284,7 +290,7 @@ impl Kernel {
 }
 
 /// Refuses a signature no backend, or this device, can build.
-fn check_limits(device: &Device, signature: &Signature) -> Result<(), Error> {
+pub(crate) fn check_limits(device: &Device, signature: &Signature) -> Result<(), Error> {
     signature
         .validate()
         .map_err(|reason| compile_error(signature, reason))?;
@@ -336,7 +342,7 @@ fn check_limits(device: &Device, signature: &Signature) -> Result<(), Error> {
 }
 
 /// Storage-buffer descriptors a launch of `signature` binds.
-fn descriptor_count(signature: &Signature) -> u32 {
+pub(crate) fn descriptor_count(signature: &Signature) -> u32 {
     let buffers = u32::try_from(signature.accesses().len()).unwrap_or(u32::MAX);
     buffers.saturating_add(u32::from(signature.info_bytes() > 0))
 }
@@ -457,6 +463,7 @@ fn build(
         layout,
         set_layout,
         descriptors,
+        keep_alive: None,
     })
 }
 

@@ -34,6 +34,7 @@ mod instance;
 mod kernels;
 mod memory;
 mod prepared;
+mod raw;
 mod recording;
 mod shader;
 mod stream;
@@ -43,7 +44,7 @@ use std::sync::Arc;
 
 use capture_core::{
     Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice,
-    Launch, Order, Signature, Updated,
+    ImportRefusal, Launch, Order, Signature, Updated,
 };
 
 pub use device::{DEVICE_ENV, Device};
@@ -51,6 +52,7 @@ pub use graph::Executable;
 pub use instance::{SYNC_VALIDATION_ENV, VALIDATION_ENV};
 pub use kernels::Kernel;
 pub use memory::{DevicePage, HostPage};
+pub use raw::RawDevice;
 pub use recording::Recording;
 pub use stream::{Event, Signal, Stream};
 pub use validation::ValidationCounts;
@@ -125,6 +127,10 @@ impl Driver for Vulkan {
 
     fn release_device_page(_stream: &mut Stream, page: DevicePage) {
         drop(page);
+    }
+
+    fn imported_bytes(device: &Device, page: &DevicePage) -> Result<u64, ImportRefusal> {
+        page.imported_bytes(device)
     }
 
     fn allocate_host_page(stream: &mut Stream, bytes: u64) -> Result<HostPage, DriverError> {

@@ -9,7 +9,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use ash::vk;
-use capture_core::DriverError;
+use capture_core::{DriverError, ImportRefusal};
 
 use crate::device::Device;
 use crate::error::{error, vk_error};
@@ -25,14 +25,25 @@ unsafe impl Send for Mapping {}
 // SAFETY: as above; shared access only copies bytes out or in.
 unsafe impl Sync for Mapping {}
 
-/// One buffer and its memory, destroyed with the last reference.
+/// One buffer and its memory, destroyed with the last reference, or a range
+/// of a buffer made elsewhere, let go of with the last reference.
 pub(crate) struct Buffer {
     device: Arc<Device>,
     pub(crate) buffer: vk::Buffer,
-    memory: vk::DeviceMemory,
-    /// Bytes usable through the buffer.
+    /// Where the page starts in `buffer`: 0 but for imported memory.
+    pub(crate) base: u64,
+    owner: Owner,
+    /// Bytes usable through the buffer, from `base`.
     pub(crate) size: u64,
     mapping: Option<Mapping>,
+}
+
+/// Who destroys a page's buffer.
+enum Owner {
+    /// The backend: the buffer and its memory are destroyed with the page.
+    Backend(vk::DeviceMemory),
+    /// The caller, who imported it: dropping the keep-alive tells them.
+    Caller { _keep_alive: Box<dyn Send + Sync> },
 }
 
 impl std::fmt::Debug for Buffer {
@@ -43,18 +54,107 @@ impl std::fmt::Debug for Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        // SAFETY: no submitted work uses the buffer any more: every batch and
-        // executable that recorded it holds a reference until it completed.
-        // Freeing mapped memory unmaps it.
-        unsafe {
-            self.device.device.destroy_buffer(self.buffer, None);
-            self.device.device.free_memory(self.memory, None);
+        if let Owner::Backend(memory) = self.owner {
+            // SAFETY: no submitted work uses the buffer any more: every batch
+            // and executable that recorded it holds a reference until it
+            // completed. Freeing mapped memory unmaps it.
+            unsafe {
+                self.device.device.destroy_buffer(self.buffer, None);
+                self.device.device.free_memory(memory, None);
+            }
         }
     }
 }
 
-/// A page of device-local memory.
+/// A page of device-local memory, or a range of a buffer made elsewhere
+/// ([`DevicePage::from_raw`]).
+#[derive(Debug)]
 pub struct DevicePage(pub(crate) Arc<Buffer>);
+
+impl DevicePage {
+    /// Bytes `offset..offset + len` of `buffer`, a buffer the caller made on
+    /// `device`, as a page for [`Client::import`](capture_core::Client::import).
+    /// The library never destroys the buffer: it drops `keep_alive` once
+    /// the page is done with, after the device is past its last use.
+    ///
+    /// Refused, with nothing made: a null buffer, zero length, an offset
+    /// that is not a multiple of the device's
+    /// `minStorageBufferOffsetAlignment`, and a range past the end of the
+    /// memory the buffer needs.
+    ///
+    /// # Safety
+    ///
+    /// Until `keep_alive` is dropped:
+    /// - `buffer` is a live buffer of `device`'s `VkDevice`, created with
+    ///   `STORAGE_BUFFER | TRANSFER_SRC | TRANSFER_DST` usage,
+    ///   `SharingMode::EXCLUSIVE` (or concurrent including the device's
+    ///   queue family), at least `offset + len` bytes, and bound to memory;
+    /// - no other page and no work of the caller's writes the range, or
+    ///   reads it while the device may write it, unless the caller orders
+    ///   that work with the client's (it waits for the stream's work, as
+    ///   `Client::sync` does, before its own submissions, and the
+    ///   stream's work starts after its submissions completed).
+    pub unsafe fn from_raw(
+        device: &Arc<Device>,
+        buffer: vk::Buffer,
+        offset: u64,
+        len: u64,
+        keep_alive: impl Send + Sync + 'static,
+    ) -> Result<DevicePage, DriverError> {
+        const OP: &str = "import buffer";
+        if buffer == vk::Buffer::null() {
+            return Err(error(OP, "a null VkBuffer"));
+        }
+        if len == 0 {
+            return Err(error(OP, "an empty range"));
+        }
+        let alignment = device.limits.min_storage_buffer_offset_alignment.max(1);
+        if offset % alignment != 0 {
+            return Err(error(
+                OP,
+                format!(
+                    "offset {offset} is not a multiple of {alignment}, the device's storage buffer offset alignment"
+                ),
+            ));
+        }
+        // SAFETY: `buffer` is a live buffer of this device (the caller's
+        // promise); the query has no other precondition.
+        let needs = unsafe { device.device.get_buffer_memory_requirements(buffer) };
+        match offset.checked_add(len) {
+            Some(end) if end <= needs.size => {}
+            _ => {
+                return Err(error(
+                    OP,
+                    format!(
+                        "{len} bytes at {offset} end past the buffer, which needs {} bytes of memory",
+                        needs.size
+                    ),
+                ));
+            }
+        }
+        Ok(DevicePage(Arc::new(Buffer {
+            device: Arc::clone(device),
+            buffer,
+            base: offset,
+            owner: Owner::Caller {
+                _keep_alive: Box::new(keep_alive),
+            },
+            size: len,
+            mapping: None,
+        })))
+    }
+
+    /// The bytes it holds, if it was imported for `device`.
+    pub(crate) fn imported_bytes(&self, device: &Device) -> Result<u64, ImportRefusal> {
+        match self.0.owner {
+            Owner::Backend(_) => Err(ImportRefusal::NotImported),
+            Owner::Caller { .. } if !std::ptr::eq(Arc::as_ptr(&self.0.device), device) => {
+                Err(ImportRefusal::OtherDevice)
+            }
+            Owner::Caller { .. } => Ok(self.0.size),
+        }
+    }
+}
 
 /// A page of host-visible, coherent memory, mapped for its whole life so a
 /// host copy is a `memcpy`.
@@ -128,7 +228,8 @@ fn create(
     let mut out = Buffer {
         device: Arc::clone(device),
         buffer,
-        memory,
+        base: 0,
+        owner: Owner::Backend(memory),
         size,
         mapping: None,
     };

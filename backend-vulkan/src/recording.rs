@@ -254,8 +254,8 @@ fn range_in(
     match offset.checked_add(len) {
         Some(end) if end <= buffer.size => Ok(Range {
             buffer: buffer.buffer,
-            start: offset,
-            end,
+            start: buffer.base + offset,
+            end: buffer.base + end,
         }),
         _ => Err(error(
             op,
@@ -360,19 +360,25 @@ impl Recorder {
             access,
         } in launch.bound.clone()
         {
-            if offset % alignment != 0 {
+            if len == 0 {
+                return Err(error(OP, "an empty binding"));
+            }
+            let range = range_in(buffer, offset, len, OP)?;
+            if range.start % alignment != 0 {
                 return Err(error(
                     OP,
-                    format!("binding offset {offset} is not a multiple of {alignment}"),
+                    format!(
+                        "binding offset {} is not a multiple of {alignment}",
+                        range.start
+                    ),
                 ));
             }
-            self.scratch
-                .push((range_in(buffer, offset, len, OP)?, access));
+            self.scratch.push((range, access));
             self.infos.push(
                 vk::DescriptorBufferInfo::default()
                     .buffer(buffer.buffer)
-                    .offset(offset)
-                    .range(if len == 0 { vk::WHOLE_SIZE } else { len }),
+                    .offset(range.start)
+                    .range(len),
             );
         }
 
@@ -450,8 +456,8 @@ impl Recorder {
             src: src.buffer,
             dst: dst.buffer,
             region: vk::BufferCopy::default()
-                .src_offset(src_offset)
-                .dst_offset(dst_offset)
+                .src_offset(read.start)
+                .dst_offset(written.start)
                 .size(len),
             to_host,
         };

@@ -1,0 +1,194 @@
+//! A device, buffers and kernels the caller made with `ash`, handed in.
+//!
+//! What the library then needs from the caller is stated once, on
+//! [`Device::from_raw`]: the library checks what the driver can tell it and
+//! relies on the caller's promise for the rest.
+
+use std::sync::{Arc, Mutex};
+
+use ash::vk;
+use capture_core::{DriverError, Error, Signature};
+
+use crate::device::{self, Device, Owner};
+use crate::error::error;
+use crate::kernels::{self, Kernel, KernelObjects};
+use crate::validation::Counters;
+
+/// The handles of a device the caller made, for [`Device::from_raw`].
+pub struct RawDevice {
+    /// The loader the instance was made with; kept loaded while the device
+    /// lives.
+    pub entry: ash::Entry,
+    /// The instance the device was made on.
+    pub instance: ash::Instance,
+    /// The physical device it was made on.
+    pub physical: vk::PhysicalDevice,
+    /// The logical device.
+    pub device: ash::Device,
+    /// The family of `queue`, which must support compute.
+    pub queue_family: u32,
+    /// The queue every stream of the library submits to.
+    pub queue: vk::Queue,
+}
+
+impl Device {
+    /// A device over the caller's own instance, device and queue, in the
+    /// style of wgpu-hal's `Device::from_raw`. The library never destroys
+    /// any of them: it drops `keep_alive` once the last stream, page,
+    /// kernel and graph made on the device is gone, so a caller who hands
+    /// ownership over destroys them in `keep_alive`'s `Drop`.
+    ///
+    /// Refused, with nothing made: a physical device below Vulkan 1.2 or
+    /// without timeline semaphores, a queue family that does not exist or
+    /// lacks compute, and a null device or queue.
+    ///
+    /// The library's validation counts are off on such a device
+    /// ([`crate::validation_counts`]): validation is the caller's instance's.
+    ///
+    /// # Safety
+    ///
+    /// Until `keep_alive` is dropped:
+    /// - the handles are live and belong together: `instance` was created
+    ///   with `apiVersion` 1.2 or later, `device` was created from
+    ///   `physical` of `instance` with the `timelineSemaphore` feature
+    ///   enabled (and any feature the caller's own kernels need), and
+    ///   `queue` is a queue of `queue_family` of `device`;
+    /// - the library alone submits to `queue`, and waits on it, except
+    ///   inside [`Device::with_queue`], which holds the library's lock:
+    ///   `vkQueueSubmit` and `vkQueueWaitIdle` need the queue externally
+    ///   synchronized, and `vkDeviceWaitIdle` needs every queue of the
+    ///   device so;
+    /// - the caller destroys nothing the library made, and does not destroy
+    ///   `device` or `instance` while the library uses them.
+    pub unsafe fn from_raw(
+        raw: RawDevice,
+        keep_alive: impl Send + Sync + 'static,
+    ) -> Result<Arc<Device>, DriverError> {
+        const OP: &str = "adopt device";
+        if raw.device.handle() == vk::Device::null() || raw.queue == vk::Queue::null() {
+            return Err(error(OP, "a null VkDevice or VkQueue"));
+        }
+        let listed = device::list(&raw.instance)?;
+        let Some(chosen) = listed.into_iter().find(|a| a.physical == raw.physical) else {
+            return Err(error(
+                OP,
+                "the physical device is not one of the instance's",
+            ));
+        };
+        if let Err(lack) = chosen.queue_family {
+            return Err(error(OP, format!("{}: {lack}", chosen.info.name)));
+        }
+        let instance = &raw.instance;
+        // SAFETY: `physical` is one of the instance's (checked above).
+        let families =
+            unsafe { instance.get_physical_device_queue_family_properties(raw.physical) };
+        let family = raw.queue_family;
+        let computes = usize::try_from(family)
+            .ok()
+            .and_then(|i| families.get(i))
+            .is_some_and(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE));
+        if !computes {
+            return Err(error(
+                OP,
+                format!(
+                    "{}: queue family {family} does not exist or lacks compute",
+                    chosen.info.name
+                ),
+            ));
+        }
+        // SAFETY: as above.
+        let props = unsafe { instance.get_physical_device_properties(raw.physical) };
+        // SAFETY: as above.
+        let memory = unsafe { instance.get_physical_device_memory_properties(raw.physical) };
+        log::debug!(
+            "vulkan: adopted device {} ({}), queue family {family}",
+            chosen.info.index,
+            chosen.info.name,
+        );
+        Ok(Arc::new(Device {
+            device: raw.device,
+            queue: Mutex::new(raw.queue),
+            queue_family: family,
+            memory,
+            limits: props.limits,
+            info: chosen.info,
+            counters: Arc::new(Counters::new(false, false)),
+            owner: Owner::Caller {
+                _entry: raw.entry,
+                _keep_alive: Box::new(keep_alive),
+            },
+        }))
+    }
+
+    /// Runs `f` with the device's queue, under the lock every submission of
+    /// the library takes: the caller's own submissions to an adopted
+    /// device's queue go here. `f` must not call the library, whose
+    /// submissions would wait for the lock `f` holds.
+    pub fn with_queue<R>(&self, f: impl FnOnce(vk::Queue) -> R) -> R {
+        f(*self.queue())
+    }
+
+    /// The logical device, for the caller's own calls.
+    pub fn raw(&self) -> &ash::Device {
+        &self.device
+    }
+
+    /// The family of the device's queue.
+    pub fn queue_family(&self) -> u32 {
+        self.queue_family
+    }
+}
+
+impl Kernel {
+    /// A kernel over the caller's own compute pipeline, taking `signature`.
+    /// The library never destroys the pipeline or its layouts: it drops
+    /// `keep_alive` once no recorded work can use them.
+    ///
+    /// Refused, with nothing made: a null handle, and a signature no
+    /// backend or this device can launch (as [`Kernel::from_spirv`]
+    /// refuses it).
+    ///
+    /// # Safety
+    ///
+    /// The promises of [`Kernel::from_spirv`], made for the pipeline's
+    /// shader: it follows the backend's binding convention (storage buffers
+    /// at bindings `0..k` of set 0 for the `k` bound buffers, then the info
+    /// when the signature reads it; the parameters as one push-constant
+    /// range at offset 0, rounded up to a multiple of 4; the signature's
+    /// workgroup size), it touches its buffers only within what the
+    /// launch's counts allow, and writes only the bindings declared written.
+    /// `pipeline` is a compute pipeline of `device` made with `layout`,
+    /// whose set 0 is `set_layout`, a layout of exactly those storage
+    /// buffer bindings (compute stage, one descriptor each). All three stay
+    /// live until `keep_alive` is dropped.
+    pub unsafe fn from_raw(
+        device: &Arc<Device>,
+        pipeline: vk::Pipeline,
+        layout: vk::PipelineLayout,
+        set_layout: vk::DescriptorSetLayout,
+        signature: Signature,
+        keep_alive: impl Send + Sync + 'static,
+    ) -> Result<Kernel, Error> {
+        if pipeline == vk::Pipeline::null()
+            || layout == vk::PipelineLayout::null()
+            || set_layout == vk::DescriptorSetLayout::null()
+        {
+            return Err(Error::Compile {
+                kernel: signature.name().to_owned(),
+                log: "a null VkPipeline, VkPipelineLayout or VkDescriptorSetLayout".into(),
+            });
+        }
+        kernels::check_limits(device, &signature)?;
+        Ok(Kernel {
+            objects: Arc::new(KernelObjects {
+                device: Arc::clone(device),
+                pipeline,
+                layout,
+                set_layout,
+                descriptors: kernels::descriptor_count(&signature),
+                keep_alive: Some(Box::new(keep_alive)),
+            }),
+            signature,
+        })
+    }
+}

@@ -1,0 +1,570 @@
+//! A device, a buffer and a pipeline the caller made with `ash`, handed to a
+//! client, as a runtime that already owns its Vulkan objects would: the
+//! test makes its own instance (with synchronization validation when the
+//! layer is installed), device, buffer, command buffer and pipeline, and
+//! destroys them itself at the end.
+//!
+//! Skips, saying why, when this machine has no Vulkan device. Under
+//! `CAPTURE_VULKAN_SYNC_VALIDATION=1` (as CI runs it) the validation layer
+//! is required.
+
+use std::ffi::{CStr, c_void};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ash::vk;
+use backend_vulkan::{Device, DevicePage, Kernel, RawDevice, SYNC_VALIDATION_ENV, Vulkan};
+use capture_core::{Access, Builtin, Client, Config, Error, Params, Signature};
+
+const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
+
+/// Validation errors reported on the test's own instance, and warnings.
+static ERRORS: AtomicU64 = AtomicU64::new(0);
+static WARNINGS: AtomicU64 = AtomicU64::new(0);
+
+unsafe extern "system" fn count(
+    severity: vk::DebugUtilsMessageSeverityFlagsEXT,
+    _types: vk::DebugUtilsMessageTypeFlagsEXT,
+    data: *const vk::DebugUtilsMessengerCallbackDataEXT<'_>,
+    _user: *mut c_void,
+) -> vk::Bool32 {
+    // SAFETY: the layer passes a valid callback data pointer, or null.
+    let message = unsafe { data.as_ref() }
+        .and_then(|data| {
+            // SAFETY: the layer's message is a NUL-terminated string.
+            unsafe { data.message_as_c_str() }
+        })
+        .map(|m| m.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if severity.contains(vk::DebugUtilsMessageSeverityFlagsEXT::ERROR) {
+        ERRORS.fetch_add(1, Ordering::SeqCst);
+        eprintln!("validation error: {message}");
+    } else if severity.contains(vk::DebugUtilsMessageSeverityFlagsEXT::WARNING) {
+        WARNINGS.fetch_add(1, Ordering::SeqCst);
+        eprintln!("validation warning: {message}");
+    }
+    vk::FALSE
+}
+
+/// The caller's kernel: `x[i] = x[i] * a + b` for `i < n`.
+const SCALE: &str = "
+struct Params { n: u32, a: f32, b: f32 }
+@group(0) @binding(0) var<storage, read_write> x: array<f32>;
+var<immediate> p: Params;
+
+@compute @workgroup_size(64)
+fn scale(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (gid.x < p.n) {
+        x[gid.x] = x[gid.x] * p.a + p.b;
+    }
+}
+";
+
+fn scale_spirv() -> Vec<u32> {
+    let module = naga::front::wgsl::parse_str(SCALE).expect("SCALE parses");
+    let info = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::IMMEDIATES,
+    )
+    .validate(&module)
+    .expect("SCALE validates");
+    let pipeline = naga::back::spv::PipelineOptions {
+        shader_stage: naga::ShaderStage::Compute,
+        entry_point: "scale".into(),
+    };
+    let options = naga::back::spv::Options {
+        lang_version: (1, 3),
+        ..Default::default()
+    };
+    naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline)).expect("SCALE compiles")
+}
+
+/// Everything the caller made, destroyed by the caller in `Drop`.
+struct Own {
+    entry: ash::Entry,
+    instance: ash::Instance,
+    messenger: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
+    physical: vk::PhysicalDevice,
+    device: ash::Device,
+    family: u32,
+    queue: vk::Queue,
+    memory_props: vk::PhysicalDeviceMemoryProperties,
+    alignment: u64,
+    validated: bool,
+}
+
+impl Own {
+    /// The caller's instance and device, or why there is none.
+    fn new() -> Result<Own, String> {
+        // SAFETY: loading the system's Vulkan loader.
+        let entry = unsafe { ash::Entry::load() }.map_err(|e| format!("no loader: {e}"))?;
+        // SAFETY: enumeration has no preconditions.
+        let layers = unsafe { entry.enumerate_instance_layer_properties() }.unwrap_or_default();
+        let validated = layers
+            .iter()
+            .any(|l| l.layer_name_as_c_str() == Ok(VALIDATION_LAYER));
+        let required = std::env::var(SYNC_VALIDATION_ENV).is_ok_and(|v| v == "1");
+        assert!(
+            validated || !required,
+            "{SYNC_VALIDATION_ENV}=1 but the validation layer is not installed"
+        );
+        let app = vk::ApplicationInfo::default().api_version(vk::API_VERSION_1_2);
+        let layer_names = [VALIDATION_LAYER.as_ptr()];
+        let ext_names = [
+            ash::ext::debug_utils::NAME.as_ptr(),
+            ash::ext::validation_features::NAME.as_ptr(),
+        ];
+        let sync = [vk::ValidationFeatureEnableEXT::SYNCHRONIZATION_VALIDATION];
+        let mut features = vk::ValidationFeaturesEXT::default().enabled_validation_features(&sync);
+        let mut info = vk::InstanceCreateInfo::default().application_info(&app);
+        if validated {
+            info = info
+                .enabled_layer_names(&layer_names)
+                .enabled_extension_names(&ext_names)
+                .push_next(&mut features);
+        }
+        // SAFETY: every pointer in `info` refers to locals alive for the call.
+        let instance = unsafe { entry.create_instance(&info, None) }
+            .map_err(|e| format!("no instance: {e:?}"))?;
+        let messenger = validated.then(|| {
+            let utils = ash::ext::debug_utils::Instance::new(&entry, &instance);
+            let info = vk::DebugUtilsMessengerCreateInfoEXT::default()
+                .message_severity(
+                    vk::DebugUtilsMessageSeverityFlagsEXT::ERROR
+                        | vk::DebugUtilsMessageSeverityFlagsEXT::WARNING,
+                )
+                .message_type(
+                    vk::DebugUtilsMessageTypeFlagsEXT::GENERAL
+                        | vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION
+                        | vk::DebugUtilsMessageTypeFlagsEXT::PERFORMANCE,
+                )
+                .pfn_user_callback(Some(count));
+            // SAFETY: the instance enabled VK_EXT_debug_utils.
+            let messenger = unsafe { utils.create_debug_utils_messenger(&info, None) }
+                .expect("a debug messenger");
+            (utils, messenger)
+        });
+        // SAFETY: a live instance.
+        let physicals = unsafe { instance.enumerate_physical_devices() }.unwrap_or_default();
+        let found = physicals.iter().find_map(|&physical| {
+            // SAFETY: `physical` is one of the instance's.
+            let props = unsafe { instance.get_physical_device_properties(physical) };
+            if props.api_version < vk::API_VERSION_1_2 {
+                return None;
+            }
+            // SAFETY: as above.
+            let families =
+                unsafe { instance.get_physical_device_queue_family_properties(physical) };
+            let family = families
+                .iter()
+                .position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE))?;
+            Some((physical, u32::try_from(family).ok()?, props))
+        });
+        let Some((physical, family, props)) = found else {
+            // SAFETY: nothing else was made from the instance but the messenger.
+            unsafe {
+                if let Some((utils, messenger)) = &messenger {
+                    utils.destroy_debug_utils_messenger(*messenger, None);
+                }
+                instance.destroy_instance(None);
+            }
+            return Err("no Vulkan 1.2 device with a compute queue".into());
+        };
+        let priorities = [1.0f32];
+        let queues = [vk::DeviceQueueCreateInfo::default()
+            .queue_family_index(family)
+            .queue_priorities(&priorities)];
+        let mut v12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
+        let info = vk::DeviceCreateInfo::default()
+            .queue_create_infos(&queues)
+            .push_next(&mut v12);
+        // SAFETY: a device of the instance, a family it has, 1.2 features.
+        let device =
+            unsafe { instance.create_device(physical, &info, None) }.expect("the caller's device");
+        // SAFETY: one queue of `family` was asked for.
+        let queue = unsafe { device.get_device_queue(family, 0) };
+        // SAFETY: as above.
+        let memory_props = unsafe { instance.get_physical_device_memory_properties(physical) };
+        Ok(Own {
+            entry,
+            instance,
+            messenger,
+            physical,
+            device,
+            family,
+            queue,
+            memory_props,
+            alignment: props.limits.min_storage_buffer_offset_alignment.max(1),
+            validated,
+        })
+    }
+
+    /// The handles, for `Device::from_raw`.
+    fn raw(&self) -> RawDevice {
+        RawDevice {
+            entry: self.entry.clone(),
+            instance: self.instance.clone(),
+            physical: self.physical,
+            device: self.device.clone(),
+            queue_family: self.family,
+            queue: self.queue,
+        }
+    }
+
+    /// A host-visible storage buffer of `size` bytes, its memory and mapping.
+    fn buffer(&self, size: u64) -> (vk::Buffer, vk::DeviceMemory, *mut f32) {
+        let info = vk::BufferCreateInfo::default()
+            .size(size)
+            .usage(
+                vk::BufferUsageFlags::STORAGE_BUFFER
+                    | vk::BufferUsageFlags::TRANSFER_SRC
+                    | vk::BufferUsageFlags::TRANSFER_DST,
+            )
+            .sharing_mode(vk::SharingMode::EXCLUSIVE);
+        // SAFETY: a valid create info.
+        let buffer = unsafe { self.device.create_buffer(&info, None) }.expect("a buffer");
+        // SAFETY: a live buffer of the device.
+        let needs = unsafe { self.device.get_buffer_memory_requirements(buffer) };
+        let wanted = vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
+        let index = (0..self.memory_props.memory_type_count)
+            .find(|&i| {
+                needs.memory_type_bits & (1 << i) != 0
+                    && self.memory_props.memory_types[i as usize]
+                        .property_flags
+                        .contains(wanted)
+            })
+            .expect("host-visible memory");
+        let alloc = vk::MemoryAllocateInfo::default()
+            .allocation_size(needs.size)
+            .memory_type_index(index);
+        // SAFETY: a memory type of this device.
+        let memory = unsafe { self.device.allocate_memory(&alloc, None) }.expect("memory");
+        // SAFETY: neither is bound yet; the memory meets the requirements.
+        unsafe { self.device.bind_buffer_memory(buffer, memory, 0) }.expect("bind");
+        // SAFETY: host-visible memory, not mapped yet.
+        let mapped = unsafe {
+            self.device
+                .map_memory(memory, 0, size, vk::MemoryMapFlags::empty())
+        }
+        .expect("map");
+        (buffer, memory, mapped.cast())
+    }
+
+    /// The caller's compute pipeline of SCALE, with its layouts.
+    fn pipeline(&self) -> (vk::Pipeline, vk::PipelineLayout, vk::DescriptorSetLayout) {
+        let bindings = [vk::DescriptorSetLayoutBinding::default()
+            .binding(0)
+            .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+            .descriptor_count(1)
+            .stage_flags(vk::ShaderStageFlags::COMPUTE)];
+        let set_info = vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings);
+        // SAFETY: a valid create info.
+        let set_layout =
+            unsafe { self.device.create_descriptor_set_layout(&set_info, None) }.expect("set");
+        let set_layouts = [set_layout];
+        let ranges = [vk::PushConstantRange::default()
+            .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            .size(12)];
+        let layout_info = vk::PipelineLayoutCreateInfo::default()
+            .set_layouts(&set_layouts)
+            .push_constant_ranges(&ranges);
+        // SAFETY: as above.
+        let layout =
+            unsafe { self.device.create_pipeline_layout(&layout_info, None) }.expect("layout");
+        let words = scale_spirv();
+        let module_info = vk::ShaderModuleCreateInfo::default().code(&words);
+        // SAFETY: SPIR-V naga wrote and validated.
+        let module =
+            unsafe { self.device.create_shader_module(&module_info, None) }.expect("module");
+        let stage = vk::PipelineShaderStageCreateInfo::default()
+            .stage(vk::ShaderStageFlags::COMPUTE)
+            .module(module)
+            .name(c"scale");
+        let info = vk::ComputePipelineCreateInfo::default()
+            .stage(stage)
+            .layout(layout);
+        // SAFETY: the module's interface is the layout's.
+        let pipeline = unsafe {
+            self.device
+                .create_compute_pipelines(vk::PipelineCache::null(), &[info], None)
+        }
+        .map_err(|(_, e)| e)
+        .expect("a pipeline")[0];
+        // SAFETY: the pipeline is made.
+        unsafe { self.device.destroy_shader_module(module, None) };
+        (pipeline, layout, set_layout)
+    }
+
+    /// Fills `len` bytes of `buffer` at `offset` with `value` by a command
+    /// buffer of the caller's own, submitted and waited for.
+    fn fill(&self, buffer: vk::Buffer, offset: u64, len: u64, value: f32) {
+        let device = &self.device;
+        let pool_info = vk::CommandPoolCreateInfo::default().queue_family_index(self.family);
+        // SAFETY: a family of the device.
+        let pool = unsafe { device.create_command_pool(&pool_info, None) }.expect("pool");
+        let alloc = vk::CommandBufferAllocateInfo::default()
+            .command_pool(pool)
+            .command_buffer_count(1);
+        // SAFETY: a live pool.
+        let cmd = unsafe { device.allocate_command_buffers(&alloc) }.expect("cmd")[0];
+        let begin = vk::CommandBufferBeginInfo::default()
+            .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        let barrier = vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+            .dst_access_mask(
+                vk::AccessFlags::HOST_READ
+                    | vk::AccessFlags::MEMORY_READ
+                    | vk::AccessFlags::MEMORY_WRITE,
+            );
+        // SAFETY: a fresh command buffer, recorded and submitted once; the
+        // range lies in the buffer.
+        unsafe {
+            device.begin_command_buffer(cmd, &begin).expect("begin");
+            device.cmd_fill_buffer(cmd, buffer, offset, len, value.to_bits());
+            device.cmd_pipeline_barrier(
+                cmd,
+                vk::PipelineStageFlags::TRANSFER,
+                vk::PipelineStageFlags::HOST | vk::PipelineStageFlags::ALL_COMMANDS,
+                vk::DependencyFlags::empty(),
+                &[barrier],
+                &[],
+                &[],
+            );
+            device.end_command_buffer(cmd).expect("end");
+        }
+        // SAFETY: a valid create info.
+        let fence =
+            unsafe { device.create_fence(&vk::FenceCreateInfo::default(), None) }.expect("fence");
+        let cmds = [cmd];
+        let submit = vk::SubmitInfo::default().command_buffers(&cmds);
+        // SAFETY: the queue is the caller's alone here (no client yet); the
+        // command buffer is executable.
+        unsafe {
+            device
+                .queue_submit(self.queue, &[submit], fence)
+                .expect("submit");
+            device
+                .wait_for_fences(&[fence], true, u64::MAX)
+                .expect("wait");
+            device.destroy_fence(fence, None);
+            device.destroy_command_pool(pool, None);
+        }
+    }
+}
+
+impl Drop for Own {
+    fn drop(&mut self) {
+        // SAFETY: the library let go of everything (its keep-alives were
+        // dropped), and nothing the test made is in use.
+        unsafe {
+            self.device.device_wait_idle().expect("idle");
+            self.device.destroy_device(None);
+            if let Some((utils, messenger)) = self.messenger.take() {
+                utils.destroy_debug_utils_messenger(messenger, None);
+            }
+            self.instance.destroy_instance(None);
+        }
+    }
+}
+
+fn scale_signature() -> Signature {
+    Signature::new("scale")
+        .binding(Access::ReadWrite)
+        .param(4)
+        .param(4)
+        .param(4)
+}
+
+#[test]
+fn a_callers_device_buffer_and_pipeline_capture_and_replay() {
+    let own = match Own::new() {
+        Ok(own) => own,
+        Err(reason) => {
+            eprintln!("skipping: {reason}");
+            return;
+        }
+    };
+    const N: usize = 1000;
+    let len = (N * 4) as u64;
+    // The caller's buffer holds its own data before and after the range it
+    // hands over; the range starts at an aligned offset inside it.
+    let offset = own.alignment.max(256);
+    let size = offset + len + 256;
+    let (buffer, memory, mapped) = own.buffer(size);
+    own.fill(buffer, 0, size, 7.0);
+    own.fill(buffer, offset, len, 1.0);
+    let (pipeline, layout, set_layout) = own.pipeline();
+
+    let kept = Arc::new(());
+    {
+        // SAFETY: the handles are live and belong together, the device
+        // enabled timeline semaphores, and the test submits to the queue no
+        // more while the client lives; all stay live until the keep-alive
+        // is dropped.
+        let device = unsafe { Device::from_raw(own.raw(), kept.clone()) }.expect("adopted");
+        let client = Client::<Vulkan>::with_device(device.clone(), Config::default());
+        let stream = client.create_stream().expect("stream");
+        // SAFETY: the buffer is the device's, made with storage and
+        // transfer usage, exclusive, and `offset + len` lies inside it; the
+        // test touches it again only after syncing.
+        let page = unsafe { DevicePage::from_raw(&device, buffer, offset, len, kept.clone()) }
+            .expect("a page");
+        let x = client
+            .import(stream, page)
+            .map_err(|(err, _)| err)
+            .expect("imported");
+        // SAFETY: SCALE follows the binding convention with `layout` and
+        // `set_layout`, and touches `x[i]` only for `i < n`, which the
+        // launch below keeps within `x`.
+        let scale = unsafe {
+            Kernel::from_raw(
+                &device,
+                pipeline,
+                layout,
+                set_layout,
+                scale_signature(),
+                kept.clone(),
+            )
+        }
+        .expect("the caller's kernel");
+        let scale = capture_core::Kernel::new(scale);
+        let one = client.create_f32(stream, &[1.0; N]).expect("one");
+        let groups = [(N as u32).div_ceil(64), 1, 1];
+        let params = Params::new().u32(N as u32).f32(1.0).f32(1.0);
+        let (graph, ()) = client
+            .capture(stream, |_| {
+                client.launch(stream, &scale, groups, &[&x], &[], params.as_bytes())?;
+                client.run_builtin(stream, Builtin::Add, &[&x, &one], N as u32, 0.0)
+            })
+            .expect("a capture over the caller's buffer and pipeline");
+        for _ in 0..100 {
+            graph.replay().expect("replay");
+        }
+        client.sync(stream).expect("sync");
+        // Each run adds 2: the capture's warmup and 100 replays.
+        assert_eq!(client.read_f32(&x).expect("read"), vec![203.0; N]);
+        drop((graph, scale, x, one));
+        client.destroy_stream(stream).expect("destroy");
+        assert!(
+            Arc::strong_count(&kept) > 1,
+            "the client still holds the device"
+        );
+    }
+    assert_eq!(Arc::strong_count(&kept), 1, "every keep-alive dropped");
+
+    // SAFETY: the mapping covers `size` bytes, and the device is past every
+    // use of the buffer (the stream was synced and destroyed).
+    let values = unsafe { std::slice::from_raw_parts(mapped, (size / 4) as usize) };
+    let (before, rest) = values.split_at((offset / 4) as usize);
+    let (range, after) = rest.split_at(N);
+    assert!(before.iter().all(|&v| v == 7.0), "nothing before the range");
+    assert_eq!(range, &[203.0; N][..], "read through the caller's mapping");
+    assert!(after.iter().all(|&v| v == 7.0), "nothing after the range");
+
+    // The caller destroys what it made; the library destroyed none of it,
+    // or validation would report the handles as already destroyed.
+    // SAFETY: nothing uses them any more.
+    unsafe {
+        own.device.destroy_pipeline(pipeline, None);
+        own.device.destroy_pipeline_layout(layout, None);
+        own.device.destroy_descriptor_set_layout(set_layout, None);
+        own.device.destroy_buffer(buffer, None);
+        own.device.free_memory(memory, None);
+    }
+    let validated = own.validated;
+    drop(own);
+    if validated {
+        assert_eq!(
+            ERRORS.load(Ordering::SeqCst),
+            0,
+            "validation errors (see stderr)"
+        );
+    } else {
+        eprintln!("the validation layer is not installed: ran without it");
+    }
+}
+
+#[test]
+fn bad_handles_are_refused_and_change_nothing() {
+    let own = match Own::new() {
+        Ok(own) => own,
+        Err(reason) => {
+            eprintln!("skipping: {reason}");
+            return;
+        }
+    };
+    let mut raw = own.raw();
+    raw.queue_family = 99;
+    // SAFETY: the handles belong together but for the family, which the
+    // adoption refuses before using anything.
+    let err = unsafe { Device::from_raw(raw, ()) }.expect_err("no such family");
+    assert!(err.message.contains("queue family 99"), "{err}");
+    let mut raw = own.raw();
+    raw.queue = vk::Queue::null();
+    // SAFETY: as above, for the null queue.
+    let err = unsafe { Device::from_raw(raw, ()) }.expect_err("a null queue");
+    assert!(err.message.contains("null"), "{err}");
+
+    // SAFETY: the handles are live and belong together.
+    let device = unsafe { Device::from_raw(own.raw(), ()) }.expect("adopted");
+    let (buffer, memory, _) = own.buffer(4096);
+    let refused = |offset: u64, len: u64, handle: vk::Buffer| {
+        let kept = Arc::new(());
+        // SAFETY: `buffer` is a live buffer of the device with the usages
+        // asked for; each call is refused before any use.
+        let err = unsafe { DevicePage::from_raw(&device, handle, offset, len, kept.clone()) }
+            .expect_err("refused");
+        assert_eq!(Arc::strong_count(&kept), 1, "the keep-alive is dropped");
+        err.message
+    };
+    assert!(refused(0, 16, vk::Buffer::null()).contains("null"));
+    assert!(refused(0, 0, buffer).contains("empty"));
+    assert!(refused(1, 16, buffer).contains("multiple of"));
+    assert!(refused(0, 8192, buffer).contains("past the buffer"));
+    assert!(refused(4096, 256, buffer).contains("past the buffer"));
+
+    // A page of another device is refused by the client, handed back whole.
+    // SAFETY: the handles are live and belong together; `other` makes no
+    // stream, so it never submits to the queue `device` submits to.
+    let other = unsafe { Device::from_raw(own.raw(), ()) }.expect("adopted again");
+    let client = Client::<Vulkan>::with_device(device.clone(), Config::default());
+    let stream = client.create_stream().expect("stream");
+    // SAFETY: as above; the range lies inside the buffer.
+    let page = unsafe { DevicePage::from_raw(&other, buffer, 0, 256, ()) }.expect("a page");
+    let (err, page) = client
+        .import(stream, page)
+        .expect_err("another device's page");
+    assert!(
+        matches!(err, Error::OtherDevice { what: "page", .. }),
+        "{err}"
+    );
+    drop(page);
+    // SAFETY: a null pipeline is refused before any use.
+    let err = unsafe {
+        Kernel::from_raw(
+            &device,
+            vk::Pipeline::null(),
+            vk::PipelineLayout::null(),
+            vk::DescriptorSetLayout::null(),
+            scale_signature(),
+            (),
+        )
+    }
+    .expect_err("null handles");
+    assert!(err.to_string().contains("null"), "{err}");
+    drop((client, device, other));
+    // SAFETY: nothing uses the buffer.
+    unsafe {
+        own.device.destroy_buffer(buffer, None);
+        own.device.free_memory(memory, None);
+    }
+    let validated = own.validated;
+    drop(own);
+    if validated {
+        assert_eq!(
+            ERRORS.load(Ordering::SeqCst),
+            0,
+            "validation errors (see stderr)"
+        );
+    }
+}
