@@ -43,7 +43,7 @@ pub struct Device {
 /// Who destroys the device and its instance.
 pub(crate) enum Owner {
     /// The backend, which created them.
-    Backend(InstanceParts),
+    Backend(Box<InstanceParts>),
     /// The caller, who handed them in ([`Device::from_raw`]): the library
     /// keeps the loader loaded and drops the keep-alive last.
     Caller {
@@ -367,7 +367,7 @@ impl Device {
             limits: props.limits,
             info: chosen.info,
             counters: Arc::clone(&parts.counters),
-            owner: Owner::Backend(parts),
+            owner: Owner::Backend(Box::new(parts)),
         }
     }
 

@@ -109,7 +109,7 @@ impl DevicePage {
             return Err(error(OP, "an empty range"));
         }
         let alignment = device.limits.min_storage_buffer_offset_alignment.max(1);
-        if offset % alignment != 0 {
+        if !offset.is_multiple_of(alignment) {
             return Err(error(
                 OP,
                 format!(

@@ -364,7 +364,7 @@ impl Recorder {
                 return Err(error(OP, "an empty binding"));
             }
             let range = range_in(buffer, offset, len, OP)?;
-            if range.start % alignment != 0 {
+            if !range.start.is_multiple_of(alignment) {
                 return Err(error(
                     OP,
                     format!(
