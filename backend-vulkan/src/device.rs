@@ -47,8 +47,9 @@ pub(crate) enum Owner {
     /// The caller, who handed them in ([`Device::from_raw`]): the library
     /// keeps the loader loaded and drops the keep-alive last.
     Caller {
-        _entry: ash::Entry,
+        // Dropped before the loader: it may destroy what the caller made.
         _keep_alive: Box<dyn Send + Sync>,
+        _entry: ash::Entry,
     },
 }
 

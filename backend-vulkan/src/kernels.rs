@@ -29,15 +29,16 @@ const AXPY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/axpy.spv"));
 /// kernel dropped while a batch or an executable may still run its pipeline
 /// leaves the pipeline alive until that work has completed.
 pub(crate) struct KernelObjects {
+    /// For a caller's pipeline ([`Kernel::from_raw`]), what it keeps alive;
+    /// the library destroys only the objects it made (`None`). Dropped
+    /// before `device`, which it may need.
+    pub(crate) keep_alive: Option<Box<dyn Send + Sync>>,
     pub(crate) device: Arc<Device>,
     pub(crate) pipeline: vk::Pipeline,
     pub(crate) layout: vk::PipelineLayout,
     pub(crate) set_layout: vk::DescriptorSetLayout,
     /// Storage-buffer descriptors a launch writes: the buffers, then the info.
     pub(crate) descriptors: u32,
-    /// For a caller's pipeline ([`Kernel::from_raw`]), what it keeps alive;
-    /// the library destroys only the objects it made (`None`).
-    pub(crate) keep_alive: Option<Box<dyn Send + Sync>>,
 }
 
 impl Drop for KernelObjects {

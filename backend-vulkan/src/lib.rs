@@ -47,6 +47,9 @@ use capture_core::{
     ImportRefusal, Launch, Order, Signature, Updated,
 };
 
+/// The `ash` this backend is built with, whose handles [`Device::from_raw`],
+/// [`DevicePage::from_raw`] and [`Kernel::from_raw`] take.
+pub use ash;
 pub use device::{DEVICE_ENV, Device};
 pub use graph::Executable;
 pub use instance::{SYNC_VALIDATION_ENV, VALIDATION_ENV};

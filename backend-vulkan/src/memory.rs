@@ -28,11 +28,13 @@ unsafe impl Sync for Mapping {}
 /// One buffer and its memory, destroyed with the last reference, or a range
 /// of a buffer made elsewhere, let go of with the last reference.
 pub(crate) struct Buffer {
+    /// Dropped before `device`: a keep-alive may destroy the buffer, which
+    /// needs the device.
+    owner: Owner,
     device: Arc<Device>,
     pub(crate) buffer: vk::Buffer,
     /// Where the page starts in `buffer`: 0 but for imported memory.
     pub(crate) base: u64,
-    owner: Owner,
     /// Bytes usable through the buffer, from `base`.
     pub(crate) size: u64,
     mapping: Option<Mapping>,
@@ -226,10 +228,10 @@ fn create(
         }
     };
     let mut out = Buffer {
+        owner: Owner::Backend(memory),
         device: Arc::clone(device),
         buffer,
         base: 0,
-        owner: Owner::Backend(memory),
         size,
         mapping: None,
     };

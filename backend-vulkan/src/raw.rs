@@ -114,8 +114,8 @@ impl Device {
             info: chosen.info,
             counters: Arc::new(Counters::new(false, false)),
             owner: Owner::Caller {
-                _entry: raw.entry,
                 _keep_alive: Box::new(keep_alive),
+                _entry: raw.entry,
             },
         }))
     }
@@ -136,6 +136,12 @@ impl Device {
     /// The family of the device's queue.
     pub fn queue_family(&self) -> u32 {
         self.queue_family
+    }
+
+    /// The physical device's memory types and heaps, for the caller's own
+    /// allocations.
+    pub fn memory_properties(&self) -> &vk::PhysicalDeviceMemoryProperties {
+        &self.memory
     }
 }
 

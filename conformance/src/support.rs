@@ -1,7 +1,9 @@
 //! Checks shared by the scenarios.
 
 use crate::workload::UserKernels;
-use graph_capture::{Buffer, Builtin, Client, Error, GraphDriver, GraphHandle, StreamId};
+use graph_capture::{
+    Buffer, Builtin, Client, DriverError, Error, GraphDriver, GraphHandle, StreamId,
+};
 
 /// What a scenario returns: `Err` says what was wrong.
 pub type Outcome = Result<(), String>;
@@ -23,6 +25,12 @@ pub trait Step<T> {
 }
 
 impl<T> Step<T> for Result<T, Error> {
+    fn step(self, step: &str) -> Result<T, String> {
+        self.map_err(|err| format!("{step}: {err}"))
+    }
+}
+
+impl<T> Step<T> for Result<T, DriverError> {
     fn step(self, step: &str) -> Result<T, String> {
         self.map_err(|err| format!("{step}: {err}"))
     }

@@ -5,6 +5,7 @@ mod decoder;
 mod dependencies;
 mod faults;
 mod graphs;
+mod imports;
 mod kernels;
 mod lifetimes;
 mod replay;
@@ -146,4 +147,10 @@ suite![
     lifetimes::rule_20_a_graph_over_a_dropped_buffer_stays_ordered,
     lifetimes::a_claim_on_a_dropped_buffer_stays_while_a_graph_reads_it,
     lifetimes::rule_20_random_programs_across_streams_match_a_model,
+    imports::imported_memory_is_launched_on_viewed_and_let_go,
+    imports::hazards_on_imported_memory_order_a_graph,
+    imports::a_graph_keeps_imported_memory_after_its_buffer_drops,
+    imports::imported_memory_is_ordered_across_streams_and_kept_while_queued,
+    imports::a_doomed_window_claims_imported_memory_until_rewritten,
+    imports::bad_imports_are_refused_with_the_page_handed_back,
 ];

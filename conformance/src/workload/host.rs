@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use graph_capture::host::{Device, Group, Host, Kernel, View};
-use graph_capture::{Error, Signature};
+use graph_capture::host::{Device, DevicePage, Group, Host, Kernel, View};
+use graph_capture::{DriverError, Error, Signature};
 
 use super::transformer::host as transformer;
 use super::{UserKernel, UserKernels};
@@ -11,6 +11,21 @@ use super::{UserKernel, UserKernels};
 type Body = fn(&Group<'_>, &mut [View<'_>]) -> Result<(), String>;
 
 impl UserKernels for Host {
+    fn foreign_page(
+        device: &Arc<Device>,
+        bytes: &[u8],
+        keep_alive: Arc<()>,
+    ) -> Option<Result<DevicePage, Error>> {
+        let page = DevicePage::import(device, bytes, keep_alive).ok_or_else(|| {
+            Error::Driver(DriverError::new(
+                "host",
+                "import",
+                format!("no room for {} bytes", bytes.len()),
+            ))
+        });
+        Some(page)
+    }
+
     // Host kernels are safe Rust; the contract only matters on GPUs.
     #[allow(unsafe_code)]
     unsafe fn user_kernel(_device: &Arc<Device>, which: UserKernel) -> Result<Kernel, Error> {

@@ -231,6 +231,19 @@ pub trait UserKernels: GraphDriver + Builtins {
     /// given (a binding too few), where the backend can tell; `None` where
     /// it cannot check (it then relies on the caller's promise).
     fn disagreeing_kernel(device: &Arc<Self::Device>) -> Option<Result<Self::Kernel, Error>>;
+
+    /// `bytes` in memory made outside the library, as a runtime that owns
+    /// its memory makes it, as a page for `Client::import`; `keep_alive`
+    /// is dropped once the library lets go of the page. `None` where this
+    /// run makes no foreign memory on the backend.
+    fn foreign_page(
+        device: &Arc<Self::Device>,
+        bytes: &[u8],
+        keep_alive: Arc<()>,
+    ) -> Option<Result<Self::DevicePage, Error>> {
+        let _ = (device, bytes, keep_alive);
+        None
+    }
 }
 
 /// The workload's kernels on one device, launched only with counts checked

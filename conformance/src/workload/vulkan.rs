@@ -5,8 +5,9 @@
 
 use std::sync::Arc;
 
-use graph_capture::vulkan::{Device, Kernel, Vulkan};
-use graph_capture::{Access, Error, Signature};
+use graph_capture::vulkan::ash::{self, vk};
+use graph_capture::vulkan::{Device, DevicePage, Kernel, Vulkan};
+use graph_capture::{Access, DriverError, Error, Signature};
 
 use super::{UserKernel, UserKernels};
 
@@ -38,7 +39,120 @@ fn module_source(name: &str) -> Option<String> {
     found.then_some(out)
 }
 
+/// A buffer made as a runtime that owns its memory makes one, handed over
+/// with its ownership: destroyed when the library drops it.
+struct ForeignBuffer {
+    device: ash::Device,
+    buffer: vk::Buffer,
+    memory: vk::DeviceMemory,
+    _keep_alive: Arc<()>,
+}
+
+impl Drop for ForeignBuffer {
+    fn drop(&mut self) {
+        // SAFETY: the library drops the keep-alive only once the device is
+        // past the page's last use, before it lets go of the device.
+        unsafe {
+            self.device.destroy_buffer(self.buffer, None);
+            self.device.free_memory(self.memory, None);
+        }
+    }
+}
+
+/// A host-visible buffer of `guard + bytes.len() + guard` bytes on
+/// `device`, made with `ash`, holding `bytes` at `guard`.
+fn foreign_buffer(
+    device: &Device,
+    bytes: &[u8],
+    guard: u64,
+    keep_alive: Arc<()>,
+) -> Result<ForeignBuffer, String> {
+    let raw = device.raw();
+    let len = bytes.len() as u64;
+    let info = vk::BufferCreateInfo::default()
+        .size(guard + len + guard)
+        .usage(
+            vk::BufferUsageFlags::STORAGE_BUFFER
+                | vk::BufferUsageFlags::TRANSFER_SRC
+                | vk::BufferUsageFlags::TRANSFER_DST,
+        )
+        .sharing_mode(vk::SharingMode::EXCLUSIVE);
+    // SAFETY: a valid create info on a live device.
+    let buffer = unsafe { raw.create_buffer(&info, None) }.map_err(|e| format!("{e:?}"))?;
+    // SAFETY: a live buffer of the device.
+    let needs = unsafe { raw.get_buffer_memory_requirements(buffer) };
+    let props = device.memory_properties();
+    let wanted = vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
+    let index = (0..props.memory_type_count).find(|&i| {
+        needs.memory_type_bits & (1 << i) != 0
+            && props.memory_types[i as usize]
+                .property_flags
+                .contains(wanted)
+    });
+    let allocated = index
+        .ok_or_else(|| "no host-visible memory".to_owned())
+        .and_then(|index| {
+            let alloc = vk::MemoryAllocateInfo::default()
+                .allocation_size(needs.size)
+                .memory_type_index(index);
+            // SAFETY: a memory type of the device.
+            unsafe { raw.allocate_memory(&alloc, None) }.map_err(|e| format!("{e:?}"))
+        });
+    let memory = match allocated {
+        Ok(memory) => memory,
+        Err(e) => {
+            // SAFETY: unused, destroyed once.
+            unsafe { raw.destroy_buffer(buffer, None) };
+            return Err(e);
+        }
+    };
+    let foreign = ForeignBuffer {
+        device: raw.clone(),
+        buffer,
+        memory,
+        _keep_alive: keep_alive,
+    };
+    // SAFETY: neither is bound yet, and the memory meets the requirements;
+    // the memory is host-visible and mapped only here, over `len` bytes
+    // from `guard`, which lie inside it.
+    unsafe {
+        raw.bind_buffer_memory(buffer, memory, 0)
+            .map_err(|e| format!("{e:?}"))?;
+        if bytes.is_empty() {
+            return Ok(foreign);
+        }
+        let mapped = raw
+            .map_memory(memory, guard, len, vk::MemoryMapFlags::empty())
+            .map_err(|e| format!("{e:?}"))?;
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), mapped.cast::<u8>(), bytes.len());
+        raw.unmap_memory(memory);
+    }
+    Ok(foreign)
+}
+
 impl UserKernels for Vulkan {
+    /// A range inside a buffer the run makes itself with `ash`, starting
+    /// past a guard of 256 bytes, handed over with its ownership.
+    fn foreign_page(
+        device: &Arc<Device>,
+        bytes: &[u8],
+        keep_alive: Arc<()>,
+    ) -> Option<Result<DevicePage, Error>> {
+        const GUARD: u64 = 256;
+        let refused =
+            |message: String| Error::Driver(DriverError::new("vulkan", "foreign buffer", message));
+        let made = foreign_buffer(device, bytes, GUARD, keep_alive).map_err(refused);
+        Some(made.and_then(|foreign| {
+            let buffer = foreign.buffer;
+            // SAFETY: the buffer is the device's, made with storage and
+            // transfer usage, exclusive, bound and holding the range; the
+            // run touches it no more, and `foreign` destroys it only when
+            // the library drops it.
+            unsafe { DevicePage::from_raw(device, buffer, GUARD, bytes.len() as u64, foreign) }
+                .map_err(Error::Driver)
+        }))
+    }
+
     unsafe fn user_kernel(device: &Arc<Device>, which: UserKernel) -> Result<Kernel, Error> {
         let signature = which.signature();
         let Some(source) = module_source(which.name()) else {
