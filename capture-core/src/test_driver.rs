@@ -2135,4 +2135,30 @@ mod tests {
         let x = client.create(adopted, &[1; 8]).expect("a buffer");
         assert_eq!(client.read(&x).expect("read"), vec![1; 8]);
     }
+
+    #[test]
+    fn a_buffers_device_slice_names_its_page_offset_and_length_views_included() {
+        let (client, other) = (client(), client());
+        let stream = client.create_stream().expect("stream");
+        let align = crate::SLICE_ALIGN;
+        let x = client.create(stream, &[2; 1024]).expect("x");
+        let whole = client
+            .with_device_slice(&x, |slice| (slice.offset, slice.len))
+            .expect("x's slice");
+        assert_eq!(whole.1, 1024);
+        let view = x.range(align, 8).expect("a view");
+        let part = client
+            .with_device_slice(&view, |slice| (slice.offset, slice.len))
+            .expect("the view's slice");
+        assert_eq!(part, (whole.0 + align, 8));
+        assert_eq!(
+            other.with_device_slice(&x, |_| ()),
+            Err(Error::OtherClient(x.id()))
+        );
+        client.destroy_stream(stream).expect("destroy");
+        assert_eq!(
+            client.with_device_slice(&x, |_| ()),
+            Err(Error::UnknownStream(stream))
+        );
+    }
 }

@@ -11,9 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::builtin::{Builtin, BuiltinInfo, Builtins, groups_for};
 use crate::capture::window::Update;
-#[cfg(feature = "raw")]
-use crate::driver::DeviceSlice;
-use crate::driver::{DeviceInfo, GraphDriver};
+use crate::driver::{DeviceInfo, DeviceSlice, GraphDriver};
 use crate::error::Error;
 use crate::ids::{GraphId, StreamId, WindowId};
 use crate::kernels::span::Span;
@@ -164,6 +162,30 @@ impl<D: GraphDriver> Client<D> {
     /// client's.
     pub fn adopt_stream(&self, stream: D::Stream) -> Result<StreamId, Error> {
         self.server()?.adopt_stream(stream)
+    }
+
+    /// Call `f` with the device page `buffer` lies in, its offset there and
+    /// its length (a view's own), for the caller's own launches on that
+    /// memory: a CUDA or HIP device pointer is the page's plus the offset.
+    /// `f` runs under the buffer's stream's lock, so it must not call this
+    /// client.
+    ///
+    /// The core knows nothing of the caller's work: the caller orders it
+    /// with the client's (launching on an adopted stream, or syncing).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OtherClient`] for another client's buffer, and
+    /// [`Error::UnknownStream`] once the buffer's stream is destroyed.
+    pub fn with_device_slice<R>(
+        &self,
+        buffer: &Buffer,
+        f: impl FnOnce(DeviceSlice<'_, D>) -> R,
+    ) -> Result<R, Error> {
+        if buffer.inner.client != self.shared.id {
+            return Err(Error::OtherClient(buffer.id()));
+        }
+        self.server()?.with_device_slice(buffer, f)
     }
 
     /// Destroy a stream, its graphs and its memory.

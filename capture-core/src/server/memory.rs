@@ -1,8 +1,8 @@
 //! Buffers: allocation, the copies that fill and read them, syncs and trims.
 
 use super::shared::Shareable;
-use super::{BufferRef, Lane, Server};
-use crate::driver::{GraphDriver, ImportRefusal};
+use super::{Bound, BufferRef, Lane, Server};
+use crate::driver::{DeviceSlice, GraphDriver, ImportRefusal};
 use crate::error::Error;
 use crate::ids::StreamId;
 use crate::interleave::{self, Point};
@@ -96,6 +96,29 @@ impl<D: GraphDriver> Server<D> {
             (Err(err), Some(page)) => Err((err, page)),
             (Err(_), None) => unreachable!("the page is taken only by an import that succeeds"),
         }
+    }
+
+    /// Call `f` with the device page, offset and length `buffer` names,
+    /// under its stream's lock, for the caller's own work on that memory.
+    pub fn with_device_slice<R>(
+        &self,
+        buffer: impl Bound,
+        f: impl FnOnce(DeviceSlice<'_, D>) -> R,
+    ) -> Result<R, Error> {
+        let stream = buffer.stream();
+        let place = buffer.place();
+        self.with(stream, |lane| {
+            let page = lane
+                .state
+                .device
+                .page_at(place.slot)
+                .ok_or(Error::UnknownStream(stream))?;
+            Ok(f(DeviceSlice {
+                page,
+                offset: place.offset,
+                len: place.len,
+            }))
+        })
     }
 
     /// Enqueue a copy of `bytes` into `buffer`, on its own stream; ordered
