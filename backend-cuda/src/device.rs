@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use capture_core::{DeviceInfo, DriverError};
 
 use crate::error::refuse;
+use crate::keep::KeepAlive;
 use crate::loader::{self, LOAD_OP};
 use crate::sys::{
     self, Api, CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUmodule, CUstreamCaptureMode,
@@ -16,14 +17,16 @@ use crate::sys::{
 /// (default 0).
 pub const DEVICE_ENV: &str = "CAPTURE_CUDA_DEVICE";
 
-/// One GPU, with its primary context.
+/// One GPU, with its primary context or a context made elsewhere.
 ///
 /// The primary context is the one the CUDA runtime and other libraries in
 /// the same process use too, so memory and graphs made here stay usable by
 /// them and no second context competes for the device. It is retained on
 /// the first open of the device in the process and kept until the process
 /// ends, as the runtime keeps it: opening the device again (which every
-/// probe does) costs a lookup, not a context.
+/// probe does) costs a lookup, not a context. [`Device::from_primary`]
+/// opens a device that way; [`Device::from_raw_context`] adopts a context
+/// another library made, which this library never destroys or releases.
 ///
 /// Every call on the device, its streams, pages, kernels and graphs pushes
 /// the context on the calling thread and pops it on return, so the caller's
@@ -39,6 +42,10 @@ pub struct Device {
     info: DeviceInfo,
     /// Shared by every `Device` opened on this ordinal (see [`recorders_of`]).
     recording: Arc<Mutex<Recorders>>,
+    /// What keeps an adopted context alive; `None` for a primary context,
+    /// which the process keeps. Shared with every release queued for the
+    /// context, so that it outlives them.
+    owner: Option<Arc<KeepAlive>>,
 }
 
 /// The largest block the device runs, which every kernel's signature is
@@ -56,8 +63,20 @@ pub(crate) struct BlockLimits {
 #[derive(Default)]
 struct Recorders {
     streams: usize,
-    deferred: Vec<Release>,
+    deferred: Vec<Deferred>,
 }
+
+/// A release queued behind the GPU's recordings, with the context it is
+/// performed in and what keeps that context alive until then.
+struct Deferred {
+    context: CUcontext,
+    owner: Option<Arc<KeepAlive>>,
+    release: Release,
+}
+
+// SAFETY: the context is a process-wide handle, kept alive by `owner` (or
+// for the life of the process, for a primary context); the release is Send.
+unsafe impl Send for Deferred {}
 
 /// The recording state of GPU `ordinal`, one per process.
 ///
@@ -84,6 +103,9 @@ pub(crate) enum Release {
     HostPage(*mut c_void),
     /// A loaded module.
     Module(CUmodule),
+    /// What the caller handed over with memory, a stream or a kernel made
+    /// elsewhere, whose drop may free or unload what it owns.
+    KeepAlive(KeepAlive),
 }
 
 // SAFETY: each pointer is a driver allocation or handle owned by the release
@@ -169,6 +191,21 @@ impl std::fmt::Debug for Device {
     }
 }
 
+/// `context` made current on the calling thread, with the thread in relaxed
+/// stream-capture mode, until the guard drops.
+fn enter_context(api: &'static Api, context: CUcontext) -> Result<Current, DriverError> {
+    let relaxed = Relaxed::enter(api)?;
+    // SAFETY: every context entered is alive: a primary context is retained
+    // for the life of the process, an adopted one until its owner drops,
+    // which outlives every device, page and queued release of it.
+    let code = unsafe { (api.ctx_push_current)(context) };
+    api.check("make the device's context current", code)?;
+    Ok(Current {
+        api,
+        _relaxed: relaxed,
+    })
+}
+
 /// A failure while opening, with what was being done said in the message,
 /// since the probe hands on the message alone.
 fn opening(e: DriverError) -> DriverError {
@@ -252,6 +289,92 @@ impl Device {
             limits,
             info,
             recording: recorders_of(ordinal),
+            owner: None,
+        }))
+    }
+
+    /// The device at `ordinal` over its primary context, the one the CUDA
+    /// runtime and libraries over it (cudarc's `CudaContext::new`, candle)
+    /// use too, so memory, streams and kernels of theirs in that context
+    /// are usable here. The context is retained once per process and never
+    /// released, as [`Driver::open_index`](capture_core::Driver::open_index)
+    /// does.
+    ///
+    /// # Errors
+    ///
+    /// As for opening: no driver, no such device, or a context the driver
+    /// refuses.
+    pub fn from_primary(ordinal: usize) -> Result<Arc<Self>, DriverError> {
+        Self::open_index(ordinal)
+    }
+
+    /// A device over `context`, a context made elsewhere (`cuCtxCreate`, or
+    /// a primary context another library retained), which this library
+    /// makes current around each of its calls and never destroys, releases
+    /// or makes current for longer.
+    ///
+    /// `keep_alive` is dropped once the device, and every stream, page,
+    /// kernel and graph of it, is gone: to hand the context over, pass a
+    /// value whose drop destroys or releases it; to keep it, pass `()`.
+    /// Refused, it is dropped at once.
+    ///
+    /// Memory, streams and kernels of another device over the same context
+    /// (the primary context, say) are usable on this one too: they are
+    /// compared by context.
+    ///
+    /// # Safety
+    ///
+    /// `context` is a live context and stays alive until `keep_alive` is
+    /// dropped; nothing destroys it meanwhile.
+    ///
+    /// # Errors
+    ///
+    /// A null handle, or a context the driver does not know or cannot say
+    /// the device of.
+    pub unsafe fn from_raw_context(
+        context: CUcontext,
+        keep_alive: impl Send + 'static,
+    ) -> Result<Arc<Self>, DriverError> {
+        const OP: &str = "adopt context";
+        if context.is_null() {
+            return Err(refuse(OP, "the context handle is null"));
+        }
+        let loaded = loader::load()?;
+        let api = &loaded.api;
+        let raw = {
+            let _current = enter_context(api, context)?;
+            let mut raw: CUdevice = 0;
+            // SAFETY: the caller's context is current; `raw` is a valid
+            // place for the handle.
+            api.check(OP, unsafe { (api.ctx_get_device)(&mut raw) })?;
+            raw
+        };
+        let count = count(api).map_err(opening)?;
+        let ordinal = (0..count)
+            .find(|&ordinal| {
+                let mut found: CUdevice = -1;
+                // SAFETY: `found` is a valid place for the handle; the
+                // ordinal is below the device count.
+                let code = unsafe { (api.device_get)(&mut found, ordinal) };
+                code == sys::CUDA_SUCCESS && found == raw
+            })
+            .ok_or_else(|| {
+                refuse(
+                    OP,
+                    format!("the context's device ({raw}) is none of the {count} the driver lists"),
+                )
+            })?;
+        let (info, _, compute, limits) =
+            describe(api, &loaded.version.to_string(), ordinal).map_err(opening)?;
+        Ok(Arc::new(Self {
+            api,
+            ordinal,
+            context,
+            compute,
+            limits,
+            info,
+            recording: recorders_of(ordinal),
+            owner: Some(Arc::new(KeepAlive::new(keep_alive))),
         }))
     }
 
@@ -268,14 +391,18 @@ impl Device {
     /// may assume the previous one ran on the same thread, nor leave its
     /// context or mode behind for the caller.
     pub(crate) fn enter(&self) -> Result<Current, DriverError> {
-        let relaxed = Relaxed::enter(self.api)?;
-        // SAFETY: the context is retained for the life of the process.
-        let code = unsafe { (self.api.ctx_push_current)(self.context) };
-        self.api.check("make the device's context current", code)?;
-        Ok(Current {
-            api: self.api,
-            _relaxed: relaxed,
-        })
+        enter_context(self.api, self.context)
+    }
+
+    /// The context this device runs in: its primary context, or the one it
+    /// adopted. Valid for as long as the device lives.
+    pub fn raw_context(&self) -> CUcontext {
+        self.context
+    }
+
+    /// The device's ordinal, as the driver numbers devices.
+    pub fn ordinal(&self) -> usize {
+        usize::try_from(self.ordinal).unwrap_or(0)
     }
 
     /// Whether `other` shares this device's context, so that its memory and
@@ -328,7 +455,7 @@ impl Device {
 
     /// Take a stream out of recording mode with `end`, whatever it answers,
     /// and perform the releases that waited once no stream records any
-    /// more. The caller has made the context current.
+    /// more.
     pub(crate) fn end_recording<T>(&self, end: impl FnOnce() -> T) -> T {
         let (ended, deferred) = {
             let mut recording = self.recording();
@@ -350,9 +477,9 @@ impl Device {
     /// and other threads' begins and releases must not wait for that. Once
     /// a recording has begun, the rest goes back to the queue for its end;
     /// one that begins while a free is under way may be invalidated by it,
-    /// and fails at its end like any invalidated capture. The caller has
-    /// made the context current.
-    fn perform_deferred(&self, deferred: Vec<Release>) {
+    /// and fails at its end like any invalidated capture. Each is performed
+    /// in its own context.
+    fn perform_deferred(&self, deferred: Vec<Deferred>) {
         let mut left = deferred.into_iter();
         while let Some(release) = left.next() {
             {
@@ -374,27 +501,53 @@ impl Device {
     /// device implicitly, which invalidates any capture in progress on it;
     /// capture-core releases nothing on the recording stream itself, but
     /// another stream of the same GPU may be freeing meanwhile.
+    ///
+    /// A keep-alive is held back too, since its drop may free or unload, but
+    /// dropped outside the lock: it runs the caller's code, which may call
+    /// this library.
     pub(crate) fn release(&self, release: Release) {
         let mut recording = self.recording();
         if recording.streams > 0 {
-            recording.deferred.push(release);
+            recording.deferred.push(Deferred {
+                context: self.context,
+                owner: self.owner.clone(),
+                release,
+            });
             return;
         }
-        let current = match self.enter() {
+        if let Release::KeepAlive(keep) = release {
+            drop(recording);
+            drop(keep);
+            return;
+        }
+        self.perform(Deferred {
+            context: self.context,
+            owner: None,
+            release,
+        });
+        drop(recording);
+    }
+
+    /// Perform one release in its own context, made current for it.
+    fn perform(&self, deferred: Deferred) {
+        let api = self.api;
+        let Deferred {
+            context,
+            owner,
+            release,
+        } = deferred;
+        if let Release::KeepAlive(keep) = release {
+            drop(keep);
+            drop(owner);
+            return;
+        }
+        let current = match enter_context(api, context) {
             Ok(current) => current,
             Err(e) => {
                 log::warn!("leaking memory or a module: {e}");
                 return;
             }
         };
-        self.perform(release);
-        drop(current);
-        drop(recording);
-    }
-
-    /// Perform one release; the caller has made the context current.
-    fn perform(&self, release: Release) {
-        let api = self.api;
         let (op, code) = match release {
             Release::DevicePage(pointer) => {
                 // SAFETY: the address came from cuMemAlloc, and its page is
@@ -414,10 +567,14 @@ impl Device {
                 let code = unsafe { (api.module_unload)(module) };
                 ("unload module", code)
             }
+            Release::KeepAlive(_) => return,
         };
         if let Err(e) = api.check(op, code) {
             log::warn!("{e}");
         }
+        drop(current);
+        // The context's owner goes last, after the release made in it.
+        drop(owner);
     }
 }
 
@@ -433,13 +590,7 @@ impl Drop for Device {
             }
             std::mem::take(&mut recording.deferred)
         };
-        match self.enter() {
-            Ok(current) => {
-                self.perform_deferred(deferred);
-                drop(current);
-            }
-            Err(e) => log::warn!("leaking {} released block(s): {e}", deferred.len()),
-        }
+        self.perform_deferred(deferred);
     }
 }
 

@@ -24,6 +24,12 @@ pub struct Recording {
     launches: usize,
     copies: usize,
     device: Arc<Device>,
+    /// Whether the stream was adopted, so that the caller's own work on it
+    /// may add nodes the library did not issue.
+    adopted: bool,
+    /// Nodes beyond the library's, found by the node check: the caller's
+    /// own work on an adopted stream.
+    foreign: usize,
     /// Set once the captured chain's edges were rewritten: the nodes in
     /// issue order and the edges the graph holds now. `None` while the graph
     /// is the chain as captured.
@@ -60,12 +66,15 @@ impl Recording {
         launches: usize,
         copies: usize,
         device: &Arc<Device>,
+        adopted: bool,
     ) -> Self {
         Self {
             graph,
             launches,
             copies,
             device: Arc::clone(device),
+            adopted,
+            foreign: 0,
             rewritten: None,
         }
     }
@@ -103,6 +112,15 @@ impl Recording {
             Order::Dependencies(deps) => &deps.edges,
         };
         if self.rewritten.is_none() && edges::is_chain(target, nodes) {
+            return Ok(());
+        }
+        if self.foreign > 0 {
+            // The caller's nodes have no place in the dependencies, which
+            // name the library's operations only; the chain orders them all.
+            log::debug!(
+                "cuda: a capture holds {} node(s) of the caller's own and replays as captured",
+                self.foreign
+            );
             return Ok(());
         }
         let api = self.device.api();
@@ -238,7 +256,10 @@ impl Recording {
     /// holding memory nodes, which replays once and then fails on every
     /// later launch since its allocation is still live. The caller has made
     /// the context current.
-    fn check_nodes(&self, op: &'static str) -> Result<(), DriverError> {
+    ///
+    /// On an adopted stream, nodes beyond the library's are the caller's own
+    /// work on the stream, which the graph keeps: counted in `foreign`.
+    fn check_nodes(&mut self, op: &'static str) -> Result<(), DriverError> {
         let api = self.device.api();
         let mut count: usize = 0;
         // SAFETY: a null node array asks only for the count, written to
@@ -275,6 +296,10 @@ impl Recording {
             ));
         }
         let expected = self.launches + self.copies;
+        if self.adopted && nodes.len() > expected {
+            self.foreign = nodes.len() - expected;
+            return Ok(());
+        }
         if nodes.len() != expected {
             return Err(refuse(
                 op,

@@ -16,6 +16,7 @@ use capture_core::{Builtin, DriverError, Error, Signature};
 use crate::device::{Device, Release};
 use crate::error::refuse;
 use crate::image;
+use crate::keep::KeepAlive;
 use crate::nvrtc::{self, NvrtcOutput};
 use crate::sys::{
     self, Api, CUfunction, CUfunction_attribute, CUjit_option, CUlinkState, CUmodule,
@@ -259,7 +260,12 @@ const MAX_COUNTED_PARAMS: usize = 4096;
 pub struct Kernel {
     signature: Signature,
     function: CUfunction,
-    module: CUmodule,
+    /// The module loaded for the kernel; `None` for a function made
+    /// elsewhere ([`Kernel::from_raw`]), whose module is not the library's
+    /// to unload.
+    module: Option<CUmodule>,
+    /// What keeps a function made elsewhere loaded.
+    keep_alive: Option<KeepAlive>,
     device: Arc<Device>,
 }
 
@@ -278,7 +284,12 @@ impl std::fmt::Debug for Kernel {
 
 impl Drop for Kernel {
     fn drop(&mut self) {
-        self.device.release(Release::Module(self.module));
+        if let Some(module) = self.module.take() {
+            self.device.release(Release::Module(module));
+        }
+        if let Some(keep_alive) = self.keep_alive.take() {
+            self.device.release(Release::KeepAlive(keep_alive));
+        }
     }
 }
 
@@ -508,6 +519,60 @@ impl Kernel {
         }
     }
 
+    /// A kernel over `function`, a function loaded elsewhere (cudarc's
+    /// `CudaFunction`, `cuModuleGetFunction` on a module of the caller's),
+    /// with `signature`. The library never unloads its module.
+    ///
+    /// The signature is validated and checked against the device's block
+    /// limits, the function's own limit on threads per block and, on
+    /// drivers from 12.4 on, its parameters, as for [`Kernel::from_ptx`].
+    ///
+    /// `keep_alive` is dropped once the kernel, and every graph that
+    /// recorded it, is gone and no stream of the GPU records: to hand the
+    /// module over, pass a value whose drop unloads it; to keep it, pass
+    /// `()`. Refused, it is dropped at once.
+    ///
+    /// # Safety
+    ///
+    /// `function` is a function of a module loaded in `device`'s context,
+    /// which stays loaded until `keep_alive` is dropped. Otherwise as for
+    /// [`Kernel::from_ptx`]: its entry point takes exactly the parameters
+    /// the [kernel ABI](Kernel#kernel-abi) derives from the signature, and
+    /// for every launch it is given, it reads and writes only inside its
+    /// bound buffers, given the info and by-value parameters passed, and
+    /// writes no binding declared read.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Compile`] for a null function, or when the function
+    /// disagrees with the signature or the device's limits;
+    /// [`Error::Driver`] when the device cannot be used.
+    pub unsafe fn from_raw(
+        device: &Arc<Device>,
+        function: CUfunction,
+        signature: Signature,
+        keep_alive: impl Send + 'static,
+    ) -> Result<Kernel, Error> {
+        let name = signature.name().to_owned();
+        if function.is_null() {
+            return Err(Error::Compile {
+                kernel: name,
+                log: "the function handle is null".to_owned(),
+            });
+        }
+        check_signature(device, &signature)?;
+        let _current = device.enter()?;
+        let kernel = Kernel {
+            signature,
+            function,
+            module: None,
+            keep_alive: Some(KeepAlive::new(keep_alive)),
+            device: Arc::clone(device),
+        };
+        check_function(&kernel, &name)?;
+        Ok(kernel)
+    }
+
     /// What the kernel takes.
     #[inline]
     pub fn signature(&self) -> &Signature {
@@ -596,7 +661,8 @@ fn load(
     let mut kernel = Kernel {
         signature,
         function: std::ptr::null_mut(),
-        module,
+        module: Some(module),
+        keep_alive: None,
         device: Arc::clone(device),
     };
 
@@ -616,6 +682,19 @@ fn load(
         )));
     }
 
+    check_function(&kernel, entry)?;
+    Ok(kernel)
+}
+
+/// Whether the kernel's function runs blocks of its signature's size and,
+/// where the driver can list them, takes the parameters the signature
+/// makes a launch pass. The caller has made the context current.
+fn check_function(kernel: &Kernel, entry: &str) -> Result<(), Error> {
+    let api = kernel.device.api();
+    let fail = |log: String| Error::Compile {
+        kernel: kernel.signature.name().to_owned(),
+        log,
+    };
     let max_threads = function_attribute(
         api,
         kernel.function,
@@ -628,8 +707,7 @@ fn load(
             kernel.signature.workgroup_size()
         )));
     }
-    check_parameters(api, kernel.function, entry, &kernel.signature).map_err(fail)?;
-    Ok(kernel)
+    check_parameters(api, kernel.function, entry, &kernel.signature).map_err(fail)
 }
 
 /// The words of a failed module load: the driver's code, the JIT's logs,

@@ -34,6 +34,18 @@
 //!
 //! [`CAPTURE_CUDA_DEVICE`](DEVICE_ENV) selects the device [`Cuda::open`]
 //! opens, by index (default 0).
+//!
+//! # What other libraries made
+//!
+//! A device over a context made elsewhere ([`Device::from_raw_context`],
+//! or [`Device::from_primary`] for the primary context the runtime and
+//! cudarc use), device memory allocated elsewhere ([`DevicePage::from_raw`],
+//! for `Client::import`), a stream made elsewhere ([`Stream::from_raw`],
+//! for `Client::adopt_stream`) and a function loaded elsewhere
+//! ([`Kernel::from_raw`]) are brought in by `unsafe` constructors, each
+//! with a keep-alive the library drops once it is past its last use of the
+//! handle. The library never frees, destroys or unloads what it did not
+//! make; ownership is handed over by passing a keep-alive whose drop does.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod device;
@@ -41,6 +53,7 @@ mod error;
 mod event;
 mod graph;
 mod image;
+mod keep;
 mod kernels;
 mod loader;
 mod memory;
@@ -52,7 +65,7 @@ use std::sync::Arc;
 
 use capture_core::{
     Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice,
-    Launch, Order, Signature, Updated,
+    ImportRefusal, Launch, Order, Signature, Updated,
 };
 
 pub use device::{DEVICE_ENV, Device};
@@ -64,6 +77,7 @@ pub use nvrtc::{
     NVRTC_ENV, NvrtcInfo, NvrtcOutput, nvrtc_compile_for, nvrtc_compile_ptx, nvrtc_info,
 };
 pub use stream::{Signal, Stream};
+pub use sys::{CUcontext, CUdeviceptr, CUfunction, CUstream};
 
 /// The CUDA backend, named in generic code as `D = Cuda`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -124,6 +138,12 @@ impl Driver for Cuda {
     /// Dropping the page frees it (see [`DevicePage`]).
     fn release_device_page(_stream: &mut Stream, page: DevicePage) {
         drop(page);
+    }
+
+    /// The length of a page [`DevicePage::from_raw`] made for a device of
+    /// `device`'s context.
+    fn imported_bytes(device: &Device, page: &DevicePage) -> Result<u64, ImportRefusal> {
+        page.imported_bytes(device)
     }
 
     fn allocate_host_page(stream: &mut Stream, bytes: u64) -> Result<HostPage, DriverError> {

@@ -6,15 +6,16 @@
 //! holds an `Arc` of its device, which keeps the context alive for as long
 //! as memory in it exists.
 
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
-use capture_core::DriverError;
+use capture_core::{DriverError, ImportRefusal};
 
 use crate::device::{Device, Release};
 use crate::error::refuse;
-use crate::sys::{self, CUdeviceptr};
+use crate::keep::KeepAlive;
+use crate::sys::{self, CUcontext, CUdeviceptr};
 
 /// A block of device memory from `cuMemAlloc`, freed when dropped.
 ///
@@ -26,10 +27,16 @@ use crate::sys::{self, CUdeviceptr};
 /// another stream of the device has open; a page dropped while any stream
 /// of its device records is therefore freed only once the last of those
 /// recordings has ended.
+///
+/// A page made by [`DevicePage::from_raw`] over memory allocated elsewhere
+/// is never freed here: dropping it drops the keep-alive it was given, as
+/// late as a free would be.
 pub struct DevicePage {
     pointer: CUdeviceptr,
     len: u64,
     device: Arc<Device>,
+    /// What keeps imported memory alive; `None` for a page of the pools.
+    imported: Option<KeepAlive>,
 }
 
 /// A block of page-locked host memory from `cuMemHostAlloc`, freed when
@@ -84,7 +91,91 @@ impl DevicePage {
             pointer,
             len,
             device: Arc::clone(device),
+            imported: None,
         })
+    }
+
+    /// A page over `len` bytes of device memory from `pointer`, allocated
+    /// elsewhere (by cudarc, the runtime, `cuMemAlloc`), for
+    /// `Client::import` on a client of `device`: tracked like the pools'
+    /// pages, never freed by this library.
+    ///
+    /// `keep_alive` is dropped once the last buffer, view, graph and queued
+    /// use of the memory is done and no stream of the GPU records (its drop
+    /// may free): pass the allocation's owner to hand the memory over, or
+    /// `()` to keep it. Refused, it is dropped at once.
+    ///
+    /// The range is checked where the driver can tell: the address must be
+    /// memory it knows (`cuPointerGetAttribute`), of this device and
+    /// context, and the range must end within its allocation
+    /// (`cuMemGetAddressRange`).
+    ///
+    /// # Safety
+    ///
+    /// The memory stays allocated, and at least `len` bytes long, until
+    /// `keep_alive` is dropped. Work other code issues on it is ordered with
+    /// this library's by the caller: launched on a stream adopted with
+    /// [`Stream::from_raw`](crate::Stream::from_raw), or waited for before
+    /// the library's next use and after its last.
+    ///
+    /// # Errors
+    ///
+    /// A null pointer, an empty range, an address the driver does not know,
+    /// memory of another device or context, or a range past the end of its
+    /// allocation; nothing is changed.
+    pub unsafe fn from_raw(
+        device: &Arc<Device>,
+        pointer: CUdeviceptr,
+        len: u64,
+        keep_alive: impl Send + 'static,
+    ) -> Result<Self, DriverError> {
+        check_import(device, pointer, len)?;
+        Ok(Self::imported(
+            device,
+            pointer,
+            len,
+            KeepAlive::new(keep_alive),
+        ))
+    }
+
+    /// A page over memory [`check_import`] accepted.
+    pub(crate) fn imported(
+        device: &Arc<Device>,
+        pointer: CUdeviceptr,
+        len: u64,
+        keep_alive: KeepAlive,
+    ) -> Self {
+        Self {
+            pointer,
+            len,
+            device: Arc::clone(device),
+            imported: Some(keep_alive),
+        }
+    }
+
+    /// The page's device address.
+    pub fn device_ptr(&self) -> CUdeviceptr {
+        self.pointer
+    }
+
+    /// The page's length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the page holds no bytes (never: pages hold at least one).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// What `Driver::imported_bytes` answers: the length of memory imported
+    /// for `device`'s context.
+    pub(crate) fn imported_bytes(&self, device: &Device) -> Result<u64, ImportRefusal> {
+        match &self.imported {
+            None => Err(ImportRefusal::NotImported),
+            Some(_) if !self.device.same_context(device) => Err(ImportRefusal::OtherDevice),
+            Some(_) => Ok(self.len),
+        }
     }
 
     /// The device address of `len` bytes at `offset`, or an error when the
@@ -107,8 +198,97 @@ impl DevicePage {
 
 impl Drop for DevicePage {
     fn drop(&mut self) {
-        self.device.release(Release::DevicePage(self.pointer));
+        let release = match self.imported.take() {
+            Some(keep_alive) => Release::KeepAlive(keep_alive),
+            None => Release::DevicePage(self.pointer),
+        };
+        self.device.release(release);
     }
+}
+
+/// Whether `len` bytes from `pointer` may be imported on `device`: not
+/// null, not empty, memory the driver knows, of the device's GPU and
+/// context, within one allocation.
+pub(crate) fn check_import(
+    device: &Device,
+    pointer: CUdeviceptr,
+    len: u64,
+) -> Result<(), DriverError> {
+    const OP: &str = "import device memory";
+    if pointer == 0 {
+        return Err(refuse(OP, "the device pointer is null"));
+    }
+    if len == 0 {
+        return Err(refuse(OP, "the range is empty"));
+    }
+    let end = pointer
+        .checked_add(len)
+        .filter(|_| usize::try_from(len).is_ok())
+        .ok_or_else(|| {
+            refuse(
+                OP,
+                format!("{len} bytes from {pointer:#x} leave the address space"),
+            )
+        })?;
+    let api = device.api();
+    let _current = device.enter()?;
+    let mut ordinal: c_int = -1;
+    // SAFETY: the attribute is an int, written to a live local of that type.
+    let code = unsafe {
+        (api.pointer_get_attribute)(
+            ptr::from_mut(&mut ordinal).cast::<c_void>(),
+            sys::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            pointer,
+        )
+    };
+    if code != sys::CUDA_SUCCESS {
+        return Err(refuse(
+            OP,
+            format!(
+                "the driver knows no device memory at {pointer:#x}: {}",
+                api.describe(code)
+            ),
+        ));
+    }
+    let own = device.ordinal();
+    if usize::try_from(ordinal).ok() != Some(own) {
+        return Err(refuse(
+            OP,
+            format!("the memory at {pointer:#x} belongs to device {ordinal}, not device {own}"),
+        ));
+    }
+    let mut context: CUcontext = ptr::null_mut();
+    // SAFETY: the attribute is a context handle, written to a live local of
+    // that type.
+    let code = unsafe {
+        (api.pointer_get_attribute)(
+            ptr::from_mut(&mut context).cast::<c_void>(),
+            sys::CU_POINTER_ATTRIBUTE_CONTEXT,
+            pointer,
+        )
+    };
+    // Memory of a stream-ordered pool belongs to no context (null).
+    if code == sys::CUDA_SUCCESS && !context.is_null() && context != device.raw_context() {
+        return Err(refuse(
+            OP,
+            format!("the memory at {pointer:#x} belongs to another context than the device's"),
+        ));
+    }
+    let (mut base, mut size): (CUdeviceptr, usize) = (0, 0);
+    // SAFETY: both out-pointers are live locals of the declared types.
+    let code = unsafe { (api.mem_get_address_range)(&mut base, &mut size, pointer) };
+    api.check(OP, code)?;
+    let limit = base.saturating_add(size as u64);
+    if end > limit {
+        return Err(refuse(
+            OP,
+            format!(
+                "{len} bytes from {pointer:#x} run past the end of their allocation \
+                 ({size} bytes from {base:#x})"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 impl HostPage {

@@ -18,13 +18,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use capture_core::{DeviceSlice, Driver, DriverError, HostSlice, Launch};
 use capture_core::{MAX_BINDINGS, MAX_PARAM_BYTES};
 
-use crate::device::Device;
+use crate::device::{Device, Release};
 use crate::error::refuse;
 use crate::event::{Event, EventRing};
 use crate::graph::{Executable, Recording};
+use crate::keep::KeepAlive;
 use crate::kernels::Kernel;
 use crate::memory::{DevicePage, HostPage};
-use crate::sys::{self, CUgraph, CUstream};
+use crate::sys::{self, CUcontext, CUgraph, CUstream};
 
 /// Bytes of one kernel parameter's slot: the largest parameter a
 /// signature declares, and a device pointer.
@@ -58,9 +59,21 @@ pub struct Signal {
 /// Non-blocking, so it never waits on (or is waited on by) the legacy
 /// default stream other code in the process may use; a capture on it is then
 /// not invalidated by such code either.
+///
+/// [`Stream::from_raw`] makes one over a stream made elsewhere, which the
+/// library then never destroys.
 pub struct Stream {
     device: Arc<Device>,
     raw: CUstream,
+    /// Whether `raw` is the library's own, destroyed when the stream drops.
+    owned: bool,
+    /// Whether the stream was adopted: other code may enqueue work on it
+    /// too, so every signal records a fresh event and a capture may hold
+    /// nodes the library did not issue.
+    adopted: bool,
+    /// What keeps an adopted stream alive, dropped after the library's last
+    /// use of it.
+    keep_alive: Option<KeepAlive>,
     id: u64,
     events: EventRing,
     /// Whether a capture begun here has not been ended yet, for `Drop`.
@@ -92,7 +105,6 @@ impl std::fmt::Debug for Stream {
 impl Stream {
     /// A new stream on `device`.
     pub(crate) fn create(device: &Arc<Device>) -> Result<Self, DriverError> {
-        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let api = device.api();
         let _current = device.enter()?;
         let mut raw: CUstream = ptr::null_mut();
@@ -101,17 +113,114 @@ impl Stream {
         api.check("create stream", unsafe {
             (api.stream_create)(&mut raw, sys::CU_STREAM_NON_BLOCKING)
         })?;
-        Ok(Self {
+        Ok(Self::over(device, raw, None))
+    }
+
+    /// The stream over `raw`: the library's own when `keep_alive` is
+    /// `None`, else adopted.
+    fn over(device: &Arc<Device>, raw: CUstream, keep_alive: Option<KeepAlive>) -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let adopted = keep_alive.is_some();
+        Self {
             device: Arc::clone(device),
             raw,
+            owned: !adopted,
+            adopted,
+            keep_alive,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            events: EventRing::new(api),
+            events: EventRing::new(device.api()),
             recording: false,
             launches: 0,
             copies: 0,
             unsignalled: false,
             latest: 0,
-        })
+        }
+    }
+
+    /// A stream over `raw`, a stream of `device`'s context made elsewhere
+    /// (`cuStreamCreate`, cudarc's `CudaStream`), for
+    /// `Client::adopt_stream`. The library enqueues its work on it and
+    /// records events on it, and never destroys it.
+    ///
+    /// `keep_alive` is dropped once the library is past its last use of the
+    /// stream (after the stream drops and no stream of the GPU records): to
+    /// hand the stream over, pass a value whose drop destroys it; to keep
+    /// it, pass `()`. Refused, it is dropped at once.
+    ///
+    /// # The caller's own work
+    ///
+    /// Work the caller enqueues on `raw` itself is ordered with the
+    /// library's by the stream, and a signal or sync of the library's covers
+    /// it too. Between a window's `begin` and its `instantiate` the stream
+    /// captures in `CU_STREAM_CAPTURE_MODE_RELAXED`, from whichever thread
+    /// the library is called on: the caller's launches, asynchronous copies
+    /// and memsets on `raw` then become nodes of the graph, in stream order
+    /// among the library's, and run on every replay. Such a graph replays
+    /// as captured, one node after another, since the library cannot place
+    /// nodes it did not issue in a dependency order. While a window records
+    /// the caller must not synchronize or query the stream, wait on it from
+    /// outside the capture, begin or end a capture of its own on it, or
+    /// allocate on it (`cuMemAllocAsync`, whose node makes `instantiate`
+    /// refuse); the buffers its own work touches are not tracked by the
+    /// library.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a live stream of `device`'s context and stays alive until
+    /// `keep_alive` is dropped; nothing destroys it meanwhile. Work the
+    /// caller issues on it reads and writes only memory the library's work
+    /// does not use at the time, or is ordered with it by the stream.
+    ///
+    /// # Errors
+    ///
+    /// A null handle, the legacy or per-thread default stream (which a
+    /// capture from any thread cannot use), a stream of another context, or
+    /// one capturing already.
+    pub unsafe fn from_raw(
+        device: &Arc<Device>,
+        raw: CUstream,
+        keep_alive: impl Send + 'static,
+    ) -> Result<Self, DriverError> {
+        const OP: &str = "adopt stream";
+        if raw.is_null() {
+            return Err(refuse(
+                OP,
+                "the stream handle is null (the legacy default stream cannot be captured)",
+            ));
+        }
+        let special = raw as usize;
+        if special == sys::CU_STREAM_LEGACY || special == sys::CU_STREAM_PER_THREAD {
+            return Err(refuse(
+                OP,
+                "the legacy and per-thread default streams cannot be adopted: a capture on \
+                 them cannot begin and end on any thread",
+            ));
+        }
+        let api = device.api();
+        let _current = device.enter()?;
+        let mut context: CUcontext = ptr::null_mut();
+        // SAFETY: the caller promises a live stream; `context` is a valid
+        // place for the handle.
+        api.check(OP, unsafe { (api.stream_get_ctx)(raw, &mut context) })?;
+        if context != device.raw_context() {
+            return Err(refuse(
+                OP,
+                "the stream belongs to another context than the device's",
+            ));
+        }
+        let mut status = sys::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: the stream is live; `status` is a valid place for it.
+        api.check(OP, unsafe { (api.stream_is_capturing)(raw, &mut status) })?;
+        if status != sys::CU_STREAM_CAPTURE_STATUS_NONE {
+            return Err(refuse(OP, "the stream is capturing already"));
+        }
+        Ok(Self::over(device, raw, Some(KeepAlive::new(keep_alive))))
+    }
+
+    /// The driver's handle of the stream: the caller's own for an adopted
+    /// one (unless a failed capture replaced it, see `Driver::end`).
+    pub fn raw(&self) -> CUstream {
+        self.raw
     }
 
     /// The device the stream runs on.
@@ -286,7 +395,7 @@ impl Stream {
     /// Mark the current end of the stream's work: an event recorded there,
     /// or the latest signal again when nothing was enqueued since.
     pub(crate) fn signal(&mut self) -> Result<Signal, DriverError> {
-        if self.unsignalled || self.latest == 0 {
+        if self.unsignalled || self.latest == 0 || self.adopted {
             let _current = self.device.enter()?;
             self.latest = self.events.record(self.raw)?;
             self.unsignalled = false;
@@ -344,7 +453,7 @@ impl Stream {
         // A point after everything enqueued so far, taken while the stream
         // still runs work: a capture left open cannot record one, and a
         // stream replacing this one (see `leave_capture`) waits for it.
-        if self.unsignalled {
+        if self.unsignalled || self.adopted {
             self.latest = self.events.record(self.raw)?;
             self.unsignalled = false;
         }
@@ -380,8 +489,8 @@ impl Stream {
         self.recording = false;
         // An invalidated capture may still hand back a partial graph; owning
         // it first makes sure it is destroyed whatever the answer.
-        let recording =
-            (!graph.is_null()).then(|| Recording::new(graph, self.launches, self.copies, &device));
+        let recording = (!graph.is_null())
+            .then(|| Recording::new(graph, self.launches, self.copies, &device, self.adopted));
         let ended = match (code, recording) {
             (sys::CUDA_SUCCESS, Some(recording)) => return Ok(recording),
             (sys::CUDA_SUCCESS, None) => "the driver ended the capture without a graph".to_owned(),
@@ -431,6 +540,14 @@ impl Stream {
             }
         }
         let old = std::mem::replace(&mut self.raw, fresh);
+        if !std::mem::replace(&mut self.owned, true) {
+            // The caller's stream is theirs to end and destroy.
+            return Some(
+                "the adopted stream was still recording, so a fresh stream of the library's \
+                 replaced it; the caller's stream is left as it is"
+                    .to_owned(),
+            );
+        }
         // SAFETY: the old stream is owned here and destroyed once; work
         // already on it still completes, and its events stay valid.
         let destroyed = unsafe { (api.stream_destroy)(old) };
@@ -477,12 +594,17 @@ impl Drop for Stream {
             log::warn!("{e}");
         }
         self.events.destroy_all();
-        // SAFETY: the stream is owned here and destroyed once.
-        let destroyed = unsafe { (api.stream_destroy)(self.raw) };
-        if let Err(e) = api.check("destroy stream", destroyed) {
-            log::warn!("{e}");
+        if self.owned {
+            // SAFETY: the stream is owned here and destroyed once.
+            let destroyed = unsafe { (api.stream_destroy)(self.raw) };
+            if let Err(e) = api.check("destroy stream", destroyed) {
+                log::warn!("{e}");
+            }
         }
         drop(current);
+        if let Some(keep_alive) = self.keep_alive.take() {
+            self.device.release(Release::KeepAlive(keep_alive));
+        }
     }
 }
 

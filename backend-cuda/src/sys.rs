@@ -56,6 +56,8 @@ pub type CUstreamCaptureStatus = c_uint;
 pub type CUgraphNodeType = c_uint;
 /// `CUgraphExecUpdateResult`, as its integer.
 pub type CUgraphExecUpdateResult = c_uint;
+/// `CUpointer_attribute`, as its integer.
+pub type CUpointer_attribute = c_uint;
 
 /// What `cuGraphExecUpdate` (12.0 and newer) says about a failed update.
 /// The fields keep their C names, which the ABI test's `offsetof` uses.
@@ -120,6 +122,13 @@ pub const CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: CUjit_option = 6;
 pub const CU_JIT_INPUT_PTX: CUjitInputType = 1;
 
 pub const CU_STREAM_NON_BLOCKING: c_uint = 1;
+/// The legacy default stream's handle, `(CUstream)0x1`.
+pub const CU_STREAM_LEGACY: usize = 1;
+/// The per-thread default stream's handle, `(CUstream)0x2`.
+pub const CU_STREAM_PER_THREAD: usize = 2;
+
+pub const CU_POINTER_ATTRIBUTE_CONTEXT: CUpointer_attribute = 1;
+pub const CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: CUpointer_attribute = 9;
 pub const CU_EVENT_DISABLE_TIMING: c_uint = 2;
 pub const CU_MEMHOSTALLOC_PORTABLE: c_uint = 1;
 
@@ -248,15 +257,25 @@ driver_api! {
         primary_ctx_retain = cuDevicePrimaryCtxRetain(*mut CUcontext, CUdevice);
         ctx_push_current = cuCtxPushCurrent_v2(CUcontext);
         ctx_pop_current = cuCtxPopCurrent_v2(*mut CUcontext);
+        /// The current context's device, for a context made elsewhere.
+        ctx_get_device = cuCtxGetDevice(*mut CUdevice);
         mem_alloc = cuMemAlloc_v2(*mut CUdeviceptr, usize);
         mem_free = cuMemFree_v2(CUdeviceptr);
         mem_host_alloc = cuMemHostAlloc(*mut *mut c_void, usize, c_uint);
         mem_free_host = cuMemFreeHost(*mut c_void);
+        /// What the driver knows of an address made elsewhere: its context
+        /// and device, before it is imported.
+        pointer_get_attribute = cuPointerGetAttribute(*mut c_void, CUpointer_attribute, CUdeviceptr);
+        /// The allocation an address lies in, so an import cannot reach
+        /// past its end.
+        mem_get_address_range = cuMemGetAddressRange_v2(*mut CUdeviceptr, *mut usize, CUdeviceptr);
         memcpy_htod_async = cuMemcpyHtoDAsync_v2(CUdeviceptr, *const c_void, usize, CUstream);
         memcpy_dtoh_async = cuMemcpyDtoHAsync_v2(*mut c_void, CUdeviceptr, usize, CUstream);
         stream_create = cuStreamCreate(*mut CUstream, c_uint);
         stream_synchronize = cuStreamSynchronize(CUstream);
         stream_destroy = cuStreamDestroy_v2(CUstream);
+        /// A stream made elsewhere's context, before it is adopted.
+        stream_get_ctx = cuStreamGetCtx(CUstream, *mut CUcontext);
         stream_wait_event = cuStreamWaitEvent(CUstream, CUevent, c_uint);
         stream_begin_capture = cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode);
         stream_end_capture = cuStreamEndCapture(CUstream, *mut CUgraph);
@@ -427,7 +446,7 @@ macro_rules! sizes {
     };
 }
 
-const CONSTANTS: [AbiFact; 44] = constants![
+const CONSTANTS: [AbiFact; 48] = constants![
     CUDA_SUCCESS,
     CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_STUB_LIBRARY,
@@ -457,6 +476,10 @@ const CONSTANTS: [AbiFact; 44] = constants![
     CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
     CU_JIT_INPUT_PTX,
     CU_STREAM_NON_BLOCKING,
+    CU_STREAM_LEGACY,
+    CU_STREAM_PER_THREAD,
+    CU_POINTER_ATTRIBUTE_CONTEXT,
+    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
     CU_EVENT_DISABLE_TIMING,
     CU_MEMHOSTALLOC_PORTABLE,
     CU_STREAM_CAPTURE_MODE_RELAXED,
@@ -474,7 +497,7 @@ const CONSTANTS: [AbiFact; 44] = constants![
     CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED,
 ];
 
-const SIZES: [AbiFact; 22] = sizes![
+const SIZES: [AbiFact; 23] = sizes![
     CUresult,
     CUdevice,
     CUdeviceptr,
@@ -495,6 +518,7 @@ const SIZES: [AbiFact; 22] = sizes![
     CUstreamCaptureStatus,
     CUgraphNodeType,
     CUgraphExecUpdateResult,
+    CUpointer_attribute,
     CUgraphExecUpdateResultInfo,
     CUgraphEdgeData,
 ];

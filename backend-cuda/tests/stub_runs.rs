@@ -15,21 +15,32 @@
 //! global mode would refuse, made in relaxed mode, leaving the calling
 //! thread's own mode as it was.
 //!
+//! And what is made elsewhere, brought in: memory imported, launched on,
+//! captured and let go after its last use, bad imports refused; a stream
+//! adopted, whose graph holds the caller's own launch and which is never
+//! destroyed; a context adopted and kernels over functions made elsewhere,
+//! whose owners go last.
+//!
 //! Each case runs in a child process (this test binary, run again with the
 //! stub first on the library path), because the driver library, once
 //! loaded, stays loaded for the life of a process.
 #![cfg(target_os = "linux")]
 
 use std::env;
+use std::ffi::{CString, c_char, c_void};
 use std::process::Command;
-use std::sync::{Mutex, PoisonError, mpsc};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::thread;
 use std::time::Duration;
 
-use backend_cuda::{Cuda, DEVICE_ENV, DevicePage, HostPage, Kernel, Stream};
+use backend_cuda::{
+    CUcontext, CUdeviceptr, CUfunction, CUstream, Cuda, DEVICE_ENV, Device, DevicePage, HostPage,
+    Kernel, Stream,
+};
 use capture_core::{
-    Access, Dependencies, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice, Order,
-    Signature, Updated,
+    Access, Builtin, BuiltinInfo, Client, Config, Dependencies, DeviceSlice, Driver, DriverError,
+    Error, GraphDriver, HostSlice, Order, Signature, StreamId, Updated,
 };
 
 const CHILD: &str = "BACKEND_CUDA_RUNS_CHILD";
@@ -989,4 +1000,543 @@ fn allocations_frees_and_module_loads_go_ahead_beside_another_librarys_global_ca
         "allocations_frees_and_module_loads_go_ahead_beside_another_librarys_global_capture",
         &[("CUDA_STUB_MODULE_RESULT", "0")],
     );
+}
+
+/// One of the stub's functions, of type `T`.
+///
+/// # Safety
+///
+/// `T` is the function's type in the stub.
+unsafe fn stub_fn<T: Copy>(name: &str) -> T {
+    let symbol = format!("{name}\0");
+    // SAFETY: the library is the stub, which stays loaded (the handle is
+    // leaked, so that a call made before the backend loads it still finds
+    // it there); the caller promises the type.
+    unsafe {
+        let library = libloading::Library::new("libcuda.so.1").expect("the stub loads");
+        let function = *library
+            .get::<T>(symbol.as_bytes())
+            .unwrap_or_else(|e| panic!("the stub exports {name}: {e}"));
+        std::mem::forget(library);
+        function
+    }
+}
+
+/// Run `f` with `context` current, as a program using the driver itself.
+fn in_context<R>(context: CUcontext, f: impl FnOnce() -> R) -> R {
+    // SAFETY: the stub's push and pop take and give a context handle.
+    let push = unsafe { stub_fn::<unsafe extern "C" fn(CUcontext) -> i32>("cuCtxPushCurrent_v2") };
+    // SAFETY: as above.
+    let pop =
+        unsafe { stub_fn::<unsafe extern "C" fn(*mut CUcontext) -> i32>("cuCtxPopCurrent_v2") };
+    // SAFETY: a context the stub handed out.
+    assert_eq!(unsafe { push(context) }, 0, "push the context");
+    let result = f();
+    let mut popped: CUcontext = std::ptr::null_mut();
+    // SAFETY: a valid place for the handle.
+    assert_eq!(unsafe { pop(&mut popped) }, 0, "pop the context");
+    result
+}
+
+/// `bytes` of device memory allocated in `context` by the caller's own
+/// `cuMemAlloc_v2`, as another library would.
+fn raw_alloc(context: CUcontext, bytes: usize) -> CUdeviceptr {
+    // SAFETY: `cuMemAlloc_v2(CUdeviceptr*, size_t)`.
+    let alloc =
+        unsafe { stub_fn::<unsafe extern "C" fn(*mut CUdeviceptr, usize) -> i32>("cuMemAlloc_v2") };
+    let mut pointer: CUdeviceptr = 0;
+    let code = in_context(context, || {
+        // SAFETY: a valid place for the address.
+        unsafe { alloc(&mut pointer, bytes) }
+    });
+    assert_eq!(code, 0);
+    pointer
+}
+
+/// A stream made in `context` by the caller's own `cuStreamCreate`.
+fn raw_stream(context: CUcontext) -> CUstream {
+    // SAFETY: `cuStreamCreate(CUstream*, unsigned)`.
+    let create =
+        unsafe { stub_fn::<unsafe extern "C" fn(*mut CUstream, u32) -> i32>("cuStreamCreate") };
+    let mut stream: CUstream = std::ptr::null_mut();
+    let code = in_context(context, || {
+        // SAFETY: a valid place for the handle.
+        unsafe { create(&mut stream, 1) }
+    });
+    assert_eq!(code, 0);
+    stream
+}
+
+/// How many times the stub destroyed `stream`.
+fn destroyed(stream: CUstream) -> i32 {
+    // SAFETY: `int cuStubStreamDestroyed(void*)`.
+    let count =
+        unsafe { stub_fn::<unsafe extern "C" fn(CUstream) -> i32>("cuStubStreamDestroyed") };
+    // SAFETY: a stream the stub made.
+    unsafe { count(stream) }
+}
+
+/// The stub's second context of `device` (not its primary one).
+fn second_context(device: i32) -> CUcontext {
+    // SAFETY: `void* cuStubContext(int)`.
+    let context = unsafe { stub_fn::<unsafe extern "C" fn(i32) -> CUcontext>("cuStubContext") };
+    // SAFETY: a plain value.
+    unsafe { context(device) }
+}
+
+/// One of the stub's kernels (`fill`, `add`, `narrow`).
+fn stub_function(name: &str) -> CUfunction {
+    // SAFETY: `void* cuStubFunction(const char*)`.
+    let function =
+        unsafe { stub_fn::<unsafe extern "C" fn(*const c_char) -> CUfunction>("cuStubFunction") };
+    let name = CString::new(name).expect("no NUL");
+    // SAFETY: a NUL-terminated name.
+    unsafe { function(name.as_ptr()) }
+}
+
+/// The stub's `which` kernel as a kernel of `device`, with the builtin's
+/// signature.
+fn stub_kernel(device: &Arc<Device>, which: Builtin) -> capture_core::Kernel<Cuda> {
+    // SAFETY: the stub's kernels take the builtins' parameters and touch
+    // the first n elements of each buffer; every launch passes an n that
+    // fits.
+    let kernel =
+        unsafe { Kernel::from_raw(device, stub_function(which.name()), which.signature(), ()) };
+    capture_core::Kernel::new(kernel.expect("a kernel over the stub's function"))
+}
+
+/// Floats at a device address, which the stub keeps in host memory.
+fn floats_at(pointer: CUdeviceptr, n: usize) -> Vec<f32> {
+    // SAFETY: the stub's device memory is host memory of at least `n`
+    // floats here, written only by this thread's calls.
+    unsafe { std::slice::from_raw_parts(pointer as usize as *const f32, n) }.to_vec()
+}
+
+/// Write `bytes` at a device address, which the stub keeps in host memory.
+fn write_at(pointer: CUdeviceptr, bytes: &[u8]) {
+    // SAFETY: as for `floats_at`, for writing.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), pointer as usize as *mut u8, bytes.len())
+    };
+}
+
+/// Set when dropped: a keep-alive whose drop can be watched.
+struct Watched(Arc<AtomicBool>);
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A keep-alive and the flag its drop sets.
+fn watched() -> (Watched, Arc<AtomicBool>) {
+    let flag = Arc::new(AtomicBool::new(false));
+    (Watched(Arc::clone(&flag)), flag)
+}
+
+const N: usize = 64;
+
+fn info(scalar: f32) -> [u8; BuiltinInfo::SIZE] {
+    BuiltinInfo::new(N as u32, scalar).to_bytes()
+}
+
+fn imported_bytes(client: &Client<Cuda>, stream: StreamId) -> u64 {
+    client.usage(stream).expect("usage").device.imported_bytes
+}
+
+/// In the child: memory allocated elsewhere, imported, filled and added to
+/// by launches, captured and replayed; its keep-alive dropped only once the
+/// buffer and then the graph holding it are gone, and never freed here.
+fn check_imports_run() {
+    let device = Cuda::open_index(0).expect("the stub opens device 0");
+    let client = Client::<Cuda>::with_device(Arc::clone(&device), Config::default());
+    let stream = client.create_stream().expect("a stream");
+    let fill = stub_kernel(&device, Builtin::Fill);
+    let add = stub_kernel(&device, Builtin::Add);
+    let pointer = raw_alloc(device.raw_context(), N * 4);
+    let (keep, dropped) = watched();
+    // SAFETY: the allocation is the stub's, N floats long, kept until the
+    // process ends; nothing else uses it.
+    let page = unsafe { DevicePage::from_raw(&device, pointer, (N * 4) as u64, keep) }
+        .expect("memory of this device and context imports");
+    assert_eq!((page.device_ptr(), page.len()), (pointer, (N * 4) as u64));
+    let x = client
+        .import(stream, page)
+        .map_err(|(err, _)| err)
+        .expect("a buffer over the imported page");
+    assert_eq!(imported_bytes(&client, stream), (N * 4) as u64);
+    client
+        .launch(stream, &fill, [1, 1, 1], &[&x], &info(2.0), &[])
+        .expect("fill the imported memory");
+    assert_eq!(client.read_f32(&x).expect("read"), vec![2.0; N]);
+    let one = client.create_f32(stream, &[1.0; N]).expect("ones");
+    let (graph, ()) = client
+        .capture(stream, |_| {
+            client.launch(stream, &add, [1, 1, 1], &[&x, &one], &info(0.0), &[])
+        })
+        .expect("a capture over imported memory");
+    assert_eq!(
+        client.read_f32(&x).expect("read"),
+        vec![3.0; N],
+        "the warmup"
+    );
+    drop(x);
+    client.sync(stream).expect("sync");
+    assert!(!dropped.load(Ordering::SeqCst), "the graph still holds it");
+    for _ in 0..2 {
+        graph.replay().expect("replay");
+    }
+    client.sync(stream).expect("sync");
+    assert_eq!(floats_at(pointer, N), vec![5.0; N], "the replays wrote it");
+    let releases = stub_int("cuStubReleases");
+    drop(graph);
+    client.sync(stream).expect("sync");
+    assert!(dropped.load(Ordering::SeqCst), "let go with the graph");
+    assert_eq!(imported_bytes(&client, stream), 0);
+    assert!(
+        stub_int("cuStubReleases") >= releases,
+        "whatever else was freed"
+    );
+    assert_eq!(
+        floats_at(pointer, N),
+        vec![5.0; N],
+        "the memory is the caller's still: never freed"
+    );
+    println!("\n{DONE}");
+}
+
+#[test]
+fn imported_memory_is_launched_captured_replayed_and_let_go_after_its_last_use() {
+    if in_child() {
+        return check_imports_run();
+    }
+    in_stub("imported_memory_is_launched_captured_replayed_and_let_go_after_its_last_use");
+}
+
+/// The message of a refused import, after checking its keep-alive went.
+fn refused_import(device: &Arc<Device>, pointer: CUdeviceptr, len: u64) -> String {
+    let (keep, dropped) = watched();
+    // SAFETY: every range tried here is refused before it could be used.
+    let refused = unsafe { DevicePage::from_raw(device, pointer, len, keep) };
+    let err = refused.expect_err("a bad import");
+    assert!(dropped.load(Ordering::SeqCst), "the keep-alive is dropped");
+    err.to_string()
+}
+
+/// In the child, with two devices: each bad import is refused with its
+/// reason, and a good one then goes ahead; a page imported for one device
+/// is refused by a client of the other, and a page of the pools is not an
+/// import.
+fn check_bad_imports() {
+    let device = Cuda::open_index(0).expect("device 0");
+    let other = Cuda::open_index(1).expect("device 1");
+    let pointer = raw_alloc(device.raw_context(), 256);
+    let says = |message: String, what: &str| {
+        assert!(message.contains(what), "{message:?} lacks {what:?}");
+    };
+    says(refused_import(&device, 0, 16), "null");
+    says(refused_import(&device, pointer, 0), "empty");
+    let host = [0u8; 64];
+    says(
+        refused_import(&device, host.as_ptr() as usize as CUdeviceptr, 64),
+        "knows no device memory",
+    );
+    let theirs = raw_alloc(other.raw_context(), 256);
+    says(
+        refused_import(&device, theirs, 256),
+        "belongs to device 1, not device 0",
+    );
+    let second = raw_alloc(second_context(0), 256);
+    says(
+        refused_import(&device, second, 256),
+        "belongs to another context",
+    );
+    says(
+        refused_import(&device, pointer + 128, 132),
+        "run past the end of their allocation (256 bytes",
+    );
+    // Nothing changed: the whole allocation, and its tail, import.
+    let client = Client::<Cuda>::with_device(Arc::clone(&device), Config::default());
+    let stream = client.create_stream().expect("a stream");
+    // SAFETY: the stub's allocation of 256 bytes, kept for the process.
+    let tail = unsafe { DevicePage::from_raw(&device, pointer + 128, 128, ()) }.expect("the tail");
+    client
+        .import(stream, tail)
+        .map_err(|(err, _)| err)
+        .expect("imported");
+    // Imported for device 1, handed to a client of device 0.
+    // SAFETY: as above, device 1's allocation.
+    let foreign = unsafe { DevicePage::from_raw(&other, theirs, 256, ()) }.expect("device 1's");
+    let (err, foreign) = client
+        .import(stream, foreign)
+        .expect_err("another device's");
+    assert!(
+        matches!(err, Error::OtherDevice { what: "page", .. }),
+        "{err}"
+    );
+    let theirs_client = Client::<Cuda>::with_device(Arc::clone(&other), Config::default());
+    let on_other = theirs_client.create_stream().expect("a stream of device 1");
+    theirs_client
+        .import(on_other, foreign)
+        .map_err(|(err, _)| err)
+        .expect("its own device takes it back");
+    // A page the pools made is no import.
+    let mut raw = Cuda::create_stream(&device).expect("a raw stream");
+    let own = Cuda::allocate_device_page(&mut raw, 64).expect("a page");
+    let (err, own) = client.import(stream, own).expect_err("not imported");
+    assert!(
+        matches!(err, Error::NotImported { backend: "cuda" }),
+        "{err}"
+    );
+    Cuda::release_device_page(&mut raw, own);
+    // A device over the primary context, adopted, shares its memory.
+    let adopted = Device::from_primary(0).expect("the primary context");
+    assert_eq!(adopted.raw_context(), device.raw_context());
+    // SAFETY: as above.
+    let shared = unsafe { DevicePage::from_raw(&adopted, pointer, 64, ()) }.expect("shared");
+    client
+        .import(stream, shared)
+        .map_err(|(err, _)| err)
+        .expect("the same context's memory");
+    println!("\n{DONE}");
+}
+
+#[test]
+fn bad_imports_are_refused_and_change_nothing() {
+    if in_child() {
+        return check_bad_imports();
+    }
+    in_stub_with(
+        "bad_imports_are_refused_and_change_nothing",
+        &[("CUDA_STUB_DEVICE_COUNT", "2")],
+    );
+}
+
+/// In the child, with two devices: a stream made elsewhere, adopted; a
+/// capture on it records the caller's own launch made through the raw
+/// handle between begin and instantiate, which every replay runs; the
+/// stream is never destroyed, and its keep-alive goes when the library is
+/// done with it. Bad handles are refused.
+fn check_adopted_streams() {
+    let device = Cuda::open_index(0).expect("device 0");
+    let other = Cuda::open_index(1).expect("device 1");
+    let client = Client::<Cuda>::with_device(Arc::clone(&device), Config::default());
+    let raw = raw_stream(device.raw_context());
+    let (keep, dropped) = watched();
+    // SAFETY: the stub's stream lives for the process; the caller's own
+    // launch below writes only `y`, which the library never uses.
+    let adopted = unsafe { Stream::from_raw(&device, raw, keep) }.expect("a stream of device 0");
+    assert_eq!(adopted.raw(), raw);
+    let stream = client.adopt_stream(adopted).expect("adopted");
+    let add = stub_kernel(&device, Builtin::Add);
+    let x = client.create_f32(stream, &[1.0; N]).expect("x");
+    let one = client.create_f32(stream, &[1.0; N]).expect("one");
+    // The caller's own memory: y and the info its fill reads.
+    let y = raw_alloc(device.raw_context(), N * 4);
+    let y_info = raw_alloc(device.raw_context(), BuiltinInfo::SIZE);
+    write_at(y_info, &info(7.0));
+    // SAFETY: `cuLaunchKernel`'s prototype.
+    let launch = unsafe {
+        stub_fn::<
+            unsafe extern "C" fn(
+                CUfunction,
+                u32,
+                u32,
+                u32,
+                u32,
+                u32,
+                u32,
+                u32,
+                CUstream,
+                *mut *mut c_void,
+                *mut *mut c_void,
+            ) -> i32,
+        >("cuLaunchKernel")
+    };
+    let window = client.prepare(stream).expect("prepare");
+    client
+        .launch(stream, &add, [1, 1, 1], &[&x, &one], &info(0.0), &[])
+        .expect("the warmup");
+    client.begin(stream, window).expect("begin");
+    client
+        .launch(stream, &add, [1, 1, 1], &[&x, &one], &info(0.0), &[])
+        .expect("the library's launch, recorded");
+    let (mut a, mut b) = (y, y_info);
+    let mut params = [
+        std::ptr::from_mut(&mut a).cast::<c_void>(),
+        std::ptr::from_mut(&mut b).cast::<c_void>(),
+    ];
+    // SAFETY: the stub's fill with its two parameters, on the adopted
+    // stream, during the window: the caller's own launch.
+    let code = unsafe {
+        launch(
+            stub_function("fill"),
+            1,
+            1,
+            1,
+            256,
+            1,
+            1,
+            0,
+            raw,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(code, 0, "the caller's launch on its stream");
+    assert_eq!(floats_at(y, N), vec![0.0; N], "recorded, not run");
+    let graph = client
+        .instantiate(stream, window)
+        .expect("a graph holding the caller's node too");
+    graph.replay().expect("replay");
+    client.sync(stream).expect("sync");
+    assert_eq!(client.read_f32(&x).expect("read"), vec![3.0; N]);
+    assert_eq!(
+        floats_at(y, N),
+        vec![7.0; N],
+        "the caller's launch replayed"
+    );
+    write_at(y, &[0; N * 4]);
+    graph.replay().expect("replay again");
+    client.sync(stream).expect("sync");
+    assert_eq!(floats_at(y, N), vec![7.0; N], "and on every replay");
+    drop((graph, x, one));
+    client
+        .destroy_stream(stream)
+        .expect("destroy the adopted stream");
+    assert_eq!(destroyed(raw), 0, "the caller's stream is the caller's");
+    assert!(dropped.load(Ordering::SeqCst), "its keep-alive went");
+
+    // Bad handles.
+    let refused = |raw: CUstream| {
+        let (keep, dropped) = watched();
+        // SAFETY: refused before any use.
+        let err = unsafe { Stream::from_raw(&device, raw, keep) }.expect_err("refused");
+        assert!(dropped.load(Ordering::SeqCst));
+        err.to_string()
+    };
+    assert!(refused(std::ptr::null_mut()).contains("null"));
+    assert!(refused(std::ptr::without_provenance_mut(1)).contains("default streams"));
+    let theirs = raw_stream(other.raw_context());
+    assert!(refused(theirs).contains("another context"));
+    // A stream of device 1, adopted by a client of device 0.
+    // SAFETY: the stub's stream of device 1, live for the process.
+    let foreign = unsafe { Stream::from_raw(&other, theirs, ()) }.expect("device 1's");
+    let err = client.adopt_stream(foreign).expect_err("another device's");
+    assert!(matches!(err, Error::OtherDevice { .. }), "{err}");
+    assert_eq!(destroyed(theirs), 0);
+    println!("\n{DONE}");
+}
+
+#[test]
+fn an_adopted_streams_graph_holds_the_callers_own_launch_and_the_stream_outlives_it() {
+    if in_child() {
+        return check_adopted_streams();
+    }
+    in_stub_with(
+        "an_adopted_streams_graph_holds_the_callers_own_launch_and_the_stream_outlives_it",
+        &[("CUDA_STUB_DEVICE_COUNT", "2")],
+    );
+}
+
+/// In the child: a device over a context made elsewhere runs work and
+/// drops its owner only after its last page; kernels over functions made
+/// elsewhere are checked like the others and never unload a module.
+fn check_adopted_contexts_and_kernels() {
+    let context = second_context(0);
+    // SAFETY: refused before any use.
+    let null = unsafe { Device::from_raw_context(std::ptr::null_mut(), ()) };
+    assert!(null.expect_err("null").to_string().contains("null"));
+    let (keep, dropped) = watched();
+    // SAFETY: the stub's contexts live for the process.
+    let device = unsafe { Device::from_raw_context(context, keep) }.expect("an adopted context");
+    assert_eq!((device.raw_context(), device.ordinal()), (context, 0));
+    let primary = Cuda::open_index(0).expect("device 0");
+    assert_ne!(primary.raw_context(), context);
+    let client = Client::<Cuda>::with_device(Arc::clone(&device), Config::default());
+    let stream = client
+        .create_stream()
+        .expect("a stream in the adopted context");
+    let fill = stub_kernel(&device, Builtin::Fill);
+    let x = client.create_f32(stream, &[0.0; N]).expect("x");
+    client
+        .launch(stream, &fill, [1, 1, 1], &[&x], &info(4.0), &[])
+        .expect("fill");
+    assert_eq!(client.read_f32(&x).expect("read"), vec![4.0; N]);
+    // Memory of this context, imported into a device of the primary one.
+    let pointer = raw_alloc(context, 64);
+    // SAFETY: refused before any use.
+    let refused = unsafe { DevicePage::from_raw(&primary, pointer, 64, ()) };
+    assert!(refused.is_err(), "another context's memory");
+    drop((x, fill, client));
+    let mut raw = Cuda::create_stream(&device).expect("a driver stream");
+    let page = Cuda::allocate_device_page(&mut raw, 64).expect("a page");
+    drop(raw);
+    drop(device);
+    assert!(
+        !dropped.load(Ordering::SeqCst),
+        "a page still holds the device"
+    );
+    drop(page);
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the owner goes with the last page"
+    );
+
+    // Kernels over functions made elsewhere.
+    let releases = stub_int("cuStubReleases");
+    let (keep, dropped) = watched();
+    // SAFETY: the stub's fill takes the builtin's parameters.
+    let kernel = unsafe {
+        Kernel::from_raw(
+            &primary,
+            stub_function("fill"),
+            Builtin::Fill.signature(),
+            keep,
+        )
+    }
+    .expect("a kernel");
+    drop(kernel);
+    assert!(dropped.load(Ordering::SeqCst), "its keep-alive went");
+    assert_eq!(stub_int("cuStubReleases"), releases, "no module unloaded");
+    // SAFETY: refused before any use.
+    let null = unsafe {
+        Kernel::from_raw(
+            &primary,
+            std::ptr::null_mut(),
+            Builtin::Fill.signature(),
+            (),
+        )
+    };
+    assert!(matches!(null, Err(Error::Compile { ref log, .. }) if log.contains("null")));
+    // SAFETY: refused before any use.
+    let narrow = unsafe {
+        Kernel::from_raw(
+            &primary,
+            stub_function("narrow"),
+            Builtin::Fill.signature(),
+            (),
+        )
+    };
+    assert!(
+        matches!(narrow, Err(Error::Compile { ref log, .. }) if log.contains("at most 32 threads")),
+        "{narrow:?}"
+    );
+    let too_big = Signature::new("fill")
+        .binding(Access::Write)
+        .info(16)
+        .workgroup([2048, 1, 1]);
+    // SAFETY: refused before any use.
+    let too_big = unsafe { Kernel::from_raw(&primary, stub_function("fill"), too_big, ()) };
+    assert!(matches!(too_big, Err(Error::Compile { .. })), "{too_big:?}");
+    println!("\n{DONE}");
+}
+
+#[test]
+fn adopted_contexts_and_kernels_are_never_destroyed_and_their_owners_go_last() {
+    if in_child() {
+        return check_adopted_contexts_and_kernels();
+    }
+    in_stub("adopted_contexts_and_kernels_are_never_destroyed_and_their_owners_go_last");
 }

@@ -37,6 +37,17 @@
  * with the stream left capturing, and ask whether a stream replacing one
  * left capturing waited for all the old one's work.
  *
+ * The runs stub also keeps every cuMemAlloc_v2 allocation with its
+ * context, for cuPointerGetAttribute (CONTEXT, DEVICE_ORDINAL) and
+ * cuMemGetAddressRange_v2; answers cuStreamGetCtx with the context current
+ * when the stream was made; counts each stream's destroys
+ * (cuStubStreamDestroyed); offers a second context per device besides the
+ * primary one (cuStubContext); and runs two kernels, handed out by
+ * cuStubFunction("fill") and cuStubFunction("add") ("narrow" is a fill
+ * that runs blocks of at most 32 threads), with the builtins' parameters
+ * (the buffers' addresses, then the info's: n, then a float), at once or,
+ * in a capture, as a kernel node every replay runs.
+ *
  * Its graphs are kept as nodes and edges: a capture records each copy as a
  * memcpy node after the one before it (or, after cuStubBranchCaptures(1),
  * each after the capture's first node, which is no chain); the graph
@@ -130,9 +141,21 @@ CUresult cuGetExportTable(const void **table, const void *id) {
 #define MAX_DEPTH 64
 static __thread void *context_stack[MAX_DEPTH];
 static __thread int context_depth = 0;
-/* The pretend primary contexts, one per device: any distinct addresses. */
+/* The pretend primary contexts, one per device, then a second context per
+ * device (cuStubContext): any distinct addresses. */
 #define MAX_DEVICES 8
-static int pretend_contexts[MAX_DEVICES];
+static int pretend_contexts[2 * MAX_DEVICES];
+
+void *cuStubContext(int device) {
+    return device >= 0 && device < MAX_DEVICES ? &pretend_contexts[MAX_DEVICES + device] : NULL;
+}
+
+/* The device of a pretend context, or -1. */
+static int device_of(void *context) {
+    int *c = context;
+    if (c < pretend_contexts || c >= pretend_contexts + 2 * MAX_DEVICES) return -1;
+    return (int)(c - pretend_contexts) % MAX_DEVICES;
+}
 
 int cuStubContextDepth(void) { return context_depth; }
 
@@ -198,10 +221,16 @@ CUresult cuDevicePrimaryCtxRetain(void **context, int device) {
 }
 
 CUresult cuCtxPushCurrent_v2(void *context) {
-    int *c = context;
-    if (c < pretend_contexts || c >= pretend_contexts + MAX_DEVICES) return CUDA_ERROR_INVALID_CONTEXT;
+    if (device_of(context) < 0) return CUDA_ERROR_INVALID_CONTEXT;
     if (context_depth == MAX_DEPTH) return CUDA_ERROR_INVALID_VALUE;
     context_stack[context_depth++] = context;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice(int *device) {
+    if (device == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (current_context() == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+    *device = device_of(current_context());
     return CUDA_SUCCESS;
 }
 
@@ -276,6 +305,7 @@ typedef struct {
 struct Graph;
 typedef struct Stream {
     int capturing;
+    int destroyed;
     struct Graph *graph;
     long last_work;
     void *context;
@@ -338,6 +368,9 @@ typedef struct Node {
     void *dst;
     const void *src;
     size_t bytes;
+    /* A kernel node's function (NULL for a copy) and arguments. */
+    const void *function;
+    unsigned long long args[3];
 } Node;
 typedef struct Graph {
     Node **nodes;
@@ -398,8 +431,8 @@ static long find_edge(const Graph *g, size_t from, size_t to) {
     return -1;
 }
 
-/* A capture's copy: a node after the capture's latest node (or its first). */
-static int capture_copy(Stream *s, void *dst, const void *src, size_t bytes) {
+/* A capture's node: after the capture's latest node (or its first). */
+static int capture_node(Stream *s, Node made) {
     Graph *g = s->graph;
     if (g == NULL) return 0;
     if (g->count == g->capacity) {
@@ -411,10 +444,8 @@ static int capture_copy(Stream *s, void *dst, const void *src, size_t bytes) {
     }
     Node *node = calloc(1, sizeof(Node));
     if (node == NULL) return 0;
+    *node = made;
     node->graph = g;
-    node->dst = dst;
-    node->src = src;
-    node->bytes = bytes;
     g->nodes[g->count] = node;
     size_t at = g->count++;
     if (at > 0) return add_edge(g, branch_captures ? 0 : at - 1, at);
@@ -467,7 +498,8 @@ static void remember_edges(const Graph *g) {
  * (and, in a capture, recorded as a node too). */
 static CUresult copy(void *dst, const void *src, size_t bytes, void *stream) {
     Stream *s = stream;
-    if (s != NULL && s->capturing && !capture_copy(s, dst, src, bytes))
+    Node made = {NULL, dst, src, bytes, NULL, {0, 0, 0}};
+    if (s != NULL && s->capturing && !capture_node(s, made))
         return CUDA_ERROR_INVALID_VALUE;
     if (s != NULL && !s->capturing && deferred()) {
         Op op = {COPY, dst, src, bytes, NULL, 0, NULL, 0};
@@ -488,10 +520,56 @@ static void worked(void *stream) {
     if (s != NULL && !s->capturing) s->last_work = ++ticks;
 }
 
+/* Every live cuMemAlloc_v2 allocation: its address, size and context. */
+typedef struct {
+    unsigned long long base;
+    size_t size;
+    void *context;
+} Allocation;
+static Allocation *allocations = NULL;
+static size_t allocation_count = 0, allocation_capacity = 0;
+
+/* The allocation `pointer` lies in, or NULL. */
+static Allocation *allocation_of(unsigned long long pointer) {
+    for (size_t i = 0; i < allocation_count; i++)
+        if (pointer >= allocations[i].base && pointer < allocations[i].base + allocations[i].size)
+            return &allocations[i];
+    return NULL;
+}
+
 CUresult cuMemAlloc_v2(unsigned long long *pointer, size_t bytes) {
     if (pointer == NULL) return CUDA_ERROR_INVALID_VALUE;
     if (refused_by_capture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (allocation_count == allocation_capacity) {
+        size_t capacity = allocation_capacity ? allocation_capacity * 2 : 64;
+        Allocation *grown = realloc(allocations, capacity * sizeof *grown);
+        if (grown == NULL) return CUDA_ERROR_INVALID_VALUE;
+        allocations = grown;
+        allocation_capacity = capacity;
+    }
     *pointer = (unsigned long long)(size_t)calloc(1, bytes);
+    Allocation made = {*pointer, bytes, current_context()};
+    allocations[allocation_count++] = made;
+    return CUDA_SUCCESS;
+}
+
+enum { CU_POINTER_ATTRIBUTE_CONTEXT = 1, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9 };
+
+CUresult cuPointerGetAttribute(void *data, int attribute, unsigned long long pointer) {
+    Allocation *a = allocation_of(pointer);
+    if (data == NULL || a == NULL) return CUDA_ERROR_INVALID_VALUE;
+    switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *(void **)data = a->context; return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = device_of(a->context); return CUDA_SUCCESS;
+    default: return CUDA_ERROR_NOT_SUPPORTED;
+    }
+}
+
+CUresult cuMemGetAddressRange_v2(unsigned long long *base, size_t *size, unsigned long long pointer) {
+    Allocation *a = allocation_of(pointer);
+    if (a == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (base != NULL) *base = a->base;
+    if (size != NULL) *size = a->size;
     return CUDA_SUCCESS;
 }
 /* Called at the start of every cuMemFree_v2, when set: a test's way to act
@@ -502,6 +580,8 @@ void cuStubOnFree(void (*callback)(void)) { on_free = callback; }
 CUresult cuMemFree_v2(unsigned long long pointer) {
     if (on_free != NULL) on_free();
     if (refused_by_capture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    Allocation *a = allocation_of(pointer);
+    if (a != NULL) *a = allocations[--allocation_count];
     free((void *)(size_t)pointer);
     releases += 1;
     return CUDA_SUCCESS;
@@ -533,6 +613,60 @@ CUresult cuMemcpyDtoHAsync_v2(void *dst, unsigned long long src, size_t bytes, v
     worked(stream);
     return copy(dst, (const void *)(size_t)src, bytes, stream);
 }
+/* The kernels the stub runs, with the builtins' parameters: `fill` sets
+ * x[i] to the info's float, `add` adds y[i] to x[i], for i below the
+ * info's n. */
+typedef struct {
+    const char *name;
+    int buffers;
+    int max_threads;
+} Function;
+/* `narrow` is `fill` built for blocks of at most 32 threads. */
+static const Function functions[] = {{"fill", 1, 1024}, {"add", 2, 1024}, {"narrow", 1, 32}};
+
+void *cuStubFunction(const char *name) {
+    for (size_t i = 0; i < sizeof functions / sizeof functions[0]; i++)
+        if (strcmp(functions[i].name, name) == 0) return (void *)&functions[i];
+    return NULL;
+}
+
+static const Function *function_of(const void *function) {
+    for (size_t i = 0; i < sizeof functions / sizeof functions[0]; i++)
+        if (function == &functions[i]) return &functions[i];
+    return NULL;
+}
+
+static void run_kernel(const void *function, const unsigned long long *args) {
+    const Function *f = function_of(function);
+    float *x = (float *)(size_t)args[0];
+    const unsigned *info = (const unsigned *)(size_t)args[f->buffers];
+    unsigned n = info[0];
+    float value;
+    memcpy(&value, &info[1], sizeof value);
+    if (f->buffers == 1) {
+        for (unsigned i = 0; i < n; i++) x[i] = value;
+    } else {
+        const float *y = (const float *)(size_t)args[1];
+        for (unsigned i = 0; i < n; i++) x[i] += y[i];
+    }
+}
+
+CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                        unsigned by, unsigned bz, unsigned shared, void *stream, void **params,
+                        void **extra) {
+    (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared, (void)extra;
+    const Function *f = function_of(function);
+    if (f == NULL) return CUDA_ERROR_NOT_SUPPORTED;
+    if (params == NULL) return CUDA_ERROR_INVALID_VALUE;
+    Node made = {NULL, NULL, NULL, 0, function, {0, 0, 0}};
+    for (int i = 0; i <= f->buffers; i++) memcpy(&made.args[i], params[i], sizeof made.args[i]);
+    Stream *s = stream;
+    worked(stream);
+    if (s != NULL && s->capturing) return capture_node(s, made) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    run_kernel(function, made.args);
+    return CUDA_SUCCESS;
+}
+
 CUresult cuStreamCreate(void **stream, unsigned flags) {
     (void)flags;
     if (stream == NULL) return CUDA_ERROR_INVALID_VALUE;
@@ -549,8 +683,17 @@ CUresult cuStreamSynchronize(void *stream) {
 }
 /* Streams and events are never freed, so that a destroyed one is still
  * there to compare with. */
+CUresult cuStreamGetCtx(void *stream, void **context) {
+    Stream *s = stream;
+    if (s == NULL || context == NULL) return CUDA_ERROR_INVALID_VALUE;
+    *context = s->context;
+    return CUDA_SUCCESS;
+}
+/* How many times `stream` was destroyed. */
+int cuStubStreamDestroyed(void *stream) { return ((Stream *)stream)->destroyed; }
 CUresult cuStreamDestroy_v2(void *stream) {
     Stream *s = stream;
+    s->destroyed += 1;
     /* The driver lets a destroyed stream's work complete. */
     run_until(s, s->queued);
     if (s->capturing) {
@@ -846,8 +989,11 @@ CUresult cuGraphLaunch(void *exec, void *stream) {
     Exec *x = exec;
     if (x == NULL) return CUDA_ERROR_INVALID_VALUE;
     worked(stream);
-    for (size_t i = 0; i < x->graph.count; i++)
-        memcpy(x->graph.nodes[i]->dst, x->graph.nodes[i]->src, x->graph.nodes[i]->bytes);
+    for (size_t i = 0; i < x->graph.count; i++) {
+        Node *n = x->graph.nodes[i];
+        if (n->function != NULL) run_kernel(n->function, n->args);
+        else memcpy(n->dst, n->src, n->bytes);
+    }
     return CUDA_SUCCESS;
 }
 
@@ -862,6 +1008,10 @@ UNSUPPORTED(cuMemcpyDtoHAsync_v2)
 UNSUPPORTED(cuStreamCreate)
 UNSUPPORTED(cuStreamSynchronize)
 UNSUPPORTED(cuStreamDestroy_v2)
+UNSUPPORTED(cuStreamGetCtx)
+UNSUPPORTED(cuPointerGetAttribute)
+UNSUPPORTED(cuMemGetAddressRange_v2)
+UNSUPPORTED(cuLaunchKernel)
 UNSUPPORTED(cuStreamWaitEvent)
 UNSUPPORTED(cuStreamBeginCapture_v2)
 UNSUPPORTED(cuStreamEndCapture)
@@ -927,14 +1077,15 @@ CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
     return CUDA_SUCCESS;
 }
 CUresult cuFuncGetAttribute(int *value, int attribute, void *function) {
-    if (value == NULL || function != &pretend_module || attribute != 0) return CUDA_ERROR_INVALID_VALUE;
-    *value = 1024;
+    const Function *f = function_of(function);
+    if (value == NULL || (function != &pretend_module && f == NULL) || attribute != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    *value = f != NULL ? f->max_threads : 1024;
     return CUDA_SUCCESS;
 }
 #else
 UNSUPPORTED(cuModuleGetFunction)
 UNSUPPORTED(cuFuncGetAttribute)
 #endif
-UNSUPPORTED(cuLaunchKernel)
 
 #endif /* CUDA_STUB_FULL */
