@@ -11,6 +11,7 @@ use capture_core::{DeviceInfo, DriverError};
 
 use crate::error::{self, BACKEND, describe};
 use crate::ffi;
+use crate::keep::KeepAlive;
 use crate::loader::{self, Api};
 
 /// Environment variable holding the index of the device [`Hip::open`]
@@ -85,11 +86,14 @@ enum Deferred {
         memory: Memory,
     },
     Module(ffi::Module),
+    /// What the caller handed over with memory, a stream or a kernel made
+    /// elsewhere, whose drop may free or unload what it owns.
+    KeepAlive(KeepAlive),
 }
 
 // SAFETY: a device or pinned host address, or a loaded module, with no
-// thread affinity; it is released once, by whichever thread drains the
-// queue.
+// thread affinity, or a keep-alive, which is Send; it is released once, by
+// whichever thread drains the queue.
 unsafe impl Send for Deferred {}
 
 /// The GPU's recording streams and the releases they hold back.
@@ -190,6 +194,25 @@ impl Drop for Current {
 }
 
 impl Device {
+    /// The device at `ordinal`, as the runtime numbers devices, over the
+    /// runtime's primary context for it: HIP has no contexts of a library's
+    /// own, so memory, streams and kernels another library made on that
+    /// device (through the HIP runtime of this process) are usable here.
+    /// Nothing is created or destroyed; the same as
+    /// [`Driver::open_index`](capture_core::Driver::open_index).
+    ///
+    /// # Errors
+    ///
+    /// As for opening: no runtime, no such device, or no hiprtc.
+    pub fn from_ordinal(ordinal: usize) -> Result<Arc<Self>, DriverError> {
+        open_index(ordinal).map(Arc::new)
+    }
+
+    /// The device's ordinal, as the runtime numbers devices.
+    pub fn ordinal(&self) -> usize {
+        usize::try_from(self.ordinal).unwrap_or(0)
+    }
+
     /// Make this device current on the calling thread, in relaxed capture
     /// mode, until the guard drops.
     pub(crate) fn enter(&self, op: &'static str) -> Result<Current, DriverError> {
@@ -236,15 +259,27 @@ impl Device {
         self.release(Deferred::Module(module));
     }
 
-    /// The lock is held across the release, so no recording can begin while
-    /// one runs.
+    /// Drop what the caller handed over with a handle made elsewhere, now
+    /// or once the GPU's recordings have ended, since its drop may free.
+    pub(crate) fn let_go(&self, keep_alive: KeepAlive) {
+        self.release(Deferred::KeepAlive(keep_alive));
+    }
+
+    /// The lock is held across a free or unload, so no recording can begin
+    /// while one runs; a keep-alive is dropped outside it, since its drop
+    /// runs the caller's code, which may call this library.
     fn release(&self, release: Deferred) {
         let mut recorders = self.recorders();
         if recorders.streams > 0 {
             recorders.deferred.push(release);
             return;
         }
-        self.free_now(&release);
+        if let Deferred::KeepAlive(keep_alive) = release {
+            drop(recorders);
+            drop(keep_alive);
+            return;
+        }
+        self.free_now(release);
     }
 
     /// A stream of this device is about to record.
@@ -279,12 +314,12 @@ impl Device {
                     return;
                 }
             }
-            self.free_now(&release);
+            self.free_now(release);
         }
     }
 
-    fn free_now(&self, release: &Deferred) {
-        let (op, bytes, result) = match *release {
+    fn free_now(&self, release: Deferred) {
+        let (op, bytes, result) = match release {
             Deferred::Page { ptr, bytes, memory } => {
                 let (op, free) = match memory {
                     Memory::Device => ("release device page", self.api.free),
@@ -314,6 +349,10 @@ impl Device {
                     error::check(self.api, OP, code)
                 });
                 (OP, None, result)
+            }
+            Deferred::KeepAlive(keep_alive) => {
+                drop(keep_alive);
+                return;
             }
         };
         if let Err(error) = result {

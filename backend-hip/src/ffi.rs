@@ -426,6 +426,51 @@ pub type HipStreamWaitEvent =
 pub type HipStreamIsCapturing =
     unsafe extern "C" fn(stream: Stream, status: *mut CaptureStatus) -> HipError;
 
+/// `hipPointerAttribute_t`, as ROCm 5 and 6 lay it out (6 renames the
+/// first field `type`, with other values for the memory types, which are
+/// not read here). Filled by `hipPointerGetAttributes`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct PointerAttributes {
+    /// `hipMemoryType`, as its integer.
+    pub memory_type: c_int,
+    /// The ordinal of the device the memory belongs to.
+    pub device: c_int,
+    /// The address on the device.
+    pub device_pointer: *mut c_void,
+    /// The address on the host, for host memory.
+    pub host_pointer: *mut c_void,
+    /// Whether the memory is managed.
+    pub is_managed: c_int,
+    /// The flags it was allocated with.
+    pub allocation_flags: c_uint,
+}
+
+/// `hipPointerGetAttributes(hipPointerAttribute_t*, const void* ptr)`.
+pub type HipPointerGetAttributes =
+    unsafe extern "C" fn(attributes: *mut PointerAttributes, ptr: *const c_void) -> HipError;
+/// `hipMemGetAddressRange(hipDeviceptr_t* base, size_t* size,
+/// hipDeviceptr_t ptr)`: the allocation an address lies in.
+pub type HipMemGetAddressRange =
+    unsafe extern "C" fn(base: *mut *mut c_void, size: *mut usize, ptr: *mut c_void) -> HipError;
+/// `hipStreamGetDevice(hipStream_t, hipDevice_t*)` (ROCm 6 and later): the
+/// device a stream belongs to.
+pub type HipStreamGetDevice = unsafe extern "C" fn(stream: Stream, device: *mut Device) -> HipError;
+/// `hipFuncGetAttribute(int* value, hipFunction_attribute, hipFunction_t)`.
+pub type HipFuncGetAttribute = unsafe extern "C" fn(
+    value: *mut c_int,
+    attribute: FunctionAttribute,
+    function: Function,
+) -> HipError;
+
+/// `hipFunction_attribute`, as its underlying `int`.
+pub type FunctionAttribute = c_int;
+/// `HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`.
+pub const FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: FunctionAttribute = 0;
+/// `hipStreamPerThread`, `(hipStream_t)2`: the calling thread's default
+/// stream, a different stream on every thread.
+pub const STREAM_PER_THREAD: usize = 2;
+
 /// `hipMalloc(void** ptr, size_t size)`.
 pub type HipMalloc = unsafe extern "C" fn(ptr: *mut *mut c_void, size: usize) -> HipError;
 /// `hipFree(void*)` and `hipHostFree(void*)`.

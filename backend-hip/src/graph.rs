@@ -67,8 +67,10 @@ impl Drop for Executable {
 }
 
 /// Refuse a recording whose graph does not hold exactly one node per launch
-/// and copy recorded: a graph that lost work would replay without it.
-fn check_nodes(recording: &Recording, op: &'static str) -> Result<(), DriverError> {
+/// and copy recorded: a graph that lost work would replay without it. On an
+/// adopted stream, nodes beyond the library's are the caller's own work on
+/// the stream, which the graph keeps: counted in `foreign`.
+fn check_nodes(recording: &mut Recording, op: &'static str) -> Result<(), DriverError> {
     let api = recording.device.api;
     let mut count = 0usize;
     // SAFETY: the graph is live; a null node array asks for the count only.
@@ -76,6 +78,10 @@ fn check_nodes(recording: &Recording, op: &'static str) -> Result<(), DriverErro
     error::check(api, "list graph nodes", code)?;
     let recorded = recording.work.len();
     if count == recorded {
+        return Ok(());
+    }
+    if recording.adopted && count > recorded {
+        recording.foreign = count - recorded;
         return Ok(());
     }
     Err(other(
@@ -120,6 +126,15 @@ fn arrange(
         Order::Dependencies(deps) => &deps.edges,
     };
     if recording.rewritten.is_none() && edges::is_chain(target, operations) {
+        return Ok(());
+    }
+    if recording.foreign > 0 {
+        // The caller's nodes have no place in the dependencies, which name
+        // the library's operations only; the chain orders them all.
+        log::debug!(
+            "hip: a capture holds {} node(s) of the caller's own and replays as captured",
+            recording.foreign
+        );
         return Ok(());
     }
     let api = recording.device.api;
@@ -309,7 +324,7 @@ pub(crate) fn instantiate(
 ) -> Result<Executable, DriverError> {
     const OP: &str = "instantiate";
     let _current = stream.device.enter(OP)?;
-    check_nodes(&recording, OP)?;
+    check_nodes(&mut recording, OP)?;
     arrange(&mut recording, order, OP)?;
     let exec = instantiate_graph(&recording, OP)?;
     Ok(Executable {
@@ -379,12 +394,16 @@ pub(crate) fn update(
     const OP: &str = "update graph";
     let api = stream.device.api;
     let _current = stream.device.enter(OP)?;
-    check_nodes(&recording, OP)?;
+    check_nodes(&mut recording, OP)?;
     arrange(&mut recording, order, OP)?;
     let Some(graph_exec_update) = api.graph_exec_update else {
         return Ok(Updated::Topology(recording));
     };
+    // The caller's own nodes cannot be compared, so a graph holding any is
+    // instantiated anew.
     if recording.work != exec.recording.work
+        || recording.foreign > 0
+        || exec.recording.foreign > 0
         || edges_of(&recording) != edges_of(&exec.recording)
         || exec.updates >= IN_PLACE_UPDATES_PER_INSTANCE
     {

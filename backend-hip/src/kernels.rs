@@ -18,6 +18,7 @@ use crate::device::Device;
 use crate::error::{describe, into_driver};
 use crate::ffi;
 use crate::image;
+use crate::keep::KeepAlive;
 use crate::metadata::{self, KernelInterface};
 use crate::rtc;
 
@@ -56,13 +57,6 @@ impl Drop for Module {
     }
 }
 
-impl Module {
-    /// The device the module is loaded on.
-    pub(crate) fn device(&self) -> &Arc<Device> {
-        &self.device
-    }
-}
-
 /// Modules compiled from HIP C++, by device and source, while a kernel holds
 /// them: every kernel of one source (the four builtins, a user's five)
 /// shares one compile, which takes hiprtc a second or more.
@@ -89,7 +83,21 @@ static COMPILED: Mutex<Vec<(c_int, String, Weak<Module>)>> = Mutex::new(Vec::new
 pub struct Kernel {
     signature: Signature,
     function: ffi::Function,
-    module: Arc<Module>,
+    /// The module loaded for the kernel, held so that it stays loaded;
+    /// `None` for a function made elsewhere ([`Kernel::from_raw`]), whose
+    /// module is not the library's to unload.
+    _module: Option<Arc<Module>>,
+    /// What keeps a function made elsewhere loaded.
+    keep_alive: Option<KeepAlive>,
+    device: Arc<Device>,
+}
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        if let Some(keep_alive) = self.keep_alive.take() {
+            self.device.let_go(keep_alive);
+        }
+    }
 }
 
 // SAFETY: a function handle is an immutable runtime object usable from any
@@ -252,9 +260,90 @@ impl Kernel {
         self.function
     }
 
-    /// The module the kernel lives in, which a recording of it keeps loaded.
-    pub(crate) fn module(&self) -> &Arc<Module> {
-        &self.module
+    /// The device the kernel was loaded on.
+    pub(crate) fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// A kernel over `function`, a function loaded elsewhere
+    /// (`hipModuleGetFunction` on a module of the caller's), with
+    /// `signature`. The library never unloads its module.
+    ///
+    /// The signature is validated and checked against the device's block
+    /// limits and, where the runtime can say (`hipFuncGetAttribute`), the
+    /// function's own limit on threads per block. Its parameters cannot be
+    /// read back from a loaded function, so they are the caller's promise.
+    ///
+    /// `keep_alive` is dropped once the kernel, and every graph that
+    /// recorded it, is gone and no stream of the GPU records: to hand the
+    /// module over, pass a value whose drop unloads it; to keep it, pass
+    /// `()`. Refused, it is dropped at once.
+    ///
+    /// # Safety
+    ///
+    /// `function` is a function of a module loaded on `device`, which stays
+    /// loaded until `keep_alive` is dropped. It takes exactly the parameters
+    /// the [`Kernel`] convention derives from the signature (a pointer per
+    /// binding, the info pointer when the signature reads info, then the
+    /// by-value parameters), and for every launch it is given, it reads and
+    /// writes only inside its bound buffers, given the info and by-value
+    /// parameters passed, and writes no binding declared read.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Compile`] for a null function, or when the function
+    /// disagrees with the signature or the device's limits;
+    /// [`Error::Driver`] when the device cannot be made current.
+    pub unsafe fn from_raw(
+        device: &Arc<Device>,
+        function: ffi::Function,
+        signature: Signature,
+        keep_alive: impl Send + 'static,
+    ) -> Result<Self, Error> {
+        const OP: &str = "adopt kernel";
+        let name = signature.name().to_owned();
+        let failed = |log: String| Error::Compile {
+            kernel: name.clone(),
+            log,
+        };
+        if function.is_null() {
+            return Err(failed("the function handle is null".to_owned()));
+        }
+        check_limits(device, &name, &signature)?;
+        let api = device.api;
+        if let Some(get_attribute) = api.func_get_attribute {
+            let _current = device.enter(OP)?;
+            let mut max_threads: c_int = 0;
+            // SAFETY: the caller promises a live function; the out-pointer
+            // is a live local int.
+            let code = unsafe {
+                get_attribute(
+                    &mut max_threads,
+                    ffi::FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                    function,
+                )
+            };
+            if code != ffi::SUCCESS {
+                return Err(failed(format!(
+                    "hipFuncGetAttribute answered {}",
+                    describe(Some(api), code)
+                )));
+            }
+            if u64::try_from(max_threads).unwrap_or(0) < signature.threads() {
+                return Err(failed(format!(
+                    "the function runs at most {max_threads} threads per block, and its \
+                     signature declares a block of {:?}",
+                    signature.workgroup_size()
+                )));
+            }
+        }
+        Ok(Self {
+            signature,
+            function,
+            _module: None,
+            keep_alive: Some(KeepAlive::new(keep_alive)),
+            device: Arc::clone(device),
+        })
     }
 
     /// The by-value parameters packed in `params`, each in its own 8-byte
@@ -427,7 +516,9 @@ fn find(
     Ok(Kernel {
         signature,
         function,
-        module,
+        device: Arc::clone(&module.device),
+        _module: Some(module),
+        keep_alive: None,
     })
 }
 

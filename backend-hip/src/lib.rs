@@ -60,6 +60,19 @@
 //! graph holds other than one node per launch and copy is refused at
 //! `instantiate` and `update`.
 //!
+//! # What other libraries made
+//!
+//! Device memory allocated elsewhere ([`DevicePage::from_raw`], for
+//! `Client::import`), a stream made elsewhere ([`Stream::from_raw`], for
+//! `Client::adopt_stream`) and a function loaded elsewhere
+//! ([`Kernel::from_raw`]) are brought in by `unsafe` constructors, each
+//! with a keep-alive the library drops once it is past its last use of the
+//! handle; the library never frees, destroys or unloads what it did not
+//! make, and ownership is handed over by passing a keep-alive whose drop
+//! does. HIP has no contexts of a library's own: [`Device::from_ordinal`]
+//! opens a device over the runtime's primary context, which every library
+//! of the process shares.
+//!
 //! # Allocations
 //!
 //! An eager launch, a copy and a replay allocate nothing on the heap: the
@@ -83,7 +96,7 @@ use std::sync::Arc;
 
 use capture_core::{
     Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice,
-    Launch, Order, Signature, Updated,
+    ImportRefusal, Launch, Order, Signature, Updated,
 };
 
 mod device;
@@ -91,6 +104,7 @@ mod error;
 pub mod ffi;
 mod graph;
 mod image;
+mod keep;
 mod kernels;
 mod loader;
 mod memory;
@@ -180,6 +194,12 @@ impl Driver for Hip {
     /// Dropping the page frees it (see [`DevicePage`]).
     fn release_device_page(_stream: &mut Stream, page: DevicePage) {
         drop(page);
+    }
+
+    /// The length of a page [`DevicePage::from_raw`] made for `device`'s
+    /// GPU.
+    fn imported_bytes(device: &Device, page: &DevicePage) -> Result<u64, ImportRefusal> {
+        page.imported_bytes(device)
     }
 
     fn allocate_host_page(stream: &mut Stream, bytes: u64) -> Result<HostPage, DriverError> {

@@ -76,6 +76,15 @@ pub(crate) struct Api {
     /// Absent before ROCm 4.3; a failed end of capture then replaces the
     /// stream whatever state it is in.
     pub stream_is_capturing: Option<ffi::HipStreamIsCapturing>,
+    /// Absent before ROCm 6; an adopted stream's device is then the
+    /// caller's word.
+    pub stream_get_device: Option<ffi::HipStreamGetDevice>,
+    /// What the runtime knows of memory made elsewhere, before it is
+    /// imported; an import is checked only as far as these are there.
+    pub pointer_get_attributes: Option<ffi::HipPointerGetAttributes>,
+    pub mem_get_address_range: Option<ffi::HipMemGetAddressRange>,
+    /// A function's limits, for a kernel made elsewhere.
+    pub func_get_attribute: Option<ffi::HipFuncGetAttribute>,
     pub malloc: ffi::HipMalloc,
     pub free: ffi::HipFree,
     pub host_malloc: ffi::HipHostMalloc,
@@ -345,6 +354,18 @@ fn load_api(hip: Library, hip_path: &Path, explicit: Option<&Path>) -> Result<Ap
     let stream_is_capturing =
         unsafe { symbol::<ffi::HipStreamIsCapturing>(&hip, "hipStreamIsCapturing") }.ok();
     // SAFETY: as above.
+    let stream_get_device =
+        unsafe { symbol::<ffi::HipStreamGetDevice>(&hip, "hipStreamGetDevice") }.ok();
+    // SAFETY: as above.
+    let pointer_get_attributes =
+        unsafe { symbol::<ffi::HipPointerGetAttributes>(&hip, "hipPointerGetAttributes") }.ok();
+    // SAFETY: as above.
+    let mem_get_address_range =
+        unsafe { symbol::<ffi::HipMemGetAddressRange>(&hip, "hipMemGetAddressRange") }.ok();
+    // SAFETY: as above.
+    let func_get_attribute =
+        unsafe { symbol::<ffi::HipFuncGetAttribute>(&hip, "hipFuncGetAttribute") }.ok();
+    // SAFETY: as above.
     let graph_exec_update =
         unsafe { symbol::<ffi::HipGraphExecUpdate>(&hip, "hipGraphExecUpdate") }.ok();
     // SAFETY: as above.
@@ -426,6 +447,10 @@ fn load_api(hip: Library, hip_path: &Path, explicit: Option<&Path>) -> Result<Ap
         stream_synchronize: hip_fn!("hipStreamSynchronize"),
         stream_wait_event: hip_fn!("hipStreamWaitEvent"),
         stream_is_capturing,
+        stream_get_device,
+        pointer_get_attributes,
+        mem_get_address_range,
+        func_get_attribute,
         malloc: hip_fn!("hipMalloc"),
         free: hip_fn!("hipFree"),
         host_malloc: hip_fn!("hipHostMalloc"),

@@ -9,11 +9,12 @@ use std::ffi::c_void;
 use std::ptr;
 use std::sync::Arc;
 
-use capture_core::DriverError;
+use capture_core::{DriverError, ImportRefusal};
 
 use crate::device::{Device, Memory};
-use crate::error::{self, other};
+use crate::error::{self, describe, other};
 use crate::ffi;
+use crate::keep::KeepAlive;
 
 /// A `hipMalloc`'d range of device memory, freed (on its device) when it
 /// drops.
@@ -22,10 +23,16 @@ use crate::ffi;
 /// driver contract and one dropped without it (a pool torn down on an error
 /// path) are each freed exactly once. While a stream of the device records,
 /// the free waits for the recording to end (see [`Device`]).
+///
+/// A page made by [`DevicePage::from_raw`] over memory allocated elsewhere
+/// is never freed here: dropping it drops the keep-alive it was given, as
+/// late as a free would be.
 pub struct DevicePage {
     ptr: *mut c_void,
     bytes: u64,
     device: Arc<Device>,
+    /// What keeps imported memory alive; `None` for a page of the pools.
+    imported: Option<KeepAlive>,
 }
 
 // SAFETY: the page is a device address, not host memory; the HIP runtime
@@ -35,7 +42,10 @@ unsafe impl Send for DevicePage {}
 
 impl Drop for DevicePage {
     fn drop(&mut self) {
-        self.device.free(Memory::Device, self.ptr, self.bytes);
+        match self.imported.take() {
+            Some(keep_alive) => self.device.let_go(keep_alive),
+            None => self.device.free(Memory::Device, self.ptr, self.bytes),
+        }
     }
 }
 
@@ -58,7 +68,75 @@ impl DevicePage {
             ptr,
             bytes,
             device: Arc::clone(device),
+            imported: None,
         })
+    }
+
+    /// A page over `len` bytes of device memory from `ptr`, allocated
+    /// elsewhere (`hipMalloc` by another library of this process), for
+    /// `Client::import` on a client of `device`: tracked like the pools'
+    /// pages, never freed by this library.
+    ///
+    /// `keep_alive` is dropped once the last buffer, view, graph and queued
+    /// use of the memory is done and no stream of the GPU records (its drop
+    /// may free): pass the allocation's owner to hand the memory over, or
+    /// `()` to keep it. Refused, it is dropped at once.
+    ///
+    /// The range is checked where the runtime can tell: the address must be
+    /// memory it knows, of this device (`hipPointerGetAttributes`), and the
+    /// range must end within its allocation (`hipMemGetAddressRange`).
+    ///
+    /// # Safety
+    ///
+    /// The memory stays allocated, and at least `len` bytes long, until
+    /// `keep_alive` is dropped. Work other code issues on it is ordered with
+    /// this library's by the caller: launched on a stream adopted with
+    /// [`Stream::from_raw`](crate::Stream::from_raw), or waited for before
+    /// the library's next use and after its last.
+    ///
+    /// # Errors
+    ///
+    /// A null pointer, an empty range, an address the runtime does not
+    /// know, memory of another device, or a range past the end of its
+    /// allocation; nothing is changed.
+    pub unsafe fn from_raw(
+        device: &Arc<Device>,
+        ptr: *mut c_void,
+        len: u64,
+        keep_alive: impl Send + 'static,
+    ) -> Result<Self, DriverError> {
+        check_import(device, ptr, len)?;
+        Ok(Self {
+            ptr,
+            bytes: len,
+            device: Arc::clone(device),
+            imported: Some(KeepAlive::new(keep_alive)),
+        })
+    }
+
+    /// The page's device address.
+    pub fn device_ptr(&self) -> *mut c_void {
+        self.ptr
+    }
+
+    /// The page's length in bytes.
+    pub fn len(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Whether the page holds no bytes (never: pages hold at least one).
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+
+    /// What `Driver::imported_bytes` answers: the length of memory imported
+    /// for `device`'s GPU.
+    pub(crate) fn imported_bytes(&self, device: &Device) -> Result<u64, ImportRefusal> {
+        match &self.imported {
+            None => Err(ImportRefusal::NotImported),
+            Some(_) if self.device.ordinal != device.ordinal => Err(ImportRefusal::OtherDevice),
+            Some(_) => Ok(self.bytes),
+        }
     }
 
     /// The device address `offset` bytes into the page, for a kernel
@@ -198,6 +276,79 @@ impl HostPage {
         // writes it.
         unsafe { ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
     }
+}
+
+/// Whether `len` bytes from `ptr` may be imported on `device`: not null,
+/// not empty, and, as far as the runtime can tell, memory of the device
+/// within one allocation.
+fn check_import(device: &Device, ptr: *mut c_void, len: u64) -> Result<(), DriverError> {
+    const OP: &str = "import device memory";
+    if ptr.is_null() {
+        return Err(other(OP, "the device pointer is null"));
+    }
+    if len == 0 {
+        return Err(other(OP, "the range is empty"));
+    }
+    let start = ptr as usize as u64;
+    let end = start
+        .checked_add(len)
+        .filter(|_| usize::try_from(len).is_ok())
+        .ok_or_else(|| {
+            other(
+                OP,
+                format!("{len} bytes from {ptr:p} leave the address space"),
+            )
+        })?;
+    let api = device.api;
+    let _current = device.enter(OP)?;
+    if let Some(get_attributes) = api.pointer_get_attributes {
+        let mut attributes = ffi::PointerAttributes {
+            memory_type: 0,
+            device: -1,
+            device_pointer: ptr::null_mut(),
+            host_pointer: ptr::null_mut(),
+            is_managed: 0,
+            allocation_flags: 0,
+        };
+        // SAFETY: `attributes` is a live local laid out as the runtime's
+        // struct (the abi-check feature's test compares them).
+        let code = unsafe { get_attributes(&mut attributes, ptr) };
+        if code != ffi::SUCCESS {
+            return Err(other(
+                OP,
+                format!(
+                    "the runtime knows no device memory at {ptr:p}: {}",
+                    describe(Some(api), code)
+                ),
+            ));
+        }
+        if attributes.device != device.ordinal {
+            return Err(other(
+                OP,
+                format!(
+                    "the memory at {ptr:p} belongs to device {}, not device {}",
+                    attributes.device, device.ordinal
+                ),
+            ));
+        }
+    }
+    if let Some(address_range) = api.mem_get_address_range {
+        let (mut base, mut size) = (ptr::null_mut(), 0usize);
+        // SAFETY: both out-pointers are live locals of the declared types.
+        let code = unsafe { address_range(&mut base, &mut size, ptr) };
+        error::check(api, OP, code)?;
+        let limit = (base as usize as u64).saturating_add(size as u64);
+        if end > limit {
+            return Err(other(
+                OP,
+                format!(
+                    "{len} bytes from {ptr:p} run past the end of their allocation ({size} \
+                     bytes from {base:p})"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn to_usize(op: &'static str, bytes: u64) -> Result<usize, DriverError> {

@@ -24,6 +24,7 @@ use capture_core::DriverError;
 use crate::device::Device;
 use crate::error::{self, describe, other};
 use crate::ffi;
+use crate::keep::KeepAlive;
 use crate::kernels::{Kernel, MAX_POINTERS, MAX_VALUES};
 
 /// Most idle events a stream keeps for reuse; beyond that they are destroyed,
@@ -75,6 +76,12 @@ pub struct Recording {
     pub(crate) graph: ffi::Graph,
     pub(crate) work: Vec<Work>,
     pub(crate) device: Arc<Device>,
+    /// Whether the stream was adopted, so that the caller's own work on it
+    /// may add nodes the library did not issue.
+    pub(crate) adopted: bool,
+    /// Nodes beyond the library's, found by the node check: the caller's
+    /// own work on an adopted stream.
+    pub(crate) foreign: usize,
     /// Set once the captured chain's edges were rewritten (see
     /// `graph::arrange`); `None` while the graph is the chain as captured.
     pub(crate) rewritten: Option<Rewritten>,
@@ -107,9 +114,21 @@ impl Drop for Recording {
 }
 
 /// A non-blocking HIP stream on one device.
+///
+/// [`Stream::from_raw`] makes one over a stream made elsewhere, which the
+/// library then never destroys.
 pub struct Stream {
     pub(crate) device: Arc<Device>,
     raw: ffi::Stream,
+    /// Whether `raw` is the library's own, destroyed when the stream drops.
+    owned: bool,
+    /// Whether the stream was adopted: other code may enqueue work on it
+    /// too, so a capture begins after a fresh signal and may hold nodes the
+    /// library did not issue.
+    adopted: bool,
+    /// What keeps an adopted stream alive, dropped after the library's last
+    /// use of it.
+    keep_alive: Option<KeepAlive>,
     id: u64,
     /// The last sequence number handed out; 0 means none, which every fence
     /// treats as already reached.
@@ -158,12 +177,115 @@ impl Stream {
 
     pub(crate) fn create(device: &Arc<Device>) -> Result<Self, DriverError> {
         const OP: &str = "create stream";
-        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let _current = device.enter(OP)?;
         let raw = create_raw(device, OP)?;
-        Ok(Self {
+        Ok(Self::over(device, raw, None))
+    }
+
+    /// A stream over `raw`, a stream of `device` made elsewhere
+    /// (`hipStreamCreate` by another library of this process), for
+    /// `Client::adopt_stream`. The library enqueues its work on it and
+    /// records events on it, and never destroys it.
+    ///
+    /// `keep_alive` is dropped once the library is past its last use of the
+    /// stream (after the stream drops and no stream of the GPU records): to
+    /// hand the stream over, pass a value whose drop destroys it; to keep
+    /// it, pass `()`. Refused, it is dropped at once.
+    ///
+    /// # The caller's own work
+    ///
+    /// Work the caller enqueues on `raw` itself is ordered with the
+    /// library's by the stream, and a signal or sync of the library's covers
+    /// it too. Between a window's `begin` and its `instantiate` the stream
+    /// captures in `hipStreamCaptureModeRelaxed`, from whichever thread the
+    /// library is called on: the caller's launches and asynchronous copies
+    /// on `raw` then become nodes of the graph, in stream order among the
+    /// library's, and run on every replay. Such a graph replays as captured,
+    /// one node after another, and is never updated in place, since the
+    /// library cannot match nodes it did not issue. While a window records
+    /// the caller must not synchronize or query the stream, make a
+    /// synchronous copy or memset anywhere (on ROCm that invalidates every
+    /// capture of the process), or begin or end a capture of its own on it;
+    /// the buffers its own work touches are not tracked by the library.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a live stream of `device` and stays alive until
+    /// `keep_alive` is dropped; nothing destroys it meanwhile. Work the
+    /// caller issues on it reads and writes only memory the library's work
+    /// does not use at the time, or is ordered with it by the stream.
+    ///
+    /// # Errors
+    ///
+    /// A null handle or the per-thread default stream (which a capture from
+    /// any thread cannot use), a stream of another device (where the runtime
+    /// can say, ROCm 6 on), or one capturing already.
+    pub unsafe fn from_raw(
+        device: &Arc<Device>,
+        raw: ffi::Stream,
+        keep_alive: impl Send + 'static,
+    ) -> Result<Self, DriverError> {
+        const OP: &str = "adopt stream";
+        if raw.is_null() {
+            return Err(other(
+                OP,
+                "the stream handle is null (the null stream cannot be captured)",
+            ));
+        }
+        if raw as usize == ffi::STREAM_PER_THREAD {
+            return Err(other(
+                OP,
+                "the per-thread default stream cannot be adopted: a capture on it cannot begin \
+                 and end on any thread",
+            ));
+        }
+        let api = device.api;
+        let _current = device.enter(OP)?;
+        if let Some(get_device) = api.stream_get_device {
+            let mut ordinal: ffi::Device = -1;
+            // SAFETY: the caller promises a live stream; the out-pointer is
+            // a live local.
+            let code = unsafe { get_device(raw, &mut ordinal) };
+            error::check(api, OP, code)?;
+            if ordinal != device.ordinal {
+                return Err(other(
+                    OP,
+                    format!(
+                        "the stream belongs to device {ordinal}, not device {}",
+                        device.ordinal
+                    ),
+                ));
+            }
+        }
+        if let Some(is_capturing) = api.stream_is_capturing {
+            let mut status = ffi::CAPTURE_STATUS_NONE;
+            // SAFETY: the stream is live; the out-pointer is a live local.
+            let code = unsafe { is_capturing(raw, &mut status) };
+            error::check(api, OP, code)?;
+            if status != ffi::CAPTURE_STATUS_NONE {
+                return Err(other(OP, "the stream is capturing already"));
+            }
+        }
+        Ok(Self::over(device, raw, Some(KeepAlive::new(keep_alive))))
+    }
+
+    /// The runtime's handle of the stream: the caller's own for an adopted
+    /// one (unless a failed capture replaced it).
+    pub fn as_raw(&self) -> ffi::Stream {
+        self.raw
+    }
+
+    /// The stream over `raw`: the library's own when `keep_alive` is
+    /// `None`, else adopted.
+    fn over(device: &Arc<Device>, raw: ffi::Stream, keep_alive: Option<KeepAlive>) -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let adopted = keep_alive.is_some();
+        Self {
             device: Arc::clone(device),
             raw,
+            owned: !adopted,
+            adopted,
+            keep_alive,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             last_seq: 0,
             pending: VecDeque::new(),
@@ -171,7 +293,7 @@ impl Stream {
             spare: Vec::new(),
             capture: None,
             unsignalled: false,
-        })
+        }
     }
 
     /// Recycle the oldest events whose work has finished, so that a stream
@@ -357,7 +479,7 @@ impl Stream {
         params: &[u8],
     ) -> Result<(), DriverError> {
         const OP: &str = "launch";
-        let ordinal = kernel.module().device().ordinal;
+        let ordinal = kernel.device().ordinal;
         if ordinal != self.device.ordinal {
             return Err(other(
                 OP,
@@ -432,7 +554,7 @@ impl Stream {
         // A point after everything enqueued so far, taken while the stream
         // still runs work: a capture left open cannot record one, and a
         // stream replacing this one (see `replace`) waits for it.
-        if self.unsignalled {
+        if self.unsignalled || self.adopted {
             self.signal()?;
         }
         // Counted before the capture opens, so that no free on the GPU can
@@ -472,6 +594,8 @@ impl Stream {
             graph,
             work: capture.work,
             device: Arc::clone(&self.device),
+            adopted: self.adopted,
+            foreign: 0,
             rewritten: None,
         });
         let result = if code != ffi::SUCCESS {
@@ -561,6 +685,14 @@ impl Stream {
         }
         self.pending.extend(marker);
         let old = std::mem::replace(&mut self.raw, fresh);
+        if !std::mem::replace(&mut self.owned, true) {
+            // The caller's stream is theirs to end and destroy.
+            log::warn!(
+                "hip: an adopted stream was left capturing; a fresh stream of the library's \
+                 replaces it, and the caller's stream is left as it is"
+            );
+            return Ok(());
+        }
         // SAFETY: the old stream is live and no longer reachable, and no
         // event recorded on it is left: it is destroyed exactly once, here.
         let code = unsafe { (api.stream_destroy)(old) };
@@ -723,10 +855,16 @@ impl Drop for Stream {
         for event in std::mem::take(&mut self.spare) {
             destroy_event(&self.device, event);
         }
-        // SAFETY: the stream is live and destroyed exactly once, here.
-        let code = unsafe { (api.stream_destroy)(self.raw) };
-        if let Err(error) = error::check(api, OP, code) {
-            log::warn!("{error}");
+        if self.owned {
+            // SAFETY: the stream is live and destroyed exactly once, here.
+            let code = unsafe { (api.stream_destroy)(self.raw) };
+            if let Err(error) = error::check(api, OP, code) {
+                log::warn!("{error}");
+            }
+        }
+        drop(current);
+        if let Some(keep_alive) = self.keep_alive.take() {
+            self.device.let_go(keep_alive);
         }
     }
 }

@@ -22,8 +22,8 @@ use std::path::PathBuf;
 
 use backend_hip::ffi;
 use hip_sys::hiprt::{
-    self as sys, hipDeviceAttribute_t, hipError_t, hipGraphExecUpdateResult, hipStreamCaptureMode,
-    hipStreamCaptureStatus,
+    self as sys, hipDeviceAttribute_t, hipError_t, hipFunction_attribute, hipGraphExecUpdateResult,
+    hipStreamCaptureMode, hipStreamCaptureStatus,
 };
 
 /// Compiles only when both arguments name the same type.
@@ -236,10 +236,17 @@ macro_rules! abi_as {
     };
 }
 
+/// `hipPointerAttribute_t`, whose layout `pointer_attributes_match`
+/// compares field by field.
+struct PointerAttributes;
+
+abi_as!(PointerAttributes: ffi::PointerAttributes, sys::hipPointerAttribute_t);
+
 abi_as!(
     Int32: i32,
     u32,
     hipError_t,
+    hipFunction_attribute,
     hipStreamCaptureMode,
     hipStreamCaptureStatus,
     hipGraphExecUpdateResult,
@@ -252,6 +259,7 @@ abi_as!(
     sys::ihipGraph,
     sys::hipGraphNode,
     sys::hipGraphExec,
+    sys::ihipModuleSymbol_t,
 );
 
 impl<T: Abi> Abi for *mut T {
@@ -357,6 +365,90 @@ fn new_prototypes_match() {
     same_type(
         abi::<ffi::HipGraphDependencies>(),
         abi_of(|| sys::hipGraphRemoveDependencies as unsafe extern "C" fn(_, _, _, _) -> _),
+    );
+}
+
+/// The calls that check memory, streams and functions made elsewhere
+/// before they are brought in.
+#[test]
+fn import_prototypes_match() {
+    same_type(
+        abi::<ffi::HipPointerGetAttributes>(),
+        abi_of(|| sys::hipPointerGetAttributes as unsafe extern "C" fn(_, _) -> _),
+    );
+    same_type(
+        abi::<ffi::HipMemGetAddressRange>(),
+        abi_of(|| sys::hipMemGetAddressRange as unsafe extern "C" fn(_, _, _) -> _),
+    );
+    same_type(
+        abi::<ffi::HipFuncGetAttribute>(),
+        abi_of(|| sys::hipFuncGetAttribute as unsafe extern "C" fn(_, _, _) -> _),
+    );
+    assert_eq!(
+        ffi::FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+        hipFunction_attribute::HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK as c_int
+    );
+}
+
+#[test]
+fn pointer_attributes_match() {
+    use std::mem::offset_of;
+    type Theirs = sys::hipPointerAttribute_t;
+    type Ours = ffi::PointerAttributes;
+    assert_eq!(size_of::<Ours>(), size_of::<Theirs>());
+    assert_eq!(align_of::<Ours>(), align_of::<Theirs>());
+    assert_eq!(size_of::<sys::hipMemoryType>(), size_of::<c_int>());
+    let pairs = [
+        (
+            offset_of!(Ours, memory_type),
+            offset_of!(Theirs, memoryType),
+        ),
+        (offset_of!(Ours, device), offset_of!(Theirs, device)),
+        (
+            offset_of!(Ours, device_pointer),
+            offset_of!(Theirs, devicePointer),
+        ),
+        (
+            offset_of!(Ours, host_pointer),
+            offset_of!(Theirs, hostPointer),
+        ),
+        (offset_of!(Ours, is_managed), offset_of!(Theirs, isManaged)),
+        (
+            offset_of!(Ours, allocation_flags),
+            offset_of!(Theirs, allocationFlags),
+        ),
+    ];
+    for (ours, theirs) in pairs {
+        assert_eq!(ours, theirs);
+    }
+}
+
+/// What hip-sys's bindings lack: `hipStreamGetDevice` (ROCm 6 on) and the
+/// `hipStreamPerThread` handle, each compared with the header's text where
+/// the header declares it.
+#[test]
+fn stream_declarations_match_the_header() {
+    let path = include_dir().join("hip_runtime_api.h");
+    let header =
+        fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let declared: String = header.split_whitespace().collect::<Vec<_>>().join(" ");
+    if declared.contains("hipStreamGetDevice(") {
+        assert!(
+            declared.contains(
+                "hipError_t hipStreamGetDevice(hipStream_t stream, hipDevice_t* device);"
+            ),
+            "{} declares hipStreamGetDevice otherwise",
+            path.display()
+        );
+    }
+    let per_thread = format!(
+        "#define hipStreamPerThread ((hipStream_t){})",
+        ffi::STREAM_PER_THREAD
+    );
+    assert!(
+        declared.contains(&per_thread) || !declared.contains("#define hipStreamPerThread"),
+        "{} lacks `{per_thread}`",
+        path.display()
     );
 }
 

@@ -48,6 +48,14 @@
  * that capture (fake_foreign_capture_status: 0 none, 1 active, 2
  * invalidated). Built with FAKE_HIP_NO_EXCHANGE, the exchange is missing.
  *
+ * Memory from hipMalloc is remembered with its device (the current one),
+ * for hipPointerGetAttributes and hipMemGetAddressRange; a stream keeps the
+ * device current when it was made, for hipStreamGetDevice, and counts its
+ * destroys (fake_stream_destroyed). fake_last_instantiated_nodes says how
+ * many nodes the graph last instantiated holds. hipFuncGetAttribute gives
+ * every function blocks of 1024 threads, but 32 to one whose name starts
+ * with "narrow".
+ *
  * A kernel's parameter layout comes from its name: the builtins' is known,
  * and any other name ends in `__` and one letter per parameter, `p` for a
  * pointer or the byte size of a value (`mixed__pp48`: two pointers, a 4-byte
@@ -86,6 +94,7 @@ static struct {
     long nodes;
     long last_work;
     int destroyed;
+    int device;
 } streams[MAX_HANDLES];
 static struct {
     void* handle;
@@ -279,6 +288,7 @@ int hipStreamCreateWithFlags(void** stream, unsigned flags) {
     streams[stream_count].handle = *stream;
     streams[stream_count].capturing = 0;
     streams[stream_count].destroyed = 0;
+    streams[stream_count].device = current_device;
     stream_count++;
     say("hipStreamCreateWithFlags flags=%u", flags);
     return 0;
@@ -291,7 +301,7 @@ int hipStreamDestroy(void* stream) {
     }
     if (i >= 0) {
         streams[i].capturing = 0;
-        streams[i].destroyed = 1;
+        streams[i].destroyed += 1;
     }
     say("hipStreamDestroy");
     return 0;
@@ -322,11 +332,65 @@ int hipStreamSynchronize(void* stream) {
     return 0;
 }
 
+int hipStreamGetDevice(void* stream, int* device) {
+    int i = find_stream(stream);
+    if (i < 0 || !device) return 400;
+    *device = streams[i].device;
+    return 0;
+}
+/* How many times `stream` was destroyed. */
+int fake_stream_destroyed(void* stream) {
+    int i = find_stream(stream);
+    return i >= 0 ? streams[i].destroyed : -1;
+}
+
+/* Live hipMalloc allocations: address, size and device. */
+static struct { char* base; size_t size; int device; } allocations[4096];
+static int allocation_count = 0;
+static int find_allocation(const void* ptr) {
+    for (int i = 0; i < allocation_count; i++)
+        if ((const char*)ptr >= allocations[i].base &&
+            (const char*)ptr < allocations[i].base + allocations[i].size)
+            return i;
+    return -1;
+}
+
 int hipMalloc(void** ptr, size_t size) {
     if (refused_by_capture("hipMalloc")) return 900;
+    if (allocation_count == 4096) return 2;
     *ptr = calloc(1, size);
     say("hipMalloc %zu -> %p", size, *ptr);
-    return *ptr ? 0 : 2;
+    if (!*ptr) return 2;
+    allocations[allocation_count].base = *ptr;
+    allocations[allocation_count].size = size;
+    allocations[allocation_count].device = current_device;
+    allocation_count++;
+    return 0;
+}
+/* hipPointerAttribute_t as ROCm 5 and 6 lay it out. */
+struct pointer_attributes {
+    int memory_type;
+    int device;
+    void* device_pointer;
+    void* host_pointer;
+    int is_managed;
+    unsigned allocation_flags;
+};
+int hipPointerGetAttributes(struct pointer_attributes* attributes, const void* ptr) {
+    int i = find_allocation(ptr);
+    if (!attributes || i < 0) return 1;
+    memset(attributes, 0, sizeof *attributes);
+    attributes->memory_type = 1;
+    attributes->device = allocations[i].device;
+    attributes->device_pointer = (void*)ptr;
+    return 0;
+}
+int hipMemGetAddressRange(void** base, size_t* size, void* ptr) {
+    int i = find_allocation(ptr);
+    if (i < 0) return 1;
+    if (base) *base = allocations[i].base;
+    if (size) *size = allocations[i].size;
+    return 0;
 }
 /* Called at the start of every hipFree, when set: a test's way to act
  * while a free runs, as another thread would while ROCm's free waits for
@@ -336,6 +400,8 @@ void fake_on_free(void (*callback)(void)) { on_free = callback; }
 int hipFree(void* ptr) {
     if (on_free) on_free();
     if (refused_by_capture("hipFree")) return 900;
+    int a = find_allocation(ptr);
+    if (a >= 0) allocations[a] = allocations[--allocation_count];
     say("hipFree %p", ptr);
     free(ptr);
     return 0;
@@ -384,6 +450,11 @@ int hipModuleGetFunction(void** function, void* module, const char* name) {
     (void)module;
     if (strcmp(name, "missing") == 0) return 500;
     *function = strdup(name);
+    return 0;
+}
+int hipFuncGetAttribute(int* value, int attribute, void* function) {
+    if (!value || !function || attribute != 0) return 1;
+    *value = strncmp((const char*)function, "narrow", 6) == 0 ? 32 : 1024;
     return 0;
 }
 static const char* layout(const char* name) {
@@ -663,6 +734,8 @@ int hipGraphExecUpdate(void* exec, void* graph, void** error_node, int* result) 
     say("hipGraphExecUpdate -> %d, %d", code, *result);
     return code;
 }
+static long last_instantiated_nodes = -1;
+long fake_last_instantiated_nodes(void) { return last_instantiated_nodes; }
 int hipGraphInstantiate(void** exec, void* graph, void** error_node, char* log, size_t size) {
     (void)error_node;
     (void)log;
@@ -671,6 +744,7 @@ int hipGraphInstantiate(void** exec, void* graph, void** error_node, char* log, 
     *exec = handle();
     execs[exec_count].handle = *exec;
     execs[exec_count].nodes = graph_nodes(graph);
+    last_instantiated_nodes = execs[exec_count].nodes;
     execs[exec_count].kernarg = 0;
     exec_count++;
     remember_edges(graph);

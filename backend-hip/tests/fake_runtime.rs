@@ -9,18 +9,22 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::env;
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::thread;
 use std::time::Duration;
 
-use backend_hip::{Device, Hip, IN_PLACE_UPDATES_PER_INSTANCE, Kernel, LIBRARY_ENV, Stream};
+use backend_hip::{
+    Device, DevicePage, Hip, IN_PLACE_UPDATES_PER_INSTANCE, Kernel, LIBRARY_ENV, Stream, ffi,
+};
 use capture_core::{
-    Access, Availability, Binding, Builtin, Builtins, Dependencies, DeviceSlice, Driver, Error,
-    GraphDriver, HostSlice, Launch, Order, Params, Signature, Updated,
+    Access, Availability, Binding, Builtin, BuiltinInfo, Builtins, Client, Config, Dependencies,
+    DeviceSlice, Driver, Error, GraphDriver, HostSlice, Launch, Order, Params, Signature, StreamId,
+    Updated,
 };
 
 /// Counts the heap allocations each thread of this test binary makes, to
@@ -2130,5 +2134,428 @@ fn a_runtime_without_the_mode_exchange_runs_calls_in_the_threads_mode_and_says_s
         "a_runtime_without_the_mode_exchange_runs_calls_in_the_threads_mode_and_says_so_once",
         without_the_exchange,
         &["FAKE_HIP_NO_EXCHANGE"],
+    );
+}
+
+impl Fake {
+    /// `bytes` of device memory the caller allocates on device `ordinal`
+    /// with its own `hipMalloc`, as another library would.
+    fn malloc(&self, ordinal: c_int, bytes: usize) -> *mut c_void {
+        let before = self.current_device();
+        self.set_device(ordinal);
+        // SAFETY: `int hipMalloc(void**, size_t)`.
+        let malloc = unsafe {
+            self.get::<unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int>("hipMalloc")
+        };
+        let mut pointer = std::ptr::null_mut();
+        // SAFETY: the out-pointer is a live local.
+        assert_eq!(unsafe { malloc(&mut pointer, bytes) }, 0);
+        self.set_device(before);
+        pointer
+    }
+
+    /// A stream the caller makes on device `ordinal` with its own
+    /// `hipStreamCreateWithFlags`.
+    fn stream(&self, ordinal: c_int) -> *mut c_void {
+        let before = self.current_device();
+        self.set_device(ordinal);
+        // SAFETY: `int hipStreamCreateWithFlags(hipStream_t*, unsigned)`.
+        let create = unsafe {
+            self.get::<unsafe extern "C" fn(*mut *mut c_void, u32) -> c_int>(
+                "hipStreamCreateWithFlags",
+            )
+        };
+        let mut stream = std::ptr::null_mut();
+        // SAFETY: the out-pointer is a live local.
+        assert_eq!(unsafe { create(&mut stream, 1) }, 0);
+        self.set_device(before);
+        stream
+    }
+
+    /// How many times the fake destroyed `stream`.
+    fn destroyed(&self, stream: *mut c_void) -> c_int {
+        // SAFETY: `int fake_stream_destroyed(void*)`.
+        let count = unsafe {
+            self.get::<unsafe extern "C" fn(*mut c_void) -> c_int>("fake_stream_destroyed")
+        };
+        // SAFETY: a plain handle.
+        unsafe { count(stream) }
+    }
+
+    /// A function `name` of a module the caller loaded itself.
+    fn function(&self, name: &str) -> *mut c_void {
+        // SAFETY: `int hipModuleGetFunction(hipFunction_t*, hipModule_t,
+        // const char*)`.
+        let get = unsafe {
+            self.get::<unsafe extern "C" fn(
+                *mut *mut c_void,
+                *mut c_void,
+                *const std::ffi::c_char,
+            ) -> c_int>("hipModuleGetFunction")
+        };
+        let name = std::ffi::CString::new(name).unwrap_or_default();
+        let mut function = std::ptr::null_mut();
+        // SAFETY: the out-pointer is a live local; the name ends in NUL.
+        let code = unsafe { get(&mut function, std::ptr::null_mut(), name.as_ptr()) };
+        assert_eq!(code, 0);
+        function
+    }
+
+    /// The caller's own launch of `function` with `pointers` on `stream`.
+    fn launch(&self, function: *mut c_void, stream: *mut c_void, pointers: &mut [*mut c_void]) {
+        // SAFETY: `hipModuleLaunchKernel`'s prototype.
+        let launch = unsafe { self.get::<ffi::HipModuleLaunchKernel>("hipModuleLaunchKernel") };
+        let mut args: Vec<*mut c_void> = pointers
+            .iter_mut()
+            .map(|p| std::ptr::from_mut(p).cast::<c_void>())
+            .collect();
+        // SAFETY: one argument per pointer the function's name declares,
+        // each pointing at a live slot.
+        let code = unsafe {
+            launch(
+                function,
+                1,
+                1,
+                1,
+                64,
+                1,
+                1,
+                0,
+                stream,
+                args.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        assert_eq!(code, 0);
+    }
+}
+
+/// Set when dropped: a keep-alive whose drop can be watched.
+struct Watched(Arc<AtomicBool>);
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.0.store(true, AtomicOrdering::SeqCst);
+    }
+}
+
+/// A keep-alive and the flag its drop sets.
+fn watched() -> (Watched, Arc<AtomicBool>) {
+    let flag = Arc::new(AtomicBool::new(false));
+    (Watched(Arc::clone(&flag)), flag)
+}
+
+/// `fill`, as a function the caller loaded, made a kernel of `device`.
+fn raw_fill(fake: &Fake, device: &Arc<Device>) -> capture_core::Kernel<Hip> {
+    // SAFETY: the fake runtime runs no GPU code; launches only log.
+    let kernel =
+        unsafe { Kernel::from_raw(device, fake.function("fill"), Builtin::Fill.signature(), ()) };
+    capture_core::Kernel::new(ok(kernel))
+}
+
+const N: usize = 64;
+
+fn fill_info() -> [u8; BuiltinInfo::SIZE] {
+    BuiltinInfo::new(N as u32, 1.0).to_bytes()
+}
+
+/// Memory the caller allocated, imported, launched on, captured and
+/// replayed: never freed here, its keep-alive dropped once the buffer and
+/// the graph holding it are gone. Each bad import is refused with its
+/// reason and changes nothing.
+fn imports(library: &Path, log: &Path) {
+    let fake = Fake::open(library);
+    let mut calls = Calls {
+        path: log.to_owned(),
+        seen: 0,
+    };
+    let device = ok(Hip::open_index(0));
+    let other = ok(Hip::open_index(1));
+    let client = Client::<Hip>::with_device(Arc::clone(&device), Config::default());
+    let stream = ok(client.create_stream());
+    let fill = raw_fill(&fake, &device);
+    let pointer = fake.malloc(0, N * 4);
+    let (keep, dropped) = watched();
+    // SAFETY: the fake's allocation of N floats, live for the process.
+    let page = ok(unsafe { DevicePage::from_raw(&device, pointer, (N * 4) as u64, keep) });
+    assert_eq!((page.device_ptr(), page.len()), (pointer, (N * 4) as u64));
+    let x = client
+        .import(stream, page)
+        .map_err(|(err, _)| err)
+        .unwrap_or_else(|e| panic!("{e}"));
+    calls.take();
+    ok(client.launch(stream, &fill, [1, 1, 1], &[&x], &fill_info(), &[]));
+    let launched = format!("args={pointer:p},");
+    assert!(
+        calls.take().iter().any(|c| c.contains(&launched)),
+        "the launch binds the imported address"
+    );
+    let (graph, ()) = ok(client.capture(stream, |_| {
+        client.launch(stream, &fill, [1, 1, 1], &[&x], &fill_info(), &[])
+    }));
+    drop(x);
+    ok(client.sync(stream));
+    assert!(!dropped.load(AtomicOrdering::SeqCst), "the graph holds it");
+    ok(graph.replay());
+    drop(graph);
+    ok(client.sync(stream));
+    assert!(
+        dropped.load(AtomicOrdering::SeqCst),
+        "let go with the graph"
+    );
+    let freed = format!("hipFree {pointer:p}");
+    assert!(
+        !calls.all().contains(&freed),
+        "imported memory is never freed here"
+    );
+
+    // Bad imports: the keep-alive dropped, the reason said.
+    let refused = |device: &Arc<Device>, pointer: *mut c_void, len: u64| {
+        let (keep, dropped) = watched();
+        // SAFETY: refused before any use.
+        let err = unsafe { DevicePage::from_raw(device, pointer, len, keep) }
+            .err()
+            .unwrap_or_else(|| panic!("a bad import of {pointer:p}+{len} was taken"));
+        assert!(dropped.load(AtomicOrdering::SeqCst));
+        err.to_string()
+    };
+    let says = |message: String, what: &str| {
+        assert!(message.contains(what), "{message:?} lacks {what:?}");
+    };
+    let mine = fake.malloc(0, 256);
+    says(refused(&device, std::ptr::null_mut(), 16), "null");
+    says(refused(&device, mine, 0), "empty");
+    let host = [0u8; 64];
+    says(
+        refused(&device, host.as_ptr().cast_mut().cast(), 64),
+        "knows no device memory",
+    );
+    let theirs = fake.malloc(1, 256);
+    says(
+        refused(&device, theirs, 256),
+        "belongs to device 1, not device 0",
+    );
+    says(
+        refused(&device, mine.wrapping_byte_add(128), 132),
+        "run past the end of their allocation (256 bytes",
+    );
+    // Nothing changed: the tail imports.
+    // SAFETY: the fake's 256-byte allocation, live for the process.
+    let tail = ok(unsafe { DevicePage::from_raw(&device, mine.wrapping_byte_add(128), 128, ()) });
+    client
+        .import(stream, tail)
+        .map_err(|(err, _)| err)
+        .unwrap_or_else(|e| panic!("{e}"));
+    // SAFETY: device 1's allocation, live for the process.
+    let foreign = ok(unsafe { DevicePage::from_raw(&other, theirs, 256, ()) });
+    let (err, _) = client
+        .import(stream, foreign)
+        .err()
+        .unwrap_or_else(|| panic!("another device's page was taken"));
+    assert!(
+        matches!(err, Error::OtherDevice { what: "page", .. }),
+        "{err}"
+    );
+    let mut raw = ok(Hip::create_stream(&device));
+    let own = ok(Hip::allocate_device_page(&mut raw, 64));
+    let (err, own) = client
+        .import(stream, own)
+        .err()
+        .unwrap_or_else(|| panic!("a pool's page was taken"));
+    assert!(
+        matches!(err, Error::NotImported { backend: "hip" }),
+        "{err}"
+    );
+    Hip::release_device_page(&mut raw, own);
+    // A device opened by ordinal shares the runtime's context: the same
+    // GPU's memory is its.
+    let again = ok(Device::from_ordinal(0));
+    assert_eq!(again.ordinal(), 0);
+    // SAFETY: as above.
+    let shared = ok(unsafe { DevicePage::from_raw(&again, mine, 64, ()) });
+    client
+        .import(stream, shared)
+        .map_err(|(err, _)| err)
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn imported_memory_is_launched_captured_and_let_go_and_bad_imports_are_refused() {
+    in_child(
+        "imported_memory_is_launched_captured_and_let_go_and_bad_imports_are_refused",
+        imports,
+    );
+}
+
+/// A stream the caller made, adopted: a capture on it keeps the caller's own
+/// launch issued through the raw handle between begin and instantiate (on a
+/// stream of the library's, the same launch makes instantiate refuse), and
+/// the stream is never destroyed. Bad handles are refused.
+fn adopted_streams(library: &Path, log: &Path) {
+    let fake = Fake::open(library);
+    let mut calls = Calls {
+        path: log.to_owned(),
+        seen: 0,
+    };
+    let device = ok(Hip::open_index(0));
+    let other = ok(Hip::open_index(1));
+    let client = Client::<Hip>::with_device(Arc::clone(&device), Config::default());
+    let fill = raw_fill(&fake, &device);
+    let caller = fake.function("caller__p");
+    let mine = fake.malloc(0, 64);
+    let record = |stream: StreamId, raw: *mut c_void| {
+        let x = ok(client.create_f32(stream, &[0.0; N]));
+        let window = ok(client.prepare(stream));
+        ok(client.launch(stream, &fill, [1, 1, 1], &[&x], &fill_info(), &[]));
+        ok(client.begin(stream, window));
+        ok(client.launch(stream, &fill, [1, 1, 1], &[&x], &fill_info(), &[]));
+        fake.launch(caller, raw, &mut [mine]);
+        client.instantiate(stream, window)
+    };
+
+    let raw = fake.stream(0);
+    let (keep, dropped) = watched();
+    // SAFETY: the fake's stream lives for the process; the caller's launch
+    // touches only memory the library does not use.
+    let adopted = ok(unsafe { Stream::from_raw(&device, raw, keep) });
+    assert_eq!(adopted.as_raw(), raw);
+    let stream = ok(client.adopt_stream(adopted));
+    calls.take();
+    let graph = record(stream, raw).unwrap_or_else(|e| panic!("{e}"));
+    let recorded = after(&calls.take(), "hipStreamBeginCapture");
+    let caller_at = recorded
+        .iter()
+        .position(|c| c.starts_with("hipModuleLaunchKernel caller__p"))
+        .unwrap_or_else(|| panic!("no caller's launch in {recorded:?}"));
+    let end_at = recorded
+        .iter()
+        .position(|c| c == "hipStreamEndCapture")
+        .unwrap_or_else(|| panic!("no end in {recorded:?}"));
+    assert!(caller_at < end_at, "the caller's launch lies in the window");
+    // SAFETY: `long fake_last_instantiated_nodes(void)`.
+    let nodes = unsafe {
+        fake.get::<unsafe extern "C" fn() -> std::ffi::c_long>("fake_last_instantiated_nodes")
+    };
+    // SAFETY: no arguments.
+    let held = unsafe { nodes() };
+    let library_nodes = recorded
+        .iter()
+        .take(end_at)
+        .filter(|c| c.starts_with("hipModuleLaunchKernel fill") || c.starts_with("hipMemcpy"))
+        .count();
+    assert_eq!(
+        held as usize,
+        library_nodes + 1,
+        "the caller's node is in the graph"
+    );
+    ok(graph.replay());
+    drop(graph);
+    ok(client.destroy_stream(stream));
+    assert_eq!(
+        fake.destroyed(raw),
+        0,
+        "the caller's stream is the caller's"
+    );
+    assert!(dropped.load(AtomicOrdering::SeqCst), "its keep-alive went");
+
+    // On a stream of the library's, a node it did not issue is lost work's
+    // mirror image, and refused.
+    let own_stream = ok(Hip::create_stream(&device));
+    let own_raw = own_stream.as_raw();
+    let own = ok(client.adopt_stream(own_stream));
+    let err = record(own, own_raw)
+        .err()
+        .unwrap_or_else(|| panic!("a graph with a node nobody recorded"));
+    assert!(err.to_string().contains("added"), "{err}");
+
+    // Bad handles.
+    let refused = |device: &Arc<Device>, raw: *mut c_void| {
+        let (keep, dropped) = watched();
+        // SAFETY: refused before any use.
+        let err = unsafe { Stream::from_raw(device, raw, keep) }
+            .err()
+            .unwrap_or_else(|| panic!("a bad stream was taken"));
+        assert!(dropped.load(AtomicOrdering::SeqCst));
+        err.to_string()
+    };
+    assert!(refused(&device, std::ptr::null_mut()).contains("null"));
+    assert!(refused(&device, std::ptr::without_provenance_mut(2)).contains("per-thread"));
+    let theirs = fake.stream(1);
+    assert!(refused(&device, theirs).contains("belongs to device 1, not device 0"));
+    // SAFETY: device 1's stream, live for the process.
+    let foreign = ok(unsafe { Stream::from_raw(&other, theirs, ()) });
+    let err = client
+        .adopt_stream(foreign)
+        .err()
+        .unwrap_or_else(|| panic!("another device's stream was taken"));
+    assert!(matches!(err, Error::OtherDevice { .. }), "{err}");
+    assert_eq!(fake.destroyed(theirs), 0);
+}
+
+#[test]
+fn an_adopted_streams_graph_keeps_the_callers_own_launch_and_the_stream_outlives_it() {
+    in_child(
+        "an_adopted_streams_graph_keeps_the_callers_own_launch_and_the_stream_outlives_it",
+        adopted_streams,
+    );
+}
+
+/// Kernels over functions the caller loaded: checked against the device's
+/// and the function's limits, their keep-alive dropped with them, and no
+/// module unloaded.
+fn raw_kernels(library: &Path, log: &Path) {
+    let fake = Fake::open(library);
+    let mut calls = Calls {
+        path: log.to_owned(),
+        seen: 0,
+    };
+    let device = ok(Hip::open_index(0));
+    let (keep, dropped) = watched();
+    // SAFETY: the fake runtime runs no GPU code.
+    let kernel = ok(unsafe {
+        Kernel::from_raw(
+            &device,
+            fake.function("fill"),
+            Builtin::Fill.signature(),
+            keep,
+        )
+    });
+    calls.take();
+    drop(kernel);
+    assert!(dropped.load(AtomicOrdering::SeqCst));
+    assert!(
+        !names(&calls.take()).contains(&"hipModuleUnload"),
+        "no module unloaded"
+    );
+    // SAFETY: refused before any use.
+    let null =
+        unsafe { Kernel::from_raw(&device, std::ptr::null_mut(), Builtin::Fill.signature(), ()) };
+    let (_, log_text) = compile_error(null);
+    assert!(log_text.contains("null"), "{log_text}");
+    // SAFETY: refused before any use.
+    let narrow = unsafe {
+        Kernel::from_raw(
+            &device,
+            fake.function("narrow__pp"),
+            Builtin::Fill.signature(),
+            (),
+        )
+    };
+    let (_, log_text) = compile_error(narrow);
+    assert!(log_text.contains("at most 32 threads"), "{log_text}");
+    let too_big = Signature::new("fill")
+        .binding(Access::Write)
+        .info(16)
+        .workgroup([2048, 1, 1]);
+    // SAFETY: refused before any use.
+    let too_big = unsafe { Kernel::from_raw(&device, fake.function("fill"), too_big, ()) };
+    compile_error(too_big);
+}
+
+#[test]
+fn kernels_over_the_callers_functions_are_checked_and_unload_nothing() {
+    in_child(
+        "kernels_over_the_callers_functions_are_checked_and_unload_nothing",
+        raw_kernels,
     );
 }
