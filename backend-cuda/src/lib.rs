@@ -46,8 +46,12 @@
 //! with a keep-alive the library drops once it is past its last use of the
 //! handle. The library never frees, destroys or unloads what it did not
 //! make; ownership is handed over by passing a keep-alive whose drop does.
+//! With the `cudarc` feature, the `cudarc` module converts
+//! cudarc 0.19's contexts, streams, slices and functions.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+#[cfg(feature = "cudarc")]
+pub mod cudarc;
 mod device;
 mod error;
 mod event;
