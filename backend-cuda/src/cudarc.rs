@@ -153,9 +153,13 @@ pub fn buffer_ptr(client: &Client<Cuda>, buffer: &Buffer) -> Result<CUdeviceptr,
     let view = buffer.span().offset;
     client
         .with_raw_stream(stream, &[buffer], |_, slices| {
-            slices
-                .first()
-                .map(|slice| slice.page.device_ptr() + slice.offset + view)
+            slices.first().map(|slice| {
+                slice
+                    .page
+                    .device_ptr()
+                    .wrapping_add(slice.offset)
+                    .wrapping_add(view)
+            })
         })?
         .ok_or_else(|| {
             Error::Driver(refuse(

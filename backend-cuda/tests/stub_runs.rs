@@ -1540,3 +1540,38 @@ fn adopted_contexts_and_kernels_are_never_destroyed_and_their_owners_go_last() {
     }
     in_stub("adopted_contexts_and_kernels_are_never_destroyed_and_their_owners_go_last");
 }
+
+/// In the child: the address `cudarc::buffer_ptr` gives is the imported
+/// memory's, a view's is its first byte's, and a pool buffer's holds what
+/// the library wrote there.
+#[cfg(feature = "cudarc")]
+fn check_buffer_addresses() {
+    use capture_core::SLICE_ALIGN;
+    let device = Cuda::open_index(0).expect("device 0");
+    let client = Client::<Cuda>::with_device(Arc::clone(&device), Config::default());
+    let stream = client.create_stream().expect("a stream");
+    let pointer = raw_alloc(device.raw_context(), 512);
+    // SAFETY: the stub's allocation of 512 bytes, kept for the process.
+    let page = unsafe { DevicePage::from_raw(&device, pointer, 512, ()) }.expect("imported");
+    let x = client
+        .import(stream, page)
+        .map_err(|(err, _)| err)
+        .expect("a buffer");
+    let view = x.range(SLICE_ALIGN, 64).expect("a view");
+    let address = |buffer| backend_cuda::cudarc::buffer_ptr(&client, buffer).expect("an address");
+    assert_eq!(address(&x), pointer);
+    assert_eq!(address(&view), pointer + SLICE_ALIGN);
+    let y = client.create_f32(stream, &[3.0; N]).expect("a pool buffer");
+    client.sync(stream).expect("sync");
+    assert_eq!(floats_at(address(&y), N), vec![3.0; N]);
+    println!("\n{DONE}");
+}
+
+#[cfg(feature = "cudarc")]
+#[test]
+fn cudarc_reads_a_buffer_at_the_address_the_library_gives() {
+    if in_child() {
+        return check_buffer_addresses();
+    }
+    in_stub("cudarc_reads_a_buffer_at_the_address_the_library_gives");
+}
