@@ -149,22 +149,7 @@ pub unsafe fn kernel(
 ///
 /// A buffer of another client, or of a stream that is gone.
 pub fn buffer_ptr(client: &Client<Cuda>, buffer: &Buffer) -> Result<CUdeviceptr, Error> {
-    let stream = buffer.placement().stream;
-    let view = buffer.span().offset;
-    client
-        .with_raw_stream(stream, &[buffer], |_, slices| {
-            slices.first().map(|slice| {
-                slice
-                    .page
-                    .device_ptr()
-                    .wrapping_add(slice.offset)
-                    .wrapping_add(view)
-            })
-        })?
-        .ok_or_else(|| {
-            Error::Driver(refuse(
-                "find a buffer's address",
-                "the stream holds no slice for the buffer",
-            ))
-        })
+    client.with_device_slice(buffer, |slice| {
+        slice.page.device_ptr().wrapping_add(slice.offset)
+    })
 }
