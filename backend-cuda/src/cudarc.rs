@@ -19,10 +19,10 @@ use ::cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceP
 use capture_core::{Buffer, Client, DriverError, Error, Signature};
 
 use crate::error::refuse;
-use crate::keep::KeepAlive;
 use crate::memory::check_import;
 use crate::sys::{CUcontext, CUdeviceptr, CUfunction, CUstream};
 use crate::{Cuda, Device, DevicePage, Kernel, Stream};
+use capture_core::KeepAlive;
 
 /// cudarc's context handle as this crate's.
 fn context_of(context: &CudaContext) -> CUcontext {

@@ -7,11 +7,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use capture_core::{DeviceInfo, DriverError};
 
 use crate::error::refuse;
-use crate::keep::KeepAlive;
 use crate::loader::{self, LOAD_OP};
 use crate::sys::{
     self, Api, CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUmodule, CUstreamCaptureMode,
 };
+use capture_core::KeepAlive;
 
 /// The variable that picks a device by index when a machine has several
 /// (default 0).

@@ -16,11 +16,11 @@ use capture_core::{Builtin, DriverError, Error, Signature};
 use crate::device::{Device, Release};
 use crate::error::refuse;
 use crate::image;
-use crate::keep::KeepAlive;
 use crate::nvrtc::{self, NvrtcOutput};
 use crate::sys::{
     self, Api, CUfunction, CUfunction_attribute, CUjit_option, CUlinkState, CUmodule,
 };
+use capture_core::KeepAlive;
 
 /// The builtins' body; the header naming the PTX version and target is
 /// chosen per device by [`ptx_for`].

@@ -57,7 +57,6 @@ mod error;
 mod event;
 mod graph;
 mod image;
-mod keep;
 mod kernels;
 mod loader;
 mod memory;

@@ -14,8 +14,8 @@ use capture_core::{DriverError, ImportRefusal};
 
 use crate::device::{Device, Release};
 use crate::error::refuse;
-use crate::keep::KeepAlive;
 use crate::sys::{self, CUcontext, CUdeviceptr};
+use capture_core::KeepAlive;
 
 /// A block of device memory from `cuMemAlloc`, freed when dropped.
 ///

@@ -22,10 +22,10 @@ use crate::device::{Device, Release};
 use crate::error::refuse;
 use crate::event::{Event, EventRing};
 use crate::graph::{Executable, Recording};
-use crate::keep::KeepAlive;
 use crate::kernels::Kernel;
 use crate::memory::{DevicePage, HostPage};
 use crate::sys::{self, CUcontext, CUgraph, CUstream};
+use capture_core::KeepAlive;
 
 /// Bytes of one kernel parameter's slot: the largest parameter a
 /// signature declares, and a device pointer.

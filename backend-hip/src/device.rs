@@ -11,8 +11,8 @@ use capture_core::{DeviceInfo, DriverError};
 
 use crate::error::{self, BACKEND, describe};
 use crate::ffi;
-use crate::keep::KeepAlive;
 use crate::loader::{self, Api};
+use capture_core::KeepAlive;
 
 /// Environment variable holding the index of the device [`Hip::open`]
 /// opens (default 0), as the runtime numbers them (after

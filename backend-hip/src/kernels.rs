@@ -18,9 +18,9 @@ use crate::device::Device;
 use crate::error::{describe, into_driver};
 use crate::ffi;
 use crate::image;
-use crate::keep::KeepAlive;
 use crate::metadata::{self, KernelInterface};
 use crate::rtc;
+use capture_core::KeepAlive;
 
 /// The builtin kernels' source, embedded so that nothing is read from disk at
 /// run time.

@@ -104,7 +104,6 @@ mod error;
 pub mod ffi;
 mod graph;
 mod image;
-mod keep;
 mod kernels;
 mod loader;
 mod memory;

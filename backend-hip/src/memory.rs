@@ -14,7 +14,7 @@ use capture_core::{DriverError, ImportRefusal};
 use crate::device::{Device, Memory};
 use crate::error::{self, describe, other};
 use crate::ffi;
-use crate::keep::KeepAlive;
+use capture_core::KeepAlive;
 
 /// A `hipMalloc`'d range of device memory, freed (on its device) when it
 /// drops.

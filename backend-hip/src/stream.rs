@@ -24,8 +24,8 @@ use capture_core::DriverError;
 use crate::device::Device;
 use crate::error::{self, describe, other};
 use crate::ffi;
-use crate::keep::KeepAlive;
 use crate::kernels::{Kernel, MAX_POINTERS, MAX_VALUES};
+use capture_core::KeepAlive;
 
 /// Most idle events a stream keeps for reuse; beyond that they are destroyed,
 /// so a burst of signals does not pin events for the stream's whole life.

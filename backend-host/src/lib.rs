@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 mod builtins;
+mod device;
 mod kernels;
 mod level;
 mod memory;
@@ -34,13 +35,14 @@ mod schedule;
 mod worker;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use capture_core::{
     Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice,
     ImportRefusal, Launch, Order, Signature, Updated,
 };
 
+pub use device::Device;
 pub use kernels::{Body, Group, Kernel, Reader, View};
 pub use memory::{DevicePage, HostPage, Memory, PageKind, UNWRITTEN};
 
@@ -60,22 +62,6 @@ pub const DEVICES: usize = 2;
 
 /// Env var that picks the host device [`Driver::open`] opens, by index.
 pub const DEVICE_ENV: &str = "CAPTURE_HOST_DEVICE";
-
-/// A host "device": shared by every stream on it, counting what it hands
-/// out. Each is independent of the others.
-#[derive(Debug, Default)]
-pub struct Device {
-    index: usize,
-    next_stream: AtomicU64,
-    live_pages: AtomicU64,
-}
-
-impl Device {
-    /// Pages allocated and not yet released, device and host together.
-    pub fn live_pages(&self) -> u64 {
-        self.live_pages.load(Ordering::Relaxed)
-    }
-}
 
 /// A recording: in progress on a stream, then closed and handed to the
 /// core.

@@ -8,9 +8,9 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
-use capture_core::ImportRefusal;
+use capture_core::{ImportRefusal, KeepAlive};
 
-use crate::Device;
+use crate::device::Device;
 
 /// Bytes freshly allocated pages are filled with: all-ones is a NaN as
 /// `f32`, so a kernel that reads memory nobody wrote gives a visibly wrong
@@ -49,7 +49,7 @@ pub struct Memory {
 /// caller's keep-alive, dropped once the page is.
 struct Imported {
     device: Weak<Device>,
-    keep_alive: Mutex<Option<Box<dyn Send>>>,
+    keep_alive: Mutex<Option<KeepAlive>>,
 }
 
 impl std::fmt::Debug for Imported {
@@ -196,7 +196,7 @@ impl DevicePage {
         let mut memory = Arc::into_inner(memory)?;
         memory.imported = Some(Imported {
             device: Arc::downgrade(device),
-            keep_alive: Mutex::new(Some(Box::new(keep_alive))),
+            keep_alive: Mutex::new(Some(KeepAlive::new(keep_alive))),
         });
         Some(Self(Arc::new(memory)))
     }

@@ -9,7 +9,7 @@ use std::ffi::CStr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ash::vk;
-use capture_core::{DeviceInfo, DriverError};
+use capture_core::{DeviceInfo, DriverError, KeepAlive};
 
 use crate::error::{error, vk_error};
 use crate::instance::{self, API_VERSION, InstanceParts, Layers};
@@ -48,7 +48,7 @@ pub(crate) enum Owner {
     /// keeps the loader loaded and drops the keep-alive last.
     Caller {
         // Dropped before the loader: it may destroy what the caller made.
-        _keep_alive: Box<dyn Send + Sync>,
+        _keep_alive: KeepAlive,
         _entry: ash::Entry,
     },
 }

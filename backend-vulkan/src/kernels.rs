@@ -12,7 +12,7 @@ use std::ffi::CString;
 use std::sync::Arc;
 
 use ash::vk;
-use capture_core::{Builtin, DriverError, Error, Signature};
+use capture_core::{Builtin, DriverError, Error, KeepAlive, Signature};
 
 use crate::device::Device;
 use crate::error::{BACKEND, error, vk_error};
@@ -32,7 +32,7 @@ pub(crate) struct KernelObjects {
     /// For a caller's pipeline ([`Kernel::from_raw`]), what it keeps alive;
     /// the library destroys only the objects it made (`None`). Dropped
     /// before `device`, which it may need.
-    pub(crate) keep_alive: Option<Box<dyn Send + Sync>>,
+    pub(crate) keep_alive: Option<KeepAlive>,
     pub(crate) device: Arc<Device>,
     pub(crate) pipeline: vk::Pipeline,
     pub(crate) layout: vk::PipelineLayout,

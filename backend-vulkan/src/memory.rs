@@ -9,7 +9,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use ash::vk;
-use capture_core::{DriverError, ImportRefusal};
+use capture_core::{DriverError, ImportRefusal, KeepAlive};
 
 use crate::device::Device;
 use crate::error::{error, vk_error};
@@ -45,7 +45,7 @@ enum Owner {
     /// The backend: the buffer and its memory are destroyed with the page.
     Backend(vk::DeviceMemory),
     /// The caller, who imported it: dropping the keep-alive tells them.
-    Caller { _keep_alive: Box<dyn Send + Sync> },
+    Caller { _keep_alive: KeepAlive },
 }
 
 impl std::fmt::Debug for Buffer {
@@ -101,7 +101,7 @@ impl DevicePage {
         buffer: vk::Buffer,
         offset: u64,
         len: u64,
-        keep_alive: impl Send + Sync + 'static,
+        keep_alive: impl Send + 'static,
     ) -> Result<DevicePage, DriverError> {
         const OP: &str = "import buffer";
         if buffer == vk::Buffer::null() {
@@ -139,7 +139,7 @@ impl DevicePage {
             buffer,
             base: offset,
             owner: Owner::Caller {
-                _keep_alive: Box::new(keep_alive),
+                _keep_alive: KeepAlive::new(keep_alive),
             },
             size: len,
             mapping: None,

@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 
 use ash::vk;
-use capture_core::{DriverError, Error, Signature};
+use capture_core::{DriverError, Error, KeepAlive, Signature};
 
 use crate::device::{self, Device, Owner};
 use crate::error::error;
@@ -62,7 +62,7 @@ impl Device {
     ///   `device` or `instance` while the library uses them.
     pub unsafe fn from_raw(
         raw: RawDevice,
-        keep_alive: impl Send + Sync + 'static,
+        keep_alive: impl Send + 'static,
     ) -> Result<Arc<Device>, DriverError> {
         const OP: &str = "adopt device";
         if raw.device.handle() == vk::Device::null() || raw.queue == vk::Queue::null() {
@@ -114,7 +114,7 @@ impl Device {
             info: chosen.info,
             counters: Arc::new(Counters::new(false, false)),
             owner: Owner::Caller {
-                _keep_alive: Box::new(keep_alive),
+                _keep_alive: KeepAlive::new(keep_alive),
                 _entry: raw.entry,
             },
         }))
@@ -173,7 +173,7 @@ impl Kernel {
         layout: vk::PipelineLayout,
         set_layout: vk::DescriptorSetLayout,
         signature: Signature,
-        keep_alive: impl Send + Sync + 'static,
+        keep_alive: impl Send + 'static,
     ) -> Result<Kernel, Error> {
         if pipeline == vk::Pipeline::null()
             || layout == vk::PipelineLayout::null()
@@ -192,7 +192,7 @@ impl Kernel {
                 layout,
                 set_layout,
                 descriptors: kernels::descriptor_count(&signature),
-                keep_alive: Some(Box::new(keep_alive)),
+                keep_alive: Some(KeepAlive::new(keep_alive)),
             }),
             signature,
         })

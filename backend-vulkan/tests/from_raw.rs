@@ -12,9 +12,12 @@ use std::ffi::{CStr, c_void};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+mod common;
+
 use ash::vk;
 use backend_vulkan::{Device, DevicePage, Kernel, RawDevice, SYNC_VALIDATION_ENV, Vulkan};
-use capture_core::{Access, Builtin, Client, Config, Error, Params, Signature};
+use capture_core::{Builtin, Client, Config, Error, Params};
+use common::{scale_signature, scale_spirv};
 
 const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
 
@@ -44,39 +47,6 @@ unsafe extern "system" fn count(
         eprintln!("validation warning: {message}");
     }
     vk::FALSE
-}
-
-/// The caller's kernel: `x[i] = x[i] * a + b` for `i < n`.
-const SCALE: &str = "
-struct Params { n: u32, a: f32, b: f32 }
-@group(0) @binding(0) var<storage, read_write> x: array<f32>;
-var<immediate> p: Params;
-
-@compute @workgroup_size(64)
-fn scale(@builtin(global_invocation_id) gid: vec3<u32>) {
-    if (gid.x < p.n) {
-        x[gid.x] = x[gid.x] * p.a + p.b;
-    }
-}
-";
-
-fn scale_spirv() -> Vec<u32> {
-    let module = naga::front::wgsl::parse_str(SCALE).expect("SCALE parses");
-    let info = naga::valid::Validator::new(
-        naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::IMMEDIATES,
-    )
-    .validate(&module)
-    .expect("SCALE validates");
-    let pipeline = naga::back::spv::PipelineOptions {
-        shader_stage: naga::ShaderStage::Compute,
-        entry_point: "scale".into(),
-    };
-    let options = naga::back::spv::Options {
-        lang_version: (1, 3),
-        ..Default::default()
-    };
-    naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline)).expect("SCALE compiles")
 }
 
 /// Everything the caller made, destroyed by the caller in `Drop`.
@@ -365,14 +335,6 @@ impl Drop for Own {
             self.instance.destroy_instance(None);
         }
     }
-}
-
-fn scale_signature() -> Signature {
-    Signature::new("scale")
-        .binding(Access::ReadWrite)
-        .param(4)
-        .param(4)
-        .param(4)
 }
 
 #[test]

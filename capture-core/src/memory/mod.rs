@@ -12,8 +12,10 @@
 pub(crate) mod drop_queue;
 pub(crate) mod graveyard;
 pub(crate) mod info_cache;
+pub(crate) mod keep_alive;
 pub(crate) mod lingering;
 pub(crate) mod pool;
 pub(crate) mod temporaries;
 
+pub use keep_alive::KeepAlive;
 pub use pool::{PoolUsage, SLICE_ALIGN};
