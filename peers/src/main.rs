@@ -5,8 +5,9 @@
 //!
 //! `cargo run --release --manifest-path peers/Cargo.toml` runs every row;
 //! `-- --short` runs one short row (what CI runs). Without a Vulkan device
-//! it says why and exits successfully. Vulkan validation is off (set
-//! `CAPTURE_VULKAN_VALIDATION` yourself to override).
+//! it says why and exits successfully (unless `PEERS_REQUIRE_VULKAN=1`).
+//! Vulkan validation is off (set `CAPTURE_VULKAN_VALIDATION` yourself to
+//! override).
 
 mod measure;
 mod memory;
@@ -25,29 +26,40 @@ use theirs::Theirs;
 
 /// Set in the re-run process, so that it knows the variable is its own.
 const MARKER: &str = "PEERS_VALIDATION_OFF";
+/// Set to `1` to fail, not skip, without a Vulkan device.
+const REQUIRE: &str = "PEERS_REQUIRE_VULKAN";
 
 fn main() -> ExitCode {
     let variable = graph_capture::vulkan::VALIDATION_ENV;
     // A process cannot safely change its own environment once threads may
     // run, so it runs itself again with validation off.
-    if std::env::var_os(variable).is_none() && std::env::var_os(MARKER).is_none() {
-        if let Ok(exe) = std::env::current_exe() {
-            let status = std::process::Command::new(exe)
-                .args(std::env::args_os().skip(1))
-                .env(variable, "0")
-                .env(MARKER, "1")
-                .status();
-            if let Ok(status) = status {
-                return if status.success() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
-            }
-        }
+    if std::env::var_os(variable).is_none()
+        && std::env::var_os(MARKER).is_none()
+        && let Ok(exe) = std::env::current_exe()
+        && let Ok(status) = std::process::Command::new(exe)
+            .args(std::env::args_os().skip(1))
+            .env(variable, "0")
+            .env(MARKER, "1")
+            .status()
+    {
+        return if status.success() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
     }
     let short = std::env::args().any(|a| a == "--short");
     let mut ours = match Ours::open() {
         Ok(ours) => ours,
         Err(reason) => {
             println!("peers: no Vulkan device for graph-capture ({reason}); nothing to compare");
-            return ExitCode::SUCCESS;
+            // CI requires the device, so that the row cannot pass unrun.
+            let required = std::env::var(REQUIRE).is_ok_and(|v| v == "1");
+            return if required {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
     let mut theirs = Theirs::wgpu();

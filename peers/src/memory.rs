@@ -37,8 +37,22 @@ fn ours_holds(ours: &Ours) -> Result<u64, String> {
         let (graph, ()) = client
             .capture(stream, |_| {
                 let scratch = client.allocate(stream, (elems * 4) as u64)?;
-                client.launch(stream, ours.kernel(), groups, &[&input, &scratch], &[], params.as_bytes())?;
-                client.launch(stream, ours.kernel(), groups, &[&scratch, &output], &[], params.as_bytes())
+                client.launch(
+                    stream,
+                    ours.kernel(),
+                    groups,
+                    &[&input, &scratch],
+                    &[],
+                    params.as_bytes(),
+                )?;
+                client.launch(
+                    stream,
+                    ours.kernel(),
+                    groups,
+                    &[&scratch, &output],
+                    &[],
+                    params.as_bytes(),
+                )
             })
             .map_err(err)?;
         graph.replay().map_err(err)?;
@@ -71,7 +85,9 @@ fn theirs_holds(theirs: &Theirs) -> Result<u64, String> {
         };
         client.graph_prepare().map_err(|e| format!("{e:?}"))?;
         body();
-        client.read_one(output.clone()).map_err(|e| format!("{e:?}"))?;
+        client
+            .read_one(output.clone())
+            .map_err(|e| format!("{e:?}"))?;
         client.start_capture().map_err(|e| format!("{e:?}"))?;
         body();
         let graph = client.stop_capture().map_err(|e| format!("{e:?}"))?;

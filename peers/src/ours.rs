@@ -54,8 +54,9 @@ impl Ours {
             .binding(Access::Write)
             .param(4)
             .workgroup([WORKGROUP, 1, 1]);
-        let kernel = VulkanKernel::from_wgsl_checked(client.device(), ADD_ONE, "add_one", signature)
-            .map_err(|e| e.to_string())?;
+        let kernel =
+            VulkanKernel::from_wgsl_checked(client.device(), ADD_ONE, "add_one", signature)
+                .map_err(|e| e.to_string())?;
         Ok(Self {
             client,
             stream,
@@ -69,8 +70,14 @@ impl Ours {
         let params = Params::new().u32(row.elems as u32);
         for i in 0..row.kernels {
             let (src, dst) = if i % 2 == 0 { (a, b) } else { (b, a) };
-            self.client
-                .launch(self.stream, &self.kernel, groups, &[src, dst], &[], params.as_bytes())?;
+            self.client.launch(
+                self.stream,
+                &self.kernel,
+                groups,
+                &[src, dst],
+                &[],
+                params.as_bytes(),
+            )?;
         }
         Ok(())
     }
@@ -89,14 +96,21 @@ impl Ours {
 impl Side for Ours {
     fn describe(&self) -> String {
         let info = self.client.device_info();
-        format!("graph-capture (Vulkan), {}, {}", info.name, info.driver_version)
+        format!(
+            "graph-capture (Vulkan), {}, {}",
+            info.name, info.driver_version
+        )
     }
 
     fn setup(&mut self, row: Row) -> Result<Duration, String> {
         let err = |e: graph_capture::Error| e.to_string();
         let client = &self.client;
-        let a = client.create_f32(self.stream, &vec![0.0; row.elems]).map_err(err)?;
-        let b = client.create_f32(self.stream, &vec![0.0; row.elems]).map_err(err)?;
+        let a = client
+            .create_f32(self.stream, &vec![0.0; row.elems])
+            .map_err(err)?;
+        let b = client
+            .create_f32(self.stream, &vec![0.0; row.elems])
+            .map_err(err)?;
         self.pass(&a, &b, row).map_err(err)?;
         self.sync_on(&a)?;
         // As cubecl's: prepare, a warmup pass, then the recorded pass; the
@@ -117,7 +131,8 @@ impl Side for Ours {
 
     fn eager(&self) {
         let state = self.state.as_ref().expect("a row set up");
-        self.pass(&state.a, &state.b, state.row).expect("an eager pass");
+        self.pass(&state.a, &state.b, state.row)
+            .expect("an eager pass");
     }
 
     fn replay(&self) {
@@ -144,6 +159,9 @@ impl Side for Ours {
 
 impl Ours {
     fn sync_on(&self, buffer: &Buffer) -> Result<(), String> {
-        self.client.read(buffer).map(drop).map_err(|e| e.to_string())
+        self.client
+            .read(buffer)
+            .map(drop)
+            .map_err(|e| e.to_string())
     }
 }

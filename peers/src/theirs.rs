@@ -1,5 +1,5 @@
-//! cubecl's side: the same chain through cubecl 0.12's wgpu runtime (or its
-//! CUDA runtime), with its own `#[cube]` kernel, captured and replayed with
+//! cubecl's side: the same chain through cubecl 0.12's wgpu runtime, with
+//! its own `#[cube]` kernel, captured and replayed with
 //! its graph API, exactly as its own `graph_bench` example does.
 
 use std::time::{Duration, Instant};
@@ -44,17 +44,6 @@ impl Theirs {
         Self {
             client: <cubecl_wgpu::WgpuRuntime>::client(&Default::default()),
             runtime: "wgpu",
-            state: None,
-        }
-    }
-
-    /// cubecl's CUDA runtime on device 0.
-    #[cfg(feature = "cuda")]
-    pub fn cuda() -> Self {
-        use cubecl_server::runtime::Runtime;
-        Self {
-            client: cubecl_cuda::CudaRuntime::client(&Default::default()),
-            runtime: "cuda",
             state: None,
         }
     }
@@ -109,7 +98,11 @@ fn floats(bytes: &[u8]) -> Vec<f32> {
 
 impl Side for Theirs {
     fn describe(&self) -> String {
-        format!("cubecl 0.12.0-pre.1 ({}), {}", self.runtime, self.client.name())
+        format!(
+            "cubecl 0.12.0-pre.1 ({}), {}",
+            self.runtime,
+            self.client.name()
+        )
     }
 
     fn setup(&mut self, row: Row) -> Result<Duration, String> {

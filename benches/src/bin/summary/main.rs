@@ -8,6 +8,7 @@
 //! a target that does not hold is reported as FAIL in its table.
 
 mod machine;
+mod peers;
 mod report;
 mod table;
 
@@ -359,6 +360,9 @@ fn decode_row<D: Backend>(failed: &mut bool, memory: &mut Vec<(String, bool)>) -
 }
 
 fn main() -> ExitCode {
+    if std::env::args().skip(1).any(|arg| arg == "--peers") {
+        return peers::run();
+    }
     let validation = match validation_off() {
         Ok(validation) => validation,
         Err(code) => return code,
