@@ -35,6 +35,7 @@ mod tests {
         let value = Arc::new(());
         let kept = KeepAlive::new(value.clone());
         assert_eq!(Arc::strong_count(&value), 2);
+        assert_eq!(format!("{kept:?}"), "KeepAlive", "names no caller's type");
         drop(kept);
         assert_eq!(Arc::strong_count(&value), 1);
     }
