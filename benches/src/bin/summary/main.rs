@@ -7,6 +7,7 @@
 //! Exits non-zero only when a measurement fails or computes a wrong result;
 //! a target that does not hold is reported as FAIL in its table.
 
+mod instructions;
 mod machine;
 mod peers;
 mod report;
@@ -93,7 +94,10 @@ impl Visit for Summary {
         }
         match report::measure::<D>(device) {
             Ok(report) => {
-                let (text, verdicts) = table::render(D::NAME, &report);
+                // Counted on the host alone, where the core's bookkeeping is
+                // all that sits between a call and the worker's queue.
+                let counts = (D::NAME == "host").then(instructions::count);
+                let (text, verdicts) = table::render(D::NAME, &report, counts.as_ref());
                 println!("{text}");
                 self.judged += verdicts.len();
                 self.held += verdicts.iter().filter(|v| v.pass).count();
@@ -360,6 +364,17 @@ fn decode_row<D: Backend>(failed: &mut bool, memory: &mut Vec<(String, bool)>) -
 }
 
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(at) = args.iter().position(|a| a == "--instructions-probe") {
+        let name = args.get(at + 1).map_or("", String::as_str);
+        return match instructions::probe(name) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("probe {name}: {err}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if std::env::args().skip(1).any(|arg| arg == "--peers") {
         return peers::run();
     }
