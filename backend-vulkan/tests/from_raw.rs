@@ -322,6 +322,24 @@ impl Own {
     }
 }
 
+impl Own {
+    /// Destroy the device and instance, then check that validation, where
+    /// it ran, reported no error.
+    fn finish(self) {
+        let validated = self.validated;
+        drop(self);
+        if validated {
+            assert_eq!(
+                ERRORS.load(Ordering::SeqCst),
+                0,
+                "validation errors (see stderr)"
+            );
+        } else {
+            eprintln!("the validation layer is not installed: ran without it");
+        }
+    }
+}
+
 impl Drop for Own {
     fn drop(&mut self) {
         // SAFETY: the library let go of everything (its keep-alives were
@@ -433,17 +451,7 @@ fn a_callers_device_buffer_and_pipeline_capture_and_replay() {
         own.device.destroy_buffer(buffer, None);
         own.device.free_memory(memory, None);
     }
-    let validated = own.validated;
-    drop(own);
-    if validated {
-        assert_eq!(
-            ERRORS.load(Ordering::SeqCst),
-            0,
-            "validation errors (see stderr)"
-        );
-    } else {
-        eprintln!("the validation layer is not installed: ran without it");
-    }
+    own.finish();
 }
 
 #[test]
@@ -520,13 +528,5 @@ fn bad_handles_are_refused_and_change_nothing() {
         own.device.destroy_buffer(buffer, None);
         own.device.free_memory(memory, None);
     }
-    let validated = own.validated;
-    drop(own);
-    if validated {
-        assert_eq!(
-            ERRORS.load(Ordering::SeqCst),
-            0,
-            "validation errors (see stderr)"
-        );
-    }
+    own.finish();
 }
