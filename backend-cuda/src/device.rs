@@ -278,9 +278,23 @@ impl Device {
                     ),
                 )
             })?;
-        let (info, raw, compute, limits) =
-            describe(api, &loaded.version.to_string(), ordinal).map_err(opening)?;
-        let context = primary_context(api, raw).map_err(opening)?;
+        Self::assemble(api, &loaded.version.to_string(), ordinal, None, None)
+    }
+
+    /// Device `ordinal` over `context`, or over its primary context when
+    /// `None`; `owner` keeps an adopted context alive.
+    fn assemble(
+        api: &'static Api,
+        version: &str,
+        ordinal: c_int,
+        context: Option<CUcontext>,
+        owner: Option<Arc<KeepAlive>>,
+    ) -> Result<Arc<Self>, DriverError> {
+        let (info, raw, compute, limits) = describe(api, version, ordinal).map_err(opening)?;
+        let context = match context {
+            Some(context) => context,
+            None => primary_context(api, raw).map_err(opening)?,
+        };
         Ok(Arc::new(Self {
             api,
             ordinal,
@@ -289,7 +303,7 @@ impl Device {
             limits,
             info,
             recording: recorders_of(ordinal),
-            owner: None,
+            owner,
         }))
     }
 
@@ -364,18 +378,14 @@ impl Device {
                     format!("the context's device ({raw}) is none of the {count} the driver lists"),
                 )
             })?;
-        let (info, _, compute, limits) =
-            describe(api, &loaded.version.to_string(), ordinal).map_err(opening)?;
-        Ok(Arc::new(Self {
+        let owner = Some(Arc::new(KeepAlive::new(keep_alive)));
+        Self::assemble(
             api,
+            &loaded.version.to_string(),
             ordinal,
-            context,
-            compute,
-            limits,
-            info,
-            recording: recorders_of(ordinal),
-            owner: Some(Arc::new(KeepAlive::new(keep_alive))),
-        }))
+            Some(context),
+            owner,
+        )
     }
 
     /// The driver's functions.

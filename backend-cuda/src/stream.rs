@@ -67,10 +67,6 @@ pub struct Stream {
     raw: CUstream,
     /// Whether `raw` is the library's own, destroyed when the stream drops.
     owned: bool,
-    /// Whether the stream was adopted: other code may enqueue work on it
-    /// too, so every signal records a fresh event and a capture may hold
-    /// nodes the library did not issue.
-    adopted: bool,
     /// What keeps an adopted stream alive, dropped after the library's last
     /// use of it.
     keep_alive: Option<KeepAlive>,
@@ -120,12 +116,10 @@ impl Stream {
     /// `None`, else adopted.
     fn over(device: &Arc<Device>, raw: CUstream, keep_alive: Option<KeepAlive>) -> Self {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        let adopted = keep_alive.is_some();
         Self {
             device: Arc::clone(device),
             raw,
-            owned: !adopted,
-            adopted,
+            owned: keep_alive.is_none(),
             keep_alive,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             events: EventRing::new(device.api()),
@@ -135,6 +129,13 @@ impl Stream {
             unsignalled: false,
             latest: 0,
         }
+    }
+
+    /// Whether the stream was adopted: other code may enqueue work on it
+    /// too, so every signal covers that work and a capture may hold nodes
+    /// the library did not issue. Its keep-alive goes only with it.
+    fn adopted(&self) -> bool {
+        self.keep_alive.is_some()
     }
 
     /// A stream over `raw`, a stream of `device`'s context made elsewhere
@@ -395,7 +396,7 @@ impl Stream {
     /// Mark the current end of the stream's work: an event recorded there,
     /// or the latest signal again when nothing was enqueued since.
     pub(crate) fn signal(&mut self) -> Result<Signal, DriverError> {
-        if self.unsignalled || self.latest == 0 || self.adopted {
+        if self.unsignalled || self.latest == 0 || self.adopted() {
             let _current = self.device.enter()?;
             self.latest = self.events.record(self.raw)?;
             self.unsignalled = false;
@@ -453,7 +454,7 @@ impl Stream {
         // A point after everything enqueued so far, taken while the stream
         // still runs work: a capture left open cannot record one, and a
         // stream replacing this one (see `leave_capture`) waits for it.
-        if self.unsignalled || self.adopted {
+        if self.unsignalled || self.adopted() {
             self.latest = self.events.record(self.raw)?;
             self.unsignalled = false;
         }
@@ -490,7 +491,7 @@ impl Stream {
         // An invalidated capture may still hand back a partial graph; owning
         // it first makes sure it is destroyed whatever the answer.
         let recording = (!graph.is_null())
-            .then(|| Recording::new(graph, self.launches, self.copies, &device, self.adopted));
+            .then(|| Recording::new(graph, self.launches, self.copies, &device, self.adopted()));
         let ended = match (code, recording) {
             (sys::CUDA_SUCCESS, Some(recording)) => return Ok(recording),
             (sys::CUDA_SUCCESS, None) => "the driver ended the capture without a graph".to_owned(),

@@ -122,10 +122,6 @@ pub struct Stream {
     raw: ffi::Stream,
     /// Whether `raw` is the library's own, destroyed when the stream drops.
     owned: bool,
-    /// Whether the stream was adopted: other code may enqueue work on it
-    /// too, so a capture begins after a fresh signal and may hold nodes the
-    /// library did not issue.
-    adopted: bool,
     /// What keeps an adopted stream alive, dropped after the library's last
     /// use of it.
     keep_alive: Option<KeepAlive>,
@@ -279,12 +275,10 @@ impl Stream {
     /// `None`, else adopted.
     fn over(device: &Arc<Device>, raw: ffi::Stream, keep_alive: Option<KeepAlive>) -> Self {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        let adopted = keep_alive.is_some();
         Self {
             device: Arc::clone(device),
             raw,
-            owned: !adopted,
-            adopted,
+            owned: keep_alive.is_none(),
             keep_alive,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             last_seq: 0,
@@ -294,6 +288,13 @@ impl Stream {
             capture: None,
             unsignalled: false,
         }
+    }
+
+    /// Whether the stream was adopted: other code may enqueue work on it
+    /// too, so a capture begins after a fresh signal and may hold nodes the
+    /// library did not issue. Its keep-alive goes only with it.
+    fn adopted(&self) -> bool {
+        self.keep_alive.is_some()
     }
 
     /// Recycle the oldest events whose work has finished, so that a stream
@@ -554,7 +555,7 @@ impl Stream {
         // A point after everything enqueued so far, taken while the stream
         // still runs work: a capture left open cannot record one, and a
         // stream replacing this one (see `replace`) waits for it.
-        if self.unsignalled || self.adopted {
+        if self.unsignalled || self.adopted() {
             self.signal()?;
         }
         // Counted before the capture opens, so that no free on the GPU can
@@ -594,7 +595,7 @@ impl Stream {
             graph,
             work: capture.work,
             device: Arc::clone(&self.device),
-            adopted: self.adopted,
+            adopted: self.adopted(),
             foreign: 0,
             rewritten: None,
         });

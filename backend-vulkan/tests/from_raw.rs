@@ -266,8 +266,17 @@ impl Own {
     }
 
     /// Fills `len` bytes of `buffer` at `offset` with `value` by a command
-    /// buffer of the caller's own, submitted and waited for.
-    fn fill(&self, buffer: vk::Buffer, offset: u64, len: u64, value: f32) {
+    /// buffer of the caller's own, submitted and waited for: through the
+    /// adopted device's queue lock when `adopted` is given, as its
+    /// `# Safety` asks once a client may submit.
+    fn fill(
+        &self,
+        buffer: vk::Buffer,
+        offset: u64,
+        len: u64,
+        value: f32,
+        adopted: Option<&Device>,
+    ) {
         let device = &self.device;
         let pool_info = vk::CommandPoolCreateInfo::default().queue_family_index(self.family);
         // SAFETY: a family of the device.
@@ -307,12 +316,18 @@ impl Own {
             unsafe { device.create_fence(&vk::FenceCreateInfo::default(), None) }.expect("fence");
         let cmds = [cmd];
         let submit = vk::SubmitInfo::default().command_buffers(&cmds);
-        // SAFETY: the queue is the caller's alone here (no client yet); the
-        // command buffer is executable.
+        let submit_on = |queue: vk::Queue| {
+            // SAFETY: the queue is externally synchronized (the caller's
+            // alone before a client, else under the device's queue lock);
+            // the command buffer is executable.
+            unsafe { device.queue_submit(queue, &[submit], fence) }.expect("submit");
+        };
+        match adopted {
+            Some(adopted) => adopted.with_queue(submit_on),
+            None => submit_on(self.queue),
+        }
+        // SAFETY: the fence was submitted; nothing uses the pool afterwards.
         unsafe {
-            device
-                .queue_submit(self.queue, &[submit], fence)
-                .expect("submit");
             device
                 .wait_for_fences(&[fence], true, u64::MAX)
                 .expect("wait");
@@ -371,8 +386,8 @@ fn a_callers_device_buffer_and_pipeline_capture_and_replay() {
     let offset = own.alignment.max(256);
     let size = offset + len + 256;
     let (buffer, memory, mapped) = own.buffer(size);
-    own.fill(buffer, 0, size, 7.0);
-    own.fill(buffer, offset, len, 1.0);
+    own.fill(buffer, 0, size, 7.0, None);
+    own.fill(buffer, offset, len, 1.0, None);
     let (pipeline, layout, set_layout) = own.pipeline();
 
     let kept = Arc::new(());
@@ -417,10 +432,29 @@ fn a_callers_device_buffer_and_pipeline_capture_and_replay() {
                 client.run_builtin(stream, Builtin::Add, &[&x, &one], N as u32, 0.0)
             })
             .expect("a capture over the caller's buffer and pipeline");
-        for _ in 0..100 {
-            graph.replay().expect("replay");
-        }
+        // The caller keeps submitting work of its own to the queue from
+        // another thread, through the device's queue lock, while the client
+        // replays: the validation layer's thread checks see every
+        // submission externally synchronized.
+        let (scratch, scratch_memory, _) = own.buffer(4096);
+        std::thread::scope(|scope| {
+            let own = &own;
+            let device = &device;
+            scope.spawn(move || {
+                for round in 0..50 {
+                    own.fill(scratch, 0, 4096, round as f32, Some(device));
+                }
+            });
+            for _ in 0..100 {
+                graph.replay().expect("replay");
+            }
+        });
         client.sync(stream).expect("sync");
+        // SAFETY: the caller's own submissions on it were waited for.
+        unsafe {
+            own.device.destroy_buffer(scratch, None);
+            own.device.free_memory(scratch_memory, None);
+        }
         // Each run adds 2: the capture's warmup and 100 replays.
         assert_eq!(client.read_f32(&x).expect("read"), vec![203.0; N]);
         drop((graph, scale, x, one));

@@ -2161,4 +2161,18 @@ mod tests {
             Err(Error::UnknownStream(stream))
         );
     }
+
+    #[test]
+    fn a_panic_in_a_device_slice_closure_leaves_the_stream_usable() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let x = client.create(stream, &[3; 8]).expect("x");
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            client.with_device_slice(&x, |_| panic!("the caller's closure"))
+        }));
+        assert!(caught.is_err(), "the panic reaches the caller");
+        assert_eq!(client.read(&x).expect("the stream still works"), vec![3; 8]);
+        let y = client.create(stream, &[4; 8]).expect("and allocates");
+        assert_eq!(client.read(&y).expect("read"), vec![4; 8]);
+    }
 }

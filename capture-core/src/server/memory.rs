@@ -1,5 +1,7 @@
 //! Buffers: allocation, the copies that fill and read them, syncs and trims.
 
+use std::panic::AssertUnwindSafe;
+
 use super::shared::Shareable;
 use super::{Bound, BufferRef, Lane, Server};
 use crate::driver::{DeviceSlice, GraphDriver, ImportRefusal};
@@ -107,18 +109,23 @@ impl<D: GraphDriver> Server<D> {
     ) -> Result<R, Error> {
         let stream = buffer.stream();
         let place = buffer.place();
-        self.with(stream, |lane| {
+        // `f` is the caller's and may panic: caught under the lock, which
+        // it cannot have left half-changed, and raised again once the lock
+        // is released, so that the stream is not poisoned for good.
+        let ran = self.with(stream, |lane| {
             let page = lane
                 .state
                 .device
                 .page_at(place.slot)
                 .ok_or(Error::UnknownStream(stream))?;
-            Ok(f(DeviceSlice {
+            let slice = DeviceSlice {
                 page,
                 offset: place.offset,
                 len: place.len,
-            }))
-        })
+            };
+            Ok(std::panic::catch_unwind(AssertUnwindSafe(|| f(slice))))
+        })?;
+        Ok(ran.unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
     }
 
     /// Enqueue a copy of `bytes` into `buffer`, on its own stream; ordered
