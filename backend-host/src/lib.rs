@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use capture_core::{
-    Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice,
+    Bodies, Builtin, Builtins, Conditional, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice,
     ImportRefusal, Launch, Order, Signature, Updated,
 };
 
@@ -72,6 +72,19 @@ pub struct Recording {
     invalid: Option<String>,
     /// Pages allocated since `begin`.
     allocated: usize,
+    /// Conditionals open, innermost last: while one is, `program` is its
+    /// current body.
+    open: Vec<OpenConditional>,
+}
+
+/// A conditional being recorded.
+#[derive(Debug)]
+struct OpenConditional {
+    kind: Conditional,
+    flag: Range,
+    /// The program it was opened in.
+    outer: Program,
+    bodies: Vec<Program>,
 }
 
 /// A stream of the host backend: a worker thread and, while recording, the
@@ -464,6 +477,79 @@ impl GraphDriver for Host {
         Ok(Updated::InPlace)
     }
 
+    fn conditionals(_stream: &Stream) -> Result<Bodies, String> {
+        Ok(Bodies { copies: true })
+    }
+
+    fn open_conditional(
+        stream: &mut Stream,
+        kind: Conditional,
+        flag: DeviceSlice<'_, Self>,
+    ) -> Result<(), DriverError> {
+        const OP: &str = "open conditional";
+        let recording = stream
+            .recording
+            .as_mut()
+            .ok_or_else(|| error(OP, "the stream is not recording"))?;
+        if flag.len != 4 || flag.offset % 4 != 0 {
+            return Err(error(OP, format!("the flag is not a u32: {flag:?}")));
+        }
+        let outer = std::mem::take(&mut recording.program);
+        recording.open.push(OpenConditional {
+            kind,
+            flag: Range::new(&flag.page.0, flag.offset, flag.len),
+            outer,
+            bodies: Vec::new(),
+        });
+        Ok(())
+    }
+
+    fn next_body(stream: &mut Stream) -> Result<(), DriverError> {
+        let recording = stream.recording.as_mut();
+        let Some((open, program)) =
+            recording.and_then(|r| r.open.last_mut().map(|open| (open, &mut r.program)))
+        else {
+            return Err(error("next body", "no conditional is open"));
+        };
+        if open.bodies.len() + 1 >= open.kind.bodies() {
+            return Err(error("next body", format!("a {} has no more bodies", open.kind.name())));
+        }
+        open.bodies.push(std::mem::take(program));
+        Ok(())
+    }
+
+    fn close_conditional(stream: &mut Stream, orders: &[Order<'_>]) -> Result<(), DriverError> {
+        const OP: &str = "close conditional";
+        let recording = stream
+            .recording
+            .as_mut()
+            .ok_or_else(|| error(OP, "the stream is not recording"))?;
+        let mut open = recording
+            .open
+            .pop()
+            .ok_or_else(|| error(OP, "no conditional is open"))?;
+        open.bodies
+            .push(std::mem::replace(&mut recording.program, open.outer));
+        if open.bodies.len() != open.kind.bodies() || orders.len() != open.bodies.len() {
+            return Err(error(
+                OP,
+                format!(
+                    "a {} closed with {} bodies and {} orders",
+                    open.kind.name(),
+                    open.bodies.len(),
+                    orders.len()
+                ),
+            ));
+        }
+        for (body, order) in open.bodies.iter_mut().zip(orders) {
+            keep(body, *order, OP)?;
+        }
+        recording
+            .program
+            .push_conditional(open.kind, open.flag, open.bodies);
+        Ok(())
+    }
+
     fn upload(exec: &Executable, _stream: &mut Stream) -> Result<(), DriverError> {
         match exec.released_page() {
             Some(page) => Err(error(
@@ -512,6 +598,9 @@ fn check_recording(
 ) -> Result<(), DriverError> {
     if stream.recording.is_some() {
         return Err(error(op, "the stream is recording"));
+    }
+    if !recording.open.is_empty() {
+        return Err(error(op, "a conditional was never closed"));
     }
     if let Some(reason) = &recording.invalid {
         return Err(error(

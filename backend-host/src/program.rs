@@ -9,7 +9,7 @@
 
 use std::ops::Range as Span;
 
-use capture_core::Dependencies;
+use capture_core::{Conditional, Dependencies};
 
 use crate::kernels::{Dispatch, Kernel, dispatch};
 use crate::level::{self, Work};
@@ -30,6 +30,14 @@ enum Step {
         bindings: Span<usize>,
         info: Option<usize>,
         params: Span<usize>,
+    },
+    /// Run `bodies` as `kind` says on the `u32` flag in the range at `flag`,
+    /// read when the replay reaches the step (a loop's, before each
+    /// iteration).
+    Conditional {
+        kind: Conditional,
+        flag: usize,
+        bodies: Vec<Program>,
     },
 }
 
@@ -90,6 +98,22 @@ impl Program {
         self.steps.push(step);
     }
 
+    /// Append a conditional of `kind` on `flag` over `bodies`, each body
+    /// already keeping its own order.
+    pub(crate) fn push_conditional(&mut self, kind: Conditional, flag: Range, bodies: Vec<Program>) {
+        let mut folded = match kind {
+            Conditional::If => 2,
+            Conditional::IfElse => 4,
+            Conditional::While { bound } => 6 | u64::from(bound) << 8,
+        };
+        for body in &bodies {
+            folded = folded.rotate_left(13) ^ body.shape ^ body.steps.len() as u64;
+        }
+        self.shape = (self.shape.rotate_left(7) ^ folded).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let flag = self.range(flag);
+        self.steps.push(Step::Conditional { kind, flag, bodies });
+    }
+
     /// An empty program with room for one as large as `like`.
     pub(crate) fn sized_like(like: (usize, usize, usize)) -> Self {
         Self {
@@ -136,9 +160,20 @@ impl Program {
         self.steps.len() == other.steps.len() && self.shape == other.shape
     }
 
-    /// The first released page any step touches.
+    /// The first released page any step touches, in a body or not.
     pub(crate) fn released(&self) -> Option<&Range> {
-        self.ranges.iter().find(|range| range.memory.is_released())
+        self.ranges
+            .iter()
+            .find(|range| range.memory.is_released())
+            .or_else(|| self.bodies().find_map(Program::released))
+    }
+
+    /// The bodies of its conditionals, one level down.
+    fn bodies(&self) -> impl Iterator<Item = &Program> {
+        self.steps.iter().flat_map(|step| match step {
+            Step::Conditional { bodies, .. } => bodies.as_slice(),
+            _ => &[],
+        })
     }
 
     /// Run only as `dependencies` orders: its independent steps at the same
@@ -156,11 +191,11 @@ impl Program {
             .map(|step| self.accesses(step))
             .collect();
         check_hazards(&accesses, &dependencies.edges)?;
-        let bytes = |step: usize| {
-            accesses[step]
-                .iter()
-                .map(|(range, _)| range.len as u64)
-                .sum()
+        // A conditional runs its bodies on the replay's thread, taking the
+        // locks a spread level would hold: its level is never spread.
+        let bytes = |step: usize| match self.steps[step] {
+            Step::Conditional { .. } => None,
+            _ => Some(accesses[step].iter().map(|(range, _)| range.len as u64).sum()),
         };
         self.schedule = Some(Schedule::of(dependencies, bytes));
         Ok(())
@@ -186,6 +221,14 @@ impl Program {
                     .chain(info.map(|at| (&self.ranges[at], false)))
                     .collect()
             }
+            // Its flag, and whatever any body touches.
+            Step::Conditional { flag, bodies, .. } => {
+                let mut accesses = vec![(&self.ranges[*flag], false)];
+                for body in bodies {
+                    accesses.extend((0..body.steps.len()).flat_map(|step| body.accesses(step)));
+                }
+                accesses
+            }
         }
     }
 
@@ -199,18 +242,19 @@ impl Program {
             Some(schedule) => schedule.run(
                 |step| self.run_step(step),
                 |steps, pool| {
-                    let work: Vec<Work<'_>> =
+                    let work: Option<Vec<Work<'_>>> =
                         steps.iter().map(|&step| self.work(step as usize)).collect();
-                    level::run(&work, pool)
+                    level::run(&work.ok_or("a conditional was handed to a level")?, pool)
                 },
             ),
             None => (0..self.steps.len()).try_for_each(|step| self.run_step(step)),
         }
     }
 
-    /// Step `step`, with the ranges and bytes it runs on.
-    fn work(&self, step: usize) -> Work<'_> {
-        match &self.steps[step] {
+    /// Step `step`, with the ranges and bytes it runs on; `None` for a
+    /// conditional, which runs alone.
+    fn work(&self, step: usize) -> Option<Work<'_>> {
+        Some(match &self.steps[step] {
             Step::Copy { src, dst } => Work::Copy {
                 src: &self.ranges[*src],
                 dst: &self.ranges[*dst],
@@ -228,20 +272,62 @@ impl Program {
                 info: info.map(|at| &self.ranges[at]),
                 params: &self.params[params.clone()],
             },
-        }
+            Step::Conditional { .. } => return None,
+        })
     }
 
     /// Run step `step` alone.
     fn run_step(&self, step: usize) -> Result<(), String> {
+        if let Step::Conditional { kind, flag, bodies } = &self.steps[step] {
+            return self.run_conditional(*kind, &self.ranges[*flag], bodies);
+        }
         match self.work(step) {
-            Work::Copy { src, dst } => copy(src, dst),
-            Work::Kernel {
+            Some(Work::Copy { src, dst }) => copy(src, dst),
+            Some(Work::Kernel {
                 kernel,
                 groups,
                 bindings,
                 info,
                 params,
-            } => run_kernel(kernel, || dispatch(kernel, groups, bindings, info, params)),
+            }) => run_kernel(kernel, || dispatch(kernel, groups, bindings, info, params)),
+            None => Err("a conditional was handed to a level".into()),
+        }
+    }
+
+    /// Run a conditional's bodies as the flag says when it is reached.
+    fn run_conditional(&self, kind: Conditional, flag: &Range, bodies: &[Program]) -> Result<(), String> {
+        let set = || -> Result<bool, String> {
+            let bytes = flag.load().ok_or("a conditional's flag is out of range")?;
+            let word: [u8; 4] = bytes
+                .get(..4)
+                .and_then(|b| b.try_into().ok())
+                .ok_or("a conditional's flag holds fewer than 4 bytes")?;
+            Ok(u32::from_le_bytes(word) != 0)
+        };
+        match (kind, bodies) {
+            (Conditional::If, [then]) => {
+                if set()? {
+                    then.run()?;
+                }
+                Ok(())
+            }
+            (Conditional::IfElse, [then, otherwise]) => {
+                if set()? { then.run() } else { otherwise.run() }
+            }
+            (Conditional::While { bound }, [body]) => {
+                for _ in 0..bound {
+                    if !set()? {
+                        break;
+                    }
+                    body.run()?;
+                }
+                Ok(())
+            }
+            (kind, bodies) => Err(format!(
+                "a {} conditional holds {} bodies",
+                kind.name(),
+                bodies.len()
+            )),
         }
     }
 }

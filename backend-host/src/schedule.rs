@@ -36,17 +36,18 @@ pub(crate) struct Schedule {
 impl Schedule {
     /// The levels of `dependencies`, each level's steps in issue order; a
     /// level of several steps that touch `SPREAD_BYTES` between them (as
-    /// `bytes` counts each step's) runs spread over the pool.
-    pub(crate) fn of(dependencies: &Dependencies, bytes: impl Fn(usize) -> u64) -> Self {
+    /// `bytes` counts each step's) runs spread over the pool, unless a step
+    /// of it must run alone (`bytes` says `None`).
+    pub(crate) fn of(dependencies: &Dependencies, bytes: impl Fn(usize) -> Option<u64>) -> Self {
         let mut schedule = Self::default();
         for level in dependencies.levels() {
             let start = schedule.order.len();
             schedule.order.extend(level.iter().map(|&step| step as u32));
             schedule.levels.push(start..schedule.order.len());
-            let touched: u64 = level.iter().map(|&step| bytes(step)).sum();
+            let touched: Option<u64> = level.iter().map(|&step| bytes(step)).sum();
             schedule
                 .spread
-                .push(level.len() > 1 && touched >= SPREAD_BYTES);
+                .push(level.len() > 1 && touched.is_some_and(|t| t >= SPREAD_BYTES));
         }
         schedule
     }
@@ -209,9 +210,9 @@ mod tests {
     #[test]
     fn levels_hold_the_steps_whose_longest_chain_is_as_long() {
         // 0 -> 2 -> 3, 1 -> 3, 4 alone.
-        let schedule = Schedule::of(&deps(5, &[(0, 2), (1, 3), (2, 3)]), |_| 0);
+        let schedule = Schedule::of(&deps(5, &[(0, 2), (1, 3), (2, 3)]), |_| Some(0));
         assert_eq!(schedule.levels(), [vec![0, 1, 4], vec![2], vec![3]]);
-        assert!(Schedule::of(&deps(0, &[]), |_| 0).levels().is_empty());
+        assert!(Schedule::of(&deps(0, &[]), |_| Some(0)).levels().is_empty());
     }
 
     #[test]
@@ -226,11 +227,13 @@ mod tests {
 
     #[test]
     fn a_level_of_one_step_is_never_spread() {
-        let schedule = Schedule::of(&deps(3, &[(0, 2), (1, 2)]), |_| SPREAD_BYTES);
+        let schedule = Schedule::of(&deps(3, &[(0, 2), (1, 2)]), |_| Some(SPREAD_BYTES));
         assert_eq!(schedule.levels(), [vec![0, 1], vec![2]]);
         assert_eq!(schedule.spread, [true, false]);
-        let half = Schedule::of(&deps(2, &[]), |_| SPREAD_BYTES / 2);
+        let half = Schedule::of(&deps(2, &[]), |_| Some(SPREAD_BYTES / 2));
         assert_eq!(half.spread, [true], "two steps of half the bytes each");
+        let alone = Schedule::of(&deps(2, &[]), |step| (step == 0).then_some(SPREAD_BYTES));
+        assert_eq!(alone.spread, [false], "a step that must run alone");
     }
 
     #[test]
@@ -247,7 +250,7 @@ mod tests {
                 ran.lock().unwrap().push(steps.to_vec());
                 Ok(())
             };
-            Schedule::of(&deps(4, &edges), |_| each)
+            Schedule::of(&deps(4, &edges), |_| Some(each))
                 .run(alone, together)
                 .expect("runs");
             ran.into_inner().unwrap()
@@ -259,7 +262,7 @@ mod tests {
         }
         // Small steps run one by one, however wide their level.
         assert_eq!(runs(SPREAD_BYTES / 4), one_by_one);
-        let schedule = Schedule::of(&deps(4, &edges), |_| SPREAD_BYTES);
+        let schedule = Schedule::of(&deps(4, &edges), |_| Some(SPREAD_BYTES));
         let after = Mutex::new(false);
         let err = schedule.run(
             |step| {

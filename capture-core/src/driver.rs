@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 pub use crate::kernels::signature::Access;
 use crate::kernels::signature::Signature;
+pub use crate::recorded::conditional::Conditional;
 use crate::recorded::dependencies::Dependencies;
 
 /// Whether a backend's device can be used on this machine, and why not.
@@ -363,7 +364,10 @@ pub enum Updated<R> {
 /// recorded: every [`Driver::copy_to_device`] and [`Driver::launch`]
 /// between [`GraphDriver::begin`] and [`GraphDriver::end`], the copies
 /// capture-core makes of a launch's info bytes included (nothing else is
-/// issued on a recording stream).
+/// issued on a recording stream). A conditional is one operation where it
+/// was opened; the operations of each of its bodies are numbered from 0 in
+/// that body, and their order is handed to
+/// [`GraphDriver::close_conditional`].
 #[derive(Debug, Clone, Copy)]
 pub enum Order<'a> {
     /// Each operation after the one issued before it: the stream's own
@@ -380,6 +384,17 @@ pub enum Order<'a> {
     /// of edges (the declared accesses are the only memory a launch may
     /// touch). A backend need not check any of that again.
     Dependencies(&'a Dependencies),
+}
+
+/// What a backend's conditional bodies may hold, besides launches and the
+/// conditionals nested in them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bodies {
+    /// Whether a caller's copy may be recorded in a body. capture-core
+    /// refuses one where not. The copies it makes of a launch's info bytes
+    /// may come in a body either way: their bytes never change, so a
+    /// backend may run them whether the body runs or not.
+    pub copies: bool,
 }
 
 /// A driver that can record a stream's launches into a replayable graph.
@@ -409,6 +424,14 @@ pub enum Order<'a> {
 ///   replay of those are gone, whatever the user dropped (rule 19): a
 ///   backend may unload a kernel's code when its last reference drops, and
 ///   holds nothing of a kernel's for a recording's sake.
+/// - `open_conditional` is called only while the stream records, after
+///   `conditionals` said yes, with a four-byte flag at an offset that is a
+///   multiple of four. It is followed by exactly `kind.bodies() - 1`
+///   `next_body` and one `close_conditional`, with conditionals nested in
+///   a body opened and closed inside it; `end` comes only once every
+///   conditional is closed, even where a body failed (the recording is
+///   then dropped). No copy but a launch's info goes in a body where
+///   [`Bodies::copies`] is false, and no other stream joins in one.
 ///
 /// The host backend checks all of this anyway, as a tripwire: being strict
 /// is its job.
@@ -466,6 +489,53 @@ pub trait GraphDriver: Driver {
         recording: Self::Recording,
         order: Order<'_>,
     ) -> Result<Updated<Self::Recording>, DriverError>;
+
+    /// Whether conditionals can be recorded on `stream`, and what their
+    /// bodies may hold; why not otherwise, for a person. By default none
+    /// can: a conditional outside a capture runs on the host's word on
+    /// every backend.
+    fn conditionals(stream: &Self::Stream) -> Result<Bodies, String> {
+        let _ = stream;
+        Err("its graphs have no conditional nodes".into())
+    }
+
+    /// Open a conditional node of `kind` reading `flag` in the recording:
+    /// what the stream issues from here goes into its first body.
+    fn open_conditional(
+        stream: &mut Self::Stream,
+        kind: Conditional,
+        flag: DeviceSlice<'_, Self>,
+    ) -> Result<(), DriverError> {
+        let _ = (stream, kind, flag);
+        Err(DriverError::new(
+            Self::NAME,
+            "open conditional",
+            "no conditional nodes",
+        ))
+    }
+
+    /// The open conditional's current body is complete: what the stream
+    /// issues from here goes into its next body (an `if/else`'s `else`).
+    fn next_body(stream: &mut Self::Stream) -> Result<(), DriverError> {
+        let _ = stream;
+        Err(DriverError::new(Self::NAME, "next body", "no conditional nodes"))
+    }
+
+    /// Close the innermost open conditional, whose bodies keep `orders`
+    /// (one per body, as [`Order`] numbers a body's operations): what the
+    /// stream issues from here follows it in the body or recording it was
+    /// opened in.
+    fn close_conditional(
+        stream: &mut Self::Stream,
+        orders: &[Order<'_>],
+    ) -> Result<(), DriverError> {
+        let _ = (stream, orders);
+        Err(DriverError::new(
+            Self::NAME,
+            "close conditional",
+            "no conditional nodes",
+        ))
+    }
 
     /// Pre-stage `exec` so the first replay does not pay for it.
     ///

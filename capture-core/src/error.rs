@@ -313,6 +313,35 @@ pub enum Error {
         /// The driver's refusal.
         cause: Arc<Error>,
     },
+    /// A conditional or loop cannot be recorded on this backend or stream;
+    /// it still runs eagerly, on the host's word, outside a capture.
+    #[error("{backend} cannot record a conditional: {reason}")]
+    NoConditionals {
+        /// The backend.
+        backend: &'static str,
+        /// Why, in the backend's words.
+        reason: String,
+    },
+    /// Something a conditional's body cannot hold was asked for inside one
+    /// while recording: refused, and the window can no longer seal.
+    #[error("{what} cannot go inside a conditional's body on {stream}: {reason}")]
+    InBody {
+        /// The stream recording the body.
+        stream: StreamId,
+        /// What was asked for (`a copy`, `a join`, ...).
+        what: &'static str,
+        /// Why not.
+        reason: String,
+    },
+    /// A conditional's flag is not a `u32` the device can read: fewer than
+    /// four bytes, or a view at an offset that is not a multiple of four.
+    #[error("{buffer} cannot be a conditional's flag: {reason}")]
+    BadFlag {
+        /// The buffer offered.
+        buffer: BufferId,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The client's server lock was poisoned by a panic on another thread.
     #[error("the device state was poisoned by a panic on another thread")]
     Poisoned,

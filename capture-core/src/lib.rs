@@ -68,7 +68,7 @@ pub use client::{
     Buffer, CacheStats, Client, GraphCache, GraphHandle, Kernel, Pass, Placement, Served,
 };
 pub use driver::{
-    Access, Availability, Binding, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver,
+    Access, Availability, Binding, Bodies, Conditional, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver,
     HostSlice, ImportRefusal, Launch, Order, Updated,
 };
 pub use error::{Error, Result};
@@ -78,5 +78,5 @@ pub use kernels::{
 };
 pub use memory::{KeepAlive, PoolUsage, SLICE_ALIGN};
 pub use phase::Phase;
-pub use recorded::{Dependencies, GraphInfo, MAX_REDUCED, edges};
+pub use recorded::{Dependencies, GraphInfo, MAX_REDUCED, Ran, edges};
 pub use streams::{Config, Point, ReplayOrder, StreamOrder, StreamUsage, Wait};

@@ -353,3 +353,13 @@ advance(unsigned* pos, unsigned context, unsigned batch) {
         pos[i] = min(p + 1, context - 1);
     }
 }
+
+// counter[0] -= 1; flag[0] = counter[0] > 0 (a loop's flag, 1 or 0).
+extern "C" __global__ void __launch_bounds__(WORKGROUP)
+countdown(float* counter, unsigned* flag) {
+    if (element() == 0) {
+        float c = counter[0] - 1.0f;
+        counter[0] = c;
+        flag[0] = c > 0.5f ? 1u : 0u;
+    }
+}

@@ -612,3 +612,22 @@ fn advance(
         adv_pos[i] = min(p + 1u, adv.context - 1u);
     }
 }
+
+// kernel: countdown
+// counter[0] -= 1; flag[0] = counter[0] > 0 (a loop's flag, 1 or 0).
+
+@group(0) @binding(0) var<storage, read_write> cd_counter: array<f32>;
+@group(0) @binding(1) var<storage, read_write> cd_flag: array<u32>;
+
+@compute @workgroup_size(64)
+fn countdown(
+    @builtin(workgroup_id) group: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_id) local: vec3<u32>,
+) {
+    if (element(group, groups, local) == 0u) {
+        let c = cd_counter[0] - 1.0;
+        cd_counter[0] = c;
+        cd_flag[0] = select(0u, 1u, c > 0.5);
+    }
+}

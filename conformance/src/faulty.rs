@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use graph_capture::{
-    Availability, Binding, Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, Error,
-    GraphDriver, HostSlice, ImportRefusal, Launch, Order, Signature, Updated,
+    Availability, Binding, Bodies, Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, Error,
+    Conditional, GraphDriver, HostSlice, ImportRefusal, Launch, Order, Signature, Updated,
 };
 
 use crate::workload::{UserKernel, UserKernels};
@@ -39,11 +39,13 @@ pub enum Primitive {
     RecordEvent,
     /// `Driver::wait_event`.
     WaitEvent,
+    /// `GraphDriver::open_conditional`: a conditional node's creation.
+    Conditional,
 }
 
 impl Primitive {
     /// Every primitive, in a fixed order.
-    pub const ALL: [Primitive; 11] = [
+    pub const ALL: [Primitive; 12] = [
         Primitive::Begin,
         Primitive::Instantiate,
         Primitive::Replay,
@@ -55,6 +57,7 @@ impl Primitive {
         Primitive::Update,
         Primitive::RecordEvent,
         Primitive::WaitEvent,
+        Primitive::Conditional,
     ];
 
     fn index(self) -> usize {
@@ -143,6 +146,7 @@ fn primitive_name(primitive: Primitive) -> &'static str {
         Primitive::Update => "update",
         Primitive::RecordEvent => "record event",
         Primitive::WaitEvent => "wait event",
+        Primitive::Conditional => "open conditional",
     }
 }
 
@@ -396,6 +400,30 @@ impl<D: GraphDriver> GraphDriver for Faulty<D> {
     ) -> Result<Updated<Self::Recording>, DriverError> {
         stream.plan.call(Primitive::Update)?;
         D::update(&mut stream.inner, &mut exec.inner, recording, order)
+    }
+
+    fn conditionals(stream: &Self::Stream) -> Result<Bodies, String> {
+        D::conditionals(&stream.inner)
+    }
+
+    fn open_conditional(
+        stream: &mut Self::Stream,
+        kind: Conditional,
+        flag: DeviceSlice<'_, Self>,
+    ) -> Result<(), DriverError> {
+        stream.plan.call(Primitive::Conditional)?;
+        D::open_conditional(&mut stream.inner, kind, device_slice(flag))
+    }
+
+    fn next_body(stream: &mut Self::Stream) -> Result<(), DriverError> {
+        D::next_body(&mut stream.inner)
+    }
+
+    fn close_conditional(
+        stream: &mut Self::Stream,
+        orders: &[Order<'_>],
+    ) -> Result<(), DriverError> {
+        D::close_conditional(&mut stream.inner, orders)
     }
 
     fn upload(exec: &Self::Executable, stream: &mut Self::Stream) -> Result<(), DriverError> {

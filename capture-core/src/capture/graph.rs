@@ -89,13 +89,10 @@ impl<D: GraphDriver> Graph<D> {
     /// The counts and bytes of a (new) recording, and its dependency graph
     /// where instantiating computed it.
     pub(crate) fn measure(&mut self, dependencies: Option<Dependencies>) {
-        let launches = self
-            .log
-            .iter()
-            .filter(|e| matches!(e, Entry::Launch { .. }))
-            .count();
+        let (launches, copies, conditionals) = Entry::count(&self.log);
         self.info.launches = launches;
-        self.info.copies = self.log.len() - launches;
+        self.info.copies = copies;
+        self.info.conditionals = conditionals;
         self.dependencies = dependencies.map_or_else(OnceLock::new, OnceLock::from);
     }
 }

@@ -195,6 +195,15 @@ impl<'a, D: GraphDriver> Window<'a, D> {
     /// it. A doomed recording is ended and dropped.
     fn close(&mut self, closer: WindowId) -> Result<Closed<D>, Refused> {
         let stream = &mut *self.stream;
+        // The body's caller closes the conditional once the body returns;
+        // the window stays open, untouched, for it.
+        if stream.capture.depth() > 0 {
+            let reason = "the call came from inside a conditional's body".to_string();
+            return Err(Refused {
+                error: out_of_order("instantiate", stream, reason),
+                written: Vec::new(),
+            });
+        }
         let outcome = match stream.capture.end(closer) {
             Ok(outcome) => outcome,
             Err(reason) => {

@@ -113,7 +113,7 @@ impl<D: GraphDriver> Client<D> {
     /// `buffer` as this client's server sees it. Every client numbers its
     /// streams and buffers from one and cuts its own pages, so another
     /// client's buffer would name memory of this one's that it never owned.
-    fn buffer_ref<'b>(&self, buffer: &'b Buffer) -> Result<BufferRef<'b>, Error> {
+    pub(crate) fn buffer_ref<'b>(&self, buffer: &'b Buffer) -> Result<BufferRef<'b>, Error> {
         if buffer.inner.client != self.shared.id {
             return Err(Error::OtherClient(buffer.id()));
         }

@@ -25,6 +25,7 @@
 pub(crate) mod buffer;
 pub(crate) mod cache;
 pub(crate) mod calls;
+pub(crate) mod conditional;
 pub(crate) mod graph_handle;
 pub(crate) mod kernel;
 pub(crate) mod shared;

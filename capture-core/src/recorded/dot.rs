@@ -4,19 +4,31 @@
 use std::fmt::Write as _;
 
 use crate::kernels::signature::Access;
+use crate::recorded::conditional::Conditional;
 use crate::recorded::dependencies::Dependencies;
 use crate::recorded::entries::{Entry, edges};
 
 /// `log` as a Graphviz digraph named `name`: a node per operation, an
 /// edge per edge of its dependency graph, labelled with the buffers and
-/// kinds of the hazards behind it.
+/// kinds of the hazards behind it. A conditional is a diamond reading its
+/// flag, with each body drawn as a cluster holding its own dependency graph.
 pub fn dot(name: &str, log: &[Entry]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "digraph \"{}\" {{", escape(name));
     let _ = writeln!(out, "  rankdir=TB;");
     let _ = writeln!(out, "  node [shape=box, fontname=\"monospace\"];");
+    draw(&mut out, log, "n", 1);
+    out.push_str("}\n");
+    out
+}
+
+/// The nodes and edges of `log`, each node named `prefix` and its place,
+/// indented `depth` levels.
+fn draw(out: &mut String, log: &[Entry], prefix: &str, depth: usize) {
+    let pad = "  ".repeat(depth);
     for (i, entry) in log.iter().enumerate() {
-        let label = match entry {
+        let node = format!("{prefix}{i}");
+        let (label, shape) = match entry {
             Entry::Launch {
                 kernel,
                 groups,
@@ -33,12 +45,7 @@ pub fn dot(name: &str, log: &[Entry]) -> String {
                     groups[2]
                 );
                 for (span, access) in bindings {
-                    let how = match access {
-                        Access::Read => "r",
-                        Access::Write => "w",
-                        Access::ReadWrite => "rw",
-                    };
-                    let _ = write!(label, "\\n{how} {span}");
+                    let _ = write!(label, "\\n{} {span}", short(*access));
                 }
                 if *info_bytes > 0 {
                     let _ = write!(label, "\\ninfo {info_bytes} B");
@@ -46,15 +53,28 @@ pub fn dot(name: &str, log: &[Entry]) -> String {
                 if *param_bytes > 0 {
                     let _ = write!(label, "\\nparams {param_bytes} B");
                 }
-                label
+                (label, "box")
             }
-            Entry::Write { span } => format!("{i}: write {} B\\nw {span}", span.len),
+            Entry::Write { span } => (format!("{i}: write {} B\\nw {span}", span.len), "note"),
+            Entry::Conditional { kind, flag, bodies } => {
+                let mut label = format!("{i}: {} {flag} != 0", kind.name());
+                if let Conditional::While { bound } = kind {
+                    let _ = write!(label, "\\nat most {bound}");
+                }
+                for (b, body) in bodies.iter().enumerate() {
+                    let _ = writeln!(out, "{pad}subgraph cluster_{node}_{b} {{");
+                    let what = if b == 0 { "body" } else { "else" };
+                    let _ = writeln!(out, "{pad}  label=\"{i}: {what}\";");
+                    draw(out, body, &format!("{node}_{b}_"), depth + 1);
+                    let _ = writeln!(out, "{pad}}}");
+                    if let Some(first) = (!body.is_empty()).then(|| format!("{node}_{b}_0")) {
+                        let _ = writeln!(out, "{pad}{node} -> {first} [style=dashed];");
+                    }
+                }
+                (label, "diamond")
+            }
         };
-        let shape = match entry {
-            Entry::Launch { .. } => "box",
-            Entry::Write { .. } => "note",
-        };
-        let _ = writeln!(out, "  n{i} [label=\"{label}\", shape={shape}];");
+        let _ = writeln!(out, "{pad}{node} [label=\"{label}\", shape={shape}];");
     }
     // The dependency graph's edges, each labelled with every hazard between
     // its two operations.
@@ -65,10 +85,20 @@ pub fn dot(name: &str, log: &[Entry]) -> String {
             .filter(|e| (e.from, e.to) == (from, to))
             .map(|e| format!("{} {}", e.hazard.short(), e.buffer))
             .collect();
-        let _ = writeln!(out, "  n{from} -> n{to} [label=\"{}\"];", label.join("\\n"));
+        let _ = writeln!(
+            out,
+            "{pad}{prefix}{from} -> {prefix}{to} [label=\"{}\"];",
+            label.join("\\n")
+        );
     }
-    out.push_str("}\n");
-    out
+}
+
+fn short(access: Access) -> &'static str {
+    match access {
+        Access::Read => "r",
+        Access::Write => "w",
+        Access::ReadWrite => "rw",
+    }
 }
 
 fn escape(text: &str) -> String {
@@ -101,6 +131,41 @@ mod tests {
         );
         assert!(text.contains("n0 -> n1 [label=\"RAW buffer 1\"];"));
         assert!(text.trim_end().ends_with('}'));
+    }
+
+    #[test]
+    fn dot_draws_each_body_as_a_cluster_with_its_own_edges() {
+        use Access::{Read, ReadWrite, Write};
+        let flag = crate::kernels::span::Span::whole(BufferId(9), 4);
+        let inner = Entry::Conditional {
+            kind: Conditional::If,
+            flag,
+            bodies: vec![vec![launch("x", &[(3, Write)])]],
+        };
+        let log = vec![
+            launch("a", &[(1, Write)]),
+            Entry::Conditional {
+                kind: Conditional::While { bound: 8 },
+                flag,
+                bodies: vec![vec![
+                    launch("b", &[(1, ReadWrite)]),
+                    launch("c", &[(1, Read), (9, Write)]),
+                    inner,
+                ]],
+            },
+        ];
+        let text = dot("g", &log);
+        assert!(text.contains("subgraph cluster_n1_0 {"), "{text}");
+        assert!(text.contains("subgraph cluster_n1_0_2_0 {"), "{text}");
+        assert!(
+            text.contains("n1 [label=\"1: while buffer 9 [0..4) != 0\\nat most 8\", shape=diamond];"),
+            "{text}"
+        );
+        assert!(text.contains("n1_0_0 -> n1_0_1 [label=\"RAW buffer 1\"];"), "{text}");
+        assert!(text.contains("n1_0_1 -> n1_0_2 [label=\"RAW buffer 9\"];"), "{text}");
+        assert!(text.contains("n1 -> n1_0_0 [style=dashed];"), "{text}");
+        assert!(text.contains("n0 -> n1 [label=\"RAW buffer 1\"];"), "{text}");
+        assert_eq!(Entry::count(&log), (4, 0, 2));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use smallvec::SmallVec;
 use crate::ids::BufferId;
 use crate::kernels::signature::Access;
 use crate::kernels::span::Span;
+use crate::recorded::conditional::Conditional;
 
 /// One recorded operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +36,15 @@ pub enum Entry {
         /// The bytes written.
         span: Span,
     },
+    /// A conditional node: its bodies, each a log of its own.
+    Conditional {
+        /// What it does with its flag and bodies.
+        kind: Conditional,
+        /// The four bytes of its flag.
+        flag: Span,
+        /// Its bodies' logs, in order.
+        bodies: Vec<Vec<Entry>>,
+    },
 }
 
 impl Entry {
@@ -47,7 +57,31 @@ impl Entry {
                 accesses
             }
             Entry::Write { span } => [(*span, Access::Write)].into_iter().collect(),
+            // Whatever any body may touch, and the flag it reads first.
+            Entry::Conditional { flag, bodies, .. } => {
+                let mut accesses: SmallVec<[(Span, Access); 4]> =
+                    [(*flag, Access::Read)].into_iter().collect();
+                for entry in bodies.iter().flatten() {
+                    accesses.extend(entry.accesses());
+                }
+                accesses
+            }
         }
+    }
+
+    /// The launches, copies and conditionals of `log`, bodies included.
+    pub(crate) fn count(log: &[Entry]) -> (usize, usize, usize) {
+        log.iter().fold((0, 0, 0), |(l, c, n), entry| match entry {
+            Entry::Launch { .. } => (l + 1, c, n),
+            Entry::Write { .. } => (l, c + 1, n),
+            Entry::Conditional { bodies, .. } => {
+                let (bl, bc, bn) = bodies
+                    .iter()
+                    .map(|body| Entry::count(body))
+                    .fold((0, 0, 0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2));
+                (l + bl, c + bc, n + bn + 1)
+            }
+        })
     }
 }
 
@@ -191,6 +225,9 @@ pub struct GraphInfo {
     pub launches: usize,
     /// Copies recorded.
     pub copies: usize,
+    /// Conditional nodes (ifs and loops) recorded; the launches and copies
+    /// inside their bodies are counted above, each once.
+    pub conditionals: usize,
     /// Device bytes the graph pins (slices its recording touched).
     pub device_bytes: u64,
     /// Pinned host bytes it pins (what its recorded copies read).

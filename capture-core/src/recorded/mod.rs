@@ -4,10 +4,12 @@
 //!
 //! Uses kernels; the driver contract and everything above it may use it.
 
+pub mod conditional;
 pub(crate) mod dependencies;
 pub(crate) mod dot;
 pub mod edges;
 pub(crate) mod entries;
 
+pub use conditional::{Conditional, Ran};
 pub use dependencies::{Dependencies, MAX_REDUCED};
 pub use entries::GraphInfo;

@@ -164,6 +164,11 @@ impl<D: GraphDriver> Server<D> {
     /// saw kept on the graphs that share their memory, then run the
     /// destroys that waited for it.
     fn after_close(&self, lane: &mut Lane<D>) {
+        // A close refused from inside a conditional's body left the window
+        // recording: what waits for its close waits on.
+        if lane.state.capture.is_recording() {
+            return;
+        }
         mark_kept(lane);
         for graph in std::mem::take(&mut lane.state.deferred_destroys) {
             self.destroy_in(lane, graph);

@@ -189,6 +189,19 @@ impl<D: GraphDriver> Server<D> {
         bytes: &[u8],
     ) -> Result<(), Error> {
         lane.check_recorder()?;
+        if let Some(Ok(rules)) = super::conditional::body_rules(lane)
+            && !rules.copies
+        {
+            return lane.refused(Error::InBody {
+                stream: buffer.stream,
+                what: "a write",
+                reason: format!(
+                    "{} cannot skip a copy with the body it lies in; write the bytes before the \
+                     conditional, or with a kernel",
+                    D::NAME
+                ),
+            });
+        }
         let (slice, span) = (buffer.slice, buffer.span);
         if bytes.len() as u64 != span.len {
             return lane.refused(Error::SizeMismatch {

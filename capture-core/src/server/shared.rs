@@ -192,6 +192,20 @@ impl<D: GraphDriver> Server<D> {
         other: StreamId,
     ) -> Result<(), Error> {
         let recorder = std::thread::current().id();
+        // A body's work is one node of its window: no other stream's work
+        // can enter or leave it partway.
+        let depth = lanes.lane(other).map(|lane| lane.state.capture.depth());
+        for (depth, id) in [(depth, other), (Some(lanes.mine.state.capture.depth()), stream)] {
+            if depth.unwrap_or(0) > 0 {
+                return Err(Error::InBody {
+                    stream: id,
+                    what: "a wait between streams",
+                    reason: "a join or join back would cross the body's edge; wait before the \
+                             conditional or after it"
+                        .into(),
+                });
+            }
+        }
         let theirs = lanes.lane(other).ok_or(Error::UnknownStream(other))?;
         if let Some(window) = theirs.state.capture.recording_window() {
             // Fork: the recording stream's thread makes `stream` join.

@@ -15,6 +15,8 @@ use crate::error::Error;
 use crate::hashing::FastSet;
 use crate::ids::{BufferId, StreamId, WindowId};
 use crate::memory::pool::SliceHandle;
+use crate::kernels::span::Span;
+use crate::recorded::conditional::Conditional;
 use crate::recorded::entries::Entry;
 
 pub use crate::phase::Phase;
@@ -78,6 +80,31 @@ pub struct StreamCapture {
     last_len: usize,
     /// The first operation inside the window that failed or was skipped.
     failure: Option<Error>,
+    /// Conditionals open in the recording, outermost first: while one is,
+    /// `log` is its current body's.
+    open: Vec<OpenConditional>,
+}
+
+/// A conditional node being recorded.
+#[derive(Debug)]
+struct OpenConditional {
+    kind: Conditional,
+    flag: Span,
+    /// The log of the body (or window) it was opened in.
+    outer: Vec<Entry>,
+    /// Its bodies recorded so far.
+    bodies: Vec<Vec<Entry>>,
+}
+
+/// A conditional whose bodies were all recorded, for its entry.
+#[derive(Debug)]
+pub struct ClosedConditional {
+    /// Its kind.
+    pub kind: Conditional,
+    /// Its flag's bytes.
+    pub flag: Span,
+    /// Its bodies' logs.
+    pub bodies: Vec<Vec<Entry>>,
 }
 
 impl Default for StreamCapture {
@@ -99,6 +126,7 @@ impl Default for StreamCapture {
             log: Vec::new(),
             last_len: 0,
             failure: None,
+            open: Vec::new(),
         }
     }
 }
@@ -310,12 +338,13 @@ impl StreamCapture {
         first
     }
 
-    /// The recorded work writes `buffer`: all of it when `whole`.
+    /// The recorded work writes `buffer`: all of it when `whole`. A write
+    /// inside a conditional's body may not run, so it renews nothing.
     pub fn record_write(&mut self, buffer: BufferId, whole: bool) {
         if self.written_seen.insert(buffer) {
             self.written.push(buffer);
         }
-        if whole && self.renewed_seen.insert(buffer) {
+        if whole && self.open.is_empty() && self.renewed_seen.insert(buffer) {
             self.renewed.push(buffer);
         }
     }
@@ -352,6 +381,44 @@ impl StreamCapture {
         }
     }
 
+    /// Open a conditional reading `flag`: what is recorded from here goes
+    /// into its first body.
+    pub fn open_conditional(&mut self, kind: Conditional, flag: Span) {
+        let outer = std::mem::take(&mut self.log);
+        self.open.push(OpenConditional {
+            kind,
+            flag,
+            outer,
+            bodies: Vec::with_capacity(kind.bodies()),
+        });
+    }
+
+    /// The innermost open conditional's body is recorded: what is recorded
+    /// from here goes into its next one.
+    pub fn next_body(&mut self) {
+        if let Some(open) = self.open.last_mut() {
+            open.bodies.push(std::mem::take(&mut self.log));
+        }
+    }
+
+    /// Close the innermost open conditional: its last body is recorded, and
+    /// the log is its outer one again, where the caller logs its entry.
+    pub fn close_conditional(&mut self) -> Option<ClosedConditional> {
+        let mut open = self.open.pop()?;
+        open.bodies
+            .push(std::mem::replace(&mut self.log, open.outer));
+        Some(ClosedConditional {
+            kind: open.kind,
+            flag: open.flag,
+            bodies: open.bodies,
+        })
+    }
+
+    /// Conditionals open around what is recorded now: 0 outside any body.
+    pub fn depth(&self) -> usize {
+        self.open.len()
+    }
+
     /// The operations the open recording logged so far.
     pub fn log(&self) -> &[Entry] {
         &self.log
@@ -367,8 +434,16 @@ impl StreamCapture {
         self.failure.take()
     }
 
-    /// Everything the window recorded, leaving nothing behind.
+    /// Everything the window recorded, leaving nothing behind: a
+    /// conditional still open is closed where it stands.
     pub fn take_recorded(&mut self) -> Recorded {
+        while let Some(closed) = self.close_conditional() {
+            self.log.push(Entry::Conditional {
+                kind: closed.kind,
+                flag: closed.flag,
+                bodies: closed.bodies,
+            });
+        }
         self.written_seen.clear();
         self.renewed_seen.clear();
         self.read_seen.clear();
@@ -393,6 +468,7 @@ impl StreamCapture {
     }
 
     fn clear(&mut self) {
+        self.open.clear();
         drop(self.take_recorded());
         self.failure = None;
     }
@@ -557,6 +633,46 @@ mod tests {
         assert!(!join_b.is_open());
         assert_eq!(state.take_failure(), Some(Error::Poisoned));
         assert_eq!(state.close_joins(), None, "none left");
+    }
+
+    #[test]
+    fn bodies_are_logs_of_their_own_and_renew_nothing() {
+        let mut state = StreamCapture::default();
+        state.prepare(W1).expect("prepare");
+        state.begin(W1, me()).expect("begin");
+        state.record_entry(write(1));
+        let flag = Span::whole(BufferId(9), 4);
+        state.open_conditional(Conditional::IfElse, flag);
+        assert_eq!(state.depth(), 1);
+        assert_eq!(state.logged(), 0, "the body's own log");
+        state.record_entry(write(2));
+        state.record_write(BufferId(2), true);
+        state.next_body();
+        state.open_conditional(Conditional::While { bound: 3 }, flag);
+        assert_eq!(state.depth(), 2);
+        state.record_entry(write(3));
+        let inner = state.close_conditional().expect("inner");
+        assert_eq!(inner.bodies, vec![vec![write(3)]]);
+        state.record_entry(Entry::Conditional {
+            kind: inner.kind,
+            flag,
+            bodies: inner.bodies,
+        });
+        let outer = state.close_conditional().expect("outer");
+        assert_eq!(outer.kind, Conditional::IfElse);
+        assert_eq!(outer.bodies.len(), 2);
+        assert_eq!(outer.bodies[0], vec![write(2)]);
+        assert_eq!(state.depth(), 0);
+        assert_eq!(state.log(), [write(1)], "the window's log again");
+        assert!(state.close_conditional().is_none());
+        state.record_write(BufferId(4), true);
+        state.open_conditional(Conditional::If, flag);
+        state.record_entry(write(5));
+        let recorded = state.take_recorded();
+        assert_eq!(recorded.written, vec![BufferId(2), BufferId(4)]);
+        assert_eq!(recorded.renewed, vec![BufferId(4)], "only outside bodies");
+        assert_eq!(recorded.log.len(), 2, "the open one closed where it stood");
+        assert_eq!(state.depth(), 0);
     }
 
     #[test]

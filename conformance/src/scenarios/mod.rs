@@ -1,6 +1,7 @@
 //! Every scenario, written once, generic over the backend.
 
 use crate::workload::UserKernels;
+mod conditionals;
 mod decoder;
 mod dependencies;
 mod faults;
@@ -81,6 +82,14 @@ suite![
     updates::rule_18_old_pins_are_released_after_the_old_replays,
     updates::graph_cache_counts_and_evicts,
     updates::a_graph_draws_its_dependencies,
+    conditionals::if_true_and_false_replay_like_eager,
+    conditionals::while_runs_zero_one_k_and_bound_iterations,
+    conditionals::a_loop_nested_in_an_if_replays_like_eager,
+    conditionals::a_hundred_replays_reset_by_kernels_and_independent_bodies,
+    conditionals::recapture_of_a_graph_with_conditionals,
+    conditionals::failing_bodies_seal_nothing_and_allocating_ones_replay,
+    conditionals::what_a_body_cannot_hold_is_refused,
+    conditionals::a_refused_node_creation_loses_nothing,
     dependencies::eight_independent_chains_are_one_chain_deep_and_eight_wide,
     dependencies::hazards_of_every_kind_replay_a_thousand_times_like_eager,
     dependencies::views_of_one_buffer_replay_a_thousand_times_like_eager,

@@ -46,6 +46,7 @@ impl UserKernels for Host {
             UserKernel::SiluMul => transformer::silu_mul,
             UserKernel::Argmax => transformer::argmax,
             UserKernel::Advance => transformer::advance,
+            UserKernel::Countdown => countdown,
         };
         Kernel::new(which.signature(), body)
     }
@@ -125,6 +126,23 @@ fn residual(group: &Group<'_>, buffers: &mut [View<'_>]) -> Result<(), String> {
     for i in group.elements_x(n.min(x.len()).min(y.len())) {
         x[i] += y[i];
     }
+    Ok(())
+}
+
+fn countdown(group: &Group<'_>, buffers: &mut [View<'_>]) -> Result<(), String> {
+    let [counter, flag] = buffers else {
+        return Err("countdown binds two buffers".into());
+    };
+    if group.elements_x(1).is_empty() {
+        return Ok(());
+    }
+    let counter = counter.f32_mut()?;
+    let flag = flag.u32_mut()?;
+    let (Some(c), Some(f)) = (counter.first_mut(), flag.first_mut()) else {
+        return Err("countdown needs one counter and one flag".into());
+    };
+    *c -= 1.0;
+    *f = u32::from(*c > 0.5);
     Ok(())
 }
 

@@ -105,11 +105,13 @@ pub enum UserKernel {
     Argmax,
     /// Each sequence's position, one further.
     Advance,
+    /// A loop's counter, one lower, and its flag set while it is above 0.
+    Countdown,
 }
 
 impl UserKernel {
     /// Every kernel, in a fixed order.
-    pub const ALL: [UserKernel; 16] = [
+    pub const ALL: [UserKernel; 17] = [
         UserKernel::RmsNorm,
         UserKernel::MatVec,
         UserKernel::Silu,
@@ -126,6 +128,7 @@ impl UserKernel {
         UserKernel::SiluMul,
         UserKernel::Argmax,
         UserKernel::Advance,
+        UserKernel::Countdown,
     ];
 
     /// The kernels of the MLP decode step, which [`Workload`] builds.
@@ -156,6 +159,7 @@ impl UserKernel {
             UserKernel::SiluMul => "silu_mul",
             UserKernel::Argmax => "argmax",
             UserKernel::Advance => "advance",
+            UserKernel::Countdown => "countdown",
         }
     }
 
@@ -182,6 +186,7 @@ impl UserKernel {
             UserKernel::SiluMul => base.bindings(&[ReadWrite, Read]).param(4),
             UserKernel::Argmax => base.bindings(&[Read, Read, Write, ReadWrite]).params(3),
             UserKernel::Advance => base.binding(ReadWrite).params(2),
+            UserKernel::Countdown => base.bindings(&[ReadWrite, Write]),
         }
     }
 }
@@ -249,8 +254,18 @@ pub trait UserKernels: GraphDriver + Builtins {
 /// The workload's kernels on one device, launched only with counts checked
 /// against the buffers: the safe way to run them.
 pub struct Workload<D: UserKernels> {
-    kernels: [Kernel<D>; 5],
+    kernels: [Kernel<D>; 6],
 }
+
+/// The kernels [`Workload`] builds: the MLP step's and a loop's countdown.
+const WORKLOAD: [UserKernel; 6] = [
+    UserKernel::RmsNorm,
+    UserKernel::MatVec,
+    UserKernel::Silu,
+    UserKernel::Residual,
+    UserKernel::Scale,
+    UserKernel::Countdown,
+];
 
 fn elements(buffer: &Buffer) -> u64 {
     buffer.len() / 4
@@ -277,19 +292,21 @@ impl<D: UserKernels> Workload<D> {
         // of which checks its counts against its buffers first, and by
         // callers of the unsafe `kernel`, which promise the same.
         let build = |which| unsafe { D::user_kernel(device, which) }.map(Kernel::new);
+        let [a, b, c, d, e, f] = WORKLOAD;
         Ok(Self {
             kernels: [
-                build(UserKernel::RmsNorm)?,
-                build(UserKernel::MatVec)?,
-                build(UserKernel::Silu)?,
-                build(UserKernel::Residual)?,
-                build(UserKernel::Scale)?,
+                build(a)?,
+                build(b)?,
+                build(c)?,
+                build(d)?,
+                build(e)?,
+                build(f)?,
             ],
         })
     }
 
     fn get(&self, which: UserKernel) -> &Kernel<D> {
-        let index = UserKernel::MLP
+        let index = WORKLOAD
             .iter()
             .position(|&k| k == which)
             .unwrap_or(0);
@@ -397,6 +414,21 @@ impl<D: UserKernels> Workload<D> {
             &[],
             params.as_bytes(),
         )
+    }
+
+    /// `counter[0] -= 1`, then `flag[0] = counter[0] > 0` (`1` or `0`): the
+    /// counter is an `f32`, so that a fill resets it, and the flag a `u32`.
+    pub fn countdown(
+        &self,
+        client: &Client<D>,
+        stream: StreamId,
+        counter: &Buffer,
+        flag: &Buffer,
+    ) -> Result<(), Error> {
+        let k = UserKernel::Countdown;
+        fits(k, "counter", 1, counter)?;
+        fits(k, "flag", 1, flag)?;
+        client.launch(stream, self.get(k), [1, 1, 1], &[counter, flag], &[], &[])
     }
 
     /// `x = x * a + b` over the first `n` elements the `groups` grid covers.
