@@ -333,8 +333,8 @@ pub enum Error {
         /// Why not.
         reason: String,
     },
-    /// A conditional's flag is not a `u32` the device can read: fewer than
-    /// four bytes, or a view at an offset that is not a multiple of four.
+    /// A conditional's flag is not a `u32` of the conditional's stream: it
+    /// holds fewer than four bytes, or belongs to another stream.
     #[error("{buffer} cannot be a conditional's flag: {reason}")]
     BadFlag {
         /// The buffer offered.

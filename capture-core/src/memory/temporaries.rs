@@ -199,22 +199,55 @@ impl Temporaries {
 /// The operation of `log` that first touches buffer `id` (of `len` bytes),
 /// if it does anything but write all of it.
 fn read_first(log: &[Entry], id: BufferId, len: u64) -> Option<usize> {
-    log.iter().enumerate().find_map(|(at, entry)| {
-        let mut touches = entry
-            .accesses()
-            .into_iter()
-            .filter(|(span, _)| span.buffer == id);
-        let first = touches.next()?;
-        let writes_all = |(span, access): &(crate::kernels::span::Span, Access)| {
-            *access == Access::Write && span.offset == 0 && span.len == len
-        };
-        // Touched here: fine only if every binding of it writes all of it.
-        if writes_all(&first) && touches.all(|t| writes_all(&t)) {
-            Some(None)
-        } else {
-            Some(Some(at))
+    log.iter()
+        .enumerate()
+        .find_map(|(at, entry)| match first_touch(entry, id, len)? {
+            Touch::WritesAll => Some(None),
+            Touch::ReadsFirst => Some(Some(at)),
+            // A body that may not run wrote it: what comes after decides.
+            Touch::MayWrite => None,
+        })?
+}
+
+/// How an operation first touches a temporary.
+enum Touch {
+    /// It writes every byte before anything reads one.
+    WritesAll,
+    /// It reads bytes nothing wrote before.
+    ReadsFirst,
+    /// Only bodies that may not run write it, all of it first.
+    MayWrite,
+}
+
+/// How `entry` touches buffer `id` (of `len` bytes) first, if it does.
+fn first_touch(entry: &Entry, id: BufferId, len: u64) -> Option<Touch> {
+    if let Entry::Conditional { flag, bodies, .. } = entry {
+        if flag.buffer == id {
+            return Some(Touch::ReadsFirst);
         }
-    })?
+        let mut touched = false;
+        for body in bodies {
+            match read_first(body, id, len) {
+                Some(_) => return Some(Touch::ReadsFirst),
+                None => touched |= body.iter().any(|e| first_touch(e, id, len).is_some()),
+            }
+        }
+        return touched.then_some(Touch::MayWrite);
+    }
+    let mut touches = entry
+        .accesses()
+        .into_iter()
+        .filter(|(span, _)| span.buffer == id);
+    let first = touches.next()?;
+    let writes_all = |(span, access): &(crate::kernels::span::Span, Access)| {
+        *access == Access::Write && span.offset == 0 && span.len == len
+    };
+    // Touched here: fine only if every binding of it writes all of it.
+    if writes_all(&first) && touches.all(|t| writes_all(&t)) {
+        Some(Touch::WritesAll)
+    } else {
+        Some(Touch::ReadsFirst)
+    }
 }
 
 #[cfg(test)]
@@ -229,6 +262,32 @@ mod tests {
     fn arena(pool: &mut Pool<()>, bytes: u64) -> SliceHandle {
         pool.reserve_page(BufferId(100), bytes, |_| Ok(()))
             .expect("a page")
+    }
+
+    #[test]
+    fn a_temporary_written_in_a_body_is_read_first_only_where_the_body_may_not_run() {
+        use crate::recorded::conditional::Conditional;
+        let write = test_launch("w", &[(5, Access::Write)]);
+        let read = test_launch("r", &[(5, Access::Read)]);
+        let node = |body: Vec<Entry>| Entry::Conditional {
+            kind: Conditional::While { bound: 2 },
+            flag: Span::whole(BufferId(9), 4),
+            bodies: vec![body],
+        };
+        let len = 64;
+        let inside = node(vec![write.clone(), read.clone()]);
+        assert_eq!(read_first(&[inside.clone()], BufferId(5), len), None);
+        assert_eq!(read_first(&[inside.clone(), read.clone()], BufferId(5), len), Some(1));
+        assert_eq!(read_first(&[inside.clone(), write.clone()], BufferId(5), len), None);
+        let reads = node(vec![read.clone(), write.clone()]);
+        assert_eq!(read_first(&[write.clone(), reads.clone()], BufferId(5), len), None);
+        assert_eq!(read_first(&[reads], BufferId(5), len), Some(0));
+        let nested = node(vec![node(vec![read.clone()])]);
+        assert_eq!(read_first(&[nested], BufferId(5), len), Some(0));
+        let untouched = node(vec![test_launch("o", &[(6, Access::Write)])]);
+        assert_eq!(read_first(&[untouched, read], BufferId(5), len), Some(1));
+        let flag = node(vec![]);
+        assert_eq!(read_first(&[flag], BufferId(9), 4), Some(0), "a flag is read");
     }
 
     #[test]
