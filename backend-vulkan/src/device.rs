@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use ash::vk;
 use capture_core::{DeviceInfo, DriverError, KeepAlive};
 
+use crate::conditional::Rendering;
 use crate::error::{error, vk_error};
 use crate::instance::{self, API_VERSION, InstanceParts, Layers};
 use crate::validation::{Counters, ValidationCounts};
@@ -37,6 +38,9 @@ pub struct Device {
     pub(crate) limits: vk::PhysicalDeviceLimits,
     pub(crate) info: DeviceInfo,
     pub(crate) counters: Arc<Counters>,
+    /// `VK_EXT_conditional_rendering`, where the device enabled it: what
+    /// conditionals in graphs need.
+    pub(crate) rendering: Option<Rendering>,
     pub(crate) owner: Owner,
 }
 
@@ -284,6 +288,36 @@ fn pick_default(list: &[Assessed]) -> Result<usize, DriverError> {
         })
 }
 
+/// Whether `physical` offers `VK_EXT_conditional_rendering` with its
+/// `conditionalRendering` feature. [`NO_CONDITIONAL_RENDERING_ENV`] set
+/// to `1` says no, to see what a device without it does.
+fn has_conditional_rendering(instance: &ash::Instance, physical: vk::PhysicalDevice) -> bool {
+    if std::env::var(NO_CONDITIONAL_RENDERING_ENV).is_ok_and(|v| v == "1") {
+        return false;
+    }
+    // SAFETY: the physical device was enumerated from this instance.
+    let Ok(extensions) = (unsafe { instance.enumerate_device_extension_properties(physical) })
+    else {
+        return false;
+    };
+    let named = extensions.iter().any(|e| {
+        e.extension_name_as_c_str()
+            .is_ok_and(|name| name == ash::ext::conditional_rendering::NAME)
+    });
+    if !named {
+        return false;
+    }
+    let mut rendering = vk::PhysicalDeviceConditionalRenderingFeaturesEXT::default();
+    let mut features = vk::PhysicalDeviceFeatures2::default().push_next(&mut rendering);
+    // SAFETY: as above; the chain holds a structure the extension defines.
+    unsafe { instance.get_physical_device_features2(physical, &mut features) };
+    rendering.conditional_rendering == vk::TRUE
+}
+
+/// Env var that, set to `1`, opens devices without conditional rendering,
+/// so that recording a conditional is refused as on a device that lacks it.
+pub const NO_CONDITIONAL_RENDERING_ENV: &str = "CAPTURE_VULKAN_NO_CONDITIONAL_RENDERING";
+
 impl Device {
     /// Opens the device [`DEVICE_ENV`] selects, or the most capable one.
     pub(crate) fn open() -> Result<Arc<Device>, DriverError> {
@@ -306,9 +340,12 @@ impl Device {
             Ok(list.swap_remove(index))
         });
         match chosen.and_then(|chosen| Self::create(&parts, chosen)) {
-            Ok((device, queue, family, chosen)) => Ok(Arc::new(Self::assemble(
-                parts, device, queue, family, chosen,
-            ))),
+            Ok((device, queue, family, chosen, conditional)) => {
+                let rendering = conditional.then(|| Rendering::load(&parts.instance, &device));
+                let mut device = Self::assemble(parts, device, queue, family, chosen);
+                device.rendering = rendering;
+                Ok(Arc::new(device))
+            }
             Err(e) => {
                 parts.destroy();
                 Err(e)
@@ -316,11 +353,12 @@ impl Device {
         }
     }
 
-    /// Creates the logical device of `chosen`, with one compute queue.
+    /// Creates the logical device of `chosen`, with one compute queue, and
+    /// conditional rendering where it has it.
     fn create(
         parts: &InstanceParts,
         chosen: Assessed,
-    ) -> Result<(ash::Device, vk::Queue, u32, Assessed), DriverError> {
+    ) -> Result<(ash::Device, vk::Queue, u32, Assessed, bool), DriverError> {
         let family = chosen
             .queue_family
             .map_err(|lack| error("open", format!("{}: {lack}", chosen.info.name)))?;
@@ -328,18 +366,28 @@ impl Device {
         let queues = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(family)
             .queue_priorities(&priorities)];
+        let conditional = has_conditional_rendering(&parts.instance, chosen.physical);
+        let extensions = [ash::ext::conditional_rendering::NAME.as_ptr()];
         let mut v12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
-        let info = vk::DeviceCreateInfo::default()
+        let mut rendering =
+            vk::PhysicalDeviceConditionalRenderingFeaturesEXT::default().conditional_rendering(true);
+        let mut info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
             .push_next(&mut v12);
+        if conditional {
+            info = info
+                .enabled_extension_names(&extensions)
+                .push_next(&mut rendering);
+        }
         // SAFETY: the device supports timeline semaphores and the queue
-        // family exists (both checked by the listing); every pointer refers
-        // to locals alive for the call.
+        // family exists (both checked by the listing), and conditional
+        // rendering where it is enabled (checked above); every pointer
+        // refers to locals alive for the call.
         let device = unsafe { parts.instance.create_device(chosen.physical, &info, None) }
             .map_err(|e| vk_error("open", e))?;
         // SAFETY: one queue of this family was requested above.
         let queue = unsafe { device.get_device_queue(family, 0) };
-        Ok((device, queue, family, chosen))
+        Ok((device, queue, family, chosen, conditional))
     }
 
     fn assemble(
@@ -368,8 +416,14 @@ impl Device {
             limits: props.limits,
             info: chosen.info,
             counters: Arc::clone(&parts.counters),
+            rendering: None,
             owner: Owner::Backend(Box::new(parts)),
         }
+    }
+
+    /// Whether the caller made the device and handed it in.
+    pub(crate) fn is_adopted(&self) -> bool {
+        matches!(self.owner, Owner::Caller { .. })
     }
 
     /// The queue, locked for one submission. A poisoned lock only means

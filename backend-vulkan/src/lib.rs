@@ -27,6 +27,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod barriers;
+mod conditional;
 mod device;
 mod error;
 mod graph;
@@ -43,14 +44,14 @@ mod validation;
 use std::sync::Arc;
 
 use capture_core::{
-    Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice,
-    ImportRefusal, Launch, Order, Signature, Updated,
+    Bodies, Builtin, Builtins, Conditional, DeviceInfo, DeviceSlice, Driver, DriverError,
+    GraphDriver, HostSlice, ImportRefusal, Launch, Order, Signature, Updated,
 };
 
 /// The `ash` this backend is built with, whose handles [`Device::from_raw`],
 /// [`DevicePage::from_raw`] and [`Kernel::from_raw`] take.
 pub use ash;
-pub use device::{DEVICE_ENV, Device};
+pub use device::{DEVICE_ENV, Device, NO_CONDITIONAL_RENDERING_ENV};
 pub use graph::Executable;
 pub use instance::{SYNC_VALIDATION_ENV, VALIDATION_ENV};
 pub use kernels::Kernel;
@@ -62,7 +63,7 @@ pub use validation::ValidationCounts;
 
 use crate::error::error;
 use crate::memory::Buffer;
-use crate::recording::{Bound, Copy, Dispatch};
+use crate::recording::{Bound, Copy, Dispatch, Recorder};
 
 /// The Vulkan driver: a marker type naming the backend in generic code.
 #[derive(Debug, Clone, Copy, Default)]
@@ -275,6 +276,38 @@ impl GraphDriver for Vulkan {
         _order: Order<'_>,
     ) -> Result<Updated<Recording>, DriverError> {
         Ok(Updated::Topology(recording))
+    }
+
+    /// Where the device enabled `VK_EXT_conditional_rendering`: each body
+    /// is encoded once per run it may make (a loop's up to its bound), on a
+    /// predicate computed just before it. A copy in a body would run
+    /// whether the body does or not, so the core refuses the caller's.
+    fn conditionals(stream: &Stream) -> Result<Bodies, String> {
+        match stream.device().rendering {
+            Some(_) => Ok(Bodies { copies: false }),
+            None if stream.device().is_adopted() => Err(
+                "the device was adopted, and whether VK_EXT_conditional_rendering was enabled \
+                 on it is not known"
+                    .into(),
+            ),
+            None => Err("the device has no VK_EXT_conditional_rendering".into()),
+        }
+    }
+
+    fn open_conditional(
+        stream: &mut Stream,
+        kind: Conditional,
+        flag: DeviceSlice<'_, Self>,
+    ) -> Result<(), DriverError> {
+        stream.open_conditional(kind, (&flag.page.0, flag.offset))
+    }
+
+    fn next_body(stream: &mut Stream) -> Result<(), DriverError> {
+        stream.in_window("next body", Recorder::next_body)
+    }
+
+    fn close_conditional(stream: &mut Stream, orders: &[Order<'_>]) -> Result<(), DriverError> {
+        stream.in_window("close conditional", |recorder| recorder.close_conditional(orders))
     }
 
     fn upload(exec: &Executable, stream: &mut Stream) -> Result<(), DriverError> {

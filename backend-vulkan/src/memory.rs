@@ -266,6 +266,20 @@ pub(crate) fn device_page(device: &Arc<Device>, bytes: u64) -> Result<DevicePage
     .map(|b| DevicePage(Arc::new(b)))
 }
 
+/// Device memory for `words` conditional-rendering predicates, which a
+/// kernel writes and conditional rendering reads.
+pub(crate) fn predicates(device: &Arc<Device>, words: u64) -> Result<Arc<Buffer>, DriverError> {
+    create(
+        device,
+        words * 4,
+        vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::CONDITIONAL_RENDERING_EXT,
+        vk::MemoryPropertyFlags::empty(),
+        vk::MemoryPropertyFlags::DEVICE_LOCAL,
+        "open conditional",
+    )
+    .map(Arc::new)
+}
+
 /// A page of mapped host memory, a copy source and destination. Cached
 /// memory is preferred because the host reads results back from it.
 pub(crate) fn host_page(device: &Arc<Device>, bytes: u64) -> Result<HostPage, DriverError> {

@@ -22,6 +22,7 @@ use ash::vk;
 use capture_core::{Access, Dependencies, DriverError, Order};
 
 use crate::barriers::{Hazards, Range, device_barrier};
+use crate::conditional::{NO_PARENT, Predicates, Rendering, barrier};
 use crate::error::error;
 
 /// One command, ready to encode.
@@ -124,6 +125,39 @@ enum Kind {
     /// A copy of no bytes: an operation the core numbers, with nothing to
     /// encode.
     Empty,
+    /// The conditional at this index of [`Prepared::nodes`].
+    Conditional(usize),
+}
+
+/// A conditional: its predicates and its bodies, each with the order its
+/// commands keep.
+#[derive(Debug)]
+pub(crate) struct Node {
+    pub(crate) predicates: Predicates,
+    pub(crate) bodies: Vec<(Prepared, Option<Dependencies>)>,
+}
+
+/// Where commands are encoded: inside which conditional rendering, if any,
+/// whose predicate a nested conditional folds into its own.
+#[derive(Clone, Copy)]
+pub(crate) struct Scope<'a> {
+    /// The device's conditional rendering, where it enabled it.
+    pub(crate) rendering: Option<&'a Rendering>,
+    /// The active conditional rendering's predicate: buffer and offset.
+    pub(crate) active: Option<(vk::Buffer, u64)>,
+    /// The active predicate's slot, or [`NO_PARENT`].
+    pub(crate) parent: u32,
+}
+
+impl<'a> Scope<'a> {
+    /// The scope of a recording's own commands.
+    pub(crate) fn top(rendering: Option<&'a Rendering>) -> Self {
+        Scope {
+            rendering,
+            active: None,
+            parent: NO_PARENT,
+        }
+    }
 }
 
 /// A command and the ranges it touches.
@@ -144,6 +178,7 @@ pub(crate) struct Prepared {
     entries: Vec<Entry>,
     accesses: Vec<(Range, Access)>,
     params: Vec<u8>,
+    nodes: Vec<Node>,
 }
 
 impl Prepared {
@@ -201,8 +236,18 @@ impl Prepared {
         });
     }
 
+    /// Keeps a conditional, one operation of the list.
+    pub(crate) fn push_node(&mut self, node: Node) {
+        self.entries.push(Entry {
+            kind: Kind::Conditional(self.nodes.len()),
+            push: 0..0,
+            accesses: 0..0,
+        });
+        self.nodes.push(node);
+    }
+
     /// `entry` as a command and the ranges it touches; `None` for an empty
-    /// copy.
+    /// copy or a conditional.
     fn command(&self, entry: &Entry) -> Result<Option<Touching<'_>>, DriverError> {
         let (Some(push), Some(accesses)) = (
             self.params.get(entry.push.clone()),
@@ -237,7 +282,7 @@ impl Prepared {
                 region,
                 to_host,
             },
-            Kind::Empty => return Ok(None),
+            Kind::Empty | Kind::Conditional(_) => return Ok(None),
         };
         Ok(Some((command, accesses)))
     }
@@ -249,11 +294,64 @@ impl Prepared {
         device: &ash::Device,
         cmd: vk::CommandBuffer,
         order: Order<'_>,
+        scope: Scope<'_>,
     ) -> Result<usize, DriverError> {
         match order {
-            Order::Chain => self.encode_chain(device, cmd),
-            Order::Dependencies(dependencies) => self.encode_levels(device, cmd, dependencies),
+            Order::Chain => self.encode_chain(device, cmd, scope),
+            Order::Dependencies(dependencies) => {
+                self.encode_levels(device, cmd, dependencies, scope)
+            }
         }
+    }
+
+    /// Encodes conditional `node`: per run, its predicates, then each body
+    /// inside conditional rendering on its own, with a barrier around
+    /// each; the scope's rendering ends before and begins again after.
+    fn encode_node(
+        &self,
+        device: &ash::Device,
+        cmd: vk::CommandBuffer,
+        node: usize,
+        scope: Scope<'_>,
+    ) -> Result<usize, DriverError> {
+        const OP: &str = "instantiate";
+        let (Some(node), Some(rendering)) = (self.nodes.get(node), scope.rendering) else {
+            return Err(error(OP, "a conditional without conditional rendering"));
+        };
+        let predicates = &node.predicates;
+        if scope.active.is_some() {
+            rendering.end(cmd);
+        }
+        // A loop of no runs still orders what comes before it.
+        let mut barriers = usize::from(predicates.runs() == 0);
+        if predicates.runs() == 0 {
+            barrier(device, cmd);
+        }
+        for run in 0..predicates.runs() {
+            barrier(device, cmd);
+            predicates.compute(device, cmd, run, scope.parent);
+            barrier(device, cmd);
+            barriers += 2;
+            for (body, (prepared, dependencies)) in node.bodies.iter().enumerate() {
+                let slot = Predicates::slot(run, body);
+                let active = (predicates.buffer.buffer, u64::from(slot) * 4);
+                rendering.begin(cmd, active.0, active.1);
+                let order = dependencies.as_ref().map_or(Order::Chain, Order::Dependencies);
+                let inner = Scope {
+                    rendering: Some(rendering),
+                    active: Some(active),
+                    parent: slot,
+                };
+                barriers += prepared.encode(device, cmd, order, inner)?;
+                rendering.end(cmd);
+                barrier(device, cmd);
+                barriers += 1;
+            }
+        }
+        if let Some((buffer, offset)) = scope.active {
+            rendering.begin(cmd, buffer, offset);
+        }
+        Ok(barriers)
     }
 
     /// Issue order, with a barrier before each command that conflicts with
@@ -262,11 +360,20 @@ impl Prepared {
         &self,
         device: &ash::Device,
         cmd: vk::CommandBuffer,
+        scope: Scope<'_>,
     ) -> Result<usize, DriverError> {
         let mut hazards = Hazards::default();
         let mut bound = vk::Pipeline::null();
         let mut barriers = 0;
         for entry in &self.entries {
+            if let Kind::Conditional(node) = entry.kind {
+                barriers += self.encode_node(device, cmd, node, scope)?;
+                // Its barriers ordered everything before it; it bound its
+                // own pipeline.
+                hazards.clear();
+                bound = vk::Pipeline::null();
+                continue;
+            }
             let Some((command, accesses)) = self.command(entry)? else {
                 continue;
             };
@@ -282,6 +389,7 @@ impl Prepared {
         device: &ash::Device,
         cmd: vk::CommandBuffer,
         dependencies: &Dependencies,
+        scope: Scope<'_>,
     ) -> Result<usize, DriverError> {
         let order = self.level_order(dependencies)?;
         let mut bound = vk::Pipeline::null();
@@ -291,6 +399,12 @@ impl Prepared {
             let Some(entry) = self.entries.get(index) else {
                 continue;
             };
+            if let Kind::Conditional(node) = entry.kind {
+                // Barriers of its own order it after the levels before.
+                barriers += self.encode_node(device, cmd, node, scope)?;
+                bound = vk::Pipeline::null();
+                continue;
+            }
             let Some((command, _)) = self.command(entry)? else {
                 continue;
             };

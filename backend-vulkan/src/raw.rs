@@ -106,6 +106,8 @@ impl Device {
             chosen.info.name,
         );
         Ok(Arc::new(Device {
+            // Whether the caller enabled it is not known.
+            rendering: None,
             device: raw.device,
             queue: Mutex::new(raw.queue),
             queue_family: family,

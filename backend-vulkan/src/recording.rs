@@ -25,7 +25,8 @@ use crate::device::Device;
 use crate::error::{error, vk_error};
 use crate::kernels::KernelObjects;
 use crate::memory::Buffer;
-use crate::prepared::{Command, Prepared, encode};
+use crate::conditional::{Predicates, words};
+use crate::prepared::{Command, Node, Prepared, Scope, encode};
 
 /// Commands after which an eager batch is submitted without waiting for a
 /// fence, so the GPU starts on long eager sequences early.
@@ -215,6 +216,18 @@ pub(crate) struct Recorder {
     scratch: Vec<(Range, Access)>,
     /// The descriptors of the launch being recorded; kept to reuse.
     infos: Vec<vk::DescriptorBufferInfo>,
+    /// Conditionals open in a capture window, innermost last: while one
+    /// is, `prepared` is its current body.
+    open: Vec<OpenNode>,
+}
+
+/// A conditional being recorded.
+#[derive(Debug)]
+struct OpenNode {
+    predicates: Predicates,
+    /// The list it was opened in.
+    outer: Prepared,
+    bodies: Vec<Prepared>,
 }
 
 /// Room for the most parameter bytes a kernel may take, rounded up to 4.
@@ -290,6 +303,7 @@ impl Recorder {
             commands: 0,
             scratch: Vec::with_capacity(KEEP_PER_COMMAND),
             infos: Vec::with_capacity(KEEP_PER_COMMAND),
+            open: Vec::new(),
         }
     }
 
@@ -470,6 +484,113 @@ impl Recorder {
         Ok(())
     }
 
+    /// Opens a conditional of `kind` on the `u32` at `offset` of `flag`:
+    /// what is recorded from here goes into its first body.
+    pub(crate) fn open_conditional(
+        &mut self,
+        device: &Arc<Device>,
+        kernel: &Arc<KernelObjects>,
+        kind: capture_core::Conditional,
+        (flag, offset): (&Arc<Buffer>, u64),
+    ) -> Result<(), DriverError> {
+        const OP: &str = "open conditional";
+        if self.prepared.is_none() {
+            return Err(error(OP, "an eager batch holds no conditional"));
+        }
+        let flag_range = range_in(flag, offset, 4, OP)?;
+        let alignment = device.limits.min_storage_buffer_offset_alignment.max(1);
+        if !flag_range.start.is_multiple_of(alignment) {
+            return Err(error(OP, format!("the flag's offset {} is not a multiple of {alignment}", flag_range.start)));
+        }
+        let buffer = crate::memory::predicates(device, words(kind)?)?;
+        // The enclosing conditional's predicates, or (unread) the flag.
+        let enclosing = match self.open.last() {
+            Some(open) => (open.predicates.buffer.buffer, 0, vk::WHOLE_SIZE),
+            None => (flag.buffer, flag_range.start, 4),
+        };
+        let vk_device = &device.device;
+        let set = self.descriptors.allocate(vk_device, kernel.set_layout)?;
+        let infos = [
+            (flag.buffer, flag_range.start, 4),
+            enclosing,
+            (buffer.buffer, 0, vk::WHOLE_SIZE),
+        ]
+        .map(|(buffer, offset, range)| {
+            vk::DescriptorBufferInfo::default()
+                .buffer(buffer)
+                .offset(offset)
+                .range(range)
+        });
+        let write = vk::WriteDescriptorSet::default()
+            .dst_set(set)
+            .dst_binding(0)
+            .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+            .buffer_info(&infos);
+        // SAFETY: `set` is fresh and unused; its layout has three storage
+        // buffers from binding 0; every buffer is live and kept by this
+        // recorder, and the ranges lie inside them.
+        unsafe { vk_device.update_descriptor_sets(std::slice::from_ref(&write), &[]) };
+        self.keep(flag);
+        self.keep(&buffer);
+        if !self.kernels.iter().any(|k| Arc::ptr_eq(k, kernel)) {
+            self.kernels.push(Arc::clone(kernel));
+        }
+        let outer = self.prepared.as_mut().map(std::mem::take).unwrap_or_default();
+        self.open.push(OpenNode {
+            predicates: Predicates {
+                kind,
+                buffer,
+                set,
+                pipeline: kernel.pipeline,
+                layout: kernel.layout,
+            },
+            outer,
+            bodies: Vec::with_capacity(kind.bodies()),
+        });
+        Ok(())
+    }
+
+    /// The open conditional's body is recorded: what comes next goes into
+    /// its next body.
+    pub(crate) fn next_body(&mut self) -> Result<(), DriverError> {
+        let (Some(open), Some(prepared)) = (self.open.last_mut(), &mut self.prepared) else {
+            return Err(error("next body", "no conditional is open"));
+        };
+        open.bodies.push(std::mem::take(prepared));
+        Ok(())
+    }
+
+    /// Closes the innermost open conditional, whose bodies keep `orders`:
+    /// it becomes one operation of the list it was opened in.
+    pub(crate) fn close_conditional(&mut self, orders: &[Order<'_>]) -> Result<(), DriverError> {
+        const OP: &str = "close conditional";
+        let (Some(mut open), Some(prepared)) = (self.open.pop(), &mut self.prepared) else {
+            return Err(error(OP, "no conditional is open"));
+        };
+        open.bodies.push(std::mem::replace(prepared, open.outer));
+        if open.bodies.len() != orders.len() || orders.len() != open.predicates.kind.bodies() {
+            return Err(error(
+                OP,
+                format!("{} bodies and {} orders", open.bodies.len(), orders.len()),
+            ));
+        }
+        let bodies = open
+            .bodies
+            .into_iter()
+            .zip(orders)
+            .map(|(body, order)| match order {
+                Order::Chain => (body, None),
+                Order::Dependencies(dependencies) => (body, Some((*dependencies).clone())),
+            })
+            .collect();
+        prepared.push_node(Node {
+            predicates: open.predicates,
+            bodies,
+        });
+        self.commands += 1;
+        Ok(())
+    }
+
     /// Encodes `command`, touching the scratch ranges, after a barrier if
     /// it conflicts with earlier ones; or, in a capture window, keeps it for
     /// instantiation.
@@ -487,11 +608,15 @@ impl Recorder {
     /// many barriers it placed between them.
     fn encode_prepared(
         &mut self,
-        device: &ash::Device,
+        device: &Device,
         order: Order<'_>,
     ) -> Result<usize, DriverError> {
+        if !self.open.is_empty() {
+            return Err(error("instantiate", "a conditional was never closed"));
+        }
+        let scope = Scope::top(device.rendering.as_ref());
         match &self.prepared {
-            Some(prepared) => prepared.encode(device, self.cmd, order),
+            Some(prepared) => prepared.encode(&device.device, self.cmd, order, scope),
             None => Err(error("instantiate", "an eager batch has nothing prepared")),
         }
     }
@@ -627,7 +752,7 @@ impl Recording {
             ));
         }
         let vk_device = &self.device.device;
-        let barriers = self.recorder.encode_prepared(vk_device, order)?;
+        let barriers = self.recorder.encode_prepared(&self.device, order)?;
         self.recorder.finish(vk_device)?;
         self.barriers = Some(barriers);
         Ok(())

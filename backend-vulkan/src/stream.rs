@@ -21,8 +21,11 @@ use ash::vk;
 use capture_core::DriverError;
 
 use crate::barriers::device_barrier;
+use crate::conditional::predicate_kernel;
 use crate::device::Device;
 use crate::error::{error, vk_error};
+use crate::kernels::KernelObjects;
+use crate::memory::Buffer;
 use crate::recording::{Copy, Recorder, Recording, allocate_command_buffer};
 
 /// Eager command buffers each stream owns: one being filled while the
@@ -106,6 +109,8 @@ pub struct Stream {
     idle: Vec<Recorder>,
     /// The capture window being recorded, if any.
     recording: Option<Recording>,
+    /// The kernel that computes conditional predicates, built on first use.
+    predicate: Option<Arc<KernelObjects>>,
     /// Other streams' points the next submission waits for.
     waits: Vec<(Arc<Timeline>, u64)>,
     /// Timelines a submission waits on, each kept alive until the value of
@@ -149,6 +154,7 @@ impl Stream {
             in_flight: VecDeque::with_capacity(BATCHES),
             idle: Vec::with_capacity(BATCHES),
             recording: None,
+            predicate: None,
             waits: Vec::new(),
             waited: VecDeque::new(),
             lost: None,
@@ -453,6 +459,42 @@ impl Stream {
         self.submit_or_keep_failure();
         self.recording = Some(Recording::begin(&self.device)?);
         Ok(())
+    }
+
+    /// Opens a conditional of `kind` on the `u32` at `flag` in the window
+    /// being recorded.
+    pub(crate) fn open_conditional(
+        &mut self,
+        kind: capture_core::Conditional,
+        flag: (&Arc<Buffer>, u64),
+    ) -> Result<(), DriverError> {
+        if self.recording.is_none() {
+            return Err(error("open conditional", "the stream is not recording"));
+        }
+        let kernel = match &self.predicate {
+            Some(kernel) => Arc::clone(kernel),
+            None => Arc::clone(self.predicate.insert(predicate_kernel(&self.device)?)),
+        };
+        match &mut self.recording {
+            Some(recording) => {
+                recording
+                    .recorder()
+                    .open_conditional(&self.device, &kernel, kind, flag)
+            }
+            None => Err(error("open conditional", "the stream is not recording")),
+        }
+    }
+
+    /// Runs `f` on the window's recorder; refused when not recording.
+    pub(crate) fn in_window(
+        &mut self,
+        op: &'static str,
+        f: impl FnOnce(&mut Recorder) -> Result<(), DriverError>,
+    ) -> Result<(), DriverError> {
+        match &mut self.recording {
+            Some(recording) => f(recording.recorder()),
+            None => Err(error(op, "the stream is not recording")),
+        }
     }
 
     /// Stops recording and hands the window's recording back, its commands
