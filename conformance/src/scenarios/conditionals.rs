@@ -89,9 +89,12 @@ impl<D: UserKernels> Loop<D> {
     /// conditionals must still run.
     fn recordable(&self) -> Result<bool, String> {
         self.arm(2).step("arm")?;
-        match self.capture(|| self.counted_loop(BOUND).map(drop)) {
-            Ok(_) => Ok(true),
-            Err(Error::NoConditionals { reason, .. }) => {
+        let refusal = match self.capture(|| self.counted_loop(BOUND).map(drop)) {
+            Ok(_) => return Ok(true),
+            Err(err) => err,
+        };
+        match refusal.root() {
+            Error::NoConditionals { reason, .. } => {
                 ensure!(!reason.is_empty(), "a refusal without a reason");
                 self.arm(3).step("arm")?;
                 let ran = self.counted_loop(BOUND).step("eager loop")?;
@@ -105,7 +108,7 @@ impl<D: UserKernels> Loop<D> {
                 expect_all(&self.client, &self.x, 3.0, "eager loop after the refusal")?;
                 Ok(false)
             }
-            Err(err) => Err(format!("capturing a loop: {err}")),
+            _ => Err(format!("capturing a loop: {refusal}")),
         }
     }
 }
