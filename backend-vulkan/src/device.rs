@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use ash::vk;
 use capture_core::{DeviceInfo, DriverError, KeepAlive};
 
-use crate::conditional::Rendering;
+use crate::rendering::Rendering;
 use crate::error::{error, vk_error};
 use crate::instance::{self, API_VERSION, InstanceParts, Layers};
 use crate::validation::{Counters, ValidationCounts};

@@ -37,6 +37,7 @@ mod memory;
 mod prepared;
 mod raw;
 mod recording;
+mod rendering;
 mod shader;
 mod stream;
 mod validation;

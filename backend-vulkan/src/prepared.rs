@@ -22,7 +22,8 @@ use ash::vk;
 use capture_core::{Access, Dependencies, DriverError, Order};
 
 use crate::barriers::{Hazards, Range, device_barrier};
-use crate::conditional::{NO_PARENT, Predicates, Rendering, barrier};
+use crate::conditional::{NO_PARENT, Predicates, barrier};
+use crate::rendering::Rendering;
 use crate::error::error;
 
 /// One command, ready to encode.

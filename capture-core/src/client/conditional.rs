@@ -7,7 +7,7 @@ use crate::driver::GraphDriver;
 use crate::error::Error;
 use crate::ids::StreamId;
 use crate::recorded::conditional::{Conditional, Ran};
-use crate::server::Body;
+use crate::server::conditional::Body;
 
 /// Conditionals read a flag: the `u32` in the first four bytes of a buffer
 /// of the conditional's stream, non-zero meaning true, written by the

@@ -47,11 +47,10 @@ use crate::streams::capturing::Phase;
 use crate::streams::order::StreamOrder;
 use crate::streams::state::{Config, StreamState, StreamUsage};
 
-pub(crate) use conditional::Body;
 pub(crate) use lane::AnySlot;
 use lane::{Ids, Lane, Slot};
 
-mod conditional;
+pub(crate) mod conditional;
 mod graphs;
 mod lane;
 mod launch;
