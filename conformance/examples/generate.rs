@@ -6,6 +6,12 @@
 //! memory the graph set holds (its graphs share their temporaries) against
 //! the largest graph's temporaries.
 //!
+//! Then whole generations: each sequence stops at an end token (one the
+//! reference emits, chosen so that the sequences stop at different steps)
+//! and is held from then on. Step by step, the host replays a step and
+//! reads whether any sequence runs on; in one replay, the graph holds the
+//! loop and the device decides. Both must give the reference's tokens.
+//!
 //! ```sh
 //! cargo run --release -p conformance --example generate -- --backend host
 //! cargo run --release -p conformance --features vulkan --example generate -- --backend vulkan
@@ -20,10 +26,10 @@ use std::time::{Duration, Instant};
 
 use conformance::UserKernels;
 use conformance::workload::transformer::{
-    Config, GraphSet, HIDDEN_TOLERANCE, NEAR_TIE, Start, Transformer, Verdict, Weights, check,
-    starts,
+    Config, GraphSet, HIDDEN_TOLERANCE, NEAR_TIE, Reference, Start, Transformer, Verdict,
+    Weights, argmax, check, starts,
 };
-use graph_capture::{Client, Error};
+use graph_capture::{Client, Error, Pass};
 
 struct Options {
     backend: String,
@@ -113,6 +119,132 @@ fn judge<D: UserKernels>(
         });
     }
     all.ok_or_else(|| Error::BadLaunch("no sequences".into()))
+}
+
+/// The reference's `steps` tokens for each of `starts`.
+fn reference_tokens(weights: &Weights, starts: &[Start], steps: u32) -> Vec<Vec<u32>> {
+    starts
+        .iter()
+        .map(|start| {
+            let mut sequence = Reference::new(weights, start.position);
+            let mut input = start.token;
+            (0..steps)
+                .map(|_| {
+                    input = argmax(&sequence.step(input));
+                    input
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// An end token the reference emits, chosen so that the sequences stop at
+/// as many different steps as can be (then: as many stop as can, the first
+/// stops nearest the middle), none at its first token.
+fn end_token(reference: &[Vec<u32>]) -> Option<u32> {
+    let first_at = |list: &Vec<u32>, token: u32| list.iter().position(|&t| t == token);
+    let mut candidates: Vec<u32> = reference.iter().flat_map(|l| l.iter().skip(1)).copied().collect();
+    candidates.sort_unstable();
+    candidates.dedup();
+    let middle = reference.first().map_or(0, |l| l.len() / 2);
+    candidates
+        .into_iter()
+        .filter(|&t| reference.iter().all(|l| first_at(l, t) != Some(0)))
+        .max_by_key(|&t| {
+            let mut stops: Vec<usize> = reference.iter().filter_map(|l| first_at(l, t)).collect();
+            let stopping = stops.len();
+            stops.sort_unstable();
+            stops.dedup();
+            let first = reference.first().and_then(|l| first_at(l, t)).unwrap_or(usize::MAX);
+            (stops.len(), stopping, std::cmp::Reverse(first.abs_diff(middle)), std::cmp::Reverse(t))
+        })
+}
+
+/// Each list up to and including its first `end`.
+fn until_end(lists: &[Vec<u32>], end: u32) -> Vec<Vec<u32>> {
+    lists
+        .iter()
+        .map(|l| match l.iter().position(|&t| t == end) {
+            Some(at) => l[..=at].to_vec(),
+            None => l.clone(),
+        })
+        .collect()
+}
+
+/// One batch's whole generation, step by step and in one replay.
+struct Whole {
+    batch: u32,
+    end: u32,
+    lengths: Vec<usize>,
+    /// Host calls per generation: replays and flag reads, step by step.
+    stepwise_calls: u32,
+    stepwise: Duration,
+    looped: Duration,
+    /// Step by step and in one replay, each equal to the reference's.
+    identical: (bool, bool),
+}
+
+/// Generate `batch` sequences until each emits its end token, at most
+/// `tokens` each: step by step (a replay of one step, then a read of the
+/// loop's flag) and in one replay of a graph holding the loop.
+fn whole_generation<D: UserKernels>(
+    client: &Client<D>,
+    weights: &Weights,
+    model: &Transformer<D>,
+    batch: u32,
+    tokens: u32,
+) -> Result<Option<Whole>, Error> {
+    let stream = model.stream();
+    let first = starts(batch, &weights.config);
+    let reference = reference_tokens(weights, &first, tokens);
+    let Some(end) = end_token(&reference) else {
+        return Ok(None);
+    };
+    let want = until_end(&reference, end);
+    let generated = |model: &Transformer<D>| model.generated(&first);
+
+    let (step, ()) = client.capture(stream, |_| {
+        model.step(batch)?;
+        model.settle(batch, end)
+    })?;
+    // The warmup runs the loop once, as much as it needs to warm the
+    // pools; the recorded loop runs to the end.
+    let (whole, _) = client.capture(stream, |pass| {
+        let bound = if pass == Pass::Warmup { 1 } else { tokens };
+        model.generation(batch, end, bound)
+    })?;
+
+    model.reset(&first)?;
+    model.start_generation(batch)?;
+    client.sync(stream)?;
+    let mut calls = 0;
+    let started = Instant::now();
+    for _ in 0..tokens {
+        client.replay(&step)?;
+        calls += 2;
+        if !model.running()? {
+            break;
+        }
+    }
+    let stepwise = started.elapsed();
+    let by_step = generated(model)?;
+
+    model.reset(&first)?;
+    client.sync(stream)?;
+    let started = Instant::now();
+    client.replay(&whole)?;
+    client.sync(stream)?;
+    let looped = started.elapsed();
+    let by_loop = generated(model)?;
+    Ok(Some(Whole {
+        batch,
+        end,
+        lengths: by_loop.iter().map(Vec::len).collect(),
+        stepwise_calls: calls,
+        stepwise,
+        looped,
+        identical: (by_step == want, by_loop == want && by_loop == by_step),
+    }))
 }
 
 struct Row {
@@ -251,6 +383,31 @@ fn run<D: UserKernels>(options: &Options) -> Result<bool, Error> {
         "tolerances: a differing token within {NEAR_TIE:.0e} of the reference's best logit is a \
          near-tie; the hidden state within {HIDDEN_TOLERANCE:.0e} of it"
     );
+
+    let mut wholes = Vec::new();
+    for &batch in batches {
+        wholes.extend(whole_generation(&client, &weights, &model, batch, tokens)?);
+    }
+    println!();
+    println!(
+        "whole generation | end token | tokens per sequence | host calls: step by step / one \
+         replay | tok/s: step by step / one replay | as the reference"
+    );
+    for w in &wholes {
+        let total = w.lengths.iter().sum::<usize>() as f64;
+        let ok = w.identical.0 && w.identical.1;
+        passed &= ok;
+        println!(
+            "batch {:>2} | {:>5} | {:?} | {} / 1 | {:.1} / {:.1} | {}",
+            w.batch,
+            w.end,
+            w.lengths,
+            w.stepwise_calls,
+            total / w.stepwise.as_secs_f64(),
+            total / w.looped.as_secs_f64(),
+            if ok { "PASS" } else { "FAIL" }
+        );
+    }
 
     let memory = &set.memory;
     println!();

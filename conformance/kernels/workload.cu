@@ -363,3 +363,27 @@ countdown(float* counter, unsigned* flag) {
         flag[0] = c > 0.5f ? 1u : 0u;
     }
 }
+
+// A sequence that emitted the end token is done: its token and position
+// are held there from then on. flag[0] = whether any sequence runs on.
+extern "C" __global__ void __launch_bounds__(WORKGROUP)
+settle(unsigned* tokens, unsigned* pos, unsigned* done, unsigned* held, unsigned* flag,
+       unsigned end, unsigned batch) {
+    if (element() != 0) {
+        return;
+    }
+    unsigned running = 0;
+    for (unsigned b = 0; b < batch; b++) {
+        if (done[b] != 0) {
+            tokens[b] = end;
+            pos[b] = held[b];
+        } else if (tokens[b] == end) {
+            done[b] = 1;
+            held[b] = pos[b];
+        }
+        if (done[b] == 0) {
+            running = 1;
+        }
+    }
+    flag[0] = running;
+}

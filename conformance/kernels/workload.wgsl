@@ -631,3 +631,44 @@ fn countdown(
         cd_flag[0] = select(0u, 1u, c > 0.5);
     }
 }
+
+// kernel: settle
+// A sequence that emitted the end token is done: its token and position
+// are held there from then on. flag[0] = whether any sequence runs on.
+
+struct SettleParams {
+    end: u32,
+    batch: u32,
+}
+
+@group(0) @binding(0) var<storage, read_write> st_tokens: array<u32>;
+@group(0) @binding(1) var<storage, read_write> st_pos: array<u32>;
+@group(0) @binding(2) var<storage, read_write> st_done: array<u32>;
+@group(0) @binding(3) var<storage, read_write> st_held: array<u32>;
+@group(0) @binding(4) var<storage, read_write> st_flag: array<u32>;
+var<immediate> st: SettleParams;
+
+@compute @workgroup_size(64)
+fn settle(
+    @builtin(workgroup_id) group: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_id) local: vec3<u32>,
+) {
+    if (element(group, groups, local) != 0u) {
+        return;
+    }
+    var running = 0u;
+    for (var b = 0u; b < st.batch; b = b + 1u) {
+        if (st_done[b] != 0u) {
+            st_tokens[b] = st.end;
+            st_pos[b] = st_held[b];
+        } else if (st_tokens[b] == st.end) {
+            st_done[b] = 1u;
+            st_held[b] = st_pos[b];
+        }
+        if (st_done[b] == 0u) {
+            running = 1u;
+        }
+    }
+    st_flag[0] = running;
+}

@@ -47,6 +47,7 @@ impl UserKernels for Host {
             UserKernel::Argmax => transformer::argmax,
             UserKernel::Advance => transformer::advance,
             UserKernel::Countdown => countdown,
+            UserKernel::Settle => transformer::settle,
         };
         Kernel::new(which.signature(), body)
     }

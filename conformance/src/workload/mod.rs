@@ -107,11 +107,14 @@ pub enum UserKernel {
     Advance,
     /// A loop's counter, one lower, and its flag set while it is above 0.
     Countdown,
+    /// Each sequence that emitted the end token stopped, and held there;
+    /// the generation's flag set while any runs on.
+    Settle,
 }
 
 impl UserKernel {
     /// Every kernel, in a fixed order.
-    pub const ALL: [UserKernel; 17] = [
+    pub const ALL: [UserKernel; 18] = [
         UserKernel::RmsNorm,
         UserKernel::MatVec,
         UserKernel::Silu,
@@ -129,6 +132,7 @@ impl UserKernel {
         UserKernel::Argmax,
         UserKernel::Advance,
         UserKernel::Countdown,
+        UserKernel::Settle,
     ];
 
     /// The kernels of the MLP decode step, which [`Workload`] builds.
@@ -160,6 +164,7 @@ impl UserKernel {
             UserKernel::Argmax => "argmax",
             UserKernel::Advance => "advance",
             UserKernel::Countdown => "countdown",
+            UserKernel::Settle => "settle",
         }
     }
 
@@ -187,6 +192,9 @@ impl UserKernel {
             UserKernel::Argmax => base.bindings(&[Read, Read, Write, ReadWrite]).params(3),
             UserKernel::Advance => base.binding(ReadWrite).params(2),
             UserKernel::Countdown => base.bindings(&[ReadWrite, Write]),
+            UserKernel::Settle => base
+                .bindings(&[ReadWrite, ReadWrite, ReadWrite, ReadWrite, Write])
+                .params(2),
         }
     }
 }

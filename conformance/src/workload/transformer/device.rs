@@ -2,7 +2,7 @@
 //! scratch in buffers of one stream, sized for a largest batch, and the
 //! launches of one step for any batch up to it.
 
-use graph_capture::{Buffer, Builtin, Client, Error, StreamId};
+use graph_capture::{Buffer, Builtin, Client, Error, Ran, StreamId};
 
 use super::kernels::Kernels;
 use super::reference::{Config, EPS, Weights};
@@ -66,6 +66,13 @@ pub struct Transformer<D: UserKernels> {
     generated: Buffer,
     /// The residual stream, `max_batch x hidden`.
     x: Buffer,
+    /// Each sequence's end: 1 once it emitted the end token (`u32`).
+    done: Buffer,
+    /// The position each finished sequence is held at (`u32`).
+    held: Buffer,
+    /// Whether any sequence of a generation runs on (`u32`): its loop's
+    /// flag.
+    running: Buffer,
 }
 
 /// What one step computes and drops, sized for its batch: the temporaries
@@ -176,6 +183,9 @@ impl<D: UserKernels> Transformer<D> {
             positions: room(b)?,
             generated: room(b * c.context)?,
             x: room(b * c.hidden)?,
+            done: room(b)?,
+            held: room(b)?,
+            running: room(1)?,
         };
         Ok(me)
     }
@@ -284,6 +294,44 @@ impl<D: UserKernels> Transformer<D> {
         k.advance(c, s, pos, ctx, batch)
     }
 
+    /// Start a generation: no sequence done, the loop's flag set. By
+    /// kernels, so a graph holding it starts each replay afresh.
+    pub fn start_generation(&self, batch: u32) -> Result<(), Error> {
+        let (c, s) = (&self.client, self.stream);
+        c.run_builtin(s, Builtin::Fill, &[&self.done], batch, 0.0)?;
+        c.run_builtin(s, Builtin::Fill, &[&self.held], batch, 0.0)?;
+        // A fill writes `f32`s: 1.0 is a non-zero word.
+        c.run_builtin(s, Builtin::Fill, &[&self.running], 1, 1.0)
+    }
+
+    /// After a step: each of the first `batch` sequences that emitted `end`
+    /// is done, held at its token and position from then on (its launches
+    /// run along, and what they write past its position is never read);
+    /// the loop's flag says whether any runs on.
+    pub fn settle(&self, batch: u32, end: u32) -> Result<(), Error> {
+        let state = [&self.tokens, &self.positions, &self.done, &self.held];
+        self.kernels
+            .settle(&self.client, self.stream, state, &self.running, end, batch)
+    }
+
+    /// A whole generation of the first `batch` sequences: steps while any
+    /// has not emitted `end`, at most `bound`. Eagerly the host reads the
+    /// flag before each step; inside a capture it is one loop the device
+    /// runs.
+    pub fn generation(&self, batch: u32, end: u32, bound: u32) -> Result<Ran, Error> {
+        self.start_generation(batch)?;
+        self.client.while_flag(self.stream, &self.running, bound, || {
+            self.step(batch)?;
+            self.settle(batch, end)
+        })
+    }
+
+    /// Whether any sequence of the generation runs on: the loop's flag,
+    /// read back (a host sync).
+    pub fn running(&self) -> Result<bool, Error> {
+        Ok(self.read_u32(&self.running)?.first().is_some_and(|&w| w != 0))
+    }
+
     fn read_u32(&self, buffer: &Buffer) -> Result<Vec<u32>, Error> {
         let bytes = self.client.read(buffer)?;
         Ok(bytes
@@ -362,6 +410,9 @@ impl<D: UserKernels> Transformer<D> {
             &self.positions,
             &self.generated,
             &self.x,
+            &self.done,
+            &self.held,
+            &self.running,
         ];
         layers + rest.iter().map(|b| b.len()).sum::<u64>()
     }

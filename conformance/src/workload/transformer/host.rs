@@ -295,6 +295,37 @@ pub(crate) fn argmax(group: &Group<'_>, buffers: &mut [View<'_>]) -> Result<(), 
     Ok(())
 }
 
+pub(crate) fn settle(group: &Group<'_>, buffers: &mut [View<'_>]) -> Result<(), String> {
+    let mut params = group.params();
+    let (end, batch) = (params.u32()?, params.u32()? as usize);
+    let [tokens, pos, done, held, flag] = buffers else {
+        return Err("settle binds five buffers".into());
+    };
+    if group.elements_x(1).is_empty() {
+        return Ok(());
+    }
+    let (tokens, pos) = (tokens.u32_mut()?, pos.u32_mut()?);
+    let (done, held, flag) = (done.u32_mut()?, held.u32_mut()?, flag.u32_mut()?);
+    for what in [("tokens", tokens.len()), ("pos", pos.len()), ("done", done.len())] {
+        check(what.0, what.1, batch)?;
+    }
+    check("held", held.len(), batch)?;
+    check("flag", flag.len(), 1)?;
+    let mut running = 0;
+    for b in 0..batch {
+        if done[b] != 0 {
+            tokens[b] = end;
+            pos[b] = held[b];
+        } else if tokens[b] == end {
+            done[b] = 1;
+            held[b] = pos[b];
+        }
+        running |= u32::from(done[b] == 0);
+    }
+    flag[0] = running;
+    Ok(())
+}
+
 pub(crate) fn advance(group: &Group<'_>, buffers: &mut [View<'_>]) -> Result<(), String> {
     let mut params = group.params();
     let (context, batch) = (params.u32()?, params.u32()? as usize);

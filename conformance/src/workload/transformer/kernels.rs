@@ -8,7 +8,7 @@ use graph_capture::{Buffer, Client, Error, Kernel, Params, StreamId};
 use crate::workload::{UserKernel, UserKernels, grid};
 
 /// The kernels this module launches, in the order [`Kernels`] holds them.
-const USED: [UserKernel; 12] = [
+const USED: [UserKernel; 13] = [
     UserKernel::Embed,
     UserKernel::RmsNormRows,
     UserKernel::MatMul,
@@ -21,6 +21,7 @@ const USED: [UserKernel; 12] = [
     UserKernel::SiluMul,
     UserKernel::Argmax,
     UserKernel::Advance,
+    UserKernel::Settle,
 ];
 
 /// The transformer's kernels, each launch checked: the safe way to run
@@ -446,6 +447,34 @@ impl<D: UserKernels> Kernels<D> {
             self.get(k),
             rows(batch),
             &[logits, pos, tokens, generated],
+            &[],
+            params.as_bytes(),
+        )
+    }
+
+    /// Each of `batch` sequences that emitted `end` is done and held at its
+    /// token and position; `flag` set while any runs on.
+    #[allow(clippy::too_many_arguments)]
+    pub fn settle(
+        &self,
+        client: &Client<D>,
+        stream: StreamId,
+        [tokens, pos, done, held]: [&Buffer; 4],
+        flag: &Buffer,
+        end: u32,
+        batch: u32,
+    ) -> Result<(), Error> {
+        let k = UserKernel::Settle;
+        for (what, buffer) in [("tokens", tokens), ("pos", pos), ("done", done), ("held", held)] {
+            fits(k, what, u64::from(batch), buffer)?;
+        }
+        fits(k, "flag", 1, flag)?;
+        let params = Params::new().u32(end).u32(batch);
+        client.launch(
+            stream,
+            self.get(k),
+            [1, 1, 1],
+            &[tokens, pos, done, held, flag],
             &[],
             params.as_bytes(),
         )
