@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use conformance::UserKernels;
 use conformance::workload::transformer::{
-    Config, GraphSet, HIDDEN_TOLERANCE, NEAR_TIE, Reference, Start, Transformer, Verdict,
-    Weights, argmax, check, starts,
+    Config, GraphSet, HIDDEN_TOLERANCE, NEAR_TIE, Start, Transformer, Verdict, Weights, check,
+    end_token, reference_tokens, starts, until_end,
 };
 use graph_capture::{Client, Error, Pass};
 
@@ -119,56 +119,6 @@ fn judge<D: UserKernels>(
         });
     }
     all.ok_or_else(|| Error::BadLaunch("no sequences".into()))
-}
-
-/// The reference's `steps` tokens for each of `starts`.
-fn reference_tokens(weights: &Weights, starts: &[Start], steps: u32) -> Vec<Vec<u32>> {
-    starts
-        .iter()
-        .map(|start| {
-            let mut sequence = Reference::new(weights, start.position);
-            let mut input = start.token;
-            (0..steps)
-                .map(|_| {
-                    input = argmax(&sequence.step(input));
-                    input
-                })
-                .collect()
-        })
-        .collect()
-}
-
-/// An end token the reference emits, chosen so that the sequences stop at
-/// as many different steps as can be (then: as many stop as can, the first
-/// stops nearest the middle), none at its first token.
-fn end_token(reference: &[Vec<u32>]) -> Option<u32> {
-    let first_at = |list: &Vec<u32>, token: u32| list.iter().position(|&t| t == token);
-    let mut candidates: Vec<u32> = reference.iter().flat_map(|l| l.iter().skip(1)).copied().collect();
-    candidates.sort_unstable();
-    candidates.dedup();
-    let middle = reference.first().map_or(0, |l| l.len() / 2);
-    candidates
-        .into_iter()
-        .filter(|&t| reference.iter().all(|l| first_at(l, t) != Some(0)))
-        .max_by_key(|&t| {
-            let mut stops: Vec<usize> = reference.iter().filter_map(|l| first_at(l, t)).collect();
-            let stopping = stops.len();
-            stops.sort_unstable();
-            stops.dedup();
-            let first = reference.first().and_then(|l| first_at(l, t)).unwrap_or(usize::MAX);
-            (stops.len(), stopping, std::cmp::Reverse(first.abs_diff(middle)), std::cmp::Reverse(t))
-        })
-}
-
-/// Each list up to and including its first `end`.
-fn until_end(lists: &[Vec<u32>], end: u32) -> Vec<Vec<u32>> {
-    lists
-        .iter()
-        .map(|l| match l.iter().position(|&t| t == end) {
-            Some(at) => l[..=at].to_vec(),
-            None => l.clone(),
-        })
-        .collect()
 }
 
 /// One batch's whole generation, step by step and in one replay.

@@ -7,13 +7,15 @@
 //! 128, vocabulary 512), so the debug-build suite stays quick on every
 //! backend; the example runs [`Config::FULL`].
 
-use graph_capture::{GraphCache, Served};
+use graph_capture::{Error, GraphCache, Pass, Ran, Served};
 
 use crate::ensure;
 use crate::session::Session;
 use crate::support::{Outcome, Step, usable};
 use crate::workload::UserKernels;
-use crate::workload::transformer::{Config, Start, Transformer, Weights, check, starts};
+use crate::workload::transformer::{
+    Config, Start, Transformer, Weights, check, end_token, reference_tokens, starts, until_end,
+};
 
 /// Steps each sequence generates and is compared over.
 const STEPS: u32 = 64;
@@ -179,4 +181,62 @@ pub fn transformer_graphs_follow_the_live_sequences<D: UserKernels>(
     }
     drop(cache);
     usable(&client, stream)
+}
+
+/// A whole generation in one replay: a graph holding a loop of steps, each
+/// sequence stopping at an end token the reference emits (chosen so they
+/// stop at different steps) and held from then on, generates the
+/// reference's tokens up to it, as the loop run on the host's word does;
+/// a second replay starts afresh from kernels at its head.
+pub fn transformer_generation_in_one_replay_matches_the_reference<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    const BATCH: u32 = 4;
+    const TOKENS: u32 = 24;
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let weights = Weights::new(Config::SMALL);
+    let model = Transformer::new(&client, stream, &weights, BATCH).step("model")?;
+    let first = starts(BATCH, &weights.config);
+    let reference = reference_tokens(&weights, &first, TOKENS);
+    let end = end_token(&reference).ok_or("the reference emits no usable end token")?;
+    let want = until_end(&reference, end);
+    let lengths: Vec<usize> = want.iter().map(Vec::len).collect();
+    ensure!(
+        lengths.iter().min() != lengths.iter().max(),
+        "every sequence stops at the same step: {lengths:?}"
+    );
+
+    model.reset(&first).step("reset")?;
+    let ran = model.generation(BATCH, end, TOKENS).step("eager loop")?;
+    let longest = *lengths.iter().max().unwrap_or(&0) as u32;
+    ensure!(
+        ran == Ran::Loop {
+            iterations: longest,
+            bound_reached: longest == TOKENS && model.running().step("flag")?
+        },
+        "eagerly: {ran:?} for {lengths:?}"
+    );
+    let eager = model.generated(&first).step("eager tokens")?;
+    ensure!(eager == want, "eagerly {eager:?}, the reference {want:?}");
+
+    let captured = client.capture(stream, |pass| {
+        let bound = if pass == Pass::Warmup { 1 } else { TOKENS };
+        model.generation(BATCH, end, bound)
+    });
+    let graph = match captured {
+        Ok((graph, _)) => graph,
+        Err(err) if matches!(err.root(), Error::NoConditionals { .. }) => return usable(&client, stream),
+        Err(err) => return Err(format!("capture: {err}")),
+    };
+    for replay in 0..2 {
+        model.reset(&first).step("reset")?;
+        client.replay(&graph).step("replay")?;
+        let replayed = model.generated(&first).step("replayed tokens")?;
+        ensure!(
+            replayed == want,
+            "replay {replay}: {replayed:?}, the reference {want:?}"
+        );
+    }
+    Ok(())
 }

@@ -75,6 +75,7 @@ suite![
     decoder::transformer_eager_tokens_match_the_reference,
     decoder::transformer_replayed_tokens_match_the_reference,
     decoder::transformer_graphs_follow_the_live_sequences,
+    decoder::transformer_generation_in_one_replay_matches_the_reference,
     updates::rule_18_recapture_in_place_gives_the_new_results,
     updates::rule_18_recapture_with_another_shape_reinstantiates,
     updates::rule_18_a_refused_update_leaves_the_old_graph,
