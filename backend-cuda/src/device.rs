@@ -2,12 +2,13 @@
 //! the GPU-wide count of streams recording, behind which frees wait.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use capture_core::{DeviceInfo, DriverError};
 
 use crate::error::refuse;
-use crate::loader::{self, LOAD_OP};
+use crate::loader::{self, DriverVersion, LOAD_OP};
+use crate::setter::{self, CONDITIONAL_DRIVER, ConditionalFunctions, Setters};
 use crate::sys::{
     self, Api, CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUmodule, CUstreamCaptureMode,
 };
@@ -46,6 +47,11 @@ pub struct Device {
     /// which the process keeps. Shared with every release queued for the
     /// context, so that it outlives them.
     owner: Option<Arc<KeepAlive>>,
+    /// The driver's version, which says what conditional nodes it has.
+    version: DriverVersion,
+    /// The conditional setter kernels, loaded before the device's first
+    /// capture on a driver that has conditional nodes, or why they are not.
+    setters: OnceLock<Result<Setters, String>>,
 }
 
 /// The largest block the device runs, which every kernel's signature is
@@ -278,19 +284,20 @@ impl Device {
                     ),
                 )
             })?;
-        Self::assemble(api, &loaded.version.to_string(), ordinal, None, None)
+        Self::assemble(api, loaded.version, ordinal, None, None)
     }
 
     /// Device `ordinal` over `context`, or over its primary context when
     /// `None`; `owner` keeps an adopted context alive.
     fn assemble(
         api: &'static Api,
-        version: &str,
+        version: DriverVersion,
         ordinal: c_int,
         context: Option<CUcontext>,
         owner: Option<Arc<KeepAlive>>,
     ) -> Result<Arc<Self>, DriverError> {
-        let (info, raw, compute, limits) = describe(api, version, ordinal).map_err(opening)?;
+        let (info, raw, compute, limits) =
+            describe(api, &version.to_string(), ordinal).map_err(opening)?;
         let context = match context {
             Some(context) => context,
             None => primary_context(api, raw).map_err(opening)?,
@@ -304,6 +311,8 @@ impl Device {
             info,
             recording: recorders_of(ordinal),
             owner,
+            version,
+            setters: OnceLock::new(),
         }))
     }
 
@@ -379,13 +388,7 @@ impl Device {
                 )
             })?;
         let owner = Some(Arc::new(KeepAlive::new(keep_alive)));
-        Self::assemble(
-            api,
-            &loaded.version.to_string(),
-            ordinal,
-            Some(context),
-            owner,
-        )
+        Self::assemble(api, loaded.version, ordinal, Some(context), owner)
     }
 
     /// The driver's functions.
@@ -432,6 +435,59 @@ impl Device {
     /// promise.
     pub fn checks_kernel_parameters(&self) -> bool {
         self.api.func_get_param_info.is_some()
+    }
+
+    /// The driver's version as it encodes it (`12040`).
+    pub(crate) fn driver_version(&self) -> c_int {
+        self.version.0
+    }
+
+    /// Load the conditional setter kernels, once, where the driver has
+    /// conditional nodes: called before a capture begins, so that no module
+    /// is loaded while the stream records. A refusal is kept as the reason
+    /// conditionals cannot be recorded; nothing else depends on the module.
+    pub(crate) fn prepare_conditionals(&self) {
+        if self.version.0 < CONDITIONAL_DRIVER || ConditionalFunctions::of(self.api).is_err() {
+            return;
+        }
+        self.setters.get_or_init(|| {
+            let _current = self.enter().map_err(|e| e.to_string())?;
+            setter::load(self.api, self.compute).map_err(|(reason, module)| {
+                if let Some(module) = module {
+                    self.release(Release::Module(module));
+                }
+                reason
+            })
+        });
+    }
+
+    /// The driver's conditional-node functions and the setter kernels, or
+    /// why a capture on this device cannot hold a conditional node.
+    pub(crate) fn conditionals(&self) -> Result<(ConditionalFunctions, &Setters), String> {
+        let version = self.version;
+        if version.0 < CONDITIONAL_DRIVER {
+            return Err(format!(
+                "CUDA driver {version} has no conditional graph nodes that a stream capture can \
+                 hold; they need driver {} or newer",
+                DriverVersion(CONDITIONAL_DRIVER)
+            ));
+        }
+        let functions = ConditionalFunctions::of(self.api).map_err(|missing| {
+            format!(
+                "CUDA driver {version} lacks {missing}, which conditional graph nodes need \
+                 (driver {} or newer has it)",
+                DriverVersion(CONDITIONAL_DRIVER)
+            )
+        })?;
+        match self.setters.get() {
+            Some(Ok(setters)) => Ok((functions, setters)),
+            Some(Err(reason)) => Err(reason.clone()),
+            None => Err(
+                "the conditional setter kernels are loaded before a capture begins, \
+                 and this device has not begun one"
+                    .to_owned(),
+            ),
+        }
     }
 
     /// The largest block the device runs.
@@ -590,6 +646,9 @@ impl Device {
 
 impl Drop for Device {
     fn drop(&mut self) {
+        if let Some(Ok(setters)) = self.setters.take() {
+            self.release(Release::Module(setters.module()));
+        }
         // A stream of another `Device` on this GPU may still be recording,
         // and performs what waits when it ends. Otherwise this is for a
         // release made while the last stream was recording and never ended.

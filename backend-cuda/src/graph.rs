@@ -1,7 +1,13 @@
 //! Native CUDA graphs: what a stream capture recorded, its edges rewritten
 //! to the order a graph keeps, its instantiation, and updating an
-//! instantiated graph in place.
+//! instantiated graph in place. Conditional nodes' bodies are checked and
+//! given their order here too, when the conditional closes.
+//!
+//! A recording holding a conditional node is never embedded in another
+//! graph as a child graph node (the driver refuses a conditional inside
+//! one); this backend replays each recording as a graph of its own.
 
+use std::borrow::Cow;
 use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,19 +16,96 @@ use capture_core::{DriverError, Order, Updated};
 
 use crate::device::Device;
 use crate::error::refuse;
+use crate::memory::DevicePage;
+use crate::setter::ConditionalFunctions;
 use crate::sys::{
     self, Api, CUgraph, CUgraphExec, CUgraphExecUpdateResultInfo, CUgraphNode, CUresult, CUstream,
     ChangePlain, ChangeWithData, DependentsPlain, DependentsWithData,
 };
 use capture_core::edges::{self, Edge, Plan};
 
-/// What a stream capture recorded: the captured `CUgraph`, and how many
-/// launches and copies the stream issued while it recorded, which the graph
-/// must hold one node each of. Destroyed when dropped.
+/// The operations one graph of a recording holds, in the order the stream
+/// issued them: the recording's own graph, or one body of a conditional.
+///
+/// A launch or copy is one node of the captured chain; a conditional spans
+/// its setter kernel and its node (or, for an if/else on a driver before
+/// 12.8, its two `if` nodes); a loop's body ends in one more node, the
+/// setter that decides on the next iteration.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Level {
+    pub(crate) launches: usize,
+    pub(crate) copies: usize,
+    /// Each conditional's operation number and the chain nodes it spans,
+    /// in issue order.
+    pub(crate) conditionals: Vec<(usize, usize)>,
+    /// Whether a node follows every operation: a loop body's setter.
+    pub(crate) tail: bool,
+}
+
+impl Level {
+    /// Operations recorded: launches, copies and conditionals.
+    pub(crate) fn operations(&self) -> usize {
+        self.launches + self.copies + self.conditionals.len()
+    }
+
+    /// What an edge can name: the operations, and the tail after them.
+    fn places(&self) -> usize {
+        self.operations() + usize::from(self.tail)
+    }
+
+    /// Nodes of the captured chain.
+    pub(crate) fn nodes(&self) -> usize {
+        self.places()
+            + self
+                .conditionals
+                .iter()
+                .map(|&(_, nodes)| nodes.saturating_sub(1))
+                .sum::<usize>()
+    }
+
+    /// Chain nodes place `at` spans.
+    fn span(&self, at: usize) -> usize {
+        self.conditionals
+            .binary_search_by_key(&at, |&(op, _)| op)
+            .map_or(1, |i| self.conditionals[i].1.max(1))
+    }
+
+    /// A conditional closed here, spanning `nodes` chain nodes.
+    pub(crate) fn add_conditional(&mut self, nodes: usize) {
+        let at = self.operations();
+        self.conditionals.push((at, nodes));
+    }
+
+    /// The edges between places that keep `order` among the operations
+    /// and put the tail after every operation nothing follows, sorted.
+    fn target<'a>(&self, order: Order<'a>) -> Cow<'a, [Edge]> {
+        let places = self.places();
+        match order {
+            Order::Chain => Cow::Owned(edges::chain(places)),
+            Order::Dependencies(deps) if !self.tail => Cow::Borrowed(&deps.edges),
+            Order::Dependencies(deps) => {
+                let last = self.operations();
+                let mut followed = vec![false; last];
+                for &(from, _) in &deps.edges {
+                    if let Some(f) = followed.get_mut(from) {
+                        *f = true;
+                    }
+                }
+                let mut target = deps.edges.clone();
+                target.extend((0..last).filter(|&op| !followed[op]).map(|op| (op, last)));
+                target.sort_unstable();
+                Cow::Owned(target)
+            }
+        }
+    }
+}
+
+/// What a stream capture recorded: the captured `CUgraph`, and the
+/// launches, copies and conditionals the stream issued while it recorded,
+/// which the graph must hold the nodes of. Destroyed when dropped.
 pub struct Recording {
     graph: CUgraph,
-    launches: usize,
-    copies: usize,
+    level: Level,
     device: Arc<Device>,
     /// Whether the stream was adopted, so that the caller's own work on it
     /// may add nodes the library did not issue.
@@ -30,17 +113,20 @@ pub struct Recording {
     /// Nodes beyond the library's, found by the node check: the caller's
     /// own work on an adopted stream.
     foreign: usize,
-    /// Set once the captured chain's edges were rewritten: the nodes in
-    /// issue order and the edges the graph holds now. `None` while the graph
-    /// is the chain as captured.
+    /// Set once the captured chain's edges were rewritten. `None` while the
+    /// graph is the chain as captured.
     rewritten: Option<Rewritten>,
+    /// The loops' trip counters, which every replay's setters write.
+    counters: Vec<Arc<DevicePage>>,
 }
 
-/// A recording's graph whose edges are no longer the captured chain.
+/// A graph whose edges are no longer the captured chain.
 struct Rewritten {
-    /// Node `i` is operation `i`, the `i`-th launch or copy issued.
-    nodes: Vec<CUgraphNode>,
-    /// The edges the graph holds, sorted.
+    /// Place `i`'s first node in the chain: what an edge to it ends at.
+    entries: Vec<CUgraphNode>,
+    /// Place `i`'s last node: what an edge from it starts at.
+    exits: Vec<CUgraphNode>,
+    /// The edges between places the graph holds now, sorted.
     edges: Vec<Edge>,
 }
 
@@ -52,160 +138,123 @@ impl std::fmt::Debug for Recording {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "Recording({} launch(es), {} copy(ies))",
-            self.launches, self.copies
+            "Recording({} launch(es), {} copy(ies), {} conditional(s))",
+            self.level.launches,
+            self.level.copies,
+            self.level.conditionals.len()
         )
     }
 }
 
-impl Recording {
-    /// Own `graph`, which the stream's capture returned after issuing
-    /// `launches` launches and `copies` copies.
-    pub(crate) fn new(
-        graph: CUgraph,
-        launches: usize,
-        copies: usize,
-        device: &Arc<Device>,
-        adopted: bool,
-    ) -> Self {
-        Self {
-            graph,
-            launches,
-            copies,
-            device: Arc::clone(device),
-            adopted,
-            foreign: 0,
-            rewritten: None,
-        }
+/// Give `graph`, whose nodes follow `level`, the edges `order` asks for,
+/// replacing the chain the capture recorded (or the edges an earlier call
+/// gave it, `rewritten`). The caller has made the context current and
+/// checked the nodes.
+///
+/// An order that is the chain, on a graph still as captured, makes no
+/// driver call. On a driver without the edge functions in either spelling
+/// (see [`EdgeFunctions`]) the graph keeps its chain, which orders every
+/// pair of operations and so keeps any dependencies too.
+fn arrange_graph(
+    device: &Device,
+    graph: CUgraph,
+    level: &Level,
+    rewritten: &mut Option<Rewritten>,
+    order: Order<'_>,
+    op: &'static str,
+) -> Result<(), DriverError> {
+    let places = level.places();
+    let target = level.target(order);
+    if rewritten.is_none() && edges::is_chain(&target, places) {
+        return Ok(());
     }
-
-    /// Operations recorded: launches and copies, one node each.
-    fn operations(&self) -> usize {
-        self.launches + self.copies
-    }
-
-    /// The graph's edges where they are not the captured chain.
-    fn edges(&self) -> Option<&[Edge]> {
-        self.rewritten
-            .as_ref()
-            .map(|r| r.edges.as_slice())
-            .filter(|edges| !edges::is_chain(edges, self.operations()))
-    }
-
-    /// Give the graph the edges `order` asks for, replacing the chain the
-    /// capture recorded (or the edges an earlier call gave it). The caller
-    /// has made the context current and checked the nodes.
-    ///
-    /// `Order::Chain` on a graph still as captured makes no driver call. On
-    /// a driver without the edge functions in either spelling (see
-    /// [`EdgeFunctions`]) the graph keeps its chain, which orders every pair
-    /// of operations and so keeps any dependencies too.
-    fn arrange(&mut self, order: Order<'_>, op: &'static str) -> Result<(), DriverError> {
-        let nodes = self.operations();
-        let chain;
-        let target: &[Edge] = match order {
-            Order::Chain if self.rewritten.is_none() => return Ok(()),
-            Order::Chain => {
-                chain = edges::chain(nodes);
-                &chain
-            }
-            Order::Dependencies(deps) => &deps.edges,
-        };
-        if self.rewritten.is_none() && edges::is_chain(target, nodes) {
-            return Ok(());
-        }
-        if self.foreign > 0 {
-            // The caller's nodes have no place in the dependencies, which
-            // name the library's operations only; the chain orders them all.
-            log::debug!(
-                "cuda: a capture holds {} node(s) of the caller's own and replays as captured",
-                self.foreign
-            );
-            return Ok(());
-        }
-        let api = self.device.api();
-        let Some(functions) = EdgeFunctions::of(api) else {
-            chain_kept(&self.device.info().driver_version);
-            return Ok(());
-        };
-        let rewritten = match self.rewritten.take() {
-            Some(rewritten) => rewritten,
-            None => match self.walk_chain(functions, op)? {
-                Some(nodes) => Rewritten {
-                    edges: edges::chain(nodes.len()),
-                    nodes,
-                },
-                None => {
-                    chain_kept(&self.device.info().driver_version);
-                    return Ok(());
-                }
+    let api = device.api();
+    let Some(functions) = EdgeFunctions::of(api) else {
+        chain_kept(&device.info().driver_version);
+        return Ok(());
+    };
+    let current = match rewritten.take() {
+        Some(current) => current,
+        None => match walk_chain(api, graph, level, functions, op)? {
+            Some((entries, exits)) => Rewritten {
+                entries,
+                exits,
+                edges: edges::chain(places),
             },
-        };
-        let plan = Plan::between(&rewritten.edges, target);
-        // `self.rewritten` is set again only once the driver has taken the
-        // whole plan; on an error the caller drops the recording unused.
-        let node = |i: usize| {
-            rewritten.nodes.get(i).copied().ok_or_else(|| {
-                refuse(
-                    op,
-                    format!(
-                        "an edge names operation {i}, and the recording holds {} operation(s)",
-                        rewritten.nodes.len()
-                    ),
-                )
-            })
-        };
-        let ends = |list: &[Edge]| -> Result<(Vec<CUgraphNode>, Vec<CUgraphNode>), DriverError> {
-            let mut from = Vec::with_capacity(list.len());
-            let mut to = Vec::with_capacity(list.len());
-            for &(a, b) in list {
-                from.push(node(a)?);
-                to.push(node(b)?);
+            None => {
+                chain_kept(&device.info().driver_version);
+                return Ok(());
             }
-            Ok((from, to))
-        };
-        if !plan.remove.is_empty() {
-            let (from, to) = ends(&plan.remove)?;
-            // SAFETY: the graph is live and every node is one of its own.
-            api.check(op, unsafe { functions.remove(self.graph, &from, &to) })?;
+        },
+    };
+    let plan = Plan::between(&current.edges, &target);
+    // `rewritten` is set again only once the driver has taken the whole
+    // plan; on an error the caller drops the graph unused.
+    let node = |list: &[CUgraphNode], i: usize| {
+        list.get(i).copied().ok_or_else(|| {
+            refuse(
+                op,
+                format!(
+                    "an edge names operation {i}, and the graph holds {} operation(s)",
+                    level.operations()
+                ),
+            )
+        })
+    };
+    let ends = |list: &[Edge]| -> Result<(Vec<CUgraphNode>, Vec<CUgraphNode>), DriverError> {
+        let mut from = Vec::with_capacity(list.len());
+        let mut to = Vec::with_capacity(list.len());
+        for &(a, b) in list {
+            from.push(node(&current.exits, a)?);
+            to.push(node(&current.entries, b)?);
         }
-        if !plan.add.is_empty() {
-            let (from, to) = ends(&plan.add)?;
-            // SAFETY: as for the removal; none of these edges is in the
-            // graph, which the driver would refuse.
-            api.check(op, unsafe { functions.add(self.graph, &from, &to) })?;
-        }
-        self.rewritten = Some(Rewritten {
-            nodes: rewritten.nodes,
-            edges: target.to_vec(),
-        });
-        Ok(())
+        Ok((from, to))
+    };
+    if !plan.remove.is_empty() {
+        let (from, to) = ends(&plan.remove)?;
+        // SAFETY: the graph is live and every node is one of its own.
+        api.check(op, unsafe { functions.remove(graph, &from, &to) })?;
     }
+    if !plan.add.is_empty() {
+        let (from, to) = ends(&plan.add)?;
+        // SAFETY: as for the removal; none of these edges is in the
+        // graph, which the driver would refuse.
+        api.check(op, unsafe { functions.add(graph, &from, &to) })?;
+    }
+    *rewritten = Some(Rewritten {
+        entries: current.entries,
+        exits: current.exits,
+        edges: target.into_owned(),
+    });
+    Ok(())
+}
 
-    /// The captured graph's nodes in issue order, read by walking its chain
-    /// from the single root; `None` when the driver lacks the functions to
-    /// walk it. A graph that is not one chain of every node is refused: its
-    /// nodes cannot be matched to the operations issued.
-    fn walk_chain(
-        &self,
-        functions: EdgeFunctions,
-        op: &'static str,
-    ) -> Result<Option<Vec<CUgraphNode>>, DriverError> {
-        let api = self.device.api();
-        let Some(roots_of) = api.graph_get_root_nodes else {
-            return Ok(None);
-        };
-        let expected = self.operations();
-        let mut nodes = Vec::with_capacity(expected);
-        if expected == 0 {
-            return Ok(Some(nodes));
-        }
+/// Each place's first and last node in a captured chain.
+type Ends = (Vec<CUgraphNode>, Vec<CUgraphNode>);
+
+/// The captured graph's first and last node of each place of `level`, read
+/// by walking its chain from the single root; `None` when the driver lacks
+/// the functions to walk it. A graph that is not one chain of every node
+/// is refused: its nodes cannot be matched to the operations issued.
+fn walk_chain(
+    api: &Api,
+    graph: CUgraph,
+    level: &Level,
+    functions: EdgeFunctions,
+    op: &'static str,
+) -> Result<Option<Ends>, DriverError> {
+    let Some(roots_of) = api.graph_get_root_nodes else {
+        return Ok(None);
+    };
+    let expected = level.nodes();
+    let mut nodes = Vec::with_capacity(expected);
+    if expected > 0 {
         let not_a_chain = |what: String| {
             refuse(
                 op,
                 format!(
-                    "the captured graph is not one chain of its {expected} operation(s) ({what}), \
-                     so its nodes cannot be matched to the operations issued"
+                    "the captured graph is not one chain of its {expected} node(s) ({what}), so \
+                     its nodes cannot be matched to the operations issued"
                 ),
             )
         };
@@ -215,7 +264,7 @@ impl Recording {
         // SAFETY: `found` holds `count` slots and `count` tells the driver
         // so; the graph is live.
         api.check(op, unsafe {
-            roots_of(self.graph, found.as_mut_ptr(), &mut count)
+            roots_of(graph, found.as_mut_ptr(), &mut count)
         })?;
         if count != 1 {
             return Err(not_a_chain(format!("{count} root node(s)")));
@@ -236,7 +285,7 @@ impl Recording {
                 }
                 _ => {
                     return Err(not_a_chain(format!(
-                        "operation {} is followed by more than one",
+                        "node {} is followed by more than one",
                         nodes.len() - 1
                     )));
                 }
@@ -248,68 +297,193 @@ impl Recording {
                 nodes.len()
             )));
         }
-        Ok(Some(nodes))
+    }
+    let places = level.places();
+    let mut entries = Vec::with_capacity(places);
+    let mut exits = Vec::with_capacity(places);
+    let mut at = 0usize;
+    for place in 0..places {
+        let span = level.span(place);
+        let (Some(&first), Some(&last)) = (nodes.get(at), nodes.get(at + span - 1)) else {
+            return Err(refuse(
+                op,
+                format!("the captured chain of {} node(s) ends early", nodes.len()),
+            ));
+        };
+        entries.push(first);
+        exits.push(last);
+        at += span;
+    }
+    Ok(Some((entries, exits)))
+}
+
+/// How many nodes `graph` holds, and how many of them allocate or free
+/// memory. The caller has made the context current.
+fn count_nodes(api: &Api, graph: CUgraph, op: &'static str) -> Result<(usize, usize), DriverError> {
+    let mut count: usize = 0;
+    // SAFETY: a null node array asks only for the count, written to
+    // `count`; the graph is live.
+    api.check(op, unsafe {
+        (api.graph_get_nodes)(graph, ptr::null_mut(), &mut count)
+    })?;
+    let mut nodes: Vec<CUgraphNode> = vec![ptr::null_mut(); count];
+    // SAFETY: `nodes` holds `count` slots and `count` tells the driver
+    // so; it writes at most that many and stores how many it wrote.
+    api.check(op, unsafe {
+        (api.graph_get_nodes)(graph, nodes.as_mut_ptr(), &mut count)
+    })?;
+    nodes.truncate(count);
+    let mut memory_nodes = 0usize;
+    for &node in &nodes {
+        let mut kind: sys::CUgraphNodeType = u32::MAX;
+        // SAFETY: the node belongs to the live graph; `kind` is a valid
+        // place for the type, an integer of the enum's size.
+        api.check(op, unsafe { (api.graph_node_get_type)(node, &mut kind) })?;
+        if kind == sys::CU_GRAPH_NODE_TYPE_MEM_ALLOC || kind == sys::CU_GRAPH_NODE_TYPE_MEM_FREE {
+            memory_nodes += 1;
+        }
+    }
+    Ok((nodes.len(), memory_nodes))
+}
+
+/// The refusal of a graph holding memory nodes: it replays once and then
+/// fails on every later launch, since its allocation is still live.
+fn memory_nodes_refused(op: &'static str, memory_nodes: usize) -> DriverError {
+    refuse(
+        op,
+        format!(
+            "the recording holds {memory_nodes} memory allocation or free node(s); a graph that \
+             allocates replays once and then fails, so allocate before the window"
+        ),
+    )
+}
+
+/// Check a conditional's body as its capture left it, `level`'s nodes and
+/// no more, and give it the edges `order` asks for. An empty body gets an
+/// empty node where `fill` says the driver would hang on an empty one
+/// (drivers before r570, 12.8). The caller has made the context current.
+pub(crate) fn finish_body(
+    device: &Device,
+    functions: &ConditionalFunctions,
+    graph: CUgraph,
+    level: &Level,
+    order: Order<'_>,
+    fill: bool,
+    op: &'static str,
+) -> Result<(), DriverError> {
+    let api = device.api();
+    let (nodes, memory_nodes) = count_nodes(api, graph, op)?;
+    if memory_nodes > 0 {
+        return Err(memory_nodes_refused(op, memory_nodes));
+    }
+    if nodes != level.nodes() {
+        return Err(refuse(
+            op,
+            format!(
+                "a conditional's body holds {nodes} node(s), and the stream issued {} \
+                 operation(s) into it ({} node(s)): the driver lost work, so the body would not \
+                 replay what was recorded",
+                level.operations(),
+                level.nodes()
+            ),
+        ));
+    }
+    arrange_graph(device, graph, level, &mut None, order, op)?;
+    if fill && nodes == 0 {
+        functions.add_empty(api, graph, op)?;
+    }
+    Ok(())
+}
+
+impl Recording {
+    /// Own `graph`, which the stream's capture returned after issuing what
+    /// `level` counts; `counters` are its loops' trip counters.
+    pub(crate) fn new(
+        graph: CUgraph,
+        level: Level,
+        device: &Arc<Device>,
+        adopted: bool,
+        counters: Vec<Arc<DevicePage>>,
+    ) -> Self {
+        Self {
+            graph,
+            level,
+            device: Arc::clone(device),
+            adopted,
+            foreign: 0,
+            rewritten: None,
+            counters,
+        }
     }
 
-    /// Refuse a graph that does not hold exactly one node per launch and
-    /// copy issued while recording: one that silently lost work, or one
-    /// holding memory nodes, which replays once and then fails on every
-    /// later launch since its allocation is still live. The caller has made
-    /// the context current.
+    /// Whether the graph holds a conditional node.
+    fn holds_conditionals(&self) -> bool {
+        !self.level.conditionals.is_empty()
+    }
+
+    /// The graph's edges where they are not the captured chain.
+    fn edges(&self) -> Option<&[Edge]> {
+        self.rewritten
+            .as_ref()
+            .map(|r| r.edges.as_slice())
+            .filter(|edges| !edges::is_chain(edges, self.level.places()))
+    }
+
+    /// Give the graph the edges `order` asks for (see [`arrange_graph`]).
+    /// The caller has made the context current and checked the nodes.
+    fn arrange(&mut self, order: Order<'_>, op: &'static str) -> Result<(), DriverError> {
+        if self.foreign > 0 {
+            let target = self.level.target(order);
+            if self.rewritten.is_none() && edges::is_chain(&target, self.level.places()) {
+                return Ok(());
+            }
+            // The caller's nodes have no place in the dependencies, which
+            // name the library's operations only; the chain orders them all.
+            log::debug!(
+                "cuda: a capture holds {} node(s) of the caller's own and replays as captured",
+                self.foreign
+            );
+            return Ok(());
+        }
+        arrange_graph(
+            &self.device,
+            self.graph,
+            &self.level,
+            &mut self.rewritten,
+            order,
+            op,
+        )
+    }
+
+    /// Refuse a graph that does not hold exactly the nodes of the launches,
+    /// copies and conditionals issued while recording: one that silently
+    /// lost work, or one holding memory nodes, which replays once and then
+    /// fails on every later launch since its allocation is still live. The
+    /// caller has made the context current.
     ///
     /// On an adopted stream, nodes beyond the library's are the caller's own
     /// work on the stream, which the graph keeps: counted in `foreign`.
     fn check_nodes(&mut self, op: &'static str) -> Result<(), DriverError> {
-        let api = self.device.api();
-        let mut count: usize = 0;
-        // SAFETY: a null node array asks only for the count, written to
-        // `count`; the graph is live.
-        api.check(op, unsafe {
-            (api.graph_get_nodes)(self.graph, ptr::null_mut(), &mut count)
-        })?;
-        let mut nodes: Vec<CUgraphNode> = vec![ptr::null_mut(); count];
-        // SAFETY: `nodes` holds `count` slots and `count` tells the driver
-        // so; it writes at most that many and stores how many it wrote.
-        api.check(op, unsafe {
-            (api.graph_get_nodes)(self.graph, nodes.as_mut_ptr(), &mut count)
-        })?;
-        nodes.truncate(count);
-        let mut memory_nodes = 0usize;
-        for &node in &nodes {
-            let mut kind: sys::CUgraphNodeType = u32::MAX;
-            // SAFETY: the node belongs to the live graph; `kind` is a valid
-            // place for the type, an integer of the enum's size.
-            api.check(op, unsafe { (api.graph_node_get_type)(node, &mut kind) })?;
-            if kind == sys::CU_GRAPH_NODE_TYPE_MEM_ALLOC || kind == sys::CU_GRAPH_NODE_TYPE_MEM_FREE
-            {
-                memory_nodes += 1;
-            }
-        }
+        let (nodes, memory_nodes) = count_nodes(self.device.api(), self.graph, op)?;
         if memory_nodes > 0 {
-            return Err(refuse(
-                op,
-                format!(
-                    "the recording holds {memory_nodes} memory allocation or free node(s); a \
-                     graph that allocates replays once and then fails, so allocate before the \
-                     window"
-                ),
-            ));
+            return Err(memory_nodes_refused(op, memory_nodes));
         }
-        let expected = self.launches + self.copies;
-        if self.adopted && nodes.len() > expected {
-            self.foreign = nodes.len() - expected;
+        let expected = self.level.nodes();
+        if self.adopted && nodes > expected {
+            self.foreign = nodes - expected;
             return Ok(());
         }
-        if nodes.len() != expected {
+        if nodes != expected {
             return Err(refuse(
                 op,
                 format!(
-                    "the captured graph holds {} node(s), and the stream issued {} launch(es) and \
-                     {} copy(ies) while recording: the driver lost work, so the graph would not \
-                     replay what was recorded",
-                    nodes.len(),
-                    self.launches,
-                    self.copies
+                    "the captured graph holds {nodes} node(s), and the stream issued {} \
+                     launch(es), {} copy(ies) and {} conditional(s) ({expected} node(s)) while \
+                     recording: the driver lost work, so the graph would not replay what was \
+                     recorded",
+                    self.level.launches,
+                    self.level.copies,
+                    self.level.conditionals.len()
                 ),
             ));
         }
@@ -334,6 +508,8 @@ impl Recording {
         Ok(Executable {
             raw,
             edges: self.edges().map(<[Edge]>::to_vec),
+            conditionals: self.holds_conditionals(),
+            _counters: self.counters.clone(),
             device: Arc::clone(&self.device),
         })
     }
@@ -494,6 +670,10 @@ pub struct Executable {
     /// The edges it was instantiated or last updated with, where they are
     /// not the captured chain.
     edges: Option<Vec<Edge>>,
+    /// Whether it holds a conditional node.
+    conditionals: bool,
+    /// The loops' trip counters its setters write, kept while it lives.
+    _counters: Vec<Arc<DevicePage>>,
     device: Arc<Device>,
 }
 
@@ -534,6 +714,10 @@ impl Executable {
     /// they differ from the executable's, the recording is handed back
     /// without asking the driver, which pairs nodes by following edges and
     /// could pair a differently shaped graph's nodes out of issue order.
+    ///
+    /// A graph holding a conditional node is handed back too: each capture
+    /// makes handles of its own, which its setter kernels name, so an
+    /// update would pair the new setters with the old graph's handles.
     pub(crate) fn update(
         &mut self,
         mut recording: Recording,
@@ -547,6 +731,9 @@ impl Executable {
         let Some(update) = api.graph_exec_update else {
             return Ok(Updated::Topology(recording));
         };
+        if self.conditionals || recording.holds_conditionals() {
+            return Ok(Updated::Topology(recording));
+        }
         let _current = self.device.enter()?;
         recording.check_nodes(OP)?;
         recording.arrange(order, OP)?;

@@ -50,6 +50,7 @@
 //! cudarc 0.19's contexts, streams, slices and functions.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod conditional;
 #[cfg(feature = "cudarc")]
 pub mod cudarc;
 mod device;
@@ -61,14 +62,15 @@ mod kernels;
 mod loader;
 mod memory;
 mod nvrtc;
+mod setter;
 mod stream;
 mod sys;
 
 use std::sync::Arc;
 
 use capture_core::{
-    Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice,
-    ImportRefusal, Launch, Order, Signature, Updated,
+    Bodies, Builtin, Builtins, Conditional, DeviceInfo, DeviceSlice, Driver, DriverError,
+    GraphDriver, HostSlice, ImportRefusal, Launch, Order, Signature, Updated,
 };
 
 pub use device::{DEVICE_ENV, Device};
@@ -79,6 +81,8 @@ pub use memory::{DevicePage, HostPage};
 pub use nvrtc::{
     NVRTC_ENV, NvrtcInfo, NvrtcOutput, nvrtc_compile_for, nvrtc_compile_ptx, nvrtc_info,
 };
+#[doc(hidden)]
+pub use setter::{setter_entries, setter_ptx_variants};
 pub use stream::{Signal, Stream};
 pub use sys::{CUcontext, CUdeviceptr, CUfunction, CUstream};
 
@@ -252,6 +256,38 @@ impl GraphDriver for Cuda {
         order: Order<'_>,
     ) -> Result<Updated<Recording>, DriverError> {
         exec.update(recording, order)
+    }
+
+    /// Conditional nodes need driver 12.4 or newer with its conditional
+    /// functions, and the setter kernels loaded (before the device's first
+    /// capture); otherwise the reason names what is missing. Bodies may
+    /// hold copies: a body graph holds memcpy nodes.
+    fn conditionals(stream: &Stream) -> Result<Bodies, String> {
+        stream.conditionals()
+    }
+
+    /// The setter kernel and the conditional node (or, for an if/else on a
+    /// driver before 12.8, two `if` nodes) go in the graph being captured;
+    /// the stream's work from here is captured into the first body, on a
+    /// side stream.
+    fn open_conditional(
+        stream: &mut Stream,
+        kind: Conditional,
+        flag: DeviceSlice<'_, Self>,
+    ) -> Result<(), DriverError> {
+        stream.open_conditional(kind, flag)
+    }
+
+    fn next_body(stream: &mut Stream) -> Result<(), DriverError> {
+        stream.next_body()
+    }
+
+    /// Each body is checked to hold what the stream issued into it and
+    /// given its order's edges, as `instantiate` does the recording's; an
+    /// empty body gets an empty node on a driver before 12.8, which would
+    /// hang on it.
+    fn close_conditional(stream: &mut Stream, orders: &[Order<'_>]) -> Result<(), DriverError> {
+        stream.close_conditional(orders)
     }
 
     fn upload(exec: &Executable, stream: &mut Stream) -> Result<(), DriverError> {

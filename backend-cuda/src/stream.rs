@@ -15,13 +15,16 @@ use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use capture_core::{DeviceSlice, Driver, DriverError, HostSlice, Launch};
+use capture_core::{
+    Bodies, Conditional, DeviceSlice, Driver, DriverError, HostSlice, Launch, Order,
+};
 use capture_core::{MAX_BINDINGS, MAX_PARAM_BYTES};
 
+use crate::conditional::Nesting;
 use crate::device::{Device, Release};
 use crate::error::refuse;
 use crate::event::{Event, EventRing};
-use crate::graph::{Executable, Recording};
+use crate::graph::{Executable, Level, Recording};
 use crate::kernels::Kernel;
 use crate::memory::{DevicePage, HostPage};
 use crate::sys::{self, CUcontext, CUgraph, CUstream};
@@ -74,9 +77,10 @@ pub struct Stream {
     events: EventRing,
     /// Whether a capture begun here has not been ended yet, for `Drop`.
     recording: bool,
-    /// Launches and copies issued since the capture began.
-    launches: usize,
-    copies: usize,
+    /// What the stream issued into its recording since the capture began.
+    level: Level,
+    /// The conditionals open in the recording, and what records them.
+    nesting: Nesting,
     /// Whether work was enqueued since the latest signal, which otherwise
     /// stands for the stream's end still.
     unsignalled: bool,
@@ -124,8 +128,8 @@ impl Stream {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             events: EventRing::new(device.api()),
             recording: false,
-            launches: 0,
-            copies: 0,
+            level: Level::default(),
+            nesting: Nesting::default(),
             unsignalled: false,
             latest: 0,
         }
@@ -245,13 +249,15 @@ impl Stream {
         if len == 0 {
             return Ok(());
         }
+        self.nesting.refusal(OP)?;
+        let target = self.nesting.target(self.raw);
         let api = self.device.api();
         let _current = self.device.enter()?;
         // SAFETY: both ranges were checked to lie in live pages of this
         // device; the host page is pinned, and capture-core keeps it (and,
         // while recording, the bytes) alive until the copy has run.
         api.check(OP, unsafe {
-            (api.memcpy_htod_async)(to, from.cast_const(), len, self.raw)
+            (api.memcpy_htod_async)(to, from.cast_const(), len, target)
         })?;
         self.issued_copy();
         Ok(())
@@ -273,19 +279,21 @@ impl Stream {
         if len == 0 {
             return Ok(());
         }
+        self.nesting.refusal(OP)?;
+        let target = self.nesting.target(self.raw);
         let api = self.device.api();
         let _current = self.device.enter()?;
         // SAFETY: both ranges were checked to lie in live pages of this
         // device; capture-core reads the host bytes only after a fence.
         api.check(OP, unsafe {
-            (api.memcpy_dtoh_async)(to, from, len, self.raw)
+            (api.memcpy_dtoh_async)(to, from, len, target)
         })?;
         self.issued_copy();
         Ok(())
     }
 
     fn issued_copy(&mut self) {
-        self.copies += 1;
+        self.nesting.level(&mut self.level).copies += 1;
         self.unsignalled = true;
     }
 
@@ -365,6 +373,8 @@ impl Stream {
         }
         let [x, y, z] = launch.groups;
         let [bx, by, bz] = signature.workgroup_size();
+        self.nesting.refusal(OP)?;
+        let target = self.nesting.target(self.raw);
         let api = self.device.api();
         let _current = self.device.enter()?;
         // SAFETY: the function is live (the kernel owns its module and holds
@@ -383,12 +393,12 @@ impl Stream {
                 by,
                 bz,
                 0,
-                self.raw,
+                target,
                 args.as_mut_ptr(),
                 ptr::null_mut(),
             )
         })?;
-        self.launches += 1;
+        self.nesting.level(&mut self.level).launches += 1;
         self.unsignalled = true;
         Ok(())
     }
@@ -451,6 +461,8 @@ impl Stream {
         const OP: &str = "begin capture";
         let api = self.device.api();
         let _current = self.device.enter()?;
+        // Before the capture, so that no module loads while it records.
+        self.device.prepare_conditionals();
         // A point after everything enqueued so far, taken while the stream
         // still runs work: a capture left open cannot record one, and a
         // stream replacing this one (see `leave_capture`) waits for it.
@@ -466,8 +478,8 @@ impl Stream {
             })
         })?;
         self.recording = true;
-        self.launches = 0;
-        self.copies = 0;
+        self.level = Level::default();
+        self.nesting.begin();
         Ok(())
     }
 
@@ -481,6 +493,9 @@ impl Stream {
         // Ended even when the context cannot be made current: a stream left
         // recording would swallow every later launch.
         let current = device.enter();
+        // Bodies still open (capture-core closes each; a stream dropped
+        // while recording may not have) end first.
+        self.nesting.abandon(&device);
         let mut graph: CUgraph = ptr::null_mut();
         let raw = self.raw;
         // SAFETY: the stream is live; `graph` is a valid place for the
@@ -490,8 +505,10 @@ impl Stream {
         self.recording = false;
         // An invalidated capture may still hand back a partial graph; owning
         // it first makes sure it is destroyed whatever the answer.
+        let level = std::mem::take(&mut self.level);
+        let counters = self.nesting.counters_of_recording();
         let recording = (!graph.is_null())
-            .then(|| Recording::new(graph, self.launches, self.copies, &device, self.adopted()));
+            .then(|| Recording::new(graph, level, &device, self.adopted(), counters));
         let ended = match (code, recording) {
             (sys::CUDA_SUCCESS, Some(recording)) => return Ok(recording),
             (sys::CUDA_SUCCESS, None) => "the driver ended the capture without a graph".to_owned(),
@@ -558,6 +575,45 @@ impl Stream {
         Some("the stream was still recording, so it was replaced by a fresh one".to_owned())
     }
 
+    /// Whether the stream's recordings can hold conditional nodes, and what
+    /// their bodies may hold: copies too, since a body graph holds memcpy
+    /// nodes, between device memory and pinned host memory, which is
+    /// mapped for the device wherever unified addressing is (every 64-bit
+    /// platform the driver supports).
+    pub(crate) fn conditionals(&self) -> Result<Bodies, String> {
+        self.device.conditionals().map(|_| Bodies { copies: true })
+    }
+
+    /// Open a conditional of `kind` over the `u32` `flag` in the recording.
+    pub(crate) fn open_conditional<D>(
+        &mut self,
+        kind: Conditional,
+        flag: DeviceSlice<'_, D>,
+    ) -> Result<(), DriverError>
+    where
+        D: Driver<DevicePage = DevicePage>,
+    {
+        const OP: &str = "open conditional";
+        if flag.len != 4 || flag.offset % 4 != 0 {
+            return Err(refuse(
+                OP,
+                format!("the flag is not an aligned u32: {flag:?}"),
+            ));
+        }
+        let address = flag.page.address(&self.device, flag.offset, flag.len, OP)?;
+        self.nesting.open(&self.device, self.raw, kind, address)
+    }
+
+    /// Switch the open conditional to its next body.
+    pub(crate) fn next_body(&mut self) -> Result<(), DriverError> {
+        self.nesting.next_body(&self.device)
+    }
+
+    /// Close the innermost open conditional with its bodies' orders.
+    pub(crate) fn close_conditional(&mut self, orders: &[Order<'_>]) -> Result<(), DriverError> {
+        self.nesting.close(&self.device, &mut self.level, orders)
+    }
+
     /// Pre-stage `exec` on this stream.
     pub(crate) fn upload(&mut self, exec: &Executable) -> Result<(), DriverError> {
         exec.upload(&self.device, self.raw)?;
@@ -595,6 +651,7 @@ impl Drop for Stream {
             log::warn!("{e}");
         }
         self.events.destroy_all();
+        self.nesting.destroy(&self.device);
         if self.owned {
             // SAFETY: the stream is owned here and destroyed once.
             let destroyed = unsafe { (api.stream_destroy)(self.raw) };

@@ -58,6 +58,14 @@ pub type CUgraphNodeType = c_uint;
 pub type CUgraphExecUpdateResult = c_uint;
 /// `CUpointer_attribute`, as its integer.
 pub type CUpointer_attribute = c_uint;
+/// `cuuint64_t`, an unsigned 64-bit integer (spelled so for the ABI test:
+/// `uint64_t` is `unsigned long` on Linux, not `unsigned long long`).
+pub type cuuint64_t = u64;
+/// The value a conditional node reads, set from device code (12.3 and
+/// newer).
+pub type CUgraphConditionalHandle = cuuint64_t;
+/// `CUgraphConditionalNodeType`, as its integer.
+pub type CUgraphConditionalNodeType = c_uint;
 
 /// What `cuGraphExecUpdate` (12.0 and newer) says about a failed update.
 /// The fields keep their C names, which the ABI test's `offsetof` uses.
@@ -87,6 +95,68 @@ pub struct CUgraphEdgeData {
     pub r#type: u8,
     /// Unused, zero.
     pub reserved: [u8; 5],
+}
+
+/// What `cuGraphAddNode_v2` needs of a conditional node (12.3 and newer).
+/// The fields keep their C names, which the ABI test's `offsetof` uses.
+#[allow(non_snake_case)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CUDA_CONDITIONAL_NODE_PARAMS {
+    /// The handle the node reads, made for the graph the node goes in.
+    pub handle: CUgraphConditionalHandle,
+    /// `CU_GRAPH_COND_TYPE_IF` or `CU_GRAPH_COND_TYPE_WHILE`.
+    pub r#type: CUgraphConditionalNodeType,
+    /// How many bodies: 1, or 2 for an if/else (12.8 and newer).
+    pub size: c_uint,
+    /// Written by the driver: its own array of the node's body graphs,
+    /// valid as long as the node.
+    pub phGraph_out: *mut CUgraph,
+    /// The context the node runs in.
+    pub ctx: CUcontext,
+}
+
+/// Bytes of `CUgraphNodeParams`'s union, of which a conditional node's
+/// parameters are the first.
+const NODE_PARAMS_UNION_BYTES: usize = 29 * 8;
+
+/// `CUgraphNodeParams` (12.2 and newer) as this crate fills it: the union
+/// of every node kind's parameters holds a conditional node's, or nothing
+/// (an empty node), and the bytes past them stay zero, as the driver
+/// requires of unused bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CUgraphNodeParams {
+    /// `CUgraphNodeType`: `CU_GRAPH_NODE_TYPE_CONDITIONAL` or
+    /// `CU_GRAPH_NODE_TYPE_EMPTY`.
+    pub r#type: CUgraphNodeType,
+    /// Must be zero.
+    pub reserved0: [c_int; 3],
+    /// The union's conditional member.
+    pub conditional: CUDA_CONDITIONAL_NODE_PARAMS,
+    /// The rest of the union, zero.
+    pub padding: [u8; NODE_PARAMS_UNION_BYTES - size_of::<CUDA_CONDITIONAL_NODE_PARAMS>()],
+    /// Must be zero.
+    pub reserved2: i64,
+}
+
+impl CUgraphNodeParams {
+    /// Parameters of `kind` with every byte zero but the type.
+    pub(crate) fn zeroed(kind: CUgraphNodeType) -> Self {
+        Self {
+            r#type: kind,
+            reserved0: [0; 3],
+            conditional: CUDA_CONDITIONAL_NODE_PARAMS {
+                handle: 0,
+                r#type: 0,
+                size: 0,
+                phGraph_out: std::ptr::null_mut(),
+                ctx: std::ptr::null_mut(),
+            },
+            padding: [0; NODE_PARAMS_UNION_BYTES - size_of::<CUDA_CONDITIONAL_NODE_PARAMS>()],
+            reserved2: 0,
+        }
+    }
 }
 
 pub const CUDA_SUCCESS: CUresult = 0;
@@ -134,9 +204,16 @@ pub const CU_MEMHOSTALLOC_PORTABLE: c_uint = 1;
 
 pub const CU_STREAM_CAPTURE_MODE_RELAXED: CUstreamCaptureMode = 2;
 pub const CU_STREAM_CAPTURE_STATUS_NONE: CUstreamCaptureStatus = 0;
+pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: CUstreamCaptureStatus = 1;
+pub const CU_STREAM_SET_CAPTURE_DEPENDENCIES: c_uint = 1;
 
 pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: CUgraphNodeType = 10;
 pub const CU_GRAPH_NODE_TYPE_MEM_FREE: CUgraphNodeType = 11;
+pub const CU_GRAPH_NODE_TYPE_EMPTY: CUgraphNodeType = 5;
+pub const CU_GRAPH_NODE_TYPE_CONDITIONAL: CUgraphNodeType = 13;
+
+pub const CU_GRAPH_COND_TYPE_IF: CUgraphConditionalNodeType = 0;
+pub const CU_GRAPH_COND_TYPE_WHILE: CUgraphConditionalNodeType = 1;
 
 pub const CU_GRAPH_EXEC_UPDATE_SUCCESS: CUgraphExecUpdateResult = 0;
 pub const CU_GRAPH_EXEC_UPDATE_ERROR: CUgraphExecUpdateResult = 1;
@@ -372,6 +449,57 @@ driver_api! {
             *const CUgraphEdgeData,
             usize,
         );
+        /// 12.3 and newer, as every function below: a handle a conditional
+        /// node of `hGraph` reads, set by `cudaGraphSetConditional` in
+        /// device code. Conditional nodes in stream captures need 12.4.
+        graph_conditional_handle_create = cuGraphConditionalHandleCreate(
+            *mut CUgraphConditionalHandle,
+            CUgraph,
+            CUcontext,
+            c_uint,
+            c_uint,
+        );
+        /// Add a node of any kind (here a conditional or an empty node),
+        /// over plain edges from its dependencies (CUDA 13's
+        /// `cuGraphAddNode`).
+        graph_add_node = cuGraphAddNode_v2(
+            *mut CUgraphNode,
+            CUgraph,
+            *const CUgraphNode,
+            *const CUgraphEdgeData,
+            usize,
+            *mut CUgraphNodeParams,
+        );
+        /// Capture a stream's work into an existing graph: a conditional
+        /// node's body.
+        stream_begin_capture_to_graph = cuStreamBeginCaptureToGraph(
+            CUstream,
+            CUgraph,
+            *const CUgraphNode,
+            *const CUgraphEdgeData,
+            usize,
+            CUstreamCaptureMode,
+        );
+        /// A capturing stream's graph and the nodes its next node will
+        /// follow (CUDA 13's `cuStreamGetCaptureInfo`).
+        stream_get_capture_info = cuStreamGetCaptureInfo_v3(
+            CUstream,
+            *mut CUstreamCaptureStatus,
+            *mut cuuint64_t,
+            *mut CUgraph,
+            *mut *const CUgraphNode,
+            *mut *const CUgraphEdgeData,
+            *mut usize,
+        );
+        /// Make a capturing stream's next node follow the given nodes
+        /// (CUDA 13's `cuStreamUpdateCaptureDependencies`).
+        stream_update_capture_dependencies = cuStreamUpdateCaptureDependencies_v2(
+            CUstream,
+            *mut CUgraphNode,
+            *const CUgraphEdgeData,
+            usize,
+            c_uint,
+        );
     }
     legacy {
         /// 10.0 and newer, still exported by 13.0: the nodes that depend on
@@ -424,6 +552,51 @@ pub(crate) type DependentsWithData = unsafe extern "C" fn(
 pub(crate) type DependentsPlain =
     unsafe extern "C" fn(CUgraphNode, *mut CUgraphNode, *mut usize) -> CUresult;
 
+/// `cuGraphConditionalHandleCreate`.
+pub(crate) type HandleCreate = unsafe extern "C" fn(
+    *mut CUgraphConditionalHandle,
+    CUgraph,
+    CUcontext,
+    c_uint,
+    c_uint,
+) -> CUresult;
+/// `cuGraphAddNode_v2`.
+pub(crate) type AddNode = unsafe extern "C" fn(
+    *mut CUgraphNode,
+    CUgraph,
+    *const CUgraphNode,
+    *const CUgraphEdgeData,
+    usize,
+    *mut CUgraphNodeParams,
+) -> CUresult;
+/// `cuStreamBeginCaptureToGraph`.
+pub(crate) type BeginCaptureToGraph = unsafe extern "C" fn(
+    CUstream,
+    CUgraph,
+    *const CUgraphNode,
+    *const CUgraphEdgeData,
+    usize,
+    CUstreamCaptureMode,
+) -> CUresult;
+/// `cuStreamGetCaptureInfo_v3`.
+pub(crate) type CaptureInfo = unsafe extern "C" fn(
+    CUstream,
+    *mut CUstreamCaptureStatus,
+    *mut cuuint64_t,
+    *mut CUgraph,
+    *mut *const CUgraphNode,
+    *mut *const CUgraphEdgeData,
+    *mut usize,
+) -> CUresult;
+/// `cuStreamUpdateCaptureDependencies_v2`.
+pub(crate) type UpdateDependencies = unsafe extern "C" fn(
+    CUstream,
+    *mut CUgraphNode,
+    *const CUgraphEdgeData,
+    usize,
+    c_uint,
+) -> CUresult;
+
 /// A C expression whose value must be `value` under `cuda.h`: a constant
 /// this file declares, or the size or offset of a type it declares.
 #[derive(Debug, Clone, Copy)]
@@ -446,7 +619,7 @@ macro_rules! sizes {
     };
 }
 
-const CONSTANTS: [AbiFact; 48] = constants![
+const CONSTANTS: [AbiFact; 54] = constants![
     CUDA_SUCCESS,
     CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_STUB_LIBRARY,
@@ -484,8 +657,14 @@ const CONSTANTS: [AbiFact; 48] = constants![
     CU_MEMHOSTALLOC_PORTABLE,
     CU_STREAM_CAPTURE_MODE_RELAXED,
     CU_STREAM_CAPTURE_STATUS_NONE,
+    CU_STREAM_CAPTURE_STATUS_ACTIVE,
+    CU_STREAM_SET_CAPTURE_DEPENDENCIES,
     CU_GRAPH_NODE_TYPE_MEM_ALLOC,
     CU_GRAPH_NODE_TYPE_MEM_FREE,
+    CU_GRAPH_NODE_TYPE_EMPTY,
+    CU_GRAPH_NODE_TYPE_CONDITIONAL,
+    CU_GRAPH_COND_TYPE_IF,
+    CU_GRAPH_COND_TYPE_WHILE,
     CU_GRAPH_EXEC_UPDATE_SUCCESS,
     CU_GRAPH_EXEC_UPDATE_ERROR,
     CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED,
@@ -497,7 +676,7 @@ const CONSTANTS: [AbiFact; 48] = constants![
     CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED,
 ];
 
-const SIZES: [AbiFact; 23] = sizes![
+const SIZES: [AbiFact; 28] = sizes![
     CUresult,
     CUdevice,
     CUdeviceptr,
@@ -521,9 +700,14 @@ const SIZES: [AbiFact; 23] = sizes![
     CUpointer_attribute,
     CUgraphExecUpdateResultInfo,
     CUgraphEdgeData,
+    cuuint64_t,
+    CUgraphConditionalHandle,
+    CUgraphConditionalNodeType,
+    CUDA_CONDITIONAL_NODE_PARAMS,
+    CUgraphNodeParams,
 ];
 
-const OFFSETS: [AbiFact; 8] = [
+const OFFSETS: [AbiFact; 18] = [
     AbiFact {
         c: "sizeof(size_t)",
         value: size_of::<usize>() as i64,
@@ -555,6 +739,46 @@ const OFFSETS: [AbiFact; 8] = [
     AbiFact {
         c: "offsetof(CUgraphEdgeData, reserved)",
         value: offset_of!(CUgraphEdgeData, reserved) as i64,
+    },
+    AbiFact {
+        c: "offsetof(CUDA_CONDITIONAL_NODE_PARAMS, handle)",
+        value: offset_of!(CUDA_CONDITIONAL_NODE_PARAMS, handle) as i64,
+    },
+    AbiFact {
+        c: "offsetof(CUDA_CONDITIONAL_NODE_PARAMS, type)",
+        value: offset_of!(CUDA_CONDITIONAL_NODE_PARAMS, r#type) as i64,
+    },
+    AbiFact {
+        c: "offsetof(CUDA_CONDITIONAL_NODE_PARAMS, size)",
+        value: offset_of!(CUDA_CONDITIONAL_NODE_PARAMS, size) as i64,
+    },
+    AbiFact {
+        c: "offsetof(CUDA_CONDITIONAL_NODE_PARAMS, phGraph_out)",
+        value: offset_of!(CUDA_CONDITIONAL_NODE_PARAMS, phGraph_out) as i64,
+    },
+    AbiFact {
+        c: "offsetof(CUDA_CONDITIONAL_NODE_PARAMS, ctx)",
+        value: offset_of!(CUDA_CONDITIONAL_NODE_PARAMS, ctx) as i64,
+    },
+    AbiFact {
+        c: "offsetof(CUgraphNodeParams, type)",
+        value: offset_of!(CUgraphNodeParams, r#type) as i64,
+    },
+    AbiFact {
+        c: "offsetof(CUgraphNodeParams, reserved0)",
+        value: offset_of!(CUgraphNodeParams, reserved0) as i64,
+    },
+    AbiFact {
+        c: "offsetof(CUgraphNodeParams, conditional)",
+        value: offset_of!(CUgraphNodeParams, conditional) as i64,
+    },
+    AbiFact {
+        c: "offsetof(CUgraphNodeParams, reserved2)",
+        value: offset_of!(CUgraphNodeParams, reserved2) as i64,
+    },
+    AbiFact {
+        c: "_Alignof(CUgraphNodeParams)",
+        value: std::mem::align_of::<CUgraphNodeParams>() as i64,
     },
 ];
 

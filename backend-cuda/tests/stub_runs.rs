@@ -833,8 +833,8 @@ fn check_branched_capture_refused() {
     assert!(refused.message.contains("not one chain"), "{refused}");
     assert!(
         refused.message.contains(
-            "is not one chain of its 3 operation(s) (operation 0 is followed by more than one), \
-             so its nodes cannot be matched to the operations issued"
+            "is not one chain of its 3 node(s) (node 0 is followed by more than one), so its \
+             nodes cannot be matched to the operations issued"
         ),
         "{refused}"
     );
