@@ -111,6 +111,15 @@ impl Predicates {
         }
     }
 
+    /// Encodes zeroing every word, so a run whose predicates are not
+    /// computed reads false.
+    pub(crate) fn clear(&self, device: &ash::Device, cmd: vk::CommandBuffer) {
+        // SAFETY: `cmd` is recording outside a render pass; the buffer is
+        // live, kept by the recording, made with the transfer-destination
+        // usage, and the whole size is a multiple of 4.
+        unsafe { device.cmd_fill_buffer(cmd, self.buffer.buffer, 0, vk::WHOLE_SIZE, 0) };
+    }
+
     /// Where body `body`'s predicate of run `run` lies in the buffer.
     pub(crate) fn slot(run: u32, body: usize) -> u32 {
         2 * run + u32::from(body > 0)

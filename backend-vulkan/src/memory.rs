@@ -267,12 +267,14 @@ pub(crate) fn device_page(device: &Arc<Device>, bytes: u64) -> Result<DevicePage
 }
 
 /// Device memory for `words` conditional-rendering predicates, which a
-/// kernel writes and conditional rendering reads.
+/// fill zeroes, a kernel writes and conditional rendering reads.
 pub(crate) fn predicates(device: &Arc<Device>, words: u64) -> Result<Arc<Buffer>, DriverError> {
     create(
         device,
         words * 4,
-        vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::CONDITIONAL_RENDERING_EXT,
+        vk::BufferUsageFlags::STORAGE_BUFFER
+            | vk::BufferUsageFlags::TRANSFER_DST
+            | vk::BufferUsageFlags::CONDITIONAL_RENDERING_EXT,
         vk::MemoryPropertyFlags::empty(),
         vk::MemoryPropertyFlags::DEVICE_LOCAL,
         "open conditional",

@@ -323,16 +323,28 @@ impl Prepared {
         if scope.active.is_some() {
             rendering.end(cmd);
         }
-        // A loop of no runs still orders what comes before it.
-        let mut barriers = usize::from(predicates.runs() == 0);
-        if predicates.runs() == 0 {
+        let runs = predicates.runs();
+        barrier(device, cmd);
+        let mut barriers = 1;
+        // A loop's later runs compute their predicates only where the run
+        // before ran: an iteration the flag skipped then costs discarded
+        // dispatches and barriers, and finds its words zeroed here.
+        if runs > 1 {
+            predicates.clear(device, cmd);
             barrier(device, cmd);
+            barriers += 1;
         }
-        for run in 0..predicates.runs() {
-            barrier(device, cmd);
+        for run in 0..runs {
+            let before = run.checked_sub(1).map(|r| Predicates::slot(r, 0));
+            if let Some(slot) = before {
+                rendering.begin(cmd, predicates.buffer.buffer, u64::from(slot) * 4);
+            }
             predicates.compute(device, cmd, run, scope.parent);
+            if before.is_some() {
+                rendering.end(cmd);
+            }
             barrier(device, cmd);
-            barriers += 2;
+            barriers += 1;
             for (body, (prepared, dependencies)) in node.bodies.iter().enumerate() {
                 let slot = Predicates::slot(run, body);
                 let active = (predicates.buffer.buffer, u64::from(slot) * 4);

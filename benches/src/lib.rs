@@ -29,6 +29,7 @@ pub mod backends;
 pub mod failure;
 pub mod fixture;
 pub mod generate;
+pub mod looped;
 pub mod measure;
 pub mod pipeline;
 pub mod raw;

@@ -17,7 +17,9 @@ use std::process::ExitCode;
 
 use benches::alloc_counter::CountingAlloc;
 use benches::validation::validation_off;
-use benches::{Backend, SYNC_EVERY, Visit, availability, each_backend, generate, pipeline, wide};
+use benches::{
+    Backend, SYNC_EVERY, Visit, availability, each_backend, generate, looped, pipeline, wide,
+};
 use conformance::workload::decode::{self, Shape};
 
 #[global_allocator]
@@ -30,6 +32,7 @@ enum Section {
     Pipeline,
     Dependencies,
     Generate,
+    Loops,
 }
 
 /// Measures and prints each backend in turn.
@@ -60,6 +63,8 @@ struct Summary {
     generation: Vec<String>,
     /// The graph set's memory per backend, and whether its target held.
     sets: Vec<(String, bool)>,
+    /// A loop in one replay against the host driving it, per backend.
+    loops: Vec<String>,
 }
 
 /// Operations each stress thread runs.
@@ -90,6 +95,7 @@ impl Visit for Summary {
                     .push(dependencies_row::<D>(&mut self.failed));
             }
             Some(Section::Generate) => return self.generate::<D>(),
+            Some(Section::Loops) => return self.loops.push(loop_row::<D>(&mut self.failed)),
             None => {}
         }
         match report::measure::<D>(device) {
@@ -115,6 +121,28 @@ impl Visit for Summary {
         self.dependencies
             .push(dependencies_row::<D>(&mut self.failed));
         self.generate::<D>();
+        self.loops.push(loop_row::<D>(&mut self.failed));
+    }
+}
+
+/// A loop on `D`: `STEPS` replays each followed by a flag read, against one
+/// replay holding the loop, and what an iteration the flag skips costs.
+fn loop_row<D: Backend>(failed: &mut bool) -> String {
+    match looped::measure::<D>() {
+        Ok(Ok(f)) => format!(
+            "| {} | {} / 1 | {:.0} | {:.0} | {:.2}x | {:.2} |",
+            D::NAME,
+            2 * looped::STEPS,
+            f.stepwise * 1e6,
+            f.looped * 1e6,
+            f.speedup(),
+            f.skipped() * 1e6,
+        ),
+        Ok(Err(reason)) => format!("| {} | not recorded: {reason} | | | | |", D::NAME),
+        Err(err) => {
+            *failed = true;
+            format!("| {} | failed: {err} | | | | |", D::NAME)
+        }
     }
 }
 
@@ -414,6 +442,7 @@ fn main() -> ExitCode {
         "--pipeline" => Some(Section::Pipeline),
         "--dependencies" => Some(Section::Dependencies),
         "--generate" => Some(Section::Generate),
+        "--loops" => Some(Section::Loops),
         _ => None,
     });
     let mut summary = Summary {
@@ -436,6 +465,10 @@ fn main() -> ExitCode {
         }
         Some(Section::Generate) => {
             print_generation(&mut summary);
+            return finish(&summary);
+        }
+        Some(Section::Loops) => {
+            print_loops(&summary);
             return finish(&summary);
         }
         None => {}
@@ -488,7 +521,32 @@ fn main() -> ExitCode {
     print_pipelines(&summary);
     print_dependencies(&mut summary);
     print_generation(&mut summary);
+    print_loops(&summary);
     finish(&summary)
+}
+
+/// The loops section: a generation of steps driven by the host against one
+/// replay.
+fn print_loops(summary: &Summary) {
+    println!(
+        "### loops in a graph\n\n{steps} steps of {launches} `add` launches and a countdown \
+         that writes the loop's flag: {steps} replays of a step, each followed by a read of \
+         the flag (the host deciding), against one replay of a graph holding a `while` of \
+         bound {steps}; median of 7, each through its sync. A skipped iteration: the loop \
+         whose flag clears after one step, less one step alone, over the {skipped} \
+         iterations left\n",
+        steps = looped::STEPS,
+        launches = looped::LAUNCHES,
+        skipped = looped::STEPS - 1,
+    );
+    println!(
+        "| backend | host calls: step by step / looped | step by step us | looped us | speedup | us per skipped iteration |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for row in &summary.loops {
+        println!("{row}");
+    }
+    println!();
 }
 
 /// The generation section: rates per batch size, then the graph set's
