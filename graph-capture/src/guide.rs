@@ -11,6 +11,7 @@
 //! - [`temporaries`]: the graphs of one stream share their scratch memory.
 //! - [`dependencies`]: a graph runs at the same time what no hazard orders.
 //! - [`views`]: buffers over part of one allocation.
+//! - [`conditionals`]: ifs and loops inside a graph, decided on the device.
 //! - [`decode`]: the decode example.
 //! - [`generate`]: the generate example, a transformer replayed token by
 //!   token.
@@ -44,6 +45,9 @@ pub mod dependencies {}
 
 #[doc = include_str!("../docs/views.md")]
 pub mod views {}
+
+#[doc = include_str!("../docs/conditionals.md")]
+pub mod conditionals {}
 
 #[doc = include_str!("../docs/decode.md")]
 pub mod decode {}
