@@ -38,8 +38,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use capture_core::{
-    Bodies, Builtin, Builtins, Conditional, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice,
-    ImportRefusal, Launch, Order, Signature, Updated,
+    Bodies, Builtin, Builtins, Conditional, DeviceInfo, DeviceSlice, Driver, DriverError,
+    GraphDriver, HostSlice, ImportRefusal, Launch, Order, Signature, Updated,
 };
 
 pub use device::Device;
@@ -491,7 +491,7 @@ impl GraphDriver for Host {
             .recording
             .as_mut()
             .ok_or_else(|| error(OP, "the stream is not recording"))?;
-        if flag.len != 4 || flag.offset % 4 != 0 {
+        if flag.len != 4 || !flag.offset.is_multiple_of(4) {
             return Err(error(OP, format!("the flag is not a u32: {flag:?}")));
         }
         let outer = std::mem::take(&mut recording.program);
@@ -512,7 +512,10 @@ impl GraphDriver for Host {
             return Err(error("next body", "no conditional is open"));
         };
         if open.bodies.len() + 1 >= open.kind.bodies() {
-            return Err(error("next body", format!("a {} has no more bodies", open.kind.name())));
+            return Err(error(
+                "next body",
+                format!("a {} has no more bodies", open.kind.name()),
+            ));
         }
         open.bodies.push(std::mem::take(program));
         Ok(())

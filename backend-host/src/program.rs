@@ -100,7 +100,12 @@ impl Program {
 
     /// Append a conditional of `kind` on `flag` over `bodies`, each body
     /// already keeping its own order.
-    pub(crate) fn push_conditional(&mut self, kind: Conditional, flag: Range, bodies: Vec<Program>) {
+    pub(crate) fn push_conditional(
+        &mut self,
+        kind: Conditional,
+        flag: Range,
+        bodies: Vec<Program>,
+    ) {
         let mut folded = match kind {
             Conditional::If => 2,
             Conditional::IfElse => 4,
@@ -195,7 +200,12 @@ impl Program {
         // locks a spread level would hold: its level is never spread.
         let bytes = |step: usize| match self.steps[step] {
             Step::Conditional { .. } => None,
-            _ => Some(accesses[step].iter().map(|(range, _)| range.len as u64).sum()),
+            _ => Some(
+                accesses[step]
+                    .iter()
+                    .map(|(range, _)| range.len as u64)
+                    .sum(),
+            ),
         };
         self.schedule = Some(Schedule::of(dependencies, bytes));
         Ok(())
@@ -295,7 +305,12 @@ impl Program {
     }
 
     /// Run a conditional's bodies as the flag says when it is reached.
-    fn run_conditional(&self, kind: Conditional, flag: &Range, bodies: &[Program]) -> Result<(), String> {
+    fn run_conditional(
+        &self,
+        kind: Conditional,
+        flag: &Range,
+        bodies: &[Program],
+    ) -> Result<(), String> {
         let set = || -> Result<bool, String> {
             let bytes = flag.load().ok_or("a conditional's flag is out of range")?;
             let word: [u8; 4] = bytes
@@ -312,7 +327,11 @@ impl Program {
                 Ok(())
             }
             (Conditional::IfElse, [then, otherwise]) => {
-                if set()? { then.run() } else { otherwise.run() }
+                if set()? {
+                    then.run()
+                } else {
+                    otherwise.run()
+                }
             }
             (Conditional::While { bound }, [body]) => {
                 for _ in 0..bound {

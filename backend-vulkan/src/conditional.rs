@@ -88,7 +88,13 @@ impl Predicates {
 
     /// Encodes the kernel that fills run `run`'s two words from the flag
     /// and the enclosing predicate at `parent`.
-    pub(crate) fn compute(&self, device: &ash::Device, cmd: vk::CommandBuffer, run: u32, parent: u32) {
+    pub(crate) fn compute(
+        &self,
+        device: &ash::Device,
+        cmd: vk::CommandBuffer,
+        run: u32,
+        parent: u32,
+    ) {
         let mut push = [0u8; 8];
         push[..4].copy_from_slice(&parent.to_le_bytes());
         push[4..].copy_from_slice(&(2 * run).to_le_bytes());
@@ -132,7 +138,10 @@ pub(crate) fn words(kind: Conditional) -> Result<u64, DriverError> {
     if words > u64::from(u32::MAX / 2) {
         return Err(error(
             "open conditional",
-            format!("a bound of {} iterations is more than a recording unrolls", kind.most_runs()),
+            format!(
+                "a bound of {} iterations is more than a recording unrolls",
+                kind.most_runs()
+            ),
         ));
     }
     Ok(words)

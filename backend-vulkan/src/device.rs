@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use ash::vk;
 use capture_core::{DeviceInfo, DriverError, KeepAlive};
 
-use crate::rendering::Rendering;
 use crate::error::{error, vk_error};
 use crate::instance::{self, API_VERSION, InstanceParts, Layers};
+use crate::rendering::Rendering;
 use crate::validation::{Counters, ValidationCounts};
 
 /// Env var that picks the device [`Driver::open`](capture_core::Driver::open)
@@ -369,8 +369,8 @@ impl Device {
         let conditional = has_conditional_rendering(&parts.instance, chosen.physical);
         let extensions = [ash::ext::conditional_rendering::NAME.as_ptr()];
         let mut v12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
-        let mut rendering =
-            vk::PhysicalDeviceConditionalRenderingFeaturesEXT::default().conditional_rendering(true);
+        let mut rendering = vk::PhysicalDeviceConditionalRenderingFeaturesEXT::default()
+            .conditional_rendering(true);
         let mut info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
             .push_next(&mut v12);

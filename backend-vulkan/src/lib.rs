@@ -308,7 +308,9 @@ impl GraphDriver for Vulkan {
     }
 
     fn close_conditional(stream: &mut Stream, orders: &[Order<'_>]) -> Result<(), DriverError> {
-        stream.in_window("close conditional", |recorder| recorder.close_conditional(orders))
+        stream.in_window("close conditional", |recorder| {
+            recorder.close_conditional(orders)
+        })
     }
 
     fn upload(exec: &Executable, stream: &mut Stream) -> Result<(), DriverError> {

@@ -23,8 +23,8 @@ use capture_core::{Access, Dependencies, DriverError, Order};
 
 use crate::barriers::{Hazards, Range, device_barrier};
 use crate::conditional::{NO_PARENT, Predicates, barrier};
-use crate::rendering::Rendering;
 use crate::error::error;
+use crate::rendering::Rendering;
 
 /// One command, ready to encode.
 #[derive(Debug, Clone, Copy)]
@@ -349,7 +349,9 @@ impl Prepared {
                 let slot = Predicates::slot(run, body);
                 let active = (predicates.buffer.buffer, u64::from(slot) * 4);
                 rendering.begin(cmd, active.0, active.1);
-                let order = dependencies.as_ref().map_or(Order::Chain, Order::Dependencies);
+                let order = dependencies
+                    .as_ref()
+                    .map_or(Order::Chain, Order::Dependencies);
                 let inner = Scope {
                     rendering: Some(rendering),
                     active: Some(active),

@@ -21,11 +21,11 @@ use capture_core::{Access, DriverError, Order};
 use capture_core::{MAX_BINDINGS, MAX_PARAM_BYTES};
 
 use crate::barriers::{Hazards, Range, device_barrier, host_barrier};
+use crate::conditional::{Predicates, words};
 use crate::device::Device;
 use crate::error::{error, vk_error};
 use crate::kernels::KernelObjects;
 use crate::memory::Buffer;
-use crate::conditional::{Predicates, words};
 use crate::prepared::{Command, Node, Prepared, Scope, encode};
 
 /// Commands after which an eager batch is submitted without waiting for a
@@ -500,7 +500,13 @@ impl Recorder {
         let flag_range = range_in(flag, offset, 4, OP)?;
         let alignment = device.limits.min_storage_buffer_offset_alignment.max(1);
         if !flag_range.start.is_multiple_of(alignment) {
-            return Err(error(OP, format!("the flag's offset {} is not a multiple of {alignment}", flag_range.start)));
+            return Err(error(
+                OP,
+                format!(
+                    "the flag's offset {} is not a multiple of {alignment}",
+                    flag_range.start
+                ),
+            ));
         }
         let buffer = crate::memory::predicates(device, words(kind)?)?;
         // The enclosing conditional's predicates, or (unread) the flag.
@@ -535,7 +541,11 @@ impl Recorder {
         if !self.kernels.iter().any(|k| Arc::ptr_eq(k, kernel)) {
             self.kernels.push(Arc::clone(kernel));
         }
-        let outer = self.prepared.as_mut().map(std::mem::take).unwrap_or_default();
+        let outer = self
+            .prepared
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
         self.open.push(OpenNode {
             predicates: Predicates {
                 kind,
@@ -606,11 +616,7 @@ impl Recorder {
 
     /// Encodes a capture window's prepared commands in `order`; returns how
     /// many barriers it placed between them.
-    fn encode_prepared(
-        &mut self,
-        device: &Device,
-        order: Order<'_>,
-    ) -> Result<usize, DriverError> {
+    fn encode_prepared(&mut self, device: &Device, order: Order<'_>) -> Result<usize, DriverError> {
         if !self.open.is_empty() {
             return Err(error("instantiate", "a conditional was never closed"));
         }

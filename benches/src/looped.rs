@@ -108,7 +108,13 @@ impl<D: UserKernels> Loop<D> {
     /// The counter set to `steps`, the flag raised, by kernels.
     fn arm(&self, steps: u32) -> Result<(), Error> {
         let c = &self.client;
-        c.run_builtin(self.stream, Builtin::Fill, &[&self.counter], 1, steps as f32)?;
+        c.run_builtin(
+            self.stream,
+            Builtin::Fill,
+            &[&self.counter],
+            1,
+            steps as f32,
+        )?;
         c.run_builtin(self.stream, Builtin::Fill, &[&self.flag], 1, 1.0)
     }
 

@@ -518,7 +518,11 @@ pub trait GraphDriver: Driver {
     /// issues from here goes into its next body (an `if/else`'s `else`).
     fn next_body(stream: &mut Self::Stream) -> Result<(), DriverError> {
         let _ = stream;
-        Err(DriverError::new(Self::NAME, "next body", "no conditional nodes"))
+        Err(DriverError::new(
+            Self::NAME,
+            "next body",
+            "no conditional nodes",
+        ))
     }
 
     /// Close the innermost open conditional, whose bodies keep `orders`

@@ -68,8 +68,8 @@ pub use client::{
     Buffer, CacheStats, Client, GraphCache, GraphHandle, Kernel, Pass, Placement, Served,
 };
 pub use driver::{
-    Access, Availability, Binding, Bodies, Conditional, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver,
-    HostSlice, ImportRefusal, Launch, Order, Updated,
+    Access, Availability, Binding, Bodies, Conditional, DeviceInfo, DeviceSlice, Driver,
+    DriverError, GraphDriver, HostSlice, ImportRefusal, Launch, Order, Updated,
 };
 pub use error::{Error, Result};
 pub use ids::{BufferId, GraphId, StreamId, WindowId};

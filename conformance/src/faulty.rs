@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use graph_capture::{
-    Availability, Binding, Bodies, Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, Error,
-    Conditional, GraphDriver, HostSlice, ImportRefusal, Launch, Order, Signature, Updated,
+    Availability, Binding, Bodies, Builtin, Builtins, Conditional, DeviceInfo, DeviceSlice, Driver,
+    DriverError, Error, GraphDriver, HostSlice, ImportRefusal, Launch, Order, Signature, Updated,
 };
 
 use crate::workload::{UserKernel, UserKernels};

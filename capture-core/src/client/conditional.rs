@@ -65,12 +65,7 @@ impl<D: GraphDriver> Client<D> {
         bound: u32,
         mut body: impl FnMut() -> Result<(), Error>,
     ) -> Result<Ran, Error> {
-        self.conditional(
-            stream,
-            flag,
-            Conditional::While { bound },
-            &mut [&mut body],
-        )
+        self.conditional(stream, flag, Conditional::While { bound }, &mut [&mut body])
     }
 
     fn conditional(

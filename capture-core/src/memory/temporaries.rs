@@ -276,18 +276,31 @@ mod tests {
         };
         let len = 64;
         let inside = node(vec![write.clone(), read.clone()]);
-        assert_eq!(read_first(&[inside.clone()], BufferId(5), len), None);
-        assert_eq!(read_first(&[inside.clone(), read.clone()], BufferId(5), len), Some(1));
-        assert_eq!(read_first(&[inside.clone(), write.clone()], BufferId(5), len), None);
+        assert_eq!(read_first(std::slice::from_ref(&inside), BufferId(5), len), None);
+        assert_eq!(
+            read_first(&[inside.clone(), read.clone()], BufferId(5), len),
+            Some(1)
+        );
+        assert_eq!(
+            read_first(&[inside.clone(), write.clone()], BufferId(5), len),
+            None
+        );
         let reads = node(vec![read.clone(), write.clone()]);
-        assert_eq!(read_first(&[write.clone(), reads.clone()], BufferId(5), len), None);
+        assert_eq!(
+            read_first(&[write.clone(), reads.clone()], BufferId(5), len),
+            None
+        );
         assert_eq!(read_first(&[reads], BufferId(5), len), Some(0));
         let nested = node(vec![node(vec![read.clone()])]);
         assert_eq!(read_first(&[nested], BufferId(5), len), Some(0));
         let untouched = node(vec![test_launch("o", &[(6, Access::Write)])]);
         assert_eq!(read_first(&[untouched, read], BufferId(5), len), Some(1));
         let flag = node(vec![]);
-        assert_eq!(read_first(&[flag], BufferId(9), 4), Some(0), "a flag is read");
+        assert_eq!(
+            read_first(&[flag], BufferId(9), 4),
+            Some(0),
+            "a flag is read"
+        );
     }
 
     #[test]

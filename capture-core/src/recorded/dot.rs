@@ -158,13 +158,24 @@ mod tests {
         assert!(text.contains("subgraph cluster_n1_0 {"), "{text}");
         assert!(text.contains("subgraph cluster_n1_0_2_0 {"), "{text}");
         assert!(
-            text.contains("n1 [label=\"1: while buffer 9 [0..4) != 0\\nat most 8\", shape=diamond];"),
+            text.contains(
+                "n1 [label=\"1: while buffer 9 [0..4) != 0\\nat most 8\", shape=diamond];"
+            ),
             "{text}"
         );
-        assert!(text.contains("n1_0_0 -> n1_0_1 [label=\"RAW buffer 1\"];"), "{text}");
-        assert!(text.contains("n1_0_1 -> n1_0_2 [label=\"RAW buffer 9\"];"), "{text}");
+        assert!(
+            text.contains("n1_0_0 -> n1_0_1 [label=\"RAW buffer 1\"];"),
+            "{text}"
+        );
+        assert!(
+            text.contains("n1_0_1 -> n1_0_2 [label=\"RAW buffer 9\"];"),
+            "{text}"
+        );
         assert!(text.contains("n1 -> n1_0_0 [style=dashed];"), "{text}");
-        assert!(text.contains("n0 -> n1 [label=\"RAW buffer 1\"];"), "{text}");
+        assert!(
+            text.contains("n0 -> n1 [label=\"RAW buffer 1\"];"),
+            "{text}"
+        );
         assert_eq!(Entry::count(&log), (4, 0, 2));
     }
 

@@ -152,7 +152,7 @@ impl<D: GraphDriver> Server<D> {
                     failed.get_or_insert(err);
                 }
             }
-            match std::panic::catch_unwind(AssertUnwindSafe(|| body())) {
+            match std::panic::catch_unwind(AssertUnwindSafe(&mut *body)) {
                 Ok(Ok(())) => {}
                 Ok(Err(err)) => {
                     failed.get_or_insert(err);

@@ -195,7 +195,10 @@ impl<D: GraphDriver> Server<D> {
         // A body's work is one node of its window: no other stream's work
         // can enter or leave it partway.
         let depth = lanes.lane(other).map(|lane| lane.state.capture.depth());
-        for (depth, id) in [(depth, other), (Some(lanes.mine.state.capture.depth()), stream)] {
+        for (depth, id) in [
+            (depth, other),
+            (Some(lanes.mine.state.capture.depth()), stream),
+        ] {
             if depth.unwrap_or(0) > 0 {
                 return Err(Error::InBody {
                     stream: id,

@@ -14,8 +14,8 @@ use std::thread::ThreadId;
 use crate::error::Error;
 use crate::hashing::FastSet;
 use crate::ids::{BufferId, StreamId, WindowId};
-use crate::memory::pool::SliceHandle;
 use crate::kernels::span::Span;
+use crate::memory::pool::SliceHandle;
 use crate::recorded::conditional::Conditional;
 use crate::recorded::entries::Entry;
 

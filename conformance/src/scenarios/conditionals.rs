@@ -2,9 +2,7 @@
 //! what its eager twin decided on the host, the bound stops a loop whose
 //! flag never clears, and what a body cannot hold is refused.
 
-use graph_capture::{
-    Buffer, Builtin, Client, Error, GraphHandle, Pass, Ran, StreamId,
-};
+use graph_capture::{Buffer, Builtin, Client, Error, GraphHandle, Pass, Ran, StreamId};
 
 use crate::ensure;
 use crate::faulty::Primitive;
@@ -65,11 +63,10 @@ impl<D: UserKernels> Loop<D> {
 
     /// `x += 1` and count down, while the flag is set, at most `bound` times.
     fn counted_loop(&self, bound: u32) -> Result<Ran, Error> {
-        self.client
-            .while_flag(self.stream, &self.flag, bound, || {
-                self.add(&self.ones)?;
-                self.countdown()
-            })
+        self.client.while_flag(self.stream, &self.flag, bound, || {
+            self.add(&self.ones)?;
+            self.countdown()
+        })
     }
 
     fn flag_value(&self) -> Result<u32, String> {
@@ -163,15 +160,15 @@ pub fn if_true_and_false_replay_like_eager<D: UserKernels>(session: &Session<D>)
 /// A loop whose body counts its flag down runs 0, 1, k and the bound's
 /// iterations per replay, as eagerly; past the bound it stops with the
 /// flag still set, which is how the caller learns the bound stopped it.
-pub fn while_runs_zero_one_k_and_bound_iterations<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn while_runs_zero_one_k_and_bound_iterations<D: UserKernels>(session: &Session<D>) -> Outcome {
     let l = Loop::new(session.client())?;
     if !l.recordable()? {
         return Ok(());
     }
     l.arm(1).step("arm")?;
-    let graph = l.capture(|| l.counted_loop(BOUND).map(drop)).step("capture")?;
+    let graph = l
+        .capture(|| l.counted_loop(BOUND).map(drop))
+        .step("capture")?;
     for k in [0, 1, 3, BOUND, BOUND + 3, 1000] {
         let runs = k.min(BOUND);
         l.arm(k).step("arm")?;
@@ -203,14 +200,15 @@ pub fn while_runs_zero_one_k_and_bound_iterations<D: UserKernels>(
 
 /// A loop inside an `if`, two deep, with a loop inside the loop's body too:
 /// three deep where the inner loop runs on its own flag.
-pub fn a_loop_nested_in_an_if_replays_like_eager<D: UserKernels>(
-    session: &Session<D>,
-) -> Outcome {
+pub fn a_loop_nested_in_an_if_replays_like_eager<D: UserKernels>(session: &Session<D>) -> Outcome {
     let l = Loop::new(session.client())?;
     if !l.recordable()? {
         return Ok(());
     }
-    let outer = l.client.create(l.stream, &1u32.to_le_bytes()).step("outer")?;
+    let outer = l
+        .client
+        .create(l.stream, &1u32.to_le_bytes())
+        .step("outer")?;
     let nested = || {
         l.client
             .if_flag(l.stream, &outer, || {
@@ -234,7 +232,9 @@ pub fn a_loop_nested_in_an_if_replays_like_eager<D: UserKernels>(
         "the bodies are not drawn as clusters:\n{dot}"
     );
     for (set, k) in [(1u32, 3u32), (0, 3), (1, 0), (1, 9)] {
-        l.client.write(&outer, &set.to_le_bytes()).step("outer flag")?;
+        l.client
+            .write(&outer, &set.to_le_bytes())
+            .step("outer flag")?;
         l.arm(k).step("arm")?;
         nested().step("eager")?;
         let eager = l.client.read_f32(&l.x).step("eager x")?;
@@ -264,7 +264,8 @@ pub fn a_hundred_replays_reset_by_kernels_and_independent_bodies<D: UserKernels>
         // Reset by kernels: the counter to 3, the flag to a non-zero word.
         l.client
             .run_builtin(l.stream, Builtin::Fill, &[&l.counter], 1, 3.0)?;
-        l.client.run_builtin(l.stream, Builtin::Fill, &[&l.flag], 1, 1.0)?;
+        l.client
+            .run_builtin(l.stream, Builtin::Fill, &[&l.flag], 1, 1.0)?;
         l.client
             .while_flag(l.stream, &l.flag, BOUND, || {
                 l.add(&l.ones)?;
@@ -328,7 +329,9 @@ pub fn recapture_of_a_graph_with_conditionals<D: UserKernels>(session: &Session<
         return Ok(());
     }
     l.arm(2).step("arm")?;
-    let graph = l.capture(|| l.counted_loop(BOUND).map(drop)).step("capture")?;
+    let graph = l
+        .capture(|| l.counted_loop(BOUND).map(drop))
+        .step("capture")?;
     for (bound, by) in [(BOUND, &l.twos), (2, &l.twos), (2, &l.ones)] {
         l.arm(2).step("arm")?;
         l.client
@@ -389,8 +392,7 @@ pub fn failing_bodies_seal_nothing_and_allocating_ones_replay<D: UserKernels>(
             .while_flag(l.stream, &l.flag, BOUND, || {
                 l.client
                     .run_builtin(l.stream, Builtin::Add, &[&z, &l.ones], N, 0.0)?;
-                l.client
-                    .run_builtin(l.stream, Builtin::Add, &[&z], N, 0.0)
+                l.client.run_builtin(l.stream, Builtin::Add, &[&z], N, 0.0)
             })
             .map(drop)
     };
@@ -419,7 +421,9 @@ pub fn failing_bodies_seal_nothing_and_allocating_ones_replay<D: UserKernels>(
     );
     // The stream still captures and replays.
     l.arm(2).step("arm")?;
-    let again = l.capture(|| l.counted_loop(BOUND).map(drop)).step("capture again")?;
+    let again = l
+        .capture(|| l.counted_loop(BOUND).map(drop))
+        .step("capture again")?;
     l.arm(2).step("arm")?;
     l.client.replay(&again).step("replay")?;
     expect_all(&l.client, &l.x, 2.0, "after the refusals")
@@ -469,7 +473,10 @@ pub fn what_a_body_cannot_hold_is_refused<D: UserKernels>(session: &Session<D>) 
         matches!(inside, Some(Err(Error::OutOfOrder { .. }))),
         "a close inside a body: {inside:?}"
     );
-    let graph = l.client.instantiate(l.stream, window).step("the close after")?;
+    let graph = l
+        .client
+        .instantiate(l.stream, window)
+        .step("the close after")?;
     l.arm(1).step("arm")?;
     l.client.replay(&graph).step("replay")?;
 
@@ -487,7 +494,12 @@ pub fn what_a_body_cannot_hold_is_refused<D: UserKernels>(session: &Session<D>) 
                 l.client.write(&l.flag, &set.to_le_bytes()).step("flag")?;
                 l.client.replay(&graph).step("replay")?;
                 let want = if set != 0 { 9.0 } else { 1.0 };
-                expect_all(&l.client, &l.x, want, &format!("a write in a body, flag {set}"))?;
+                expect_all(
+                    &l.client,
+                    &l.x,
+                    want,
+                    &format!("a write in a body, flag {set}"),
+                )?;
             }
         }
         Err(err) => ensure!(
@@ -496,7 +508,9 @@ pub fn what_a_body_cannot_hold_is_refused<D: UserKernels>(session: &Session<D>) 
         ),
     }
     l.arm(2).step("arm")?;
-    let again = l.capture(|| l.counted_loop(BOUND).map(drop)).step("capture again")?;
+    let again = l
+        .capture(|| l.counted_loop(BOUND).map(drop))
+        .step("capture again")?;
     l.arm(2).step("arm")?;
     l.client.replay(&again).step("replay")?;
     expect_all(&l.client, &l.x, 2.0, "after the refusals")

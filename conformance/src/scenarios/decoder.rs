@@ -226,7 +226,9 @@ pub fn transformer_generation_in_one_replay_matches_the_reference<D: UserKernels
     });
     let graph = match captured {
         Ok((graph, _)) => graph,
-        Err(err) if matches!(err.root(), Error::NoConditionals { .. }) => return usable(&client, stream),
+        Err(err) if matches!(err.root(), Error::NoConditionals { .. }) => {
+            return usable(&client, stream);
+        }
         Err(err) => return Err(format!("capture: {err}")),
     };
     for replay in 0..2 {

@@ -314,10 +314,7 @@ impl<D: UserKernels> Workload<D> {
     }
 
     fn get(&self, which: UserKernel) -> &Kernel<D> {
-        let index = WORKLOAD
-            .iter()
-            .position(|&k| k == which)
-            .unwrap_or(0);
+        let index = WORKLOAD.iter().position(|&k| k == which).unwrap_or(0);
         &self.kernels[index]
     }
 

@@ -320,16 +320,20 @@ impl<D: UserKernels> Transformer<D> {
     /// runs.
     pub fn generation(&self, batch: u32, end: u32, bound: u32) -> Result<Ran, Error> {
         self.start_generation(batch)?;
-        self.client.while_flag(self.stream, &self.running, bound, || {
-            self.step(batch)?;
-            self.settle(batch, end)
-        })
+        self.client
+            .while_flag(self.stream, &self.running, bound, || {
+                self.step(batch)?;
+                self.settle(batch, end)
+            })
     }
 
     /// Whether any sequence of the generation runs on: the loop's flag,
     /// read back (a host sync).
     pub fn running(&self) -> Result<bool, Error> {
-        Ok(self.read_u32(&self.running)?.first().is_some_and(|&w| w != 0))
+        Ok(self
+            .read_u32(&self.running)?
+            .first()
+            .is_some_and(|&w| w != 0))
     }
 
     fn read_u32(&self, buffer: &Buffer) -> Result<Vec<u32>, Error> {

@@ -306,7 +306,11 @@ pub(crate) fn settle(group: &Group<'_>, buffers: &mut [View<'_>]) -> Result<(), 
     }
     let (tokens, pos) = (tokens.u32_mut()?, pos.u32_mut()?);
     let (done, held, flag) = (done.u32_mut()?, held.u32_mut()?, flag.u32_mut()?);
-    for what in [("tokens", tokens.len()), ("pos", pos.len()), ("done", done.len())] {
+    for what in [
+        ("tokens", tokens.len()),
+        ("pos", pos.len()),
+        ("done", done.len()),
+    ] {
         check(what.0, what.1, batch)?;
     }
     check("held", held.len(), batch)?;

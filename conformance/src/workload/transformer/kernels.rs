@@ -465,7 +465,12 @@ impl<D: UserKernels> Kernels<D> {
         batch: u32,
     ) -> Result<(), Error> {
         let k = UserKernel::Settle;
-        for (what, buffer) in [("tokens", tokens), ("pos", pos), ("done", done), ("held", held)] {
+        for (what, buffer) in [
+            ("tokens", tokens),
+            ("pos", pos),
+            ("done", done),
+            ("held", held),
+        ] {
             fits(k, what, u64::from(batch), buffer)?;
         }
         fits(k, "flag", 1, flag)?;

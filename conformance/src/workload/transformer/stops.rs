@@ -27,7 +27,11 @@ pub fn reference_tokens(weights: &Weights, starts: &[Start], steps: u32) -> Vec<
 /// stops nearest the middle), none at its first token.
 pub fn end_token(reference: &[Vec<u32>]) -> Option<u32> {
     let first_at = |list: &Vec<u32>, token: u32| list.iter().position(|&t| t == token);
-    let mut candidates: Vec<u32> = reference.iter().flat_map(|l| l.iter().skip(1)).copied().collect();
+    let mut candidates: Vec<u32> = reference
+        .iter()
+        .flat_map(|l| l.iter().skip(1))
+        .copied()
+        .collect();
     candidates.sort_unstable();
     candidates.dedup();
     let middle = reference.first().map_or(0, |l| l.len() / 2);
@@ -39,8 +43,16 @@ pub fn end_token(reference: &[Vec<u32>]) -> Option<u32> {
             let stopping = stops.len();
             stops.sort_unstable();
             stops.dedup();
-            let first = reference.first().and_then(|l| first_at(l, t)).unwrap_or(usize::MAX);
-            (stops.len(), stopping, std::cmp::Reverse(first.abs_diff(middle)), std::cmp::Reverse(t))
+            let first = reference
+                .first()
+                .and_then(|l| first_at(l, t))
+                .unwrap_or(usize::MAX);
+            (
+                stops.len(),
+                stopping,
+                std::cmp::Reverse(first.abs_diff(middle)),
+                std::cmp::Reverse(t),
+            )
         })
 }
 
