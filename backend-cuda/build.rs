@@ -42,7 +42,8 @@ fn build_stubs() -> Result<(), String> {
     println!("cargo:rustc-env=CUDA_RUNS_STUB_DIR={}", runs.display());
     // Inside the runs stub's directory, so that whatever ships that
     // directory ships these too: a 12.0 to 12.2 driver, without the edge
-    // functions taking edge data, and one without any edge functions.
+    // functions taking edge data, one without any edge functions, and one
+    // without the conditional-node functions of 12.3.
     build_stub(
         &compiler,
         &runs.join("no-edge-data"),
@@ -59,6 +60,15 @@ fn build_stubs() -> Result<(), String> {
             "-DCUDA_STUB_FULL",
             "-DCUDA_STUB_RUNS",
             "-DCUDA_STUB_NO_EDGE_FUNCTIONS",
+        ],
+    )?;
+    build_stub(
+        &compiler,
+        &runs.join("no-conditionals"),
+        &[
+            "-DCUDA_STUB_FULL",
+            "-DCUDA_STUB_RUNS",
+            "-DCUDA_STUB_NO_CONDITIONALS",
         ],
     )?;
     Ok(())

@@ -30,7 +30,8 @@
  * cuStubForeignGlobalCapture).
  *
  * Built a third time with CUDA_STUB_RUNS defined as well: streams, events,
- * captures and memory then work on host memory (copies run at once), a
+ * captures and memory then work on host memory (work outside a capture
+ * runs at once), a
  * module that CUDA_STUB_MODULE_RESULT=0 lets load has every entry point, and
  * cuStub* functions let a test count the frees and unloads performed, run
  * a callback inside each cuMemFree_v2, make the next end of a capture fail
@@ -45,15 +46,17 @@
  * primary one (cuStubContext); and runs two kernels, handed out by
  * cuStubFunction("fill") and cuStubFunction("add") ("narrow" is a fill
  * that runs blocks of at most 32 threads), with the builtins' parameters
- * (the buffers' addresses, then the info's: n, then a float), at once or,
- * in a capture, as a kernel node every replay runs.
+ * (the buffers' addresses, then the info's: n, then a float), and
+ * "countdown" over a u32 counter and a u32 flag, at once or, in a capture,
+ * as a kernel node every replay runs.
  *
  * Its graphs are kept as nodes and edges: a capture records each copy as a
- * memcpy node after the one before it (or, after cuStubBranchCaptures(1),
+ * memcpy node, which runs only when a replay does, and each launch as a
+ * kernel node, after the node before it (or, after cuStubBranchCaptures(1),
  * each after the capture's first node, which is no chain); the graph
  * functions read and change those edges; an executable keeps its own copy
  * of the graph, which cuGraphExecUpdate_v2 replaces only when the nodes and
- * edges are the same, and whose copies cuGraphLaunch runs at once.
+ * edges are the same, and whose nodes cuGraphLaunch runs at once.
  * cuStubGraphEdges hands out the edges of the graph last instantiated or
  * updated from, cuStubInstantiations and cuStubUpdatesInPlace count those,
  * and cuStubEdgeCalls counts the calls that read or change edges
@@ -62,6 +65,26 @@
  * 12.3 (cuGraphAddDependencies_v2 and the like), as a 12.0 to 12.2 driver
  * does, and keeps the 10.0 ones (cuGraphAddDependencies and the like);
  * with CUDA_STUB_NO_EDGE_FUNCTIONS, it lacks both.
+ *
+ * Conditional nodes are modelled as a 12.4 driver has them (12.8 with
+ * CUDA_STUB_DRIVER_VERSION=12080): handles (cuGraphConditionalHandleCreate,
+ * made for one graph and context), conditional and empty nodes
+ * (cuGraphAddNode_v2, refusing unused bytes that are not zero, a handle of
+ * another graph, or an if of two bodies before 12.8), captures into an
+ * existing graph (cuStreamBeginCaptureToGraph) and the dependencies a
+ * capture's next node follows (cuStreamGetCaptureInfo_v3,
+ * cuStreamUpdateCaptureDependencies_v2). The library's setter module (PTX
+ * calling cudaGraphSetConditional; CUDA_STUB_SETTER_RESULT, else
+ * CUDA_STUB_MODULE_RESULT, says what loading it answers) has the setters
+ * its text declares, which the stub runs: each reads its flag's u32 in
+ * the stub's device memory and sets its handle, a loop's setters keep
+ * their trip counter; launched outside a graph a setter faults. A replay
+ * runs a conditional node's body as its handle says, and a driver before
+ * 12.8 "hangs" (an error) on a node with an empty body. cuStubConditionals,
+ * cuStubConditionalKind and cuStubConditionalBody describe the conditional
+ * nodes of the graph last instantiated, cuStubFailNextAddNode makes the
+ * next node creation fail. Built with CUDA_STUB_NO_CONDITIONALS, it lacks
+ * those five functions, as a driver before 12.3 does.
  *
  * With CUDA_STUB_DEFER=1 as well, work outside a capture is queued on its
  * stream instead of run at once, and runs in order when something waits
@@ -75,6 +98,7 @@
  * event of its own context.
  */
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,6 +111,7 @@ enum {
     CUDA_ERROR_NO_DEVICE = 100,
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_NOT_FOUND = 500,
     CUDA_ERROR_NOT_READY = 600,
     CUDA_ERROR_NOT_SUPPORTED = 801,
     CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE = 910,
@@ -303,10 +328,14 @@ typedef struct {
  * event's stream and tick; its context; where its latest record lies in
  * its stream's queue, and which of its records have run. */
 struct Graph;
+#define MAX_CAPTURE_DEPS 8
 typedef struct Stream {
     int capturing;
     int destroyed;
     struct Graph *graph;
+    /* The nodes a capture's next node follows. */
+    void *deps[MAX_CAPTURE_DEPS];
+    size_t dep_count;
     long last_work;
     void *context;
     Op *ops;
@@ -362,15 +391,31 @@ static void run_until(Stream *s, size_t upto) {
 }
 
 /* A graph: its nodes in creation order, and its edges as pairs of node
- * positions, in the order they were added. A node is a memcpy. */
+ * positions, in the order they were added. A node is a copy, a kernel, an
+ * empty node or a conditional node, which owns its body graphs. */
+enum {
+    CU_GRAPH_NODE_TYPE_KERNEL = 0,
+    CU_GRAPH_NODE_TYPE_MEMCPY = 1,
+    CU_GRAPH_NODE_TYPE_EMPTY = 5,
+    CU_GRAPH_NODE_TYPE_CONDITIONAL = 13,
+    CU_GRAPH_COND_TYPE_IF = 0,
+    CU_GRAPH_COND_TYPE_WHILE = 1,
+};
 typedef struct Node {
     struct Graph *graph;
+    unsigned kind;
     void *dst;
     const void *src;
     size_t bytes;
-    /* A kernel node's function (NULL for a copy) and arguments. */
+    /* A kernel node's function and arguments. */
     const void *function;
-    unsigned long long args[3];
+    unsigned long long args[4];
+    /* A conditional node's handle, type and bodies; `out` is the array
+     * cuGraphAddNode_v2 hands out, valid as long as the node. */
+    unsigned long long handle;
+    unsigned cond_type, size;
+    struct Graph *bodies[2];
+    void *out[2];
 } Node;
 typedef struct Graph {
     Node **nodes;
@@ -382,8 +427,6 @@ typedef struct Graph {
 typedef struct {
     Graph graph;
 } Exec;
-
-enum { CU_GRAPH_NODE_TYPE_MEMCPY = 1 };
 
 static int branch_captures = 0;
 static int instantiations = 0;
@@ -431,29 +474,62 @@ static long find_edge(const Graph *g, size_t from, size_t to) {
     return -1;
 }
 
-/* A capture's node: after the capture's latest node (or its first). */
-static int capture_node(Stream *s, Node made) {
-    Graph *g = s->graph;
-    if (g == NULL) return 0;
+/* The position of `node` in `g`, or -1 when it is not one of its nodes. */
+static long position(const Graph *g, const void *node) {
+    for (size_t i = 0; i < g->count; i++)
+        if (g->nodes[i] == node) return (long)i;
+    return -1;
+}
+
+/* A fresh node of `g`, a copy of `made`; NULL without memory. */
+static Node *append_node(Graph *g, Node made) {
     if (g->count == g->capacity) {
         size_t capacity = g->capacity ? g->capacity * 2 : 16;
         Node **grown = realloc(g->nodes, capacity * sizeof *grown);
-        if (grown == NULL) return 0;
+        if (grown == NULL) return NULL;
         g->nodes = grown;
         g->capacity = capacity;
     }
     Node *node = calloc(1, sizeof(Node));
-    if (node == NULL) return 0;
+    if (node == NULL) return NULL;
     *node = made;
     node->graph = g;
-    g->nodes[g->count] = node;
-    size_t at = g->count++;
-    if (at > 0) return add_edge(g, branch_captures ? 0 : at - 1, at);
+    g->nodes[g->count++] = node;
+    return node;
+}
+
+/* A capture's node: after the nodes the capture's next node follows (or,
+ * branching, after the capture's first node); then the one it follows. */
+static int capture_node(Stream *s, Node made) {
+    Graph *g = s->graph;
+    if (g == NULL) return 0;
+    Node *node = append_node(g, made);
+    if (node == NULL) return 0;
+    size_t at = g->count - 1;
+    if (branch_captures) {
+        if (at > 0 && !add_edge(g, 0, at)) return 0;
+    } else {
+        for (size_t i = 0; i < s->dep_count; i++) {
+            long from = position(g, s->deps[i]);
+            if (from < 0 || !add_edge(g, (size_t)from, at)) return 0;
+        }
+    }
+    s->deps[0] = node;
+    s->dep_count = 1;
     return 1;
 }
 
 static void free_graph(Graph *g) {
-    for (size_t i = 0; i < g->count; i++) free(g->nodes[i]);
+    for (size_t i = 0; i < g->count; i++) {
+        Node *n = g->nodes[i];
+        for (int b = 0; b < 2; b++) {
+            if (n->bodies[b] != NULL) {
+                free_graph(n->bodies[b]);
+                free(n->bodies[b]);
+            }
+        }
+        free(n);
+    }
     free(g->nodes);
     free(g->edges);
 }
@@ -467,6 +543,7 @@ static int same_shape(const Graph *a, const Graph *b) {
 }
 
 /* `into` made a copy of `from`'s nodes and edges. */
+static int copy_graph(Graph *into, const Graph *from);
 static int copy_graph(Graph *into, const Graph *from) {
     memset(into, 0, sizeof *into);
     into->nodes = calloc(from->count ? from->count : 1, sizeof(Node *));
@@ -480,6 +557,17 @@ static int copy_graph(Graph *into, const Graph *from) {
         *node = *from->nodes[i];
         node->graph = into;
         into->nodes[into->count++] = node;
+        for (int b = 0; b < 2; b++) {
+            node->bodies[b] = NULL;
+            node->out[b] = NULL;
+        }
+        for (int b = 0; b < 2; b++) {
+            if (from->nodes[i]->bodies[b] == NULL) continue;
+            node->bodies[b] = calloc(1, sizeof(Graph));
+            if (node->bodies[b] == NULL || !copy_graph(node->bodies[b], from->nodes[i]->bodies[b]))
+                return 0;
+            node->out[b] = node->bodies[b];
+        }
     }
     memcpy(into->edges, from->edges, from->edge_count * sizeof *into->edges);
     into->edge_count = from->edge_count;
@@ -498,10 +586,10 @@ static void remember_edges(const Graph *g) {
  * (and, in a capture, recorded as a node too). */
 static CUresult copy(void *dst, const void *src, size_t bytes, void *stream) {
     Stream *s = stream;
-    Node made = {NULL, dst, src, bytes, NULL, {0, 0, 0}};
-    if (s != NULL && s->capturing && !capture_node(s, made))
-        return CUDA_ERROR_INVALID_VALUE;
-    if (s != NULL && !s->capturing && deferred()) {
+    Node made = {.kind = CU_GRAPH_NODE_TYPE_MEMCPY, .dst = dst, .src = src, .bytes = bytes};
+    if (s != NULL && s->capturing)
+        return capture_node(s, made) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (s != NULL && deferred()) {
         Op op = {COPY, dst, src, bytes, NULL, 0, NULL, 0};
         if (enqueue(s, op) < 0) return CUDA_ERROR_INVALID_VALUE;
     } else {
@@ -613,56 +701,147 @@ CUresult cuMemcpyDtoHAsync_v2(void *dst, unsigned long long src, size_t bytes, v
     worked(stream);
     return copy(dst, (const void *)(size_t)src, bytes, stream);
 }
-/* The kernels the stub runs, with the builtins' parameters: `fill` sets
- * x[i] to the info's float, `add` adds y[i] to x[i], for i below the
- * info's n. */
+/* The kernels the stub runs. With the builtins' parameters (the buffers'
+ * addresses, then the info's: n, then a float), `fill` sets x[i] to the
+ * info's float and `add` adds y[i] to x[i], for i below the info's n.
+ * `countdown` takes a u32 counter and a u32 flag: it counts the counter
+ * down (not below 0) and sets the flag to whether it is still above 0.
+ * The conditional setters of the library's setter module set a
+ * conditional handle from a u32 flag, as conditional.ptx says. */
+enum { FILL, ADD, COUNTDOWN, SET_IF, SET_IF_ELSE, WHILE_FIRST, WHILE_NEXT };
 typedef struct {
     const char *name;
-    int buffers;
+    int kind;
+    /* The bytes of each parameter, 0 past the last. */
+    unsigned sizes[4];
     int max_threads;
+    /* Whether it is an entry of the setter module, not a stub function. */
+    int setter;
 } Function;
 /* `narrow` is `fill` built for blocks of at most 32 threads. */
-static const Function functions[] = {{"fill", 1, 1024}, {"add", 2, 1024}, {"narrow", 1, 32}};
+static const Function functions[] = {
+    {"fill", FILL, {8, 8}, 1024, 0},
+    {"add", ADD, {8, 8, 8}, 1024, 0},
+    {"narrow", FILL, {8, 8}, 32, 0},
+    {"countdown", COUNTDOWN, {8, 8}, 1024, 0},
+    {"conditional_set_if", SET_IF, {8, 8}, 1, 1},
+    {"conditional_set_if_else", SET_IF_ELSE, {8, 8, 8}, 1, 1},
+    {"conditional_while_first", WHILE_FIRST, {8, 8, 8, 4}, 1, 1},
+    {"conditional_while_next", WHILE_NEXT, {8, 8, 8, 4}, 1, 1},
+};
+#define FUNCTION_COUNT (sizeof functions / sizeof functions[0])
 
 void *cuStubFunction(const char *name) {
-    for (size_t i = 0; i < sizeof functions / sizeof functions[0]; i++)
-        if (strcmp(functions[i].name, name) == 0) return (void *)&functions[i];
+    for (size_t i = 0; i < FUNCTION_COUNT; i++)
+        if (!functions[i].setter && strcmp(functions[i].name, name) == 0) return (void *)&functions[i];
     return NULL;
 }
 
 static const Function *function_of(const void *function) {
-    for (size_t i = 0; i < sizeof functions / sizeof functions[0]; i++)
+    for (size_t i = 0; i < FUNCTION_COUNT; i++)
         if (function == &functions[i]) return &functions[i];
     return NULL;
 }
 
+/* Conditional handles: the graph each was made for, its context and the
+ * value a setter last gave it. A handle is its index plus one. */
+#define MAX_HANDLES 4096
+typedef struct {
+    void *graph;
+    void *context;
+    unsigned value;
+} Handle;
+static Handle handles[MAX_HANDLES];
+static size_t handle_count = 0;
+/* Setter launches run, and setter launches refused outside a graph. */
+static int setters_run = 0;
+
+static Handle *handle_of(unsigned long long handle) {
+    return handle >= 1 && handle <= handle_count ? &handles[handle - 1] : NULL;
+}
+int cuStubSettersRun(void) { return setters_run; }
+/* Handles made so far. */
+int cuStubHandles(void) { return (int)handle_count; }
+
+static void set_handle(unsigned long long handle, unsigned value) {
+    Handle *h = handle_of(handle);
+    if (h != NULL) h->value = value;
+}
+
+static unsigned u32_at(unsigned long long address) { return *(const unsigned *)(size_t)address; }
+
 static void run_kernel(const void *function, const unsigned long long *args) {
     const Function *f = function_of(function);
-    float *x = (float *)(size_t)args[0];
-    const unsigned *info = (const unsigned *)(size_t)args[f->buffers];
-    unsigned n = info[0];
-    float value;
-    memcpy(&value, &info[1], sizeof value);
-    if (f->buffers == 1) {
-        for (unsigned i = 0; i < n; i++) x[i] = value;
-    } else {
-        const float *y = (const float *)(size_t)args[1];
-        for (unsigned i = 0; i < n; i++) x[i] += y[i];
+    switch (f->kind) {
+    case FILL:
+    case ADD: {
+        int buffers = f->kind == FILL ? 1 : 2;
+        float *x = (float *)(size_t)args[0];
+        const unsigned *info = (const unsigned *)(size_t)args[buffers];
+        unsigned n = info[0];
+        float value;
+        memcpy(&value, &info[1], sizeof value);
+        if (f->kind == FILL) {
+            for (unsigned i = 0; i < n; i++) x[i] = value;
+        } else {
+            const float *y = (const float *)(size_t)args[1];
+            for (unsigned i = 0; i < n; i++) x[i] += y[i];
+        }
+        break;
+    }
+    case COUNTDOWN: {
+        unsigned *counter = (unsigned *)(size_t)args[0];
+        unsigned *flag = (unsigned *)(size_t)args[1];
+        if (*counter > 0) *counter -= 1;
+        *flag = *counter > 0;
+        break;
+    }
+    case SET_IF:
+        setters_run += 1;
+        set_handle(args[1], u32_at(args[0]) != 0);
+        break;
+    case SET_IF_ELSE:
+        setters_run += 1;
+        set_handle(args[1], u32_at(args[0]) != 0);
+        set_handle(args[2], u32_at(args[0]) == 0);
+        break;
+    case WHILE_FIRST: {
+        setters_run += 1;
+        unsigned *trips = (unsigned *)(size_t)args[2];
+        unsigned bound = (unsigned)args[3];
+        *trips = 0;
+        set_handle(args[1], u32_at(args[0]) != 0 && bound > 0);
+        break;
+    }
+    case WHILE_NEXT: {
+        setters_run += 1;
+        unsigned *trips = (unsigned *)(size_t)args[2];
+        unsigned bound = (unsigned)args[3];
+        *trips += 1;
+        set_handle(args[1], u32_at(args[0]) != 0 && *trips < bound);
+        break;
+    }
     }
 }
+
+enum { CUDA_ERROR_ILLEGAL_ADDRESS = 700 };
 
 CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                         unsigned by, unsigned bz, unsigned shared, void *stream, void **params,
                         void **extra) {
-    (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared, (void)extra;
+    (void)shared, (void)extra;
     const Function *f = function_of(function);
     if (f == NULL) return CUDA_ERROR_NOT_SUPPORTED;
     if (params == NULL) return CUDA_ERROR_INVALID_VALUE;
-    Node made = {NULL, NULL, NULL, 0, function, {0, 0, 0}};
-    for (int i = 0; i <= f->buffers; i++) memcpy(&made.args[i], params[i], sizeof made.args[i]);
+    /* A setter requires one thread (.reqntid 1, 1, 1), in one block. */
+    if (f->setter && (gx * gy * gz != 1 || bx * by * bz != 1)) return CUDA_ERROR_INVALID_VALUE;
+    Node made = {.kind = CU_GRAPH_NODE_TYPE_KERNEL, .function = function};
+    for (int i = 0; i < 4 && f->sizes[i] != 0; i++) memcpy(&made.args[i], params[i], f->sizes[i]);
     Stream *s = stream;
     worked(stream);
     if (s != NULL && s->capturing) return capture_node(s, made) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    /* cudaGraphSetConditional faults in a kernel that no graph launched. */
+    if (f->setter) return CUDA_ERROR_ILLEGAL_ADDRESS;
     run_kernel(function, made.args);
     return CUDA_SUCCESS;
 }
@@ -724,6 +903,7 @@ CUresult cuStreamBeginCapture_v2(void *stream, int mode) {
     s->graph = calloc(1, sizeof(Graph));
     if (s->graph == NULL) return CUDA_ERROR_INVALID_VALUE;
     s->capturing = 1;
+    s->dep_count = 0;
     return CUDA_SUCCESS;
 }
 CUresult cuStreamEndCapture(void *stream, void **graph) {
@@ -803,7 +983,7 @@ CUresult cuGraphGetNodes(void *graph, void **nodes, size_t *count) {
 }
 CUresult cuGraphNodeGetType(void *node, unsigned *type) {
     if (node == NULL || type == NULL) return CUDA_ERROR_INVALID_VALUE;
-    *type = CU_GRAPH_NODE_TYPE_MEMCPY;
+    *type = ((Node *)node)->kind;
     return CUDA_SUCCESS;
 }
 CUresult cuGraphGetRootNodes(void *graph, void **roots, size_t *count) {
@@ -827,15 +1007,17 @@ CUresult cuGraphDestroy(void *graph) {
     return CUDA_SUCCESS;
 }
 
+/* An edge-data array must be all zero: the plain edges a capture records. */
+static int plain(const void *data, size_t edges) {
+    const unsigned char *bytes = data;
+    for (size_t i = 0; bytes != NULL && i < edges * 8; i++)
+        if (bytes[i] != 0) return 0;
+    return 1;
+}
+
 #ifdef CUDA_STUB_NO_EDGE_FUNCTIONS
 #define CUDA_STUB_NO_EDGE_DATA
 #else
-/* The position of `node` in `g`, or -1 when it is not one of its nodes. */
-static long position(const Graph *g, const void *node) {
-    for (size_t i = 0; i < g->count; i++)
-        if (g->nodes[i] == node) return (long)i;
-    return -1;
-}
 
 static CUresult dependent_nodes(void *node, void **dependents, size_t *count) {
     edge_calls += 1;
@@ -904,12 +1086,6 @@ CUresult cuGraphRemoveDependencies(void *graph, void *const *from, void *const *
 #endif /* CUDA_STUB_NO_EDGE_FUNCTIONS */
 
 #ifndef CUDA_STUB_NO_EDGE_DATA
-/* An edge-data array must be all zero: the plain edges a capture records. */
-static int plain(const unsigned char *data, size_t edges) {
-    for (size_t i = 0; data != NULL && i < edges * 8; i++)
-        if (data[i] != 0) return 0;
-    return 1;
-}
 /* The 12.3 spellings, with edge data: only a null array, or zeros, is
  * taken. */
 CUresult cuGraphNodeGetDependentNodes_v2(void *node, void **dependents, void *data,
@@ -938,11 +1114,68 @@ CUresult cuGraphRemoveDependencies_v2(void *graph, void *const *from, void *cons
 }
 #endif /* CUDA_STUB_NO_EDGE_DATA */
 
+/* The graph last instantiated from, kept whole for cuStubConditional*. */
+static Graph last_graph;
+static int last_graph_kept = 0;
+
+static void keep_last_graph(const Graph *g) {
+    if (last_graph_kept) free_graph(&last_graph);
+    last_graph_kept = copy_graph(&last_graph, g);
+}
+
+/* The `index`-th conditional node of `g`, counting depth first in creation
+ * order (a node before the conditionals in its bodies); `*seen` counts. */
+static Node *nth_conditional(const Graph *g, int index, int *seen) {
+    for (size_t i = 0; i < g->count; i++) {
+        Node *n = g->nodes[i];
+        if (n->kind != CU_GRAPH_NODE_TYPE_CONDITIONAL) continue;
+        if ((*seen)++ == index) return n;
+        for (unsigned b = 0; b < n->size; b++) {
+            Node *found = nth_conditional(n->bodies[b], index, seen);
+            if (found != NULL) return found;
+        }
+    }
+    return NULL;
+}
+
+/* Conditional nodes of the graph last instantiated from, at any depth. */
+int cuStubConditionals(void) {
+    int seen = 0;
+    if (last_graph_kept) nth_conditional(&last_graph, -1, &seen);
+    return seen;
+}
+/* The `index`-th conditional node's type (0 if, 1 while) times 10 plus its
+ * number of bodies; -1 when there is none. */
+int cuStubConditionalKind(int index) {
+    int seen = 0;
+    Node *n = last_graph_kept ? nth_conditional(&last_graph, index, &seen) : NULL;
+    return n != NULL ? (int)(n->cond_type * 10 + n->size) : -1;
+}
+/* Body `body` of the `index`-th conditional node: writes its node kinds
+ * (up to `max`) to `kinds` and its edges (up to `max`) to `from` and `to`,
+ * as node positions; returns its edge count, or -1 when there is none.
+ * `*nodes` gets its node count. */
+long cuStubConditionalBody(int index, unsigned body, size_t *nodes, unsigned *kinds, size_t *from,
+                           size_t *to, size_t max) {
+    int seen = 0;
+    Node *n = last_graph_kept ? nth_conditional(&last_graph, index, &seen) : NULL;
+    if (n == NULL || body >= n->size) return -1;
+    const Graph *g = n->bodies[body];
+    *nodes = g->count;
+    for (size_t i = 0; i < g->count && i < max; i++) kinds[i] = g->nodes[i]->kind;
+    for (size_t i = 0; i < g->edge_count && i < max; i++) {
+        from[i] = g->edges[i][0];
+        to[i] = g->edges[i][1];
+    }
+    return (long)g->edge_count;
+}
+
 CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
     if (exec == NULL || graph == NULL || flags != 0) return CUDA_ERROR_INVALID_VALUE;
     Exec *x = calloc(1, sizeof(Exec));
     if (x == NULL || !copy_graph(&x->graph, graph)) return CUDA_ERROR_INVALID_VALUE;
     remember_edges(graph);
+    keep_last_graph(graph);
     instantiations += 1;
     *exec = x;
     return CUDA_SUCCESS;
@@ -984,18 +1217,189 @@ CUresult cuGraphUpload(void *exec, void *stream) {
     (void)stream;
     return exec != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
-/* The copies run at once, in creation order (every edge points forward). */
+/* Most iterations the stub lets a while node make in one launch, so that a
+ * loop that never ends fails instead of hanging the test. */
+#define MAX_ITERATIONS 100000
+enum { CUDA_ERROR_LAUNCH_TIMEOUT = 702, CUDA_ERROR_LAUNCH_FAILED = 719 };
+
+static int driver_version(void) { return env_int("CUDA_STUB_DRIVER_VERSION", 12040); }
+
+/* Run a graph's nodes at once, in creation order (every edge points
+ * forward): copies, kernels, and conditional nodes, which read their
+ * handle as the setter before them left it. A driver before 12.8 (r570)
+ * hangs on a conditional node with an empty body: that is an error here. */
+static CUresult run_graph(const Graph *g) {
+    for (size_t i = 0; i < g->count; i++) {
+        Node *n = g->nodes[i];
+        switch (n->kind) {
+        case CU_GRAPH_NODE_TYPE_KERNEL: run_kernel(n->function, n->args); break;
+        case CU_GRAPH_NODE_TYPE_MEMCPY: memcpy(n->dst, n->src, n->bytes); break;
+        case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
+            for (unsigned b = 0; b < n->size; b++)
+                if (n->bodies[b]->count == 0 && driver_version() < 12080) return CUDA_ERROR_LAUNCH_TIMEOUT;
+            Handle *h = handle_of(n->handle);
+            if (h == NULL) return CUDA_ERROR_INVALID_VALUE;
+            CUresult ran = CUDA_SUCCESS;
+            if (n->cond_type == CU_GRAPH_COND_TYPE_IF) {
+                if (h->value != 0) ran = run_graph(n->bodies[0]);
+                else if (n->size == 2) ran = run_graph(n->bodies[1]);
+            } else {
+                int iterations = 0;
+                while (ran == CUDA_SUCCESS && h->value != 0) {
+                    if (++iterations > MAX_ITERATIONS) return CUDA_ERROR_LAUNCH_FAILED;
+                    ran = run_graph(n->bodies[0]);
+                }
+            }
+            if (ran != CUDA_SUCCESS) return ran;
+            break;
+        }
+        default: break;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
 CUresult cuGraphLaunch(void *exec, void *stream) {
     Exec *x = exec;
     if (x == NULL) return CUDA_ERROR_INVALID_VALUE;
     worked(stream);
-    for (size_t i = 0; i < x->graph.count; i++) {
-        Node *n = x->graph.nodes[i];
-        if (n->function != NULL) run_kernel(n->function, n->args);
-        else memcpy(n->dst, n->src, n->bytes);
-    }
+    return run_graph(&x->graph);
+}
+
+#ifndef CUDA_STUB_NO_CONDITIONALS
+/* `CUgraphNodeParams` with its conditional member, as cuda.h lays it out. */
+typedef struct {
+    unsigned type;
+    int reserved0[3];
+    union {
+        long long reserved1[29];
+        struct {
+            unsigned long long handle;
+            unsigned type;
+            unsigned size;
+            void **out;
+            void *context;
+        } conditional;
+    };
+    long long reserved2;
+} NodeParams;
+
+static int fail_next_add_node = 0;
+/* Make the next cuGraphAddNode_v2 answer `code`, adding nothing. */
+void cuStubFailNextAddNode(int code) { fail_next_add_node = code; }
+
+CUresult cuGraphConditionalHandleCreate(unsigned long long *handle, void *graph, void *context,
+                                        unsigned initial, unsigned flags) {
+    if (handle == NULL || graph == NULL || flags != 0 || handle_count == MAX_HANDLES)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (context != current_context()) return CUDA_ERROR_INVALID_CONTEXT;
+    Handle made = {graph, context, initial};
+    handles[handle_count++] = made;
+    *handle = handle_count;
     return CUDA_SUCCESS;
 }
+
+/* Whether `count` bytes from `at` are all zero. */
+static int zeros(const void *at, size_t count) {
+    const unsigned char *bytes = at;
+    for (size_t i = 0; i < count; i++)
+        if (bytes[i] != 0) return 0;
+    return 1;
+}
+
+/* An empty or conditional node, checked as the driver does: unused bytes
+ * zero, a handle made for this graph and context, an if of one body (two
+ * from 12.8), a while of one; the node follows `deps`. */
+CUresult cuGraphAddNode_v2(void **node, void *graph, void *const *deps, const void *data,
+                           size_t count, NodeParams *params) {
+    Graph *g = graph;
+    if (fail_next_add_node != 0) {
+        CUresult code = fail_next_add_node;
+        fail_next_add_node = 0;
+        return code;
+    }
+    if (node == NULL || g == NULL || params == NULL || !plain(data, count)) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++)
+        if (position(g, deps[i]) < 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!zeros(params->reserved0, sizeof params->reserved0) || params->reserved2 != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    Node made = {.kind = params->type};
+    if (params->type == CU_GRAPH_NODE_TYPE_EMPTY) {
+        if (!zeros(params->reserved1, sizeof params->reserved1)) return CUDA_ERROR_INVALID_VALUE;
+    } else if (params->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+        size_t used = sizeof params->conditional;
+        if (!zeros((const char *)params->reserved1 + used, sizeof params->reserved1 - used))
+            return CUDA_ERROR_INVALID_VALUE;
+        Handle *h = handle_of(params->conditional.handle);
+        if (h == NULL || h->graph != graph || h->context != params->conditional.context)
+            return CUDA_ERROR_INVALID_VALUE;
+        unsigned type = params->conditional.type, size = params->conditional.size;
+        int sizes_ok = type == CU_GRAPH_COND_TYPE_IF
+                           ? size == 1 || (size == 2 && driver_version() >= 12080)
+                           : type == CU_GRAPH_COND_TYPE_WHILE && size == 1;
+        if (!sizes_ok) return CUDA_ERROR_INVALID_VALUE;
+        made.handle = params->conditional.handle;
+        made.cond_type = type;
+        made.size = size;
+    } else {
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    Node *added = append_node(g, made);
+    if (added == NULL) return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned b = 0; b < added->size; b++) {
+        added->bodies[b] = calloc(1, sizeof(Graph));
+        if (added->bodies[b] == NULL) return CUDA_ERROR_INVALID_VALUE;
+        added->out[b] = added->bodies[b];
+    }
+    if (added->kind == CU_GRAPH_NODE_TYPE_CONDITIONAL) params->conditional.out = added->out;
+    for (size_t i = 0; i < count; i++)
+        if (!add_edge(g, (size_t)position(g, deps[i]), g->count - 1)) return CUDA_ERROR_INVALID_VALUE;
+    *node = added;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamBeginCaptureToGraph(void *stream, void *graph, void *const *deps, const void *data,
+                                     size_t count, int mode) {
+    (void)mode;
+    Stream *s = stream;
+    if (s == NULL || graph == NULL || s->capturing || count > MAX_CAPTURE_DEPS || !plain(data, count))
+        return CUDA_ERROR_INVALID_VALUE;
+    s->graph = graph;
+    s->capturing = 1;
+    s->dep_count = count;
+    for (size_t i = 0; i < count; i++) s->deps[i] = deps[i];
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamGetCaptureInfo_v3(void *stream, int *status, unsigned long long *id, void **graph,
+                                   void *const **deps, const void **data, size_t *count) {
+    Stream *s = stream;
+    if (s == NULL || status == NULL) return CUDA_ERROR_INVALID_VALUE;
+    *status = s->capturing;
+    if (id != NULL) *id = (unsigned long long)(size_t)s->graph;
+    if (graph != NULL) *graph = s->capturing ? s->graph : NULL;
+    if (deps != NULL) *deps = s->deps;
+    if (data != NULL) *data = NULL;
+    if (count != NULL) *count = s->capturing ? s->dep_count : 0;
+    return CUDA_SUCCESS;
+}
+
+enum { CU_STREAM_SET_CAPTURE_DEPENDENCIES = 1 };
+
+CUresult cuStreamUpdateCaptureDependencies_v2(void *stream, void **deps, const void *data,
+                                              size_t count, unsigned flags) {
+    Stream *s = stream;
+    if (s == NULL || !s->capturing || !plain(data, count)) return CUDA_ERROR_INVALID_VALUE;
+    size_t base = flags == CU_STREAM_SET_CAPTURE_DEPENDENCIES ? 0 : s->dep_count;
+    if (base + count > MAX_CAPTURE_DEPS) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++) {
+        if (position(s->graph, deps[i]) < 0) return CUDA_ERROR_INVALID_VALUE;
+        s->deps[base + i] = deps[i];
+    }
+    s->dep_count = base + count;
+    return CUDA_SUCCESS;
+}
+#endif /* CUDA_STUB_NO_CONDITIONALS */
 
 #else
 
@@ -1036,6 +1440,11 @@ UNSUPPORTED(cuGraphRemoveDependencies_v2)
 UNSUPPORTED(cuGraphNodeGetDependentNodes)
 UNSUPPORTED(cuGraphAddDependencies)
 UNSUPPORTED(cuGraphRemoveDependencies)
+UNSUPPORTED(cuGraphConditionalHandleCreate)
+UNSUPPORTED(cuGraphAddNode_v2)
+UNSUPPORTED(cuStreamBeginCaptureToGraph)
+UNSUPPORTED(cuStreamGetCaptureInfo_v3)
+UNSUPPORTED(cuStreamUpdateCaptureDependencies_v2)
 
 #endif /* CUDA_STUB_RUNS */
 
@@ -1050,8 +1459,16 @@ static int last_image = 0;
 
 int cuStubLastImage(void) { return last_image; }
 
-/* The module a successful load hands out: any distinct address. */
+/* The module a successful load hands out: any distinct address. The
+ * setter module, PTX calling cudaGraphSetConditional, gets its own, and
+ * its text is kept to look its entry points up in. */
 static int pretend_module;
+static int setter_module;
+static char *setter_text = NULL;
+static int setter_loads = 0;
+
+/* Loads of the setter module. */
+int cuStubSetterLoads(void) { return setter_loads; }
 
 CUresult cuModuleLoadDataEx(void **module, const void *image, unsigned int count,
                             int *options, void **values) {
@@ -1064,15 +1481,38 @@ CUresult cuModuleLoadDataEx(void **module, const void *image, unsigned int count
      * text shorter than the magic is not read past its NUL. */
     const unsigned char *bytes = image;
     last_image = bytes[0] == 0x7f && bytes[1] == 'E' && bytes[2] == 'L' && bytes[3] == 'F' ? 1 : 2;
-    CUresult result = env_int("CUDA_STUB_MODULE_RESULT", CUDA_ERROR_NOT_SUPPORTED);
-    if (result == CUDA_SUCCESS) *module = &pretend_module;
-    return result;
+    int setters = last_image == 2 && strstr(image, ".extern .func cudaGraphSetConditional") != NULL;
+    CUresult result = env_int(setters ? "CUDA_STUB_SETTER_RESULT" : "CUDA_STUB_MODULE_RESULT",
+                              env_int("CUDA_STUB_MODULE_RESULT", CUDA_ERROR_NOT_SUPPORTED));
+    if (result != CUDA_SUCCESS) return result;
+    if (setters) {
+        setter_loads += 1;
+        free(setter_text);
+        setter_text = strdup(image);
+        *module = &setter_module;
+    } else {
+        *module = &pretend_module;
+    }
+    return CUDA_SUCCESS;
 }
 #ifdef CUDA_STUB_RUNS
 /* A loaded module has every entry point asked for, each running blocks of
- * up to 1024 threads. */
+ * up to 1024 threads; the setter module has the setters its PTX declares. */
 CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
-    if (function == NULL || module != &pretend_module || name == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (function == NULL || name == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (module == &setter_module) {
+        char entry[128];
+        snprintf(entry, sizeof entry, ".visible .entry %s(", name);
+        for (size_t i = 0; i < FUNCTION_COUNT; i++) {
+            if (functions[i].setter && strcmp(functions[i].name, name) == 0 && setter_text != NULL &&
+                strstr(setter_text, entry) != NULL) {
+                *function = (void *)&functions[i];
+                return CUDA_SUCCESS;
+            }
+        }
+        return CUDA_ERROR_NOT_FOUND;
+    }
+    if (module != &pretend_module) return CUDA_ERROR_INVALID_VALUE;
     *function = &pretend_module;
     return CUDA_SUCCESS;
 }
