@@ -276,7 +276,10 @@ mod tests {
         };
         let len = 64;
         let inside = node(vec![write.clone(), read.clone()]);
-        assert_eq!(read_first(std::slice::from_ref(&inside), BufferId(5), len), None);
+        assert_eq!(
+            read_first(std::slice::from_ref(&inside), BufferId(5), len),
+            None
+        );
         assert_eq!(
             read_first(&[inside.clone(), read.clone()], BufferId(5), len),
             Some(1)
