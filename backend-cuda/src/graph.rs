@@ -822,3 +822,71 @@ fn same_device(op: &'static str, ours: &Device, theirs: &Device) -> Result<(), D
         Err(refuse(op, "the graph was made on another device"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capture_core::Dependencies;
+
+    fn deps(nodes: usize, edges: &[Edge]) -> Dependencies {
+        Dependencies {
+            nodes,
+            edges: edges.to_vec(),
+            ..Dependencies::default()
+        }
+    }
+
+    #[test]
+    fn a_level_counts_a_conditionals_nodes_and_a_loops_tail() {
+        let mut level = Level {
+            launches: 2,
+            ..Level::default()
+        };
+        level.add_conditional(2);
+        level.copies += 1;
+        level.add_conditional(3);
+        assert_eq!(level.operations(), 5);
+        assert_eq!(level.nodes(), 5 + 1 + 2);
+        assert_eq!(level.conditionals, [(2, 2), (4, 3)]);
+        assert_eq!(
+            (0..5).map(|at| level.span(at)).collect::<Vec<_>>(),
+            [1, 1, 2, 1, 3]
+        );
+        level.tail = true;
+        assert_eq!((level.places(), level.nodes(), level.span(5)), (6, 9, 1));
+    }
+
+    #[test]
+    fn a_tail_follows_every_operation_nothing_else_follows() {
+        let level = Level {
+            launches: 4,
+            tail: true,
+            ..Level::default()
+        };
+        let order = deps(4, &[(0, 2), (1, 2)]);
+        assert_eq!(
+            level.target(Order::Dependencies(&order)).as_ref(),
+            [(0, 2), (1, 2), (2, 4), (3, 4)]
+        );
+        assert_eq!(
+            level.target(Order::Chain).as_ref(),
+            [(0, 1), (1, 2), (2, 3), (3, 4)]
+        );
+        let untailed = Level {
+            launches: 4,
+            ..Level::default()
+        };
+        assert_eq!(
+            untailed.target(Order::Dependencies(&order)).as_ref(),
+            [(0, 2), (1, 2)]
+        );
+        let empty = Level {
+            tail: true,
+            ..Level::default()
+        };
+        assert_eq!(
+            empty.target(Order::Dependencies(&deps(0, &[]))).as_ref(),
+            []
+        );
+    }
+}

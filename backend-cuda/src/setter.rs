@@ -411,3 +411,62 @@ impl ConditionalFunctions {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `entry`'s text from `.visible .entry` up to its closing brace.
+    fn entry_text(entry: &str) -> &'static str {
+        let start = SETTER_BODY
+            .find(&format!(".visible .entry {entry}("))
+            .unwrap_or_else(|| panic!("{entry} is missing"));
+        let rest = &SETTER_BODY[start..];
+        &rest[..rest.find("\n}\n").expect("the body closes")]
+    }
+
+    /// Without an assembler here (the offline tests have one), at least the
+    /// interface: each entry declares the parameters its launch passes and
+    /// loads each once, runs one thread, and sets its handles.
+    #[test]
+    fn every_setter_takes_what_its_launch_passes_and_sets_its_handles() {
+        for which in Setter::ALL {
+            let entry = which.entry().to_str().expect("an ASCII name");
+            let body = entry_text(entry);
+            let (head, code) = body.split_once('{').expect("the body opens");
+            let declared: Vec<usize> = head
+                .split(".param .u")
+                .skip(1)
+                .map(|p| if p.starts_with("64") { 8 } else { 4 })
+                .collect();
+            assert_eq!(declared, which.params(), "{entry}");
+            assert_eq!(
+                code.matches("ld.param.u").count(),
+                declared.len(),
+                "{entry}"
+            );
+            assert!(head.contains(".reqntid 1, 1, 1"), "{entry}");
+            let calls = code.matches("call.uni cudaGraphSetConditional").count();
+            let handles = if which == Setter::IfElse { 2 } else { 1 };
+            assert_eq!(calls, handles, "{entry}");
+        }
+        // The loop's bound counts iterations made: the first setter resets
+        // the counter, the next one counts up and compares before setting.
+        let first = entry_text("conditional_while_first");
+        assert!(first.contains("st.global.u32 \t[%rd4], 0;"), "{first}");
+        let next = entry_text("conditional_while_next");
+        assert!(next.contains("add.u32 \t%r3, %r3, 1;"), "{next}");
+        assert!(next.contains("setp.lt.u32 \t%p2, %r3, %r2;"), "{next}");
+        // Neither writes the flag: it stays as the body left it.
+        for entry in ["conditional_while_first", "conditional_while_next"] {
+            assert_eq!(entry_text(entry).matches("st.global").count(), 1, "{entry}");
+        }
+        assert!(setter_ptx(9, 0).starts_with(".version 7.4\n.target sm_75\n"));
+        assert!(setter_ptx(6, 1).starts_with(".version 7.0\n.target sm_50\n"));
+        assert_eq!(setter_ptx_variants().len(), 2);
+        assert_eq!(
+            SETTER_BODY.matches(".visible .entry").count(),
+            Setter::ALL.len()
+        );
+    }
+}

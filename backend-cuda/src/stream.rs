@@ -594,7 +594,7 @@ impl Stream {
         D: Driver<DevicePage = DevicePage>,
     {
         const OP: &str = "open conditional";
-        if flag.len != 4 || flag.offset % 4 != 0 {
+        if flag.len != 4 || !flag.offset.is_multiple_of(4) {
             return Err(refuse(
                 OP,
                 format!("the flag is not an aligned u32: {flag:?}"),

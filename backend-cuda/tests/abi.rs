@@ -331,6 +331,83 @@ fn plain_edge_functions_agree_with_cuda_h() {
     }
 }
 
+/// The conditional-node functions are optional, so that a driver before
+/// 12.3 still loads the library, and are the 12.3 spellings with edge data
+/// that CUDA 13's header declares under the plain names; the node
+/// parameters' layout is among the facts checked, and a wrong one is
+/// refused.
+#[test]
+fn conditional_functions_are_optional_and_their_layouts_agree() {
+    for symbol in [
+        "cuGraphConditionalHandleCreate",
+        "cuGraphAddNode_v2",
+        "cuStreamBeginCaptureToGraph",
+        "cuStreamGetCaptureInfo_v3",
+        "cuStreamUpdateCaptureDependencies_v2",
+    ] {
+        let prototype = PROTOTYPES
+            .iter()
+            .find(|p| p.symbol == symbol)
+            .unwrap_or_else(|| panic!("{symbol} is not declared"));
+        assert!(prototype.optional && !prototype.legacy, "{symbol}");
+    }
+    let facts: Vec<&str> = abi_facts().iter().map(|f| f.c).collect();
+    for fact in [
+        "sizeof(CUgraphNodeParams)",
+        "offsetof(CUgraphNodeParams, conditional)",
+        "offsetof(CUgraphNodeParams, reserved2)",
+        "sizeof(CUDA_CONDITIONAL_NODE_PARAMS)",
+        "offsetof(CUDA_CONDITIONAL_NODE_PARAMS, phGraph_out)",
+        "CU_GRAPH_NODE_TYPE_CONDITIONAL",
+        "CU_GRAPH_COND_TYPE_WHILE",
+        "sizeof(CUgraphConditionalHandle)",
+    ] {
+        assert!(facts.contains(&fact), "{fact} is not checked");
+    }
+    let Some(headers) = checked_headers() else {
+        return;
+    };
+    if Command::new(compiler()).arg("--version").output().is_err() {
+        return missing(&format!("no C compiler ({})", compiler()));
+    }
+    for header in &headers {
+        let same = header.version >= 13000;
+        let mut source = String::from("#include <cuda.h>\n");
+        for (plain, newer) in [
+            ("cuGraphAddNode", "cuGraphAddNode_v2"),
+            ("cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3"),
+            (
+                "cuStreamUpdateCaptureDependencies",
+                "cuStreamUpdateCaptureDependencies_v2",
+            ),
+        ] {
+            source.push_str(&format!(
+                "_Static_assert(__builtin_types_compatible_p(__typeof__(&{plain}), \
+                 __typeof__(&{newer})) == {}, \"{plain} and {newer}\");\n",
+                i32::from(same)
+            ));
+        }
+        if let Err(words) = compile(header, &source, "conditionals") {
+            panic!(
+                "CUDA {}: the plain conditional-node functions are {}the newer ones:\n{words}",
+                header.version,
+                if same { "not " } else { "" }
+            );
+        }
+        // The check can fail: a conditional member at another offset.
+        let wrong = assertions(
+            "_Static_assert(offsetof(CUgraphNodeParams, conditional) == 8, \
+             \"a wrong offset\");\n",
+        );
+        let refused = compile(header, &wrong, "conditionals-wrong").expect_err("refused");
+        assert!(refused.contains("a wrong offset"), "{refused}");
+        println!(
+            "CUDA {}: the conditional-node declarations agree",
+            header.version
+        );
+    }
+}
+
 /// `NAME = value` of every entry of the header's `CUresult` enum.
 fn header_results(text: &str) -> BTreeMap<String, i32> {
     let start = text

@@ -1,5 +1,6 @@
 //! Checks that need NVIDIA's compilers but no GPU: every PTX text the crate
-//! can hand a driver assembles for every GPU generation it may meet, the
+//! can hand a driver (the builtins, the conditional setters) assembles for
+//! every GPU generation it may meet, the
 //! workload's CUDA C++ compiles with NVRTC and assembles too, each
 //! assembled kernel takes exactly the parameters a launch passes, and NVRTC
 //! makes a cubin for an architecture it knows and PTX only for one it does
@@ -26,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use backend_cuda::{
     NVRTC_ENV, NvrtcOutput, builtin_ptx_variants, check_module_image, nvrtc_compile_for,
-    nvrtc_compile_ptx,
+    nvrtc_compile_ptx, setter_entries, setter_ptx_variants,
 };
 use capture_core::{Builtin, Error};
 
@@ -527,6 +528,94 @@ fn builtin_ptx_assembles_for_every_target_and_takes_what_a_launch_passes() {
             "{} is given to sm_{arch}, whose driver cannot run its target",
             variants[index].0
         );
+        if !covered.contains(&(index, arch)) {
+            uncovered.push(format!("{} for sm_{arch}", variants[index].0));
+        }
+    }
+    if !uncovered.is_empty() {
+        let releases: Vec<&str> = tools.iter().map(|t| t.release.as_str()).collect();
+        missing(&format!(
+            "no ptxas found ({releases:?}) assembles {}",
+            uncovered.join(", ")
+        ));
+    }
+}
+
+/// The conditional setters assemble for every target the builtins do, each
+/// entry taking exactly the parameters its launch passes in one thread,
+/// and calling `cudaGraphSetConditional`, which ptxas knows as the
+/// driver's (a name it does not know is refused) and leaves for the
+/// driver to link when it loads the module.
+#[test]
+fn setter_ptx_assembles_for_every_target_and_takes_what_a_launch_passes() {
+    let tools = ptxas_tools();
+    if tools.is_empty() {
+        return missing("no ptxas found (CAPTURE_PTXAS, the nvidia-cuda-nvcc wheels, PATH)");
+    }
+    let variants = setter_ptx_variants();
+    let entries = setter_entries();
+    assert_eq!(entries.len(), 4, "{entries:?}");
+    let mut covered: BTreeSet<(usize, u32)> = BTreeSet::new();
+    for (index, (label, ptx)) in variants.iter().enumerate() {
+        assert!(!ptx.contains('\0'), "{label} holds a NUL");
+        for (entry, _) in &entries {
+            assert!(
+                ptx.contains(&format!(".visible .entry {entry}(")),
+                "{label} lacks {entry}"
+            );
+        }
+        let target = ptx_target(ptx);
+        for &arch in BUILTIN_ARCHS.iter().filter(|&&arch| arch >= target) {
+            for tool in &tools {
+                match assemble(tool, ptx, arch, label) {
+                    Assembled::Cubin(cubin) => {
+                        assert_eq!(check_module_image(&cubin), Ok("cubin"));
+                        for &(entry, params) in &entries {
+                            let info = entry_info(&cubin, entry);
+                            assert_eq!(info.params, params, "{label}, sm_{arch}: {entry}");
+                            assert_eq!(
+                                info.required_block,
+                                Some([1, 1, 1]),
+                                "{label}, sm_{arch}: {entry}"
+                            );
+                        }
+                        let name = b"cudaGraphSetConditional";
+                        assert!(
+                            cubin.windows(name.len()).any(|w| w == name),
+                            "{label}, sm_{arch}: the cubin names no cudaGraphSetConditional"
+                        );
+                        covered.insert((index, arch));
+                        println!("{label}: sm_{arch} assembled by ptxas {}", tool.release);
+                    }
+                    Assembled::Unsupported(why) => {
+                        println!("{label}: ptxas {} skips sm_{arch}: {why}", tool.release);
+                    }
+                }
+            }
+        }
+    }
+    // The check can fail: an extern function ptxas does not know is
+    // refused, so the name above is one it knows as the driver's.
+    let (label, ptx) = &variants[1];
+    let misspelled = ptx.replace("cudaGraphSetConditional", "cudaGraphSetConditionl");
+    let tool = &tools[0];
+    let scratch = Scratch::new();
+    let input = scratch.path("misspelled.ptx");
+    std::fs::write(&input, &misspelled).expect("the PTX can be written");
+    let out = Command::new(&tool.path)
+        .arg(format!("-arch=sm_{}", ptx_target(ptx)))
+        .arg(&input)
+        .arg("-o")
+        .arg(scratch.path("misspelled.cubin"))
+        .output()
+        .expect("ptxas runs");
+    assert!(!out.status.success(), "{label} with a misspelled extern");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cudaGraphSetConditionl"), "{stderr}");
+    let mut uncovered = Vec::new();
+    for &arch in REQUIRED_BUILTIN_ARCHS {
+        let index = usize::from(arch >= 75);
+        assert!(ptx_target(&variants[index].1) <= arch);
         if !covered.contains(&(index, arch)) {
             uncovered.push(format!("{} for sm_{arch}", variants[index].0));
         }

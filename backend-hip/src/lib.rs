@@ -60,6 +60,18 @@
 //! graph holds other than one node per launch and copy is refused at
 //! `instantiate` and `update`.
 //!
+//! # Conditionals
+//!
+//! HIP graphs have no conditional nodes: no ROCm release offers what CUDA's
+//! `cudaGraphConditionalHandleCreate` and conditional nodes do. So a
+//! conditional or loop (`Client::if_flag`, `if_else_flag`, `while_flag`)
+//! issued while a stream records is refused with
+//! `Error::NoConditionals`, naming HIP, and the window is refused with it;
+//! the stream can record again at once. Outside a capture, and in a
+//! capture's warmup, a conditional runs eagerly on the host's word, as on
+//! every backend: each check of the flag reads it back (a host sync) and
+//! the body's calls are made as often as it runs.
+//!
 //! # What other libraries made
 //!
 //! Device memory allocated elsewhere ([`DevicePage::from_raw`], for
@@ -95,8 +107,8 @@ use std::ptr;
 use std::sync::Arc;
 
 use capture_core::{
-    Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice,
-    ImportRefusal, Launch, Order, Signature, Updated,
+    Bodies, Builtin, Builtins, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver,
+    HostSlice, ImportRefusal, Launch, Order, Signature, Updated,
 };
 
 mod device;
@@ -292,6 +304,16 @@ impl GraphDriver for Hip {
 
     fn end(stream: &mut Stream) -> Result<Recording, DriverError> {
         stream.end()
+    }
+
+    /// Never: HIP graphs have no conditional nodes (see the crate's
+    /// [conditionals](crate#conditionals)).
+    fn conditionals(_stream: &Stream) -> Result<Bodies, String> {
+        Err(
+            "HIP graphs have no conditional nodes (no ROCm release has them); a conditional \
+             runs eagerly, on the host's word, outside a capture"
+                .to_owned(),
+        )
     }
 
     /// `hipGraphInstantiate`, the captured chain's edges first replaced by

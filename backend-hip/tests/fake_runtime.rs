@@ -23,8 +23,8 @@ use backend_hip::{
 };
 use capture_core::{
     Access, Availability, Binding, Builtin, BuiltinInfo, Builtins, Client, Config, Dependencies,
-    DeviceSlice, Driver, Error, GraphDriver, HostSlice, Launch, Order, Params, Signature, StreamId,
-    Updated,
+    DeviceSlice, Driver, Error, GraphDriver, HostSlice, Launch, Order, Params, Ran, Signature,
+    StreamId, Updated,
 };
 
 /// Counts the heap allocations each thread of this test binary makes, to
@@ -2557,5 +2557,95 @@ fn kernels_over_the_callers_functions_are_checked_and_unload_nothing() {
     in_child(
         "kernels_over_the_callers_functions_are_checked_and_unload_nothing",
         raw_kernels,
+    );
+}
+
+/// A conditional recorded in a capture is refused with
+/// `Error::NoConditionals` naming HIP, the window with it, and the stream
+/// records again at once; outside a capture a loop and an if run eagerly,
+/// on the host's word, each body's calls made as often as it runs.
+fn conditionals_refused_and_eager(library: &Path, log: &Path) {
+    let fake = Fake::open(library);
+    let mut calls = Calls {
+        path: log.to_owned(),
+        seen: 0,
+    };
+    let device = ok(Hip::open_index(0));
+    let client = Client::<Hip>::with_device(Arc::clone(&device), Config::default());
+    let stream = ok(client.create_stream());
+    let fill = raw_fill(&fake, &device);
+    let x = ok(client.create_f32(stream, &[0.0; N]));
+    let flag = ok(client.create(stream, &1u32.to_le_bytes()));
+    let set = |value: u32| client.write(&flag, &value.to_le_bytes());
+    let launch = || client.launch(stream, &fill, [1, 1, 1], &[&x], &fill_info(), &[]);
+    let launches = |calls: &[String]| {
+        names(calls)
+            .iter()
+            .filter(|&&name| name == "hipModuleLaunchKernel")
+            .count()
+    };
+
+    let refused = client
+        .capture(stream, |_| {
+            client
+                .while_flag(stream, &flag, 3, || {
+                    launch()?;
+                    set(0)
+                })
+                .map(drop)
+        })
+        .map(drop)
+        .expect_err("a recorded loop is refused");
+    let Error::NoConditionals { backend, reason } = refused.root() else {
+        panic!("another refusal: {refused}");
+    };
+    assert_eq!(*backend, "hip");
+    assert!(
+        reason.contains("HIP graphs have no conditional nodes"),
+        "{reason}"
+    );
+    assert!(refused.to_string().contains("hip"), "{refused}");
+    let (graph, ()) = ok(client.capture(stream, |_| launch()));
+    ok(graph.replay());
+    ok(client.sync(stream));
+
+    // The loop's body clears the flag: one iteration.
+    ok(set(1));
+    calls.take();
+    let ran = ok(client.while_flag(stream, &flag, 3, || {
+        launch()?;
+        set(0)
+    }));
+    assert_eq!(
+        ran,
+        Ran::Loop {
+            iterations: 1,
+            bound_reached: false
+        }
+    );
+    assert_eq!(launches(&calls.take()), 1);
+    // A flag that stays set: the bound stops the loop and says so.
+    ok(set(1));
+    let ran = ok(client.while_flag(stream, &flag, 3, launch));
+    assert_eq!(
+        ran,
+        Ran::Loop {
+            iterations: 3,
+            bound_reached: true
+        }
+    );
+    assert_eq!(launches(&calls.take()), 3);
+    // An if/else takes the branch the flag says.
+    ok(set(0));
+    let ran = ok(client.if_else_flag(stream, &flag, || Ok(()), launch));
+    assert_eq!(ran, Ran::Branch(Some(1)));
+    assert_eq!(launches(&calls.take()), 1);
+}
+
+#[test]
+fn a_recorded_conditional_is_refused_naming_hip_and_runs_eagerly_outside_a_capture() {
+    in_child(
+        "a_recorded_conditional_is_refused_naming_hip_and_runs_eagerly_outside_a_capture",
+        conditionals_refused_and_eager,
     );
 }
