@@ -35,6 +35,37 @@
 //! [`CAPTURE_CUDA_DEVICE`](DEVICE_ENV) selects the device [`Cuda::open`]
 //! opens, by index (default 0).
 //!
+//! # Conditionals
+//!
+//! A conditional or loop recorded in a capture (`Client::if_flag`,
+//! `if_else_flag`, `while_flag`) becomes a native conditional node, which
+//! reads the flag on the device at each replay. That needs driver 12.4 or
+//! newer, whose stream captures can hold conditional nodes; its functions
+//! for them are looked up as optional, so an older driver loads the library
+//! and refuses such a recording with `Error::NoConditionals` saying which
+//! version or function is missing, while conditionals outside a capture run
+//! on the host's word there as everywhere.
+//!
+//! A setter kernel, hand-written PTX calling `cudaGraphSetConditional`
+//! (which the driver links in when it loads the module), copies the flag
+//! into the node's handle just before the node; it lives in a module of its
+//! own, loaded before the device's first capture, so a driver that cannot
+//! link it refuses conditionals alone. A loop's setter runs again at the
+//! end of each iteration and counts the iterations in a trip counter of
+//! the stream's device memory (a page allocated at its first loop): once
+//! `bound` iterations ran it clears the handle and leaves the caller's
+//! flag as the body left it, so a flag still set says the bound stopped the
+//! loop. Each body is captured on a side stream into the body graph the
+//! driver made with the node, so conditionals nest to any depth, and keeps
+//! the order capture-core hands over for it. An if/else is one node of two
+//! bodies from driver 12.8 on, and two `if` nodes over one setter before
+//! it; an empty body gets an empty node before 12.8, whose drivers hang on
+//! an empty one. Bodies may hold copies (memcpy nodes, between device
+//! memory and the pinned host pages, which unified addressing maps for the
+//! device). A graph holding a conditional node is instantiated anew rather
+//! than updated in place, and no recording is ever embedded in another
+//! graph as a child graph, which the driver refuses for a conditional.
+//!
 //! # What other libraries made
 //!
 //! A device over a context made elsewhere ([`Device::from_raw_context`],

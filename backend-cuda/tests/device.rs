@@ -365,3 +365,176 @@ fn builtins_build_again_from_the_compiled_target() {
     rig.enqueue_fill(0);
     assert!(all(&rig.finish(), 9.0));
 }
+
+/// A one-thread kernel over a `u32` counter and a `u32` flag: the counter
+/// counted down (not below 0), the flag set to whether it is above 0.
+const COUNTDOWN_PTX: &str = "
+.version 7.0
+.target sm_50
+.address_size 64
+
+.visible .entry countdown(
+	.param .u64 countdown_counter,
+	.param .u64 countdown_flag
+)
+.reqntid 1, 1, 1
+{
+	.reg .pred 	%p<2>;
+	.reg .b32 	%r<3>;
+	.reg .b64 	%rd<5>;
+
+	ld.param.u64 	%rd1, [countdown_counter];
+	cvta.to.global.u64 	%rd2, %rd1;
+	ld.param.u64 	%rd3, [countdown_flag];
+	cvta.to.global.u64 	%rd4, %rd3;
+	ld.global.u32 	%r1, [%rd2];
+	setp.eq.u32 	%p1, %r1, 0;
+	@%p1 bra 	COUNTED;
+	sub.u32 	%r1, %r1, 1;
+	st.global.u32 	[%rd2], %r1;
+COUNTED:
+	setp.ne.u32 	%p1, %r1, 0;
+	selp.u32 	%r2, 1, 0, %p1;
+	st.global.u32 	[%rd4], %r2;
+	ret;
+}
+";
+
+/// Conditional nodes on a real driver: the setter module links
+/// `cudaGraphSetConditional`, an if/else and an if replay as their flag
+/// says, a loop runs 0, 1, k and `bound` iterations with its flag still
+/// set after the bound, and a loop nested in an if, with an if in its
+/// body, replays as it runs eagerly. On a driver before 12.4 the recording
+/// is refused with the reason, and only that is checked.
+#[test]
+fn conditionals_replay_as_their_flags_say() {
+    use capture_core::{Buffer, Client, Config, Error, Kernel as CoreKernel, Pass, Signature};
+
+    const BOUND: u32 = 4;
+    let Some(device) = device() else { return };
+    let client = Client::<Cuda>::with_device(Arc::clone(&device), Config::default());
+    let stream = client.create_stream().expect("a stream");
+    // SAFETY: `countdown` reads and writes only the first u32 of each of
+    // its two buffers, which every launch binds (four bytes or more).
+    let countdown = unsafe {
+        Kernel::from_ptx(
+            &device,
+            COUNTDOWN_PTX,
+            "countdown",
+            Signature::new("countdown")
+                .bindings(&[Access::ReadWrite, Access::ReadWrite])
+                .workgroup([1, 1, 1]),
+        )
+    }
+    .expect("the countdown kernel builds");
+    let countdown = CoreKernel::new(countdown);
+    let u32_buffer = |value: u32| client.create(stream, &value.to_le_bytes()).expect("a u32");
+    let x = client.create_f32(stream, &[0.0; N as usize]).expect("x");
+    let y = client.create_f32(stream, &[0.0; N as usize]).expect("y");
+    let ones = client.create_f32(stream, &[1.0; N as usize]).expect("ones");
+    let twos = client.create_f32(stream, &[2.0; N as usize]).expect("twos");
+    let (flag, outer, counter) = (u32_buffer(0), u32_buffer(1), u32_buffer(0));
+    let set = |buffer: &Buffer, value: u32| {
+        client
+            .write(buffer, &value.to_le_bytes())
+            .expect("write a u32")
+    };
+    let get = |buffer: &Buffer| {
+        let bytes = client.read(buffer).expect("read a u32");
+        u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])
+    };
+    let value = |buffer: &Buffer| {
+        let values = client.read_f32(buffer).expect("read floats");
+        assert!(all(&values, values[0]), "uneven: {:?}", &values[..8]);
+        values[0]
+    };
+    let zero = || {
+        client.write_f32(&x, &[0.0; N as usize]).expect("zero x");
+        client.write_f32(&y, &[0.0; N as usize]).expect("zero y");
+    };
+    let add =
+        |to: &Buffer, what: &Buffer| client.run_builtin(stream, Builtin::Add, &[to, what], N, 0.0);
+    let count = || client.launch(stream, &countdown, [1, 1, 1], &[&counter, &flag], &[], &[]);
+    let arm = |k: u32| {
+        set(&counter, k);
+        set(&flag, u32::from(k > 0));
+        zero();
+    };
+    let replay = |graph: &capture_core::GraphHandle<Cuda>| {
+        graph.replay().expect("the graph replays");
+        client.sync(stream).expect("sync");
+    };
+
+    // An if/else and an if. The warmup runs with the flag set, then clear.
+    set(&flag, 1);
+    let branches = || {
+        client.if_else_flag(stream, &flag, || add(&x, &ones), || add(&x, &twos))?;
+        client.if_flag(stream, &flag, || add(&x, &twos)).map(drop)
+    };
+    let graph = match client.capture(stream, |_pass: Pass| branches()) {
+        Ok((graph, ())) => graph,
+        Err(err) => match err.root() {
+            Error::NoConditionals { reason, .. } => {
+                println!("skipped: {reason}");
+                assert!(
+                    !reason.contains("setter"),
+                    "the driver has conditional nodes and refused the setters: {reason}"
+                );
+                return;
+            }
+            _ => panic!("capturing conditionals: {err}"),
+        },
+    };
+    for (set_to, expected) in [(1, 3.0), (0, 2.0)] {
+        zero();
+        set(&flag, set_to);
+        replay(&graph);
+        assert_eq!(value(&x), expected, "flag {set_to}");
+    }
+
+    // A bounded loop.
+    arm(2);
+    let (looped, ()) = client
+        .capture(stream, |_pass: Pass| {
+            client
+                .while_flag(stream, &flag, BOUND, || {
+                    add(&x, &ones)?;
+                    count()
+                })
+                .map(drop)
+        })
+        .expect("the loop is recorded");
+    for k in [0, 1, 3, BOUND, BOUND + 3] {
+        arm(k);
+        replay(&looped);
+        let iterations = k.min(BOUND);
+        assert_eq!(value(&x), iterations as f32, "k = {k}");
+        assert_eq!(get(&counter), k - iterations, "k = {k}");
+        assert_eq!(get(&flag), u32::from(k > BOUND), "k = {k}");
+    }
+
+    // A loop in an if, with an if in the loop's body.
+    arm(2);
+    set(&outer, 1);
+    let (nested, ()) = client
+        .capture(stream, |_pass: Pass| {
+            client
+                .if_flag(stream, &outer, || {
+                    client
+                        .while_flag(stream, &flag, BOUND, || {
+                            add(&x, &ones)?;
+                            client.if_flag(stream, &outer, || add(&y, &twos))?;
+                            count()
+                        })
+                        .map(drop)
+                })
+                .map(drop)
+        })
+        .expect("the nested conditionals are recorded");
+    for (outer_set, k, xs, ys) in [(0, 3, 0.0, 0.0), (1, 3, 3.0, 6.0)] {
+        arm(k);
+        set(&outer, outer_set);
+        replay(&nested);
+        assert_eq!((value(&x), value(&y)), (xs, ys), "outer {outer_set}, k {k}");
+    }
+}
