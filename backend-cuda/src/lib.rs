@@ -262,7 +262,7 @@ impl GraphDriver for Cuda {
     }
 
     /// `cuGraphInstantiate`, refusing a graph whose nodes are not exactly
-    /// the launches and copies the stream recorded. For
+    /// the launches, copies and conditionals the stream recorded. For
     /// [`Order::Dependencies`] the captured chain's edges are first replaced
     /// by the dependencies' (`cuGraphRemoveDependencies_v2`,
     /// `cuGraphAddDependencies_v2`, or on drivers 12.0 to 12.2 their 10.0
@@ -279,7 +279,8 @@ impl GraphDriver for Cuda {
     /// `cuGraphExecUpdate` of the recording with its edges made `order`'s:
     /// in place where the shapes and edges match; handed back for
     /// instantiation where the edges differ or the driver says the shapes
-    /// do, and always on a driver older than 12.0.
+    /// do, where either graph holds a conditional node (each capture makes
+    /// handles of its own), and always on a driver older than 12.0.
     fn update(
         _stream: &mut Stream,
         exec: &mut Executable,
