@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::driver::{
-    DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice, Launch, Order, Updated,
+    Bodies, Conditional, DeviceInfo, DeviceSlice, Driver, DriverError, GraphDriver, HostSlice,
+    Launch, Order, Updated,
 };
 use crate::kernels::signature::Signature;
 
@@ -252,6 +253,31 @@ impl GraphDriver for TestDriver {
         *exec = ops;
         Ok(Updated::InPlace)
     }
+    // Bodies that cannot skip a copy, as Vulkan's; their work is recorded
+    // inline, for tests of what the core refuses in one.
+    fn conditionals(_: &TestStream) -> Result<Bodies, String> {
+        Ok(Bodies { copies: false })
+    }
+    fn open_conditional(
+        stream: &mut TestStream,
+        _: Conditional,
+        _: DeviceSlice<'_, Self>,
+    ) -> Result<(), DriverError> {
+        match stream.recording {
+            Some(_) => Ok(()),
+            None => Err(DriverError::new(
+                "test",
+                "open conditional",
+                "not recording",
+            )),
+        }
+    }
+    fn next_body(_: &mut TestStream) -> Result<(), DriverError> {
+        Ok(())
+    }
+    fn close_conditional(_: &mut TestStream, _: &[Order<'_>]) -> Result<(), DriverError> {
+        Ok(())
+    }
     fn upload(_: &Vec<Op>, stream: &mut TestStream) -> Result<(), DriverError> {
         if stream.device.refuse_upload.load(Ordering::SeqCst) {
             return Err(DriverError::new("test", "upload", "refused"));
@@ -305,6 +331,42 @@ mod tests {
     /// `N` new streams of `client`.
     fn streams<const N: usize>(client: &Client<TestDriver>) -> [crate::ids::StreamId; N] {
         std::array::from_fn(|_| client.create_stream().expect("stream"))
+    }
+
+    #[test]
+    fn a_write_in_a_body_that_cannot_skip_one_is_refused_only_while_recording() {
+        let client = client();
+        let stream = client.create_stream().expect("stream");
+        let flag = client.create(stream, &1u32.to_le_bytes()).expect("flag");
+        let x = client.create(stream, &[0; 8]).expect("x");
+        // Eagerly the host decides: the write runs.
+        let ran = client.if_flag(stream, &flag, || client.write(&x, &[1; 8]));
+        assert_eq!(ran, Ok(crate::Ran::Branch(Some(0))));
+        assert_eq!(client.read(&x), Ok(vec![1; 8]));
+        let window = client.prepare(stream).expect("prepare");
+        client.write(&x, &[2; 8]).expect("warmup");
+        client.begin(stream, window).expect("begin");
+        client
+            .write(&x, &[3; 8])
+            .expect("a write outside a body records");
+        let err = client
+            .if_flag(stream, &flag, || client.write(&x, &[4; 8]))
+            .expect_err("a write in a body");
+        assert!(
+            matches!(
+                err,
+                Error::InBody {
+                    what: "a write",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        client
+            .if_flag(stream, &flag, || Ok(()))
+            .expect("an empty body records");
+        let err = client.instantiate(stream, window).expect_err("doomed");
+        assert!(matches!(err.root(), Error::InBody { .. }), "{err}");
     }
 
     #[test]

@@ -198,6 +198,31 @@ fn a_recorded_loop_replays_on_the_devices_word_and_counts_inside_its_body() {
 }
 
 #[test]
+fn a_recorded_if_else_on_a_wide_flags_first_word_runs_one_body_a_replay() {
+    let f = Fixture::new();
+    let (c, s) = (&f.client, f.stream);
+    // A flag of 64 bytes: its first word decides, the host driver refuses
+    // any other than a four-byte one.
+    let wide = c.create(s, &[0; 64]).expect("wide flag");
+    let twice = || {
+        f.add()?;
+        f.add()
+    };
+    let (graph, ran) = c
+        .capture(s, |_| c.if_else_flag(s, &wide, || f.add(), twice))
+        .expect("capture");
+    assert_eq!(ran, Ran::Recorded);
+    for (word, want) in [(1u32, 1.0), (0, 2.0), (7, 1.0)] {
+        let mut bytes = [9u8; 64];
+        bytes[..4].copy_from_slice(&word.to_le_bytes());
+        c.write(&wide, &bytes).expect("flag");
+        c.write_f32(&f.x, &[0.0; N as usize]).expect("reset");
+        graph.replay().expect("replay");
+        assert_eq!(f.x(), want, "the flag's first word {word}");
+    }
+}
+
+#[test]
 fn writes_inside_a_body_renew_no_claim() {
     let f = Fixture::new();
     let (c, s) = (&f.client, f.stream);

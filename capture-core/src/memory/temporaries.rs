@@ -204,8 +204,6 @@ fn read_first(log: &[Entry], id: BufferId, len: u64) -> Option<usize> {
         .find_map(|(at, entry)| match first_touch(entry, id, len)? {
             Touch::WritesAll => Some(None),
             Touch::ReadsFirst => Some(Some(at)),
-            // A body that may not run wrote it: what comes after decides.
-            Touch::MayWrite => None,
         })?
 }
 
@@ -215,24 +213,15 @@ enum Touch {
     WritesAll,
     /// It reads bytes nothing wrote before.
     ReadsFirst,
-    /// Only bodies that may not run write it, all of it first.
-    MayWrite,
 }
 
-/// How `entry` touches buffer `id` (of `len` bytes) first, if it does.
+/// How `entry` touches buffer `id` (of `len` bytes) first, where that
+/// decides: a conditional whose bodies write it first decides nothing, as
+/// the bodies may not run, and what comes after it does.
 fn first_touch(entry: &Entry, id: BufferId, len: u64) -> Option<Touch> {
     if let Entry::Conditional { flag, bodies, .. } = entry {
-        if flag.buffer == id {
-            return Some(Touch::ReadsFirst);
-        }
-        let mut touched = false;
-        for body in bodies {
-            match read_first(body, id, len) {
-                Some(_) => return Some(Touch::ReadsFirst),
-                None => touched |= body.iter().any(|e| first_touch(e, id, len).is_some()),
-            }
-        }
-        return touched.then_some(Touch::MayWrite);
+        let reads = flag.buffer == id || bodies.iter().any(|b| read_first(b, id, len).is_some());
+        return reads.then_some(Touch::ReadsFirst);
     }
     let mut touches = entry
         .accesses()

@@ -155,7 +155,14 @@ mod tests {
             },
         ];
         let text = dot("g", &log);
-        assert!(text.contains("subgraph cluster_n1_0 {"), "{text}");
+        assert!(
+            text.contains("\n  subgraph cluster_n1_0 {\n    label=\"1: body\";"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n      n1_0_2_0_0 [label="),
+            "three levels in: {text}"
+        );
         assert!(text.contains("subgraph cluster_n1_0_2_0 {"), "{text}");
         assert!(
             text.contains(
@@ -177,6 +184,29 @@ mod tests {
             "{text}"
         );
         assert_eq!(Entry::count(&log), (4, 0, 2));
+        let both = Entry::Conditional {
+            kind: Conditional::IfElse,
+            flag,
+            bodies: vec![
+                vec![launch("t", &[(3, Write)]), launch("u", &[(4, Write)])],
+                vec![
+                    launch("e", &[(3, Write)]),
+                    Entry::Write { span: flag },
+                    Entry::Write { span: flag },
+                    log[1].clone(),
+                ],
+            ],
+        };
+        let text = dot("g", std::slice::from_ref(&both));
+        assert!(
+            text.contains("label=\"0: body\";") && text.contains("label=\"0: else\";"),
+            "{text}"
+        );
+        assert_eq!(
+            Entry::count(&[both]),
+            (6, 2, 3),
+            "every body's, nested ones too"
+        );
     }
 
     #[test]
