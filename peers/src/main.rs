@@ -4,7 +4,10 @@
 //! memory. Prints each row as ours against cubecl's.
 //!
 //! `cargo run --release --manifest-path peers/Cargo.toml` runs every row;
-//! `-- --short` runs one short row (what CI runs). Without a Vulkan device
+//! `-- --short` runs one short row (what CI runs), `-- --control` the
+//! GPU-bound control row alone; `-- --as-cubecl` runs our side with a kernel
+//! shaped as cubecl's generated one, so that the control row compares
+//! launches and not kernels. Without a Vulkan device
 //! it says why and exits successfully (unless `PEERS_REQUIRE_VULKAN=1`).
 //! Vulkan validation is off (set `CAPTURE_VULKAN_VALIDATION` yourself to
 //! override).
@@ -49,7 +52,13 @@ fn main() -> ExitCode {
         };
     }
     let short = std::env::args().any(|a| a == "--short");
-    let mut ours = match Ours::open() {
+    let control = std::env::args().any(|a| a == "--control");
+    let shape = if std::env::args().any(|a| a == "--as-cubecl") {
+        ours::Shape::AsCubecl
+    } else {
+        ours::Shape::Ours
+    };
+    let mut ours = match Ours::open(shape) {
         Ok(ours) => ours,
         Err(reason) => {
             println!("peers: no Vulkan device for graph-capture ({reason}); nothing to compare");
@@ -70,7 +79,11 @@ fn main() -> ExitCode {
         std::env::var(variable).unwrap_or_default()
     );
     println!();
-    let rows = if short { rows::short() } else { rows::all() };
+    let rows = match (short, control) {
+        (true, _) => rows::short(),
+        (false, true) => rows::all().into_iter().filter(|r| r.control).collect(),
+        (false, false) => rows::all(),
+    };
     let results = match run_rows(&mut ours, &mut theirs, &rows) {
         Ok(results) => results,
         Err(err) => {
@@ -79,7 +92,7 @@ fn main() -> ExitCode {
         }
     };
     print_rows(&results);
-    if !short {
+    if !short && !control {
         match memory::compare(&ours, &theirs) {
             Ok((held, theirs_held, alike)) => print_memory(held, theirs_held, alike),
             Err(err) => {

@@ -3,9 +3,9 @@
 //! runtime's device memory holds.
 
 use cubecl_core::prelude::*;
-use graph_capture::{Params, StreamId};
+use graph_capture::StreamId;
 
-use crate::ours::{Ours, WORKGROUP};
+use crate::ours::Ours;
 use crate::theirs::{Theirs, launch_one};
 
 /// Elements per unit of batch.
@@ -32,27 +32,11 @@ fn ours_holds(ours: &Ours) -> Result<u64, String> {
         let elems = batch * BASE;
         let input = client.create_f32(stream, &vec![1.0; elems]).map_err(err)?;
         let output = client.allocate(stream, (elems * 4) as u64).map_err(err)?;
-        let groups = [(elems as u32).div_ceil(WORKGROUP), 1, 1];
-        let params = Params::new().u32(elems as u32);
         let (graph, ()) = client
             .capture(stream, |_| {
                 let scratch = client.allocate(stream, (elems * 4) as u64)?;
-                client.launch(
-                    stream,
-                    ours.kernel(),
-                    groups,
-                    &[&input, &scratch],
-                    &[],
-                    params.as_bytes(),
-                )?;
-                client.launch(
-                    stream,
-                    ours.kernel(),
-                    groups,
-                    &[&scratch, &output],
-                    &[],
-                    params.as_bytes(),
-                )
+                ours.launch_one(stream, &input, &scratch, elems)?;
+                ours.launch_one(stream, &scratch, &output, elems)
             })
             .map_err(err)?;
         graph.replay().map_err(err)?;
