@@ -111,20 +111,34 @@ const DEVICE_STAGES: vk::PipelineStageFlags = vk::PipelineStageFlags::from_raw(
 /// scope reaches back over earlier submissions on the queue, so their writes
 /// become visible too.
 pub(crate) fn device_barrier(device: &ash::Device, cmd: vk::CommandBuffer) {
+    memory_barrier(device, cmd, DEVICE_STAGES, vk::AccessFlags::empty());
+}
+
+/// A global memory barrier from every earlier command of `stages` to every
+/// later one: shader and transfer writes made visible to shader and
+/// transfer accesses, and to `also` (the access of a stage `stages` adds).
+pub(crate) fn memory_barrier(
+    device: &ash::Device,
+    cmd: vk::CommandBuffer,
+    stages: vk::PipelineStageFlags,
+    also: vk::AccessFlags,
+) {
     let barrier = vk::MemoryBarrier::default()
         .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
         .dst_access_mask(
             vk::AccessFlags::SHADER_READ
                 | vk::AccessFlags::SHADER_WRITE
                 | vk::AccessFlags::TRANSFER_READ
-                | vk::AccessFlags::TRANSFER_WRITE,
+                | vk::AccessFlags::TRANSFER_WRITE
+                | also,
         );
-    // SAFETY: `cmd` is in the recording state, outside any render pass.
+    // SAFETY: `cmd` is in the recording state, outside any render pass, on
+    // a device that enabled whatever stage `stages` names.
     unsafe {
         device.cmd_pipeline_barrier(
             cmd,
-            DEVICE_STAGES,
-            DEVICE_STAGES,
+            stages,
+            stages,
             vk::DependencyFlags::empty(),
             std::slice::from_ref(&barrier),
             &[],

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use ash::vk;
 use capture_core::{Access, Conditional, DriverError, Signature};
 
+use crate::barriers::memory_barrier;
 use crate::device::Device;
 use crate::error::error;
 use crate::kernels::{Kernel, KernelObjects};
@@ -157,26 +158,10 @@ const STAGES: vk::PipelineStageFlags = vk::PipelineStageFlags::from_raw(
 /// after, and makes earlier writes visible to shaders, copies and the
 /// predicate reads after: placed around every predicate and body.
 pub(crate) fn barrier(device: &ash::Device, cmd: vk::CommandBuffer) {
-    let barrier = vk::MemoryBarrier::default()
-        .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
-        .dst_access_mask(
-            vk::AccessFlags::SHADER_READ
-                | vk::AccessFlags::SHADER_WRITE
-                | vk::AccessFlags::TRANSFER_READ
-                | vk::AccessFlags::TRANSFER_WRITE
-                | vk::AccessFlags::CONDITIONAL_RENDERING_READ_EXT,
-        );
-    // SAFETY: `cmd` is recording outside a render pass on a device that
-    // enabled conditional rendering, whose stage the barrier names.
-    unsafe {
-        device.cmd_pipeline_barrier(
-            cmd,
-            STAGES,
-            STAGES,
-            vk::DependencyFlags::empty(),
-            std::slice::from_ref(&barrier),
-            &[],
-            &[],
-        );
-    }
+    memory_barrier(
+        device,
+        cmd,
+        STAGES,
+        vk::AccessFlags::CONDITIONAL_RENDERING_READ_EXT,
+    );
 }

@@ -81,6 +81,17 @@ impl<D: UserKernels> Loop<D> {
             .map(|(graph, ())| graph)
     }
 
+    /// The stream still captures a loop and replays it, after refusals.
+    fn captures_again(&self) -> Outcome {
+        self.arm(2).step("arm")?;
+        let again = self
+            .capture(|| self.counted_loop(BOUND).map(drop))
+            .step("capture again")?;
+        self.arm(2).step("arm")?;
+        self.client.replay(&again).step("replay")?;
+        expect_all(&self.client, &self.x, 2.0, "after the refusals")
+    }
+
     /// Whether this backend records conditionals: where it does not, the
     /// refusal must name it and leave the stream usable, and eager
     /// conditionals must still run.
@@ -419,14 +430,7 @@ pub fn failing_bodies_seal_nothing_and_allocating_ones_replay<D: UserKernels>(
         err.to_string().contains("the body's own failure"),
         "the body's error: {err}"
     );
-    // The stream still captures and replays.
-    l.arm(2).step("arm")?;
-    let again = l
-        .capture(|| l.counted_loop(BOUND).map(drop))
-        .step("capture again")?;
-    l.arm(2).step("arm")?;
-    l.client.replay(&again).step("replay")?;
-    expect_all(&l.client, &l.x, 2.0, "after the refusals")
+    l.captures_again()
 }
 
 /// What a body cannot hold is refused with the reason, and the stream
@@ -507,13 +511,7 @@ pub fn what_a_body_cannot_hold_is_refused<D: UserKernels>(session: &Session<D>) 
             "a write in a body: {err}"
         ),
     }
-    l.arm(2).step("arm")?;
-    let again = l
-        .capture(|| l.counted_loop(BOUND).map(drop))
-        .step("capture again")?;
-    l.arm(2).step("arm")?;
-    l.client.replay(&again).step("replay")?;
-    expect_all(&l.client, &l.x, 2.0, "after the refusals")
+    l.captures_again()
 }
 
 /// A driver that refuses to create the node: the capture is refused with
