@@ -318,3 +318,54 @@ fn a_body_that_fails_or_panics_dooms_its_window_and_the_stream_records_again() {
     graph.replay().expect("replay");
     assert_eq!(f.x(), 1.0);
 }
+
+#[test]
+fn loops_record_on_several_threads_at_once_and_another_thread_is_refused_inside_a_body() {
+    let f = Fixture::new();
+    let (c, countdown) = (&f.client, &f.countdown);
+    // Four threads, each capturing and replaying a loop on a stream of its
+    // own, at once.
+    std::thread::scope(|scope| {
+        for t in 0..4u32 {
+            scope.spawn(move || {
+                let s = c.create_stream().expect("stream");
+                let flag = c.create(s, &[0; 4]).expect("flag");
+                let counter = c.create_f32(s, &[0.0]).expect("counter");
+                let x = c.create_f32(s, &[0.0; N as usize]).expect("x");
+                let one = c.create_f32(s, &[1.0; N as usize]).expect("one");
+                let body = || {
+                    c.run_builtin(s, Builtin::Add, &[&x, &one], N, 0.0)?;
+                    c.launch(s, countdown, [1, 1, 1], &[&counter, &flag], &[], &[])
+                };
+                let (graph, _) = c
+                    .capture(s, |_| {
+                        c.run_builtin(s, Builtin::Fill, &[&counter], 1, (t + 1) as f32)?;
+                        c.run_builtin(s, Builtin::Fill, &[&flag], 1, 1.0)?;
+                        c.while_flag(s, &flag, 8, body)
+                    })
+                    .expect("capture");
+                c.write_f32(&x, &[0.0; N as usize]).expect("reset");
+                for _ in 0..10 {
+                    graph.replay().expect("replay");
+                }
+                let want = 10.0 * (t + 1) as f32;
+                assert_eq!(c.read_f32(&x).expect("x")[0], want, "thread {t}");
+            });
+        }
+    });
+    // While one thread records a body, another's launch on the stream is
+    // refused and never enters the body; the window still seals.
+    let (c, s) = (&f.client, f.stream);
+    f.set(1, 0.0);
+    let window = c.prepare(s).expect("prepare");
+    f.add().expect("warmup");
+    c.begin(s, window).expect("begin");
+    c.if_flag(s, &f.flag, || {
+        let other = std::thread::scope(|scope| scope.spawn(|| f.add()).join().expect("thread"));
+        assert!(matches!(other, Err(Error::NotRecorder { .. })), "{other:?}");
+        f.add()
+    })
+    .expect("the body");
+    let graph = c.instantiate(s, window).expect("seals");
+    assert_eq!(c.graph_info(&graph).expect("info").launches, 1);
+}
