@@ -291,7 +291,10 @@ fn pick_default(list: &[Assessed]) -> Result<usize, DriverError> {
 /// Whether `physical` offers `VK_EXT_conditional_rendering` with its
 /// `conditionalRendering` feature. [`NO_CONDITIONAL_RENDERING_ENV`] set
 /// to `1` says no, to see what a device without it does.
-fn has_conditional_rendering(instance: &ash::Instance, physical: vk::PhysicalDevice) -> bool {
+pub(crate) fn has_conditional_rendering(
+    instance: &ash::Instance,
+    physical: vk::PhysicalDevice,
+) -> bool {
     if std::env::var(NO_CONDITIONAL_RENDERING_ENV).is_ok_and(|v| v == "1") {
         return false;
     }

@@ -287,8 +287,8 @@ impl GraphDriver for Vulkan {
         match stream.device().rendering {
             Some(_) => Ok(Bodies { copies: false }),
             None if stream.device().is_adopted() => Err(
-                "the device was adopted, and whether VK_EXT_conditional_rendering was enabled \
-                 on it is not known"
+                "the device was adopted without RawDevice::conditional_rendering: \
+                 VK_EXT_conditional_rendering is not known to be enabled on it"
                     .into(),
             ),
             None => Err("the device has no VK_EXT_conditional_rendering".into()),

@@ -12,6 +12,7 @@ use capture_core::{DriverError, Error, KeepAlive, Signature};
 use crate::device::{self, Device, Owner};
 use crate::error::error;
 use crate::kernels::{self, Kernel, KernelObjects};
+use crate::rendering::Rendering;
 use crate::validation::Counters;
 
 /// The handles of a device the caller made, for [`Device::from_raw`].
@@ -29,6 +30,11 @@ pub struct RawDevice {
     pub queue_family: u32,
     /// The queue every stream of the library submits to.
     pub queue: vk::Queue,
+    /// Whether `device` was created with `VK_EXT_conditional_rendering` and
+    /// its `conditionalRendering` feature enabled: graphs on it may then
+    /// hold conditionals and loops (`Client::while_flag`), which are refused
+    /// otherwise.
+    pub conditional_rendering: bool,
 }
 
 impl Device {
@@ -40,7 +46,8 @@ impl Device {
     ///
     /// Refused, with nothing made: a physical device below Vulkan 1.2 or
     /// without timeline semaphores, a queue family that does not exist or
-    /// lacks compute, and a null device or queue.
+    /// lacks compute, a null device or queue, and `conditional_rendering`
+    /// on a physical device that does not offer the extension.
     ///
     /// The library's validation counts are off on such a device
     /// ([`crate::validation_counts`]): validation is the caller's instance's.
@@ -51,8 +58,10 @@ impl Device {
     /// - the handles are live and belong together: `instance` was created
     ///   with `apiVersion` 1.2 or later, `device` was created from
     ///   `physical` of `instance` with the `timelineSemaphore` feature
-    ///   enabled (and any feature the caller's own kernels need), and
-    ///   `queue` is a queue of `queue_family` of `device`;
+    ///   enabled (and any feature the caller's own kernels need), with
+    ///   `VK_EXT_conditional_rendering` and its `conditionalRendering`
+    ///   feature enabled where `conditional_rendering` says so, and `queue`
+    ///   is a queue of `queue_family` of `device`;
     /// - the library alone submits to `queue`, and waits on it, except
     ///   inside [`Device::with_queue`], which holds the library's lock:
     ///   `vkQueueSubmit` and `vkQueueWaitIdle` need the queue externally
@@ -96,6 +105,16 @@ impl Device {
                 ),
             ));
         }
+        if raw.conditional_rendering && !device::has_conditional_rendering(instance, raw.physical) {
+            return Err(error(
+                OP,
+                format!(
+                    "{}: conditional_rendering is set, but the device offers no \
+                     VK_EXT_conditional_rendering with its conditionalRendering feature",
+                    chosen.info.name
+                ),
+            ));
+        }
         // SAFETY: as above.
         let props = unsafe { instance.get_physical_device_properties(raw.physical) };
         // SAFETY: as above.
@@ -105,9 +124,12 @@ impl Device {
             chosen.info.index,
             chosen.info.name,
         );
+        // The caller's promise: the device enabled what the field says.
+        let rendering = raw
+            .conditional_rendering
+            .then(|| Rendering::load(instance, &raw.device));
         Ok(Arc::new(Device {
-            // Whether the caller enabled it is not known.
-            rendering: None,
+            rendering,
             device: raw.device,
             queue: Mutex::new(raw.queue),
             queue_family: family,

@@ -61,6 +61,8 @@ struct Own {
     memory_props: vk::PhysicalDeviceMemoryProperties,
     alignment: u64,
     validated: bool,
+    /// Whether the device was made with `VK_EXT_conditional_rendering`.
+    conditional_rendering: bool,
 }
 
 impl Own {
@@ -145,10 +147,28 @@ impl Own {
             .queue_family_index(family)
             .queue_priorities(&priorities)];
         let mut v12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
-        let info = vk::DeviceCreateInfo::default()
+        // Conditional rendering where the device offers it, as a runtime
+        // that wants loops in its graphs enables it.
+        // SAFETY: a device of the instance.
+        let extensions =
+            unsafe { instance.enumerate_device_extension_properties(physical) }.unwrap_or_default();
+        let conditional_rendering = extensions.iter().any(|e| {
+            e.extension_name_as_c_str()
+                .is_ok_and(|name| name == ash::ext::conditional_rendering::NAME)
+        });
+        let names = [ash::ext::conditional_rendering::NAME.as_ptr()];
+        let mut rendering = vk::PhysicalDeviceConditionalRenderingFeaturesEXT::default()
+            .conditional_rendering(true);
+        let mut info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
             .push_next(&mut v12);
-        // SAFETY: a device of the instance, a family it has, 1.2 features.
+        if conditional_rendering {
+            info = info
+                .enabled_extension_names(&names)
+                .push_next(&mut rendering);
+        }
+        // SAFETY: a device of the instance, a family it has, 1.2 features,
+        // conditional rendering only where the device offers it.
         let device =
             unsafe { instance.create_device(physical, &info, None) }.expect("the caller's device");
         // SAFETY: one queue of `family` was asked for.
@@ -166,6 +186,7 @@ impl Own {
             memory_props,
             alignment: props.limits.min_storage_buffer_offset_alignment.max(1),
             validated,
+            conditional_rendering,
         })
     }
 
@@ -178,6 +199,7 @@ impl Own {
             device: self.device.clone(),
             queue_family: self.family,
             queue: self.queue,
+            conditional_rendering: self.conditional_rendering,
         }
     }
 
@@ -484,6 +506,63 @@ fn a_callers_device_buffer_and_pipeline_capture_and_replay() {
         own.device.destroy_descriptor_set_layout(set_layout, None);
         own.device.destroy_buffer(buffer, None);
         own.device.free_memory(memory, None);
+    }
+    own.finish();
+}
+
+#[test]
+fn loops_record_on_an_adopted_device_only_where_it_enabled_conditional_rendering() {
+    let own = match Own::new() {
+        Ok(own) => own,
+        Err(reason) => {
+            eprintln!("skipping: {reason}");
+            return;
+        }
+    };
+    const N: u32 = 64;
+    // Once with what the device enabled, once claiming none.
+    for claimed in [own.conditional_rendering, false] {
+        let raw = RawDevice {
+            conditional_rendering: claimed,
+            ..own.raw()
+        };
+        // SAFETY: the handles are live and belong together, and the device
+        // enabled conditional rendering wherever `claimed` says so.
+        let device = unsafe { Device::from_raw(raw, ()) }.expect("adopted");
+        let client = Client::<Vulkan>::with_device(device, Config::default());
+        let stream = client.create_stream().expect("stream");
+        let x = client.create_f32(stream, &[0.0; N as usize]).expect("x");
+        let one = client.create_f32(stream, &[1.0; N as usize]).expect("one");
+        let flag = client.create(stream, &[0; 4]).expect("flag");
+        // A loop whose body clears its flag: one iteration a replay.
+        let captured = client.capture(stream, |_| {
+            client.run_builtin(stream, Builtin::Fill, &[&flag], 1, 1.0)?;
+            client.while_flag(stream, &flag, 4, || {
+                client.run_builtin(stream, Builtin::Add, &[&x, &one], N, 0.0)?;
+                client.run_builtin(stream, Builtin::Fill, &[&flag], 1, 0.0)
+            })
+        });
+        match captured {
+            Ok((graph, _)) => {
+                assert!(
+                    claimed,
+                    "recorded on a device that claimed no conditional rendering"
+                );
+                client.write_f32(&x, &[0.0; N as usize]).expect("reset");
+                for _ in 0..10 {
+                    graph.replay().expect("replay");
+                }
+                assert_eq!(client.read_f32(&x).expect("x"), vec![10.0; N as usize]);
+            }
+            Err(err) => {
+                assert!(!claimed, "refused although enabled: {err}");
+                assert!(
+                    err.to_string().contains("RawDevice::conditional_rendering"),
+                    "{err}"
+                );
+            }
+        }
+        client.destroy_stream(stream).expect("destroy");
     }
     own.finish();
 }
