@@ -6,8 +6,9 @@ use std::time::Instant;
 
 use conformance::workload::UserKernels;
 pub use conformance::workload::transformer::SET_TARGET;
+pub use conformance::workload::transformer::Whole;
 use conformance::workload::transformer::{
-    Config, GraphSet, SetMemory, Transformer, Weights, starts,
+    Config, GraphSet, SetMemory, Transformer, Weights, starts, whole_generation,
 };
 use graph_capture::{Client, Error};
 
@@ -34,6 +35,11 @@ pub struct Figures {
     pub rates: Vec<Rate>,
     /// What the graph set holds.
     pub memory: SetMemory,
+    /// The largest batch generated to each sequence's end token, at most
+    /// `TOKENS` each, step by step and in one replay; the reason where the
+    /// backend records no loop, `None` where the reference emits no usable
+    /// end token.
+    pub whole: Result<Option<Whole>, String>,
 }
 
 /// The model's tokens of every sequence after `TOKENS` steps of `step`.
@@ -81,8 +87,19 @@ pub fn measure<D: UserKernels>() -> Result<Figures, Error> {
             replay,
         });
     }
+    let memory = set.memory.clone();
+    drop(set);
+    let largest = BATCHES[BATCHES.len() - 1];
+    let whole = match whole_generation(&client, &weights, &model, largest, TOKENS) {
+        Ok(whole) => Ok(whole),
+        Err(err) if matches!(err.root(), Error::NoConditionals { .. }) => {
+            Err(err.root().to_string())
+        }
+        Err(err) => return Err(err),
+    };
     Ok(Figures {
         rates,
-        memory: set.memory.clone(),
+        memory,
+        whole,
     })
 }

@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 use conformance::UserKernels;
 use conformance::workload::transformer::{
     Config, GraphSet, HIDDEN_TOLERANCE, NEAR_TIE, Start, Transformer, Verdict, Weights, check,
-    end_token, reference_tokens, starts, until_end,
+    starts, whole_generation,
 };
-use graph_capture::{Client, Error, Pass};
+use graph_capture::{Client, Error};
 
 struct Options {
     backend: String,
@@ -119,82 +119,6 @@ fn judge<D: UserKernels>(
         });
     }
     all.ok_or_else(|| Error::BadLaunch("no sequences".into()))
-}
-
-/// One batch's whole generation, step by step and in one replay.
-struct Whole {
-    batch: u32,
-    end: u32,
-    lengths: Vec<usize>,
-    /// Host calls per generation: replays and flag reads, step by step.
-    stepwise_calls: u32,
-    stepwise: Duration,
-    looped: Duration,
-    /// Step by step and in one replay, each equal to the reference's.
-    identical: (bool, bool),
-}
-
-/// Generate `batch` sequences until each emits its end token, at most
-/// `tokens` each: step by step (a replay of one step, then a read of the
-/// loop's flag) and in one replay of a graph holding the loop.
-fn whole_generation<D: UserKernels>(
-    client: &Client<D>,
-    weights: &Weights,
-    model: &Transformer<D>,
-    batch: u32,
-    tokens: u32,
-) -> Result<Option<Whole>, Error> {
-    let stream = model.stream();
-    let first = starts(batch, &weights.config);
-    let reference = reference_tokens(weights, &first, tokens);
-    let Some(end) = end_token(&reference) else {
-        return Ok(None);
-    };
-    let want = until_end(&reference, end);
-    let generated = |model: &Transformer<D>| model.generated(&first);
-
-    let (step, ()) = client.capture(stream, |_| {
-        model.step(batch)?;
-        model.settle(batch, end)
-    })?;
-    // The warmup runs the loop once, as much as it needs to warm the
-    // pools; the recorded loop runs to the end.
-    let (whole, _) = client.capture(stream, |pass| {
-        let bound = if pass == Pass::Warmup { 1 } else { tokens };
-        model.generation(batch, end, bound)
-    })?;
-
-    model.reset(&first)?;
-    model.start_generation(batch)?;
-    client.sync(stream)?;
-    let mut calls = 0;
-    let started = Instant::now();
-    for _ in 0..tokens {
-        client.replay(&step)?;
-        calls += 2;
-        if !model.running()? {
-            break;
-        }
-    }
-    let stepwise = started.elapsed();
-    let by_step = generated(model)?;
-
-    model.reset(&first)?;
-    client.sync(stream)?;
-    let started = Instant::now();
-    client.replay(&whole)?;
-    client.sync(stream)?;
-    let looped = started.elapsed();
-    let by_loop = generated(model)?;
-    Ok(Some(Whole {
-        batch,
-        end,
-        lengths: by_loop.iter().map(Vec::len).collect(),
-        stepwise_calls: calls,
-        stepwise,
-        looped,
-        identical: (by_step == want, by_loop == want && by_loop == by_step),
-    }))
 }
 
 struct Row {

@@ -63,6 +63,8 @@ struct Summary {
     generation: Vec<String>,
     /// The graph set's memory per backend, and whether its target held.
     sets: Vec<(String, bool)>,
+    /// A whole generation step by step against one replay, per backend.
+    wholes: Vec<String>,
     /// A loop in one replay against the host driving it, per backend.
     loops: Vec<String>,
 }
@@ -161,6 +163,8 @@ impl Summary {
                         rate.replay / rate.eager.max(1e-12)
                     ));
                 }
+                self.wholes
+                    .push(whole_row::<D>(&figures.whole, &mut self.failed));
                 let memory = &figures.memory;
                 let kib = |bytes: u64| bytes as f64 / 1024.0;
                 let holds = memory.holds();
@@ -185,6 +189,37 @@ impl Summary {
                     .push(format!("| {} | failed: {err} | | | |", D::NAME));
             }
         }
+    }
+}
+
+/// The largest batch's whole generation on `D`: host calls and tokens per
+/// second, step by step against one replay, and whether both gave the
+/// reference's tokens.
+fn whole_row<D: Backend>(
+    whole: &Result<Option<generate::Whole>, String>,
+    failed: &mut bool,
+) -> String {
+    match whole {
+        Ok(Some(w)) => {
+            let total = w.lengths.iter().sum::<usize>() as f64;
+            let ok = w.identical.0 && w.identical.1;
+            *failed |= !ok;
+            format!(
+                "| {} | {} | {:?} | {} / 1 | {:.1} / {:.1} | {} |",
+                D::NAME,
+                w.batch,
+                w.lengths,
+                w.stepwise_calls,
+                total / w.stepwise.as_secs_f64().max(1e-12),
+                total / w.looped.as_secs_f64().max(1e-12),
+                if ok { "PASS" } else { "FAIL" },
+            )
+        }
+        Ok(None) => format!(
+            "| {} | no end token the reference emits suits | | | | |",
+            D::NAME
+        ),
+        Err(reason) => format!("| {} | not recorded: {reason} | | | | |", D::NAME),
     }
 }
 
@@ -579,6 +614,20 @@ fn print_generation(summary: &mut Summary) {
         println!("{row}");
         summary.judged += 1;
         summary.held += usize::from(*holds);
+    }
+    println!();
+    println!(
+        "A whole generation: the largest batch until each sequence emits its end token (one \
+         the reference emits), at most {} each, step by step (a replay of the step, then a \
+         read of the loop's flag) against one replay of a graph holding the loop\n",
+        generate::TOKENS
+    );
+    println!(
+        "| backend | batch | tokens per sequence | host calls: step by step / one replay | tok/s: step by step / one replay | as the reference |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for row in &summary.wholes {
+        println!("{row}");
     }
     println!();
 }

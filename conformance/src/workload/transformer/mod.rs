@@ -36,4 +36,4 @@ pub use device::{Start, Transformer, starts};
 pub use graph_set::{GraphSet, SET_TARGET, SetMemory, bucket};
 pub use kernels::Kernels;
 pub use reference::{Config, EPS, LayerWeights, ROPE_BASE, Reference, Weights, argmax, top_gap};
-pub use stops::{end_token, reference_tokens, until_end};
+pub use stops::{Whole, end_token, reference_tokens, until_end, whole_generation};
