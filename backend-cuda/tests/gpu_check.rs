@@ -143,6 +143,7 @@ fn the_python_python_names_is_asked_for_the_nvrtc_wheels_and_logged() {
     // With only a CPU Vulkan device, the Vulkan steps are skipped with the
     // reason, and conformance leaves out its vulkan trials.
     assert!(status.contains("decode-vulkan: SKIPPED ("), "{status}");
+    assert!(status.contains("peers: SKIPPED ("), "{status}");
     assert!(status.contains("conformance-vulkan: SKIPPED ("), "{status}");
     assert!(status.contains("conformance: PASS"), "{status}");
     let log = std::fs::read_to_string(out.join("conformance.log")).unwrap_or_default();
@@ -165,8 +166,9 @@ fn vulkan_steps_run_with_a_vulkan_gpu() {
         return;
     }
     assert!(!status.contains("SKIPPED"), "{status}");
-    // The step ran, and failed as the bundle has no decode binary.
+    // The steps ran, and failed as the bundle has no decode or peers binary.
     assert!(status.contains("decode-vulkan: FAIL"), "{status}");
+    assert!(status.contains("peers: FAIL"), "{status}");
     let log = std::fs::read_to_string(out.join("conformance.log")).unwrap_or_default();
     assert!(!log.contains("--skip"), "{log}");
 }
