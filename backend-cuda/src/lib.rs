@@ -44,7 +44,9 @@
 //! for them are looked up as optional, so an older driver loads the library
 //! and refuses such a recording with `Error::NoConditionals` saying which
 //! version or function is missing, while conditionals outside a capture run
-//! on the host's word there as everywhere.
+//! on the host's word there as everywhere. Older drivers get no bounded
+//! unroll as on Vulkan: without conditional nodes a CUDA graph has no way
+//! to skip a kernel node on a value in device memory.
 //!
 //! A setter kernel, hand-written PTX calling `cudaGraphSetConditional`
 //! (which the driver links in when it loads the module), copies the flag
