@@ -275,7 +275,7 @@ impl GraphDriver for Cuda {
         recording: Recording,
         order: Order<'_>,
     ) -> Result<Executable, DriverError> {
-        recording.instantiate(order)
+        Executable::instantiate(recording, order)
     }
 
     /// `cuGraphExecUpdate` of the recording with its edges made `order`'s:

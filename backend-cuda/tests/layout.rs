@@ -7,23 +7,31 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Each source file's module name (`lib` for the root) and text.
+/// Each source file's path under `src` without its extension (`lib` for
+/// the root, `graph/edges` in a folder) and text.
 fn sources() -> BTreeMap<String, String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = BTreeMap::new();
-    for entry in std::fs::read_dir(&dir).expect("src is readable") {
-        let path = entry.expect("entry is readable").path();
-        if path.extension().is_none_or(|e| e != "rs") {
-            continue;
+    fn walk(dir: &Path, prefix: &str, files: &mut BTreeMap<String, String>) {
+        for entry in std::fs::read_dir(dir).expect("src is readable") {
+            let path = entry.expect("entry is readable").path();
+            let name = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .expect("a file name")
+                .to_owned();
+            if path.is_dir() {
+                walk(&path, &format!("{prefix}{name}/"), files);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).expect("source is readable");
+                files.insert(format!("{prefix}{name}"), text);
+            }
         }
-        let name = path
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .expect("a file name")
-            .to_owned();
-        let text = std::fs::read_to_string(&path).expect("source is readable");
-        files.insert(name, text);
     }
+    let mut files = BTreeMap::new();
+    walk(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        "",
+        &mut files,
+    );
     files
 }
 
@@ -53,4 +61,10 @@ fn only_the_declarations_declare_driver_functions() {
             ),
         }
     }
+}
+
+#[test]
+fn the_rule_reaches_files_in_folders() {
+    let files = sources();
+    assert!(files.contains_key("lib") && files.contains_key("graph/edges"));
 }
