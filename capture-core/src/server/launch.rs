@@ -23,7 +23,7 @@ use crate::kernels::span::Span;
 use crate::memory::pool::{Place, SliceHandle};
 use crate::phase::Phase;
 use crate::recorded::entries::Entry;
-use crate::streams::capturing::Join;
+use crate::streams::join::Join;
 use crate::streams::state::StreamState;
 
 /// One launch as its caller asked for it, with its kernel's signature.

@@ -20,7 +20,7 @@ use crate::error::Error;
 use crate::ids::{BufferId, StreamId};
 use crate::interleave::{self, Point};
 use crate::kernels::signature::Access;
-use crate::streams::capturing::Join;
+use crate::streams::join::Join;
 use crate::streams::order::{StreamOrder, lock as lock_order};
 
 /// The lanes of the streams a shared operation involves, locked: the

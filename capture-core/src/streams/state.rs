@@ -14,7 +14,8 @@ use crate::memory::pool::{Place, Pool, PoolUsage, SliceHandle};
 use crate::memory::temporaries::Temporaries;
 use crate::phase::Phase;
 use crate::recorded::entries::Entry;
-use crate::streams::capturing::{Join, StreamCapture};
+use crate::streams::capturing::StreamCapture;
+use crate::streams::join::Join;
 
 /// Sizes and limits of a device's pools and queues.
 #[derive(Debug, Clone, PartialEq, Eq)]
