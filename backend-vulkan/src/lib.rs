@@ -28,6 +28,7 @@
 
 mod barriers;
 mod conditional;
+mod descriptors;
 mod device;
 mod error;
 mod graph;
@@ -36,6 +37,7 @@ mod kernels;
 mod memory;
 mod prepared;
 mod raw;
+mod recorder;
 mod recording;
 mod rendering;
 mod shader;
@@ -64,7 +66,7 @@ pub use validation::ValidationCounts;
 
 use crate::error::error;
 use crate::memory::Buffer;
-use crate::recording::{Bound, Copy, Dispatch, Recorder};
+use crate::recorder::{Bound, Copy, Dispatch, Recorder};
 
 /// The Vulkan driver: a marker type naming the backend in generic code.
 #[derive(Debug, Clone, Copy, Default)]

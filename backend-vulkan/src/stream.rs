@@ -26,7 +26,8 @@ use crate::device::Device;
 use crate::error::{error, vk_error};
 use crate::kernels::KernelObjects;
 use crate::memory::Buffer;
-use crate::recording::{Copy, Recorder, Recording, allocate_command_buffer};
+use crate::recorder::{Copy, Recorder};
+use crate::recording::{Recording, allocate_command_buffer};
 
 /// Eager command buffers each stream owns: one being filled while the
 /// others run.
