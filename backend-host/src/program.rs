@@ -7,9 +7,11 @@
 //! launch allocates nothing of its own (the arrays grow by doubling), and a
 //! program of ten thousand launches stays a few hundred kilobytes.
 
+use std::hash::Hasher;
 use std::ops::Range as Span;
 
 use capture_core::{Conditional, Dependencies};
+use rustc_hash::FxHasher;
 
 use crate::kernels::{Dispatch, Kernel, dispatch};
 use crate::level::{self, Work};
@@ -59,12 +61,12 @@ impl Program {
     /// Append `op`.
     pub(crate) fn push(&mut self, op: Op) {
         let kind = match &op {
-            Op::Copy { .. } => 0,
+            Op::Copy { .. } => 2,
             // Each kernel of the program is alive as long as the program,
             // so no other kernel can take its address meanwhile.
             Op::Kernel(dispatch) => dispatch.kernel.identity() as u64 | 1,
         };
-        self.shape = (self.shape.rotate_left(7) ^ kind).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.shape = fold(self.shape, kind);
         let step = match op {
             Op::Copy { src, dst } => {
                 let src = self.range(src);
@@ -106,15 +108,17 @@ impl Program {
         flag: Range,
         bodies: Vec<Program>,
     ) {
-        let mut folded = match kind {
-            Conditional::If => 2,
-            Conditional::IfElse => 4,
-            Conditional::While { bound } => 6 | u64::from(bound) << 8,
+        // Even tags, apart from a kernel's odd word and a copy's 2.
+        let (tag, bound) = match kind {
+            Conditional::If => (4, 0),
+            Conditional::IfElse => (6, 0),
+            Conditional::While { bound } => (8, bound),
         };
+        let mut shape = fold(fold(self.shape, tag), u64::from(bound));
         for body in &bodies {
-            folded = folded.rotate_left(13) ^ body.shape ^ body.steps.len() as u64;
+            shape = fold(shape, body.shape);
         }
-        self.shape = (self.shape.rotate_left(7) ^ folded).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.shape = shape;
         let flag = self.range(flag);
         self.steps.push(Step::Conditional { kind, flag, bodies });
     }
@@ -351,10 +355,41 @@ impl Program {
     }
 }
 
+/// `shape` with `word` folded in: a program's shape is its steps' words
+/// hashed in order.
+fn fold(shape: u64, word: u64) -> u64 {
+    let mut hasher = FxHasher::default();
+    hasher.write_u64(shape);
+    hasher.write_u64(word);
+    hasher.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::memory::{Memory, PageKind};
+    use crate::schedule::SPREAD_BYTES;
+    use std::sync::Arc;
+
+    fn deps(nodes: usize, edges: &[(usize, usize)]) -> Dependencies {
+        Dependencies {
+            nodes,
+            edges: edges.to_vec(),
+            ..Dependencies::default()
+        }
+    }
+
+    fn copies(memory: &Arc<Memory>, n: usize) -> Program {
+        let mut program = Program::default();
+        (0..n).for_each(|_| program.push(copy_op(memory)));
+        program
+    }
+
+    fn conditional(memory: &Arc<Memory>, kind: Conditional, bodies: Vec<Program>) -> Program {
+        let mut program = Program::default();
+        program.push_conditional(kind, Range::new(memory, 8, 4), bodies);
+        program
+    }
 
     fn copy_op(memory: &std::sync::Arc<Memory>) -> Op {
         Op::Copy {
@@ -378,5 +413,116 @@ mod tests {
         big.fit();
         assert!(big.steps.capacity() >= 50, "a full program keeps its room");
         assert!(next.run().is_ok());
+    }
+
+    #[test]
+    fn shapes_tell_conditionals_apart_by_kind_bound_and_bodies() {
+        let memory = Memory::new(PageKind::Device, 16).expect("a page");
+        let programs = || {
+            [
+                conditional(&memory, Conditional::If, vec![copies(&memory, 1)]),
+                conditional(&memory, Conditional::If, vec![copies(&memory, 2)]),
+                conditional(
+                    &memory,
+                    Conditional::IfElse,
+                    vec![copies(&memory, 1), copies(&memory, 0)],
+                ),
+                conditional(
+                    &memory,
+                    Conditional::IfElse,
+                    vec![copies(&memory, 0), copies(&memory, 1)],
+                ),
+                conditional(
+                    &memory,
+                    Conditional::While { bound: 3 },
+                    vec![copies(&memory, 1)],
+                ),
+                conditional(
+                    &memory,
+                    Conditional::While { bound: 4 },
+                    vec![copies(&memory, 1)],
+                ),
+                copies(&memory, 1),
+            ]
+        };
+        let (ours, again) = (programs(), programs());
+        for (i, a) in ours.iter().enumerate() {
+            for (j, b) in again.iter().enumerate() {
+                assert_eq!(a.same_shape(b), i == j, "programs {i} and {j}");
+            }
+        }
+        assert!(!copies(&memory, 3).same_shape(&copies(&memory, 2)));
+    }
+
+    #[test]
+    fn a_released_page_inside_a_body_is_found_and_refuses_the_run() {
+        let outer = Memory::new(PageKind::Device, 16).expect("a page");
+        let inner = Memory::new(PageKind::Device, 16).expect("a page");
+        let mut program = copies(&outer, 1);
+        program.push_conditional(
+            Conditional::If,
+            Range::new(&outer, 8, 4),
+            vec![copies(&inner, 1)],
+        );
+        assert!(program.released().is_none());
+        inner.release();
+        let released = program.released().expect("the body's page");
+        assert!(Arc::ptr_eq(&released.memory, &inner));
+        assert!(program.run().is_err());
+    }
+
+    #[test]
+    fn dependencies_of_another_program_are_refused() {
+        let memory = Memory::new(PageKind::Device, 16).expect("a page");
+        let mut program = copies(&memory, 2);
+        let refused = program.keep_dependencies(&deps(3, &[(0, 1)]));
+        assert!(refused.is_err_and(|e| e.contains("3 operation(s) and the recording 2")));
+        assert!(program.schedule.is_none());
+        program
+            .keep_dependencies(&deps(2, &[(0, 1)]))
+            .expect("its own");
+        assert!(program.schedule.is_some());
+    }
+
+    #[test]
+    fn a_conditional_runs_alone_beside_a_level_worth_spreading() {
+        let half = SPREAD_BYTES / 2;
+        let len = usize::try_from(half).expect("fits");
+        let halves = |memory: &Arc<Memory>| Op::Copy {
+            src: Range::new(memory, 0, half),
+            dst: Range::new(memory, half, half),
+        };
+        let (a, b) = (
+            Memory::new(PageKind::Device, 2 * len).expect("a page"),
+            Memory::new(PageKind::Device, 2 * len).expect("a page"),
+        );
+        for memory in [&a, &b] {
+            assert!(Range::new(memory, 0, half).store(&vec![7; len]));
+        }
+        let flag = Memory::new(PageKind::Device, 16).expect("a page");
+        assert!(Range::new(&flag, 8, 4).store(&1u32.to_le_bytes()));
+        assert!(Range::new(&flag, 0, 4).store(&[9; 4]));
+        let mut program = Program::default();
+        program.push(halves(&a));
+        program.push(halves(&b));
+        program.push_conditional(
+            Conditional::If,
+            Range::new(&flag, 8, 4),
+            vec![copies(&flag, 1)],
+        );
+        // Three independent steps: one level, the copies' bytes enough to
+        // spread it were the conditional not there.
+        program
+            .keep_dependencies(&deps(3, &[]))
+            .expect("independent");
+        program.run().expect("the level runs step by step");
+        for memory in [&a, &b] {
+            assert_eq!(Range::new(memory, half, half).load(), Some(vec![7; len]));
+        }
+        assert_eq!(
+            Range::new(&flag, 4, 4).load(),
+            Some(vec![9; 4]),
+            "the body ran"
+        );
     }
 }
