@@ -514,7 +514,7 @@ impl GraphDriver for Host {
         if open.bodies.len() + 1 >= open.kind.bodies() {
             return Err(error(
                 "next body",
-                format!("a {} has no more bodies", open.kind.name()),
+                format!("the {} conditional has no more bodies", open.kind.name()),
             ));
         }
         open.bodies.push(std::mem::take(program));
@@ -537,7 +537,7 @@ impl GraphDriver for Host {
             return Err(error(
                 OP,
                 format!(
-                    "a {} closed with {} bodies and {} orders",
+                    "the {} conditional closed with {} body(ies) and {} order(s)",
                     open.kind.name(),
                     open.bodies.len(),
                     orders.len()

@@ -347,7 +347,7 @@ impl Program {
                 Ok(())
             }
             (kind, bodies) => Err(format!(
-                "a {} conditional holds {} bodies",
+                "the {} conditional holds {} body(ies)",
                 kind.name(),
                 bodies.len()
             )),

@@ -3,8 +3,8 @@
 
 use backend_host::{Host, Recording, Stream};
 use capture_core::{
-    Access, Binding, Builtin, BuiltinInfo, Builtins, DeviceSlice, Driver, GraphDriver, HostSlice,
-    Launch, Order, StreamId,
+    Access, Binding, Builtin, BuiltinInfo, Builtins, Conditional, DeviceSlice, Driver, GraphDriver,
+    HostSlice, Launch, Order, StreamId,
 };
 
 fn stream() -> (std::sync::Arc<backend_host::Device>, Stream) {
@@ -361,4 +361,83 @@ fn an_update_is_in_place_only_for_the_same_kernels_in_the_same_order() {
             "a recording differing in {what} must be instantiated anew"
         );
     }
+}
+
+#[test]
+fn conditionals_out_of_order_or_malformed_are_refused() {
+    let (_device, mut stream) = stream();
+    let page = Host::allocate_device_page(&mut stream, 256).expect("page");
+    let flag = |offset: u64, len: u64| DeviceSlice::<Host> {
+        page: &page,
+        offset,
+        len,
+    };
+    let refused = |result: Result<(), capture_core::DriverError>, says: &str| {
+        let err = result.expect_err(says);
+        assert!(err.to_string().contains(says), "{err}");
+    };
+    refused(
+        Host::open_conditional(&mut stream, Conditional::If, flag(0, 4)),
+        "not recording",
+    );
+    Host::begin(&mut stream).expect("begin");
+    refused(Host::next_body(&mut stream), "no conditional is open");
+    refused(
+        Host::close_conditional(&mut stream, &[]),
+        "no conditional is open",
+    );
+    for (offset, len) in [(0, 8), (2, 4), (0, 2)] {
+        refused(
+            Host::open_conditional(&mut stream, Conditional::If, flag(offset, len)),
+            "the flag is not a u32",
+        );
+    }
+    Host::open_conditional(&mut stream, Conditional::If, flag(0, 4)).expect("an if");
+    refused(
+        Host::next_body(&mut stream),
+        "the if conditional has no more bodies",
+    );
+    refused(
+        Host::close_conditional(&mut stream, &[Order::Chain, Order::Chain]),
+        "the if conditional closed with 1 body(ies) and 2 order(s)",
+    );
+    Host::open_conditional(&mut stream, Conditional::IfElse, flag(4, 4)).expect("an if/else");
+    refused(
+        Host::close_conditional(&mut stream, &[Order::Chain]),
+        "conditional closed with 1 body(ies) and 1 order(s)",
+    );
+    drop(Host::end(&mut stream));
+    Host::release_device_page(&mut stream, page);
+}
+
+#[test]
+fn the_host_takes_the_grids_cuda_takes() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let ran = Arc::new(AtomicU32::new(0));
+    let counted = Arc::clone(&ran);
+    let count = backend_host::Kernel::new(
+        capture_core::Signature::new("count")
+            .binding(Access::Write)
+            .workgroup([1, 1, 1]),
+        move |_group, _buffers| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        },
+    )
+    .expect("count");
+    let count = capture_core::Kernel::new(count);
+    let client = capture_core::Client::<Host>::open().expect("open");
+    let stream = client.create_stream().expect("stream");
+    let out = client.create(stream, &[0; 4]).expect("buffer");
+    // Wider in x than the portable 65,535 groups: CUDA's limit is 2^31 - 1.
+    client
+        .launch(stream, &count, [65_536, 1, 1], &[&out], &[], &[])
+        .expect("as wide as CUDA takes");
+    client.sync(stream).expect("sync");
+    assert_eq!(ran.load(Ordering::Relaxed), 65_536);
+    let err = client
+        .launch(stream, &count, [1, 65_536, 1], &[&out], &[], &[])
+        .expect_err("y is 65,535 at most, as on CUDA");
+    assert!(err.to_string().contains("65536"), "{err}");
 }
