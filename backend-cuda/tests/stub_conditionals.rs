@@ -17,22 +17,23 @@
 //! loaded, stays loaded for the life of a process.
 #![cfg(target_os = "linux")]
 
-use std::env;
 use std::ffi::{CString, c_char};
-use std::process::Command;
 use std::sync::Arc;
 
-use backend_cuda::{CUfunction, Cuda, DEVICE_ENV, Device, Kernel};
+use backend_cuda::{CUfunction, Cuda, Device, Kernel};
 use capture_core::{
     Access, Buffer, Builtin, BuiltinInfo, Client, Config, Driver, Error, GraphHandle, Pass, Ran,
     ReplayOrder, Signature, StreamId, Update,
 };
 
-const CHILD: &str = "BACKEND_CUDA_CONDITIONALS_CHILD";
+mod runs_stub;
+use runs_stub::{Children, stub_dir, stub_fn, stub_int};
+
 const DONE: &str = "CONDITIONALS_CHILD_DONE";
-/// Where the stub lies when the test binary runs on another machine than
-/// it was built on (the GPU bundle ships the stubs).
-const STUB_DIR_ENV: &str = "CAPTURE_CUDA_TEST_RUNS_STUB_DIR";
+const CHILDREN: Children = Children {
+    marker: "BACKEND_CUDA_CONDITIONALS_CHILD",
+    done: DONE,
+};
 
 /// Elements of the test's float buffers.
 const N: usize = 64;
@@ -40,82 +41,17 @@ const N: usize = 64;
 const BOUND: u32 = 5;
 
 fn in_child() -> bool {
-    env::var_os(CHILD).is_some()
-}
-
-/// The runs stub's directory, or the variant `name` inside it.
-fn stub_dir(variant: Option<&str>) -> String {
-    let dir = env::var(STUB_DIR_ENV)
-        .ok()
-        .or(backend_cuda::TEST_RUNS_STUB_DIR.map(str::to_owned))
-        .unwrap_or_else(|| {
-            panic!(
-                "the stub libcuda.so.1 was not built, so this test cannot run; the build script \
-                 needs a working C compiler (see its warning in the build output)"
-            )
-        });
-    match variant {
-        Some(name) => std::path::Path::new(&dir)
-            .join(name)
-            .to_string_lossy()
-            .into_owned(),
-        None => dir,
-    }
+    CHILDREN.inside()
 }
 
 /// Run `test` again in a child with the stub of `dir` first on the library
-/// path and `vars` set, and check that it finished.
+/// path, its setter kernels loading, and `vars` set.
 fn in_stub(test: &str, dir: &str, vars: &[(&str, &str)]) {
-    let exe = env::current_exe().expect("the test binary knows its path");
-    let output = Command::new(exe)
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .env("LD_LIBRARY_PATH", dir)
-        .env_remove(DEVICE_ENV)
-        .env_remove("CUDA_STUB_DEFER")
-        .env_remove("CUDA_STUB_DEVICE_COUNT")
-        .env_remove("CUDA_STUB_DRIVER_VERSION")
-        .env_remove("CUDA_STUB_MODULE_RESULT")
-        .env("CUDA_STUB_SETTER_RESULT", "0")
-        .envs(vars.iter().copied())
-        .output()
-        .expect("the test binary runs again");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.contains(DONE),
-        "the child failed ({}):\n{stdout}\n{stderr}",
-        output.status
-    );
-}
-
-/// A function of the stub that the caller names with its type.
-///
-/// # Safety
-///
-/// `T` is the function's C type.
-unsafe fn stub_fn<T: Copy>(name: &str) -> T {
-    let symbol = format!("{name}\0");
-    // SAFETY: the library is the stub this process loaded (the handle is
-    // leaked, so that the function stays there); the caller promises the
-    // type.
-    unsafe {
-        let library = libloading::Library::new("libcuda.so.1").expect("the stub loads");
-        let function = *library
-            .get::<T>(symbol.as_bytes())
-            .unwrap_or_else(|e| panic!("the stub exports {name}: {e}"));
-        std::mem::forget(library);
-        function
-    }
-}
-
-/// One of the stub's `cuStub*` functions that take nothing and return an
-/// int.
-fn stub_int(name: &str) -> i32 {
-    // SAFETY: every function named here is `int f(void)`.
-    let function = unsafe { stub_fn::<unsafe extern "C" fn() -> i32>(name) };
-    // SAFETY: it takes nothing.
-    unsafe { function() }
+    let vars: Vec<(&str, &str)> = [("CUDA_STUB_SETTER_RESULT", "0")]
+        .into_iter()
+        .chain(vars.iter().copied())
+        .collect();
+    CHILDREN.run(test, dir, &vars);
 }
 
 /// The `index`-th conditional node (depth first) of the graph the stub

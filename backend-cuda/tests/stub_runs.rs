@@ -26,31 +26,32 @@
 //! loaded, stays loaded for the life of a process.
 #![cfg(target_os = "linux")]
 
-use std::env;
 use std::ffi::{CString, c_char, c_void};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::thread;
 use std::time::Duration;
 
 use backend_cuda::{
-    CUcontext, CUdeviceptr, CUfunction, CUstream, Cuda, DEVICE_ENV, Device, DevicePage, HostPage,
-    Kernel, Stream,
+    CUcontext, CUdeviceptr, CUfunction, CUstream, Cuda, Device, DevicePage, HostPage, Kernel,
+    Stream,
 };
 use capture_core::{
     Access, Builtin, BuiltinInfo, Client, Config, Dependencies, DeviceSlice, Driver, DriverError,
     Error, GraphDriver, HostSlice, Order, Signature, StreamId, Updated,
 };
 
-const CHILD: &str = "BACKEND_CUDA_RUNS_CHILD";
+mod runs_stub;
+use runs_stub::{Children, stub_dir, stub_fn, stub_int};
+
 const DONE: &str = "RUNS_CHILD_DONE";
-/// Where the stub lies when the test binary runs on another machine than
-/// it was built on (the GPU bundle ships the stubs).
-const STUB_DIR_ENV: &str = "CAPTURE_CUDA_TEST_RUNS_STUB_DIR";
+const CHILDREN: Children = Children {
+    marker: "BACKEND_CUDA_RUNS_CHILD",
+    done: DONE,
+};
 
 fn in_child() -> bool {
-    env::var_os(CHILD).is_some()
+    CHILDREN.inside()
 }
 
 /// Run `test` again in a child with the stub first on the library path,
@@ -61,54 +62,7 @@ fn in_stub(test: &str) {
 
 /// As [`in_stub`], with `vars` set for the stub.
 fn in_stub_with(test: &str, vars: &[(&str, &str)]) {
-    let dir = env::var(STUB_DIR_ENV)
-        .ok()
-        .or(backend_cuda::TEST_RUNS_STUB_DIR.map(str::to_owned));
-    let Some(dir) = dir else {
-        panic!(
-            "the stub libcuda.so.1 was not built, so this test cannot run; the build script \
-             needs a working C compiler (see its warning in the build output)"
-        );
-    };
-    in_stub_at(test, &dir, vars);
-}
-
-/// As [`in_stub_with`], with the stub in `dir`.
-fn in_stub_at(test: &str, dir: &str, vars: &[(&str, &str)]) {
-    let exe = env::current_exe().expect("the test binary knows its path");
-    let output = Command::new(exe)
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .env("LD_LIBRARY_PATH", dir)
-        .env_remove(DEVICE_ENV)
-        .env_remove("CUDA_STUB_DEFER")
-        .env_remove("CUDA_STUB_DEVICE_COUNT")
-        .envs(vars.iter().copied())
-        .output()
-        .expect("the test binary runs again");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.contains(DONE),
-        "the child failed ({}):\n{stdout}\n{stderr}",
-        output.status
-    );
-}
-
-/// One of the stub's `cuStub*` functions that take nothing and return an
-/// int.
-fn stub_int(name: &str) -> i32 {
-    let symbol = format!("{name}\0");
-    // SAFETY: the library is the stub this process already loaded (the same
-    // name resolves to the same handle); each function named here takes
-    // nothing and returns an int.
-    unsafe {
-        let library = libloading::Library::new("libcuda.so.1").expect("the stub is loaded");
-        let function = library
-            .get::<unsafe extern "C" fn() -> i32>(symbol.as_bytes())
-            .expect("the stub exports it");
-        function()
-    }
+    CHILDREN.run(test, &stub_dir(None), vars);
 }
 
 /// Make the stub's next `cuStreamEndCapture` answer `code` and leave the
@@ -702,28 +656,15 @@ fn a_graph_is_instantiated_with_its_dependency_edges_or_the_chain() {
     in_stub("a_graph_is_instantiated_with_its_dependency_edges_or_the_chain");
 }
 
-/// The runs stub built as another driver: the directory `name` inside the
-/// runs stub's.
-fn stub_variant(name: &str) -> String {
-    let dir = env::var(STUB_DIR_ENV)
-        .ok()
-        .or(backend_cuda::TEST_RUNS_STUB_DIR.map(str::to_owned))
-        .expect("the stub libcuda.so.1 was built");
-    std::path::Path::new(&dir)
-        .join(name)
-        .to_string_lossy()
-        .into_owned()
-}
-
 #[test]
 fn a_driver_before_12_3_rewrites_edges_with_the_plain_functions() {
     if in_child() {
         check_dependency_order(true);
         return check_update_order();
     }
-    in_stub_at(
+    CHILDREN.run(
         "a_driver_before_12_3_rewrites_edges_with_the_plain_functions",
-        &stub_variant("no-edge-data"),
+        &stub_dir(Some("no-edge-data")),
         &[],
     );
 }
@@ -892,9 +833,9 @@ fn a_driver_without_the_edge_functions_keeps_the_chain() {
     if in_child() {
         return check_fallback_to_chain();
     }
-    in_stub_at(
+    CHILDREN.run(
         "a_driver_without_the_edge_functions_keeps_the_chain",
-        &stub_variant("no-edge-functions"),
+        &stub_dir(Some("no-edge-functions")),
         &[],
     );
 }
@@ -1000,26 +941,6 @@ fn allocations_frees_and_module_loads_go_ahead_beside_another_librarys_global_ca
         "allocations_frees_and_module_loads_go_ahead_beside_another_librarys_global_capture",
         &[("CUDA_STUB_MODULE_RESULT", "0")],
     );
-}
-
-/// One of the stub's functions, of type `T`.
-///
-/// # Safety
-///
-/// `T` is the function's type in the stub.
-unsafe fn stub_fn<T: Copy>(name: &str) -> T {
-    let symbol = format!("{name}\0");
-    // SAFETY: the library is the stub, which stays loaded (the handle is
-    // leaked, so that a call made before the backend loads it still finds
-    // it there); the caller promises the type.
-    unsafe {
-        let library = libloading::Library::new("libcuda.so.1").expect("the stub loads");
-        let function = *library
-            .get::<T>(symbol.as_bytes())
-            .unwrap_or_else(|e| panic!("the stub exports {name}: {e}"));
-        std::mem::forget(library);
-        function
-    }
 }
 
 /// Run `f` with `context` current, as a program using the driver itself.
