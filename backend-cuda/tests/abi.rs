@@ -93,6 +93,18 @@ fn checked_headers() -> Option<Vec<Header>> {
     Some(found)
 }
 
+/// The headers found, as [`checked_headers`], where there is also a C
+/// compiler to compile sources over them; `None` (said, or failed where
+/// the tools are required) otherwise.
+fn headers_to_compile() -> Option<Vec<Header>> {
+    let headers = checked_headers()?;
+    if Command::new(compiler()).arg("--version").output().is_err() {
+        missing(&format!("no C compiler ({})", compiler()));
+        return None;
+    }
+    Some(headers)
+}
+
 /// The C compiler the build script found, or `cc`.
 fn compiler() -> String {
     option_env!("CUDA_TEST_CC").unwrap_or("cc").to_owned()
@@ -197,12 +209,9 @@ fn compile(header: &Header, source: &str, name: &str) -> Result<(), String> {
 
 #[test]
 fn declarations_agree_with_cuda_h() {
-    let Some(headers) = checked_headers() else {
+    let Some(headers) = headers_to_compile() else {
         return;
     };
-    if Command::new(compiler()).arg("--version").output().is_err() {
-        return missing(&format!("no C compiler ({})", compiler()));
-    }
     assert!(PROTOTYPES.len() > 40, "the table lists every function");
     let source = assertions("");
     for header in &headers {
@@ -251,12 +260,9 @@ fn edge_functions_are_the_edge_data_spellings() {
             .unwrap_or_else(|| panic!("{symbol} is not declared"));
         assert!(prototype.optional, "{symbol} is required of every driver");
     }
-    let Some(headers) = checked_headers() else {
+    let Some(headers) = headers_to_compile() else {
         return;
     };
-    if Command::new(compiler()).arg("--version").output().is_err() {
-        return missing(&format!("no C compiler ({})", compiler()));
-    }
     for header in &headers {
         let same = header.version >= 13000;
         let mut source = String::from("#include <cuda.h>\n");
@@ -300,12 +306,9 @@ fn plain_edge_functions_agree_with_cuda_h() {
         ]
     );
     assert!(PROTOTYPES.iter().filter(|p| p.legacy).all(|p| p.optional));
-    let Some(headers) = checked_headers() else {
+    let Some(headers) = headers_to_compile() else {
         return;
     };
-    if Command::new(compiler()).arg("--version").output().is_err() {
-        return missing(&format!("no C compiler ({})", compiler()));
-    }
     for header in &headers {
         if let Err(words) = compile(header, &legacy_assertions(""), "legacy") {
             panic!(
@@ -364,12 +367,9 @@ fn conditional_functions_are_optional_and_their_layouts_agree() {
     ] {
         assert!(facts.contains(&fact), "{fact} is not checked");
     }
-    let Some(headers) = checked_headers() else {
+    let Some(headers) = headers_to_compile() else {
         return;
     };
-    if Command::new(compiler()).arg("--version").output().is_err() {
-        return missing(&format!("no C compiler ({})", compiler()));
-    }
     for header in &headers {
         let same = header.version >= 13000;
         let mut source = String::from("#include <cuda.h>\n");
