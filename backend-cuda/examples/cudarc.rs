@@ -40,7 +40,9 @@ fn run() -> Result<(), Box<dyn Error>> {
     let adopted = unsafe { backend_cuda::cudarc::stream(&device, &cuda_stream)? };
     let stream = client.adopt_stream(adopted)?;
     let page = backend_cuda::cudarc::import(&device, slice).map_err(|(e, _)| e)?;
-    let x = client.import(stream, page).map_err(|(e, _)| e)?;
+    let x = client
+        .import(stream, page)
+        .map_err(|rejected| rejected.error)?;
     let one = client.create_f32(stream, &[1.0; N])?;
 
     let (graph, ()) = client.capture(stream, |_| {

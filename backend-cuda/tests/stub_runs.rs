@@ -1084,7 +1084,7 @@ fn check_imports_run() {
     assert_eq!((page.device_ptr(), page.len()), (pointer, (N * 4) as u64));
     let x = client
         .import(stream, page)
-        .map_err(|(err, _)| err)
+        .map_err(|rejected| rejected.error)
         .expect("a buffer over the imported page");
     assert_eq!(imported_bytes(&client, stream), (N * 4) as u64);
     client
@@ -1184,14 +1184,15 @@ fn check_bad_imports() {
     let tail = unsafe { DevicePage::from_raw(&device, pointer + 128, 128, ()) }.expect("the tail");
     client
         .import(stream, tail)
-        .map_err(|(err, _)| err)
+        .map_err(|rejected| rejected.error)
         .expect("imported");
     // Imported for device 1, handed to a client of device 0.
     // SAFETY: as above, device 1's allocation.
     let foreign = unsafe { DevicePage::from_raw(&other, theirs, 256, ()) }.expect("device 1's");
     let (err, foreign) = client
         .import(stream, foreign)
-        .expect_err("another device's");
+        .expect_err("another device's")
+        .into_parts();
     assert!(
         matches!(err, Error::OtherDevice { what: "page", .. }),
         "{err}"
@@ -1200,12 +1201,15 @@ fn check_bad_imports() {
     let on_other = theirs_client.create_stream().expect("a stream of device 1");
     theirs_client
         .import(on_other, foreign)
-        .map_err(|(err, _)| err)
+        .map_err(|rejected| rejected.error)
         .expect("its own device takes it back");
     // A page the pools made is no import.
     let mut raw = Cuda::create_stream(&device).expect("a raw stream");
     let own = Cuda::allocate_device_page(&mut raw, 64).expect("a page");
-    let (err, own) = client.import(stream, own).expect_err("not imported");
+    let (err, own) = client
+        .import(stream, own)
+        .expect_err("not imported")
+        .into_parts();
     assert!(
         matches!(err, Error::NotImported { backend: "cuda" }),
         "{err}"
@@ -1218,7 +1222,7 @@ fn check_bad_imports() {
     let shared = unsafe { DevicePage::from_raw(&adopted, pointer, 64, ()) }.expect("shared");
     client
         .import(stream, shared)
-        .map_err(|(err, _)| err)
+        .map_err(|rejected| rejected.error)
         .expect("the same context's memory");
     println!("\n{DONE}");
 }
@@ -1476,7 +1480,7 @@ fn check_buffer_addresses() {
     let page = unsafe { DevicePage::from_raw(&device, pointer, 512, ()) }.expect("imported");
     let x = client
         .import(stream, page)
-        .map_err(|(err, _)| err)
+        .map_err(|rejected| rejected.error)
         .expect("a buffer");
     let view = x.range(SLICE_ALIGN, 64).expect("a view");
     let address = |buffer| backend_cuda::cudarc::buffer_ptr(&client, buffer).expect("an address");

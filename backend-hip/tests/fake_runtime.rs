@@ -2281,7 +2281,7 @@ fn imports(library: &Path, log: &Path) {
     assert_eq!((page.device_ptr(), page.len()), (pointer, (N * 4) as u64));
     let x = client
         .import(stream, page)
-        .map_err(|(err, _)| err)
+        .map_err(|rejected| rejected.error)
         .unwrap_or_else(|e| panic!("{e}"));
     calls.take();
     ok(client.launch(stream, &fill, [1, 1, 1], &[&x], &fill_info(), &[]));
@@ -2344,14 +2344,15 @@ fn imports(library: &Path, log: &Path) {
     let tail = ok(unsafe { DevicePage::from_raw(&device, mine.wrapping_byte_add(128), 128, ()) });
     client
         .import(stream, tail)
-        .map_err(|(err, _)| err)
+        .map_err(|rejected| rejected.error)
         .unwrap_or_else(|e| panic!("{e}"));
     // SAFETY: device 1's allocation, live for the process.
     let foreign = ok(unsafe { DevicePage::from_raw(&other, theirs, 256, ()) });
     let (err, _) = client
         .import(stream, foreign)
         .err()
-        .unwrap_or_else(|| panic!("another device's page was taken"));
+        .unwrap_or_else(|| panic!("another device's page was taken"))
+        .into_parts();
     assert!(
         matches!(err, Error::OtherDevice { what: "page", .. }),
         "{err}"
@@ -2361,7 +2362,8 @@ fn imports(library: &Path, log: &Path) {
     let (err, own) = client
         .import(stream, own)
         .err()
-        .unwrap_or_else(|| panic!("a pool's page was taken"));
+        .unwrap_or_else(|| panic!("a pool's page was taken"))
+        .into_parts();
     assert!(
         matches!(err, Error::NotImported { backend: "hip" }),
         "{err}"
@@ -2375,7 +2377,7 @@ fn imports(library: &Path, log: &Path) {
     let shared = ok(unsafe { DevicePage::from_raw(&again, mine, 64, ()) });
     client
         .import(stream, shared)
-        .map_err(|(err, _)| err)
+        .map_err(|rejected| rejected.error)
         .unwrap_or_else(|e| panic!("{e}"));
 }
 

@@ -10,7 +10,10 @@ fn empty_and_oversized_imports_are_refused_with_the_page_handed_back() {
     let client = Client::<Host>::open().expect("host");
     let stream = client.create_stream().expect("stream");
     let empty = DevicePage::import(client.device(), &[], ()).expect("an empty page");
-    let (err, _) = client.import(stream, empty).expect_err("empty");
+    let (err, _) = client
+        .import(stream, empty)
+        .expect_err("empty")
+        .into_parts();
     assert_eq!(err, Error::EmptyBuffer);
     // The allocation limit holds for imports as for the pools.
     let small = Client::<Host>::with_device(
@@ -24,10 +27,13 @@ fn empty_and_oversized_imports_are_refused_with_the_page_handed_back() {
     let at_limit = DevicePage::import(small.device(), &[1; 64], ()).expect("a page");
     small
         .import(on_small, at_limit)
-        .map_err(|(err, _)| err)
+        .map_err(|rejected| rejected.error)
         .expect("the limit itself imports");
     let past = DevicePage::import(small.device(), &[2; 65], ()).expect("a page");
-    let (err, past) = small.import(on_small, past).expect_err("past the limit");
+    let (err, past) = small
+        .import(on_small, past)
+        .expect_err("past the limit")
+        .into_parts();
     assert!(
         matches!(
             err,
@@ -40,7 +46,7 @@ fn empty_and_oversized_imports_are_refused_with_the_page_handed_back() {
     );
     let x = client
         .import(stream, past)
-        .map_err(|(err, _)| err)
+        .map_err(|rejected| rejected.error)
         .expect("the page handed back imports where the limit allows");
     assert_eq!(client.read(&x).expect("read"), vec![2; 65]);
 }

@@ -428,7 +428,7 @@ fn a_callers_device_buffer_and_pipeline_capture_and_replay() {
             .expect("a page");
         let x = client
             .import(stream, page)
-            .map_err(|(err, _)| err)
+            .map_err(|rejected| rejected.error)
             .expect("imported");
         // SAFETY: SCALE follows the binding convention with `layout` and
         // `set_layout`, and touches `x[i]` only for `i < n`, which the
@@ -616,7 +616,8 @@ fn bad_handles_are_refused_and_change_nothing() {
     let page = unsafe { DevicePage::from_raw(&other, buffer, 0, 256, ()) }.expect("a page");
     let (err, page) = client
         .import(stream, page)
-        .expect_err("another device's page");
+        .expect_err("another device's page")
+        .into_parts();
     assert!(
         matches!(err, Error::OtherDevice { what: "page", .. }),
         "{err}"

@@ -76,7 +76,7 @@ pub use ids::{BufferId, GraphId, StreamId, WindowId};
 pub use kernels::{
     MAX_BINDINGS, MAX_INFO_BYTES, MAX_PARAM_BYTES, MAX_WORKGROUP_THREADS, Params, Signature, Span,
 };
-pub use memory::{KeepAlive, PoolUsage, SLICE_ALIGN};
+pub use memory::{KeepAlive, PoolUsage, Rejected, SLICE_ALIGN};
 pub use phase::Phase;
 pub use recorded::{Dependencies, GraphInfo, MAX_REDUCED, Ran, edges};
 pub use streams::{Config, Point, ReplayOrder, StreamOrder, StreamUsage, Wait};

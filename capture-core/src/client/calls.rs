@@ -15,6 +15,7 @@ use crate::driver::{DeviceInfo, DeviceSlice, GraphDriver};
 use crate::error::Error;
 use crate::ids::{GraphId, StreamId, WindowId};
 use crate::kernels::span::Span;
+use crate::memory::keep_alive::Rejected;
 use crate::memory::pool::SliceHandle;
 use crate::recorded::entries::GraphInfo;
 use crate::server::{AnySlot, Bound, BufferRef, Server};
@@ -218,16 +219,18 @@ impl<D: GraphDriver> Client<D> {
         &self,
         stream: StreamId,
         page: D::DevicePage,
-    ) -> Result<Buffer, (Error, D::DevicePage)> {
+    ) -> Result<Buffer, Rejected<D::DevicePage>> {
         let server = match self.server() {
             Ok(server) => server,
-            Err(err) => return Err((err, page)),
+            Err(err) => return Err(Rejected::new(err, page)),
         };
         let slot = match server.buffer_slot(stream) {
             Ok(slot) => slot,
-            Err(err) => return Err((err, page)),
+            Err(err) => return Err(Rejected::new(err, page)),
         };
-        let slice = server.import(stream, page)?;
+        let slice = server
+            .import(stream, page)
+            .map_err(|(err, page)| Rejected::new(err, page))?;
         Ok(self.buffer(stream, slot, slice))
     }
 

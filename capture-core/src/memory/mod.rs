@@ -17,5 +17,5 @@ pub(crate) mod lingering;
 pub(crate) mod pool;
 pub(crate) mod temporaries;
 
-pub use keep_alive::KeepAlive;
+pub use keep_alive::{KeepAlive, Rejected};
 pub use pool::{PoolUsage, SLICE_ALIGN};

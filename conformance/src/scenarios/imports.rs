@@ -34,7 +34,7 @@ fn import<D: UserKernels>(
     let page = page.step("foreign memory")?;
     let buffer = client
         .import(stream, page)
-        .map_err(|(err, _)| err)
+        .map_err(|rejected| rejected.error)
         .step("import")?;
     Ok(Some((buffer, kept)))
 }
@@ -241,7 +241,7 @@ pub fn bad_imports_are_refused_with_the_page_handed_back<D: UserKernels>(
     // A page the pools made.
     let mut raw = D::create_stream(client.device()).step("a raw stream")?;
     let own = D::allocate_device_page(&mut raw, 256).step("a page")?;
-    let (err, own) = refused(client.import(stream, own), "a page the pools made")?;
+    let (err, own) = refused(client.import(stream, own), "a page the pools made")?.into_parts();
     ensure!(matches!(err, Error::NotImported { .. }), "{err}");
     D::release_device_page(&mut raw, own);
     drop(raw);
@@ -250,7 +250,8 @@ pub fn bad_imports_are_refused_with_the_page_handed_back<D: UserKernels>(
     let kept_other = Arc::new(());
     if let Some(foreign) = D::foreign_page(&other, &[1; 16], kept_other.clone()) {
         let foreign = foreign.step("another device's foreign memory")?;
-        let (err, foreign) = refused(client.import(stream, foreign), "another device's page")?;
+        let (err, foreign) =
+            refused(client.import(stream, foreign), "another device's page")?.into_parts();
         ensure!(
             matches!(err, Error::OtherDevice { what: "page", .. }),
             "{err}"
@@ -268,7 +269,7 @@ pub fn bad_imports_are_refused_with_the_page_handed_back<D: UserKernels>(
     // An unknown stream.
     let gone = client.create_stream().step("another stream")?;
     client.destroy_stream(gone).step("destroy")?;
-    let (err, page) = refused(client.import(gone, page), "an unknown stream")?;
+    let (err, page) = refused(client.import(gone, page), "an unknown stream")?.into_parts();
     ensure!(matches!(err, Error::UnknownStream(_)), "{err}");
     // Another thread, while a window records: refused, and the window seals.
     let one = client.create_f32(stream, &[1.0; NU]).step("one")?;
@@ -287,7 +288,7 @@ pub fn bad_imports_are_refused_with_the_page_handed_back<D: UserKernels>(
             .join()
             .map_err(|_| "the importing thread panicked".to_owned())
     })?;
-    let (err, page) = refused(imported, "another thread's import")?;
+    let (err, page) = refused(imported, "another thread's import")?.into_parts();
     ensure!(matches!(err, Error::NotRecorder { .. }), "{err}");
     let graph = client
         .instantiate(stream, window)
@@ -297,7 +298,7 @@ pub fn bad_imports_are_refused_with_the_page_handed_back<D: UserKernels>(
     // The recording thread's own import dooms its window.
     let window = client.prepare(stream).step("prepare")?;
     client.begin(stream, window).step("begin")?;
-    let (err, page) = refused(client.import(stream, page), "while recording")?;
+    let (err, page) = refused(client.import(stream, page), "while recording")?.into_parts();
     ensure!(matches!(err, Error::OutOfOrder { .. }), "{err}");
     refused(
         client.instantiate(stream, window),
@@ -307,7 +308,7 @@ pub fn bad_imports_are_refused_with_the_page_handed_back<D: UserKernels>(
     ensure!(held(&kept), "a refusal dropped the keep-alive");
     let x = client
         .import(stream, page)
-        .map_err(|(err, _)| err)
+        .map_err(|rejected| rejected.error)
         .step("imported")?;
     expect_all(&client, &x, 7.0, "the foreign bytes")?;
     ensure!(
