@@ -111,6 +111,26 @@ impl<D: GraphDriver> Client<D> {
         Ok(&self.shared.server)
     }
 
+    /// A call that `streams` may refuse. Every such refusal passes here, so
+    /// no call has to remember it: a window the calling thread records on
+    /// one of them, or that one of them is joined to, can no longer seal
+    /// (rule 23). Capture calls made out of order and queries go around it,
+    /// since they change nothing (rule 1).
+    #[inline(always)]
+    pub(crate) fn refusing<R>(
+        &self,
+        streams: &[StreamId],
+        call: impl FnOnce(&Server<D>) -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        let server = &self.shared.server;
+        call(server).map_err(|err| {
+            for &stream in streams {
+                server.doom(stream, &err);
+            }
+            err
+        })
+    }
+
     /// `buffer` as this client's server sees it. Every client numbers its
     /// streams and buffers from one and cuts its own pages, so another
     /// client's buffer would name memory of this one's that it never owned.
@@ -196,10 +216,11 @@ impl<D: GraphDriver> Client<D> {
 
     /// Allocate `len` bytes on `stream`, contents unspecified.
     pub fn allocate(&self, stream: StreamId, len: u64) -> Result<Buffer, Error> {
-        let server = self.server()?;
-        let slot = server.buffer_slot(stream)?;
-        let slice = server.allocate(stream, len)?;
-        Ok(self.buffer(stream, slot, slice))
+        self.refusing(&[stream], |server| {
+            let slot = server.buffer_slot(stream)?;
+            let slice = server.allocate(stream, len)?;
+            Ok(self.buffer(stream, slot, slice))
+        })
     }
 
     /// A buffer on `stream` over memory allocated elsewhere: `page`, made by
@@ -220,18 +241,17 @@ impl<D: GraphDriver> Client<D> {
         stream: StreamId,
         page: D::DevicePage,
     ) -> Result<Buffer, Rejected<D::DevicePage>> {
-        let server = match self.server() {
-            Ok(server) => server,
-            Err(err) => return Err(Rejected::new(err, page)),
+        let server = &self.shared.server;
+        let imported = match server.buffer_slot(stream) {
+            Ok(slot) => server
+                .import(stream, page)
+                .map(|slice| self.buffer(stream, slot, slice)),
+            Err(err) => Err((err, page)),
         };
-        let slot = match server.buffer_slot(stream) {
-            Ok(slot) => slot,
-            Err(err) => return Err(Rejected::new(err, page)),
-        };
-        let slice = server
-            .import(stream, page)
-            .map_err(|(err, page)| Rejected::new(err, page))?;
-        Ok(self.buffer(stream, slot, slice))
+        imported.map_err(|(err, page)| {
+            server.doom(stream, &err);
+            Rejected::new(err, page)
+        })
     }
 
     /// A new buffer of this client on `stream` (whose slot is `slot`) over
@@ -266,7 +286,7 @@ impl<D: GraphDriver> Client<D> {
     /// Enqueue a copy of `bytes` (exactly the buffer's size) into `buffer`.
     pub fn write(&self, buffer: &Buffer, bytes: &[u8]) -> Result<(), Error> {
         let buffer = self.buffer_ref(buffer)?;
-        self.server()?.write(buffer, bytes)
+        self.refusing(&[buffer.stream], |server| server.write(buffer, bytes))
     }
 
     /// Enqueue a copy of `values` into `buffer`.
@@ -278,7 +298,7 @@ impl<D: GraphDriver> Client<D> {
     /// claim if an operation that was to write it failed or never ran.
     pub fn read(&self, buffer: &Buffer) -> Result<Vec<u8>, Error> {
         let buffer = self.buffer_ref(buffer)?;
-        self.server()?.read(buffer)
+        self.refusing(&[buffer.stream], |server| server.read(buffer))
     }
 
     /// Read `buffer` back as `f32`s.
@@ -287,14 +307,17 @@ impl<D: GraphDriver> Client<D> {
     ///
     /// [`Error::NotWhole`] when the buffer's size is not a multiple of 4.
     pub fn read_f32(&self, buffer: &Buffer) -> Result<Vec<f32>, Error> {
-        if !buffer.len().is_multiple_of(4) {
-            return Err(Error::NotWhole {
-                buffer: buffer.id(),
-                bytes: buffer.len(),
-                element: 4,
-            });
-        }
-        let bytes = self.read(buffer)?;
+        let at = self.buffer_ref(buffer)?;
+        let bytes = self.refusing(&[at.stream], |server| {
+            if !buffer.len().is_multiple_of(4) {
+                return Err(Error::NotWhole {
+                    buffer: buffer.id(),
+                    bytes: buffer.len(),
+                    element: 4,
+                });
+            }
+            server.read(at)
+        })?;
         Ok(bytes
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -303,7 +326,7 @@ impl<D: GraphDriver> Client<D> {
 
     /// Wait for everything enqueued on `stream`.
     pub fn sync(&self, stream: StreamId) -> Result<(), Error> {
-        self.server()?.sync(stream)
+        self.refusing(&[stream], |server| server.sync(stream))
     }
 
     /// Order `stream` after `other`: the work issued on `stream` from here
@@ -326,12 +349,12 @@ impl<D: GraphDriver> Client<D> {
     /// stream that cannot join (it has a window of its own, or is joined to
     /// another); [`Error::UnknownStream`]; or the driver's refusal.
     pub fn wait(&self, stream: StreamId, other: StreamId) -> Result<(), Error> {
-        self.server()?.wait(stream, other)
+        self.refusing(&[stream, other], |server| server.wait(stream, other))
     }
 
     /// Give back every page of `stream` that holds no live slice.
     pub fn trim(&self, stream: StreamId) -> Result<usize, Error> {
-        self.server()?.trim(stream)
+        self.refusing(&[stream], |server| server.trim(stream))
     }
 
     /// Enqueue a launch of `kernel` with `groups` workgroups over
@@ -356,12 +379,12 @@ impl<D: GraphDriver> Client<D> {
         params: &[u8],
     ) -> Result<(), Error> {
         let owned = self.on(stream, buffers, |_| true);
-        if !owned {
-            self.check_clients(buffers)
-                .map_err(|err| self.shared.server.refuse(stream, err))?;
-        }
-        self.server()?
-            .launch(stream, &kernel.0, groups, buffers, info, params, owned)
+        self.refusing(&[stream], |server| {
+            if !owned {
+                self.check_clients(buffers)?;
+            }
+            server.launch(stream, &kernel.0, groups, buffers, info, params, owned)
+        })
     }
 
     /// Refuse buffers of another client: see [`Client::buffer_ref`].
@@ -571,13 +594,16 @@ impl<D: GraphDriver> Client<D> {
     pub fn replay(&self, graph: &GraphHandle<D>) -> Result<(), Error> {
         let id = self.graph_id(graph)?;
         let inner = &*graph.inner;
-        self.server()?
-            .replay_at(id, inner.key, inner.stream, &inner.at)
+        self.refusing(&[inner.stream], |server| {
+            server.replay_at(id, inner.key, inner.stream, &inner.at)
+        })
     }
 
     /// Replay graph `id`, which may be unknown or destroyed.
     pub fn replay_id(&self, id: GraphId) -> Result<(), Error> {
-        self.server()?.replay(id)
+        let server = &self.shared.server;
+        let stream = server.stream_of(id);
+        self.refusing(stream.as_slice(), |server| server.replay(id))
     }
 
     /// Destroy `graph` now, after syncing its stream. Later replays of it
@@ -684,20 +710,19 @@ impl<D: GraphDriver + Builtins> Client<D> {
         n: u32,
         scalar: f32,
     ) -> Result<(), Error> {
-        let server = self.server()?;
         // One pass over the buffers on the hot path; which check failed,
         // and the first compile of the kernel, are the cold path's.
         let need = u64::from(n) * 4;
         let owned = buffers.len() == which.accesses().len()
             && self.on(stream, buffers, |b| b.len() >= need);
-        let kernel = match server.compiled(which) {
-            Some(kernel) if owned => kernel,
-            _ => self
-                .check_builtin(server, which, buffers, n)
-                .map_err(|err| server.refuse(stream, err))?,
-        };
-        let info = BuiltinInfo::new(n, scalar).to_bytes();
-        server.launch(stream, kernel, groups_for(n), buffers, &info, &[], owned)
+        self.refusing(&[stream], |server| {
+            let kernel = match server.compiled(which) {
+                Some(kernel) if owned => kernel,
+                _ => self.check_builtin(server, which, buffers, n)?,
+            };
+            let info = BuiltinInfo::new(n, scalar).to_bytes();
+            server.launch(stream, kernel, groups_for(n), buffers, &info, &[], owned)
+        })
     }
 
     /// [`Client::run_builtin`]'s checks one by one, in the order their

@@ -75,7 +75,9 @@ impl<D: GraphDriver> Client<D> {
         kind: Conditional,
         bodies: &mut [Body<'_>],
     ) -> Result<Ran, Error> {
-        let flag = self.buffer_ref(flag)?;
-        self.server()?.conditional(stream, flag, kind, bodies)
+        self.refusing(&[stream], |server| {
+            let flag = self.buffer_ref(flag)?;
+            server.conditional(stream, flag, kind, bodies)
+        })
     }
 }

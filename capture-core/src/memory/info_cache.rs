@@ -6,6 +6,9 @@
 //! graph, and an entry goes once no live graph pins it. An entry first made
 //! while recording is written only when the graph replays, so it leaves the
 //! cache when the window closes and no eager launch ever reads it first.
+//! One made inside a conditional's body is written by a copy the replay
+//! skips with the body, so it leaves the cache when that body is recorded:
+//! nothing after the body may rely on it.
 
 use smallvec::SmallVec;
 
@@ -22,6 +25,9 @@ struct Entry {
     window: bool,
     /// Made while recording: valid only inside that recording.
     recorded: bool,
+    /// How many conditionals were open around the copy that wrote it: an
+    /// entry made inside a body is valid only until that body is recorded.
+    depth: usize,
 }
 
 /// The info cache of one stream.
@@ -32,6 +38,9 @@ pub struct InfoCache {
     /// info as the one before, so the next compares bytes before it hashes.
     /// Forgotten whenever an entry leaves the cache.
     last: Option<Last>,
+    /// Entries made inside bodies recorded since: out of reach, kept until
+    /// the window closes as the other recorded ones are.
+    from_bodies: Vec<SliceHandle>,
 }
 
 /// Longest info the last-used memo keeps.
@@ -73,6 +82,7 @@ impl InfoCache {
             entries: FastMap::default(),
             capacity: capacity.max(1),
             last: None,
+            from_bodies: Vec::new(),
         }
     }
 
@@ -106,9 +116,16 @@ impl InfoCache {
         Some(&entry.slice)
     }
 
-    /// Cache `slice` as holding `bytes`. Returns the slices evicted to make
-    /// room; they go to the drop queue, since launches may still read them.
-    pub fn insert(&mut self, bytes: &[u8], slice: SliceHandle, phase: Phase) -> Vec<SliceHandle> {
+    /// Cache `slice` as holding `bytes`, written by a copy `depth`
+    /// conditionals deep. Returns the slices evicted to make room; they go
+    /// to the drop queue, since launches may still read them.
+    pub fn insert(
+        &mut self,
+        bytes: &[u8],
+        slice: SliceHandle,
+        phase: Phase,
+        depth: usize,
+    ) -> Vec<SliceHandle> {
         let mut evicted = Vec::new();
         if phase == Phase::None && self.entries.len() >= self.capacity {
             self.last = None;
@@ -127,9 +144,27 @@ impl InfoCache {
                 graphs: SmallVec::new(),
                 window: phase != Phase::None,
                 recorded: matches!(phase, Phase::Recording(_)),
+                depth,
             },
         );
         evicted
+    }
+
+    /// The body recorded `depth` conditionals deep is done: a replay may
+    /// skip the copies that wrote the entries made inside it, so no later
+    /// launch may find them.
+    pub fn body_closed(&mut self, depth: usize) {
+        if depth == 0 {
+            return;
+        }
+        let from_bodies = &mut self.from_bodies;
+        self.entries.retain(|_, entry| {
+            let inside = entry.depth >= depth;
+            if inside {
+                from_bodies.push(entry.slice.clone());
+            }
+            !inside
+        });
     }
 
     /// The window became graph `id`: its pins become that graph's. Returns
@@ -159,7 +194,7 @@ impl InfoCache {
     fn close_window(&mut self) -> Vec<SliceHandle> {
         // The last-used memo stays: only eager launches fill it, and they
         // never use an entry made while recording.
-        let mut recorded = Vec::new();
+        let mut recorded = std::mem::take(&mut self.from_bodies);
         self.entries.retain(|_, entry| {
             if entry.recorded {
                 recorded.push(entry.slice.clone());
@@ -235,7 +270,7 @@ mod tests {
         let mut pool = Pool::new(4096);
         let mut cache = InfoCache::new(8);
         let s = slice(&mut pool, 1);
-        assert!(cache.insert(b"abc", s.clone(), OUT).is_empty());
+        assert!(cache.insert(b"abc", s.clone(), OUT, 0).is_empty());
         assert!(cache.get(b"abc", OUT).is_some_and(|got| got.same(&s)));
         assert!(cache.get(b"abd", OUT).is_none());
         assert_eq!(cache.pins(b"abc"), 0, "no window, no pin");
@@ -247,7 +282,7 @@ mod tests {
     fn shared_entries_live_until_the_last_graph_goes() {
         let mut pool = Pool::new(4096);
         let mut cache = InfoCache::new(8);
-        cache.insert(b"n=4", slice(&mut pool, 1), WARMUP);
+        cache.insert(b"n=4", slice(&mut pool, 1), WARMUP, 0);
         assert!(cache.capture_commit(GraphId(1)).is_empty());
         assert!(cache.get(b"n=4", WARMUP).is_some());
         assert!(cache.capture_commit(GraphId(2)).is_empty());
@@ -311,17 +346,17 @@ mod tests {
         let mut pool = Pool::new(4096);
         let mut cache = InfoCache::new(1);
         let a = slice(&mut pool, 1);
-        cache.insert(b"n=1", a.clone(), OUT);
+        cache.insert(b"n=1", a.clone(), OUT, 0);
         assert_eq!(cache.eager_place(b"n=1"), Some(a.place()));
         assert_eq!(cache.eager_place(b"n=1"), Some(a.place()), "from the memo");
         assert_eq!(cache.eager_place(b"n=2"), None);
         // Evicting the remembered entry forgets it too.
         let b = slice(&mut pool, 2);
-        assert_eq!(cache.insert(b"n=2", b.clone(), OUT).len(), 1);
+        assert_eq!(cache.insert(b"n=2", b.clone(), OUT, 0).len(), 1);
         assert_eq!(cache.eager_place(b"n=1"), None, "evicted");
         assert_eq!(cache.eager_place(b"n=2"), Some(b.place()));
         // So does a graph's release, and a clear.
-        cache.insert(b"n=3", slice(&mut pool, 3), WARMUP);
+        cache.insert(b"n=3", slice(&mut pool, 3), WARMUP, 0);
         assert!(cache.capture_commit(GraphId(1)).is_empty());
         assert!(cache.eager_place(b"n=3").is_some());
         assert_eq!(cache.graph_release(GraphId(1)).len(), 1);
@@ -331,7 +366,7 @@ mod tests {
         // Info longer than the memo holds is still found, by hash.
         let long = [7u8; 40];
         let c = slice(&mut pool, 4);
-        cache.insert(&long, c.clone(), OUT);
+        cache.insert(&long, c.clone(), OUT, 0);
         assert_eq!(cache.eager_place(&long), Some(c.place()));
         assert_eq!(cache.eager_place(&long[..39]), None);
     }
@@ -340,8 +375,8 @@ mod tests {
     fn a_window_closing_keeps_the_eager_entries_found() {
         let mut pool = Pool::new(4096);
         let mut cache = InfoCache::new(8);
-        cache.insert(b"recorded", slice(&mut pool, 1), RECORDING);
-        cache.insert(b"eager", slice(&mut pool, 2), OUT);
+        cache.insert(b"recorded", slice(&mut pool, 1), RECORDING, 0);
+        cache.insert(b"eager", slice(&mut pool, 2), OUT, 0);
         assert!(cache.eager_place(b"eager").is_some());
         assert_eq!(cache.capture_commit(GraphId(1)).len(), 1);
         assert!(cache.eager_place(b"recorded").is_none());
@@ -349,10 +384,36 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_made_in_a_body_is_out_of_reach_once_the_body_is_recorded() {
+        let mut pool = Pool::new(4096);
+        let mut cache = InfoCache::new(8);
+        cache.insert(b"outside", slice(&mut pool, 1), RECORDING, 0);
+        cache.insert(b"outer body", slice(&mut pool, 2), RECORDING, 1);
+        cache.insert(b"inner body", slice(&mut pool, 3), RECORDING, 2);
+        cache.body_closed(0);
+        assert_eq!(cache.len(), 3, "no body closes at depth 0");
+        cache.body_closed(2);
+        assert!(cache.get(b"inner body", RECORDING).is_none());
+        assert!(
+            cache.get(b"outer body", RECORDING).is_some(),
+            "its body is still recorded"
+        );
+        cache.body_closed(1);
+        assert!(cache.get(b"outer body", RECORDING).is_none());
+        assert!(cache.get(b"outside", RECORDING).is_some());
+        assert_eq!(
+            cache.capture_discard().len(),
+            3,
+            "the bodies' entries were never written either"
+        );
+        assert_eq!(cache.len(), 0);
+    }
+
+    #[test]
     fn releasing_another_graph_keeps_the_pin() {
         let mut pool = Pool::new(4096);
         let mut cache = InfoCache::new(8);
-        cache.insert(b"n=4", slice(&mut pool, 1), WARMUP);
+        cache.insert(b"n=4", slice(&mut pool, 1), WARMUP, 0);
         assert!(cache.capture_commit(GraphId(1)).is_empty());
         assert!(cache.graph_release(GraphId(2)).is_empty());
         assert_eq!(cache.pins(b"n=4"), 1, "graph 1 still pins it");
@@ -365,7 +426,7 @@ mod tests {
     fn a_discarded_window_leaves_ordinary_entries() {
         let mut pool = Pool::new(4096);
         let mut cache = InfoCache::new(8);
-        cache.insert(b"x", slice(&mut pool, 1), WARMUP);
+        cache.insert(b"x", slice(&mut pool, 1), WARMUP, 0);
         assert!(cache.capture_discard().is_empty());
         assert_eq!(cache.pins(b"x"), 0);
         assert!(cache.get(b"x", OUT).is_some());
@@ -375,7 +436,7 @@ mod tests {
     fn entries_made_while_recording_never_serve_eager_launches() {
         let mut pool = Pool::new(4096);
         let mut cache = InfoCache::new(8);
-        cache.insert(b"recorded", slice(&mut pool, 1), RECORDING);
+        cache.insert(b"recorded", slice(&mut pool, 1), RECORDING, 0);
         assert!(
             cache.get(b"recorded", RECORDING).is_some(),
             "the recording reuses it"
@@ -386,7 +447,7 @@ mod tests {
             "eager launches make their own"
         );
 
-        cache.insert(b"refused", slice(&mut pool, 2), RECORDING);
+        cache.insert(b"refused", slice(&mut pool, 2), RECORDING, 0);
         assert_eq!(cache.capture_discard().len(), 1);
         assert!(
             cache.get(b"refused", OUT).is_none(),
@@ -398,17 +459,17 @@ mod tests {
     fn eviction_spares_pinned_entries() {
         let mut pool = Pool::new(4096);
         let mut cache = InfoCache::new(2);
-        cache.insert(b"pinned", slice(&mut pool, 1), WARMUP);
+        cache.insert(b"pinned", slice(&mut pool, 1), WARMUP, 0);
         assert!(cache.capture_commit(GraphId(7)).is_empty());
         let a = slice(&mut pool, 2);
-        cache.insert(b"a", a.clone(), OUT);
-        let evicted = cache.insert(b"b", slice(&mut pool, 3), OUT);
+        cache.insert(b"a", a.clone(), OUT, 0);
+        let evicted = cache.insert(b"b", slice(&mut pool, 3), OUT, 0);
         assert_eq!(evicted.len(), 1);
         assert!(evicted[0].same(&a), "the unpinned entry goes, for a fence");
         assert!(cache.get(b"pinned", OUT).is_some());
         assert!(cache.get(b"b", OUT).is_some());
         // Inside a window nothing is evicted: the window may use it all.
-        let kept = cache.insert(b"c", slice(&mut pool, 4), WARMUP);
+        let kept = cache.insert(b"c", slice(&mut pool, 4), WARMUP, 0);
         assert!(kept.is_empty());
         assert_eq!(cache.len(), 3);
     }

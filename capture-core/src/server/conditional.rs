@@ -48,14 +48,14 @@ impl<D: GraphDriver> Server<D> {
     ) -> Result<Ran, Error> {
         let span = match flag_span(&flag) {
             Ok(span) => span,
-            Err(err) => return Err(self.refuse(stream, err)),
+            Err(err) => return Err(err),
         };
         if flag.stream != stream {
             let err = Error::BadFlag {
                 buffer: flag.slice.id(),
                 reason: format!("it belongs to {}, not to {stream}", flag.stream),
             };
-            return Err(self.refuse(stream, err));
+            return Err(err);
         }
         let flag = BufferRef { span, ..flag };
         let recording = self.with(stream, |lane| {
@@ -145,6 +145,7 @@ impl<D: GraphDriver> Server<D> {
             if at > 0 {
                 let switched = self.with(stream, |lane| {
                     let switched = D::next_body(&mut lane.state.raw);
+                    lane.state.body_recorded();
                     lane.state.capture.next_body();
                     switched.or_else(|err| lane.refused(err.into()))
                 });
@@ -233,6 +234,10 @@ fn open<D: GraphDriver>(
 /// error it returned, a panic): the window can no longer seal.
 fn close<D: GraphDriver>(lane: &mut Lane<D>, trouble: Option<Error>) -> Result<(), Error> {
     let state = &mut lane.state;
+    if state.capture.depth() == 0 {
+        return Ok(());
+    }
+    state.body_recorded();
     let Some(closed) = state.capture.close_conditional() else {
         return Ok(());
     };

@@ -422,7 +422,7 @@ impl<D: GraphDriver> Server<D> {
             return self.launch_joined(stream, &join, request);
         }
         if let Some(err) = temporary_elsewhere(stream, request) {
-            return Err(self.refuse(stream, err));
+            return Err(err);
         }
         let foreign: SmallVec<[(BufferId, StreamId, &dyn Shareable); MAX_BINDINGS]> = request
             .args
@@ -431,7 +431,7 @@ impl<D: GraphDriver> Server<D> {
             .map(|b| (b.id(), b.stream(), b.shared() as &dyn Shareable))
             .collect();
         if let Err(err) = self.share(&foreign) {
-            return Err(self.refuse(stream, err));
+            return Err(err);
         }
         let accesses: SmallVec<[(BufferId, crate::kernels::signature::Access); MAX_BINDINGS]> =
             request
@@ -597,7 +597,7 @@ impl<D: GraphDriver> Server<D> {
         request: &Request<'_, D, B>,
     ) -> Result<(), Error> {
         if let Some(err) = temporary_elsewhere(join.stream, request) {
-            return Err(self.refuse(join.stream, err));
+            return Err(err);
         }
         // Every buffer not of the recording stream is shared first, the
         // joined stream's own included: the graph replays on the recording
@@ -609,7 +609,7 @@ impl<D: GraphDriver> Server<D> {
             .map(|b| (b.id(), b.stream(), b.shared() as &dyn Shareable))
             .collect();
         if let Err(err) = self.share(&outside) {
-            return Err(self.refuse(join.stream, err));
+            return Err(err);
         }
         let mut homes: SmallVec<[StreamId; MAX_BINDINGS]> =
             request.args.iter().map(Bound::stream).collect();

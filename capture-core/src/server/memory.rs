@@ -66,7 +66,7 @@ impl<D: GraphDriver> Server<D> {
                         what: "page",
                     },
                 };
-                return Err((self.refuse(stream, err), page));
+                return Err((err, page));
             }
         };
         let mut page = Some(page);

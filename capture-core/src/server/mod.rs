@@ -206,16 +206,15 @@ impl<D: GraphDriver> Server<D> {
         Ok(lane)
     }
 
-    /// `err` refused a call on `stream` before it reached the stream: if
-    /// the calling thread records a window there, the window can no longer
-    /// seal. Returns `err`.
-    pub(crate) fn refuse(&self, stream: StreamId, err: Error) -> Error {
+    /// `err` refused a call on `stream`: if the calling thread records a
+    /// window there, or one `stream` is joined to, the window can no longer
+    /// seal. The client's one path for refusals (`Client::refusing`).
+    pub(crate) fn doom(&self, stream: StreamId, err: &Error) {
         let doomed = self.with(stream, |lane| {
             let _: Result<(), Error> = lane.refused(err.clone());
             Ok(())
         });
         drop(doomed);
-        err
     }
 
     /// The device's map of streams, held for writing: a test proves the
@@ -376,7 +375,7 @@ impl<D: GraphDriver> Server<D> {
     }
 
     /// The stream graph `id` replays on, if it is live.
-    fn stream_of(&self, id: GraphId) -> Option<StreamId> {
+    pub(crate) fn stream_of(&self, id: GraphId) -> Option<StreamId> {
         self.graph_registry().get(&id).copied()
     }
 

@@ -565,10 +565,18 @@ impl<D: Driver> StreamState<D> {
                 span: Span::whole(slice.id(), slice.len()),
             });
         }
-        for evicted in self.info.insert(bytes, slice.clone(), phase) {
+        let depth = self.capture.depth();
+        for evicted in self.info.insert(bytes, slice.clone(), phase, depth) {
             self.queue_drop(evicted);
         }
         Ok(slice)
+    }
+
+    /// The body being recorded is done, and what is recorded from here
+    /// lies outside it: the info staged inside it was written by copies a
+    /// replay skips with the body, so nothing after it may use them.
+    pub(crate) fn body_recorded(&mut self) {
+        self.info.body_closed(self.capture.depth());
     }
 
     /// What the stream holds now.

@@ -433,6 +433,65 @@ pub fn failing_bodies_seal_nothing_and_allocating_ones_replay<D: UserKernels>(
     l.captures_again()
 }
 
+/// Info bytes first met inside a body are staged by a copy the replay skips
+/// with that body, so nothing outside it may reuse them: two `if`s that
+/// pass the same info, an `if/else` whose branches do, a launch after the
+/// conditional, and a nested body under the one that staged them each
+/// replay what eager work computes, for every combination of flags.
+pub fn info_first_met_in_a_skipped_body_is_never_reused_outside_it<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    let l = Loop::new(session.client())?;
+    if !l.recordable()? {
+        return Ok(());
+    }
+    let (c, s) = (&l.client, l.stream);
+    // Views of one buffer would do, but separate buffers name each result.
+    let [f0, f1] = [0, 1].map(|_| c.create(s, &0u32.to_le_bytes()));
+    let (f0, f1) = (f0.step("f0")?, f1.step("f1")?);
+    let z = c.create_f32(s, &[0.0; 96]).step("z")?;
+    let outs: Vec<Buffer> = (0..6)
+        .map(|_| c.create_f32(s, &[0.0; 24]))
+        .collect::<Result<_, _>>()
+        .step("outputs")?;
+    // The warmup skips every body, so (24, 3.5) is first met while
+    // recording, inside the first body.
+    let fill = |buffer: &Buffer| c.run_builtin(s, Builtin::Fill, &[buffer], 24, 3.5);
+    let step = || -> Result<(), Error> {
+        c.run_builtin(s, Builtin::Fill, &[&z], 96, 1.0)?;
+        c.if_flag(s, &f0, || fill(&outs[0]))?;
+        c.if_flag(s, &f1, || fill(&outs[1]))?;
+        c.if_else_flag(s, &f0, || Ok(()), || fill(&outs[2]))?;
+        c.if_flag(s, &f1, || {
+            fill(&outs[3])?;
+            c.if_flag(s, &f0, || fill(&outs[4])).map(drop)
+        })?;
+        fill(&outs[5])
+    };
+    let graph = l.capture(step).step("capture")?;
+    for (a, b) in [(0u32, 1u32), (1, 0), (0, 0), (1, 1)] {
+        for out in &outs {
+            c.write_f32(out, &[0.0; 24]).step("reset")?;
+        }
+        c.write(&f0, &a.to_le_bytes()).step("f0")?;
+        c.write(&f1, &b.to_le_bytes()).step("f1")?;
+        c.replay(&graph).step("replay")?;
+        let on = |set: bool| if set { 3.5 } else { 0.0 };
+        let want = [
+            on(a != 0),
+            on(b != 0),
+            on(a == 0),
+            on(b != 0),
+            on(a != 0 && b != 0),
+            3.5,
+        ];
+        for (at, (out, want)) in outs.iter().zip(want).enumerate() {
+            expect_all(c, out, want, &format!("output {at} with flags {a}, {b}"))?;
+        }
+    }
+    Ok(())
+}
+
 /// What a body cannot hold is refused with the reason, and the stream
 /// records again afterwards: a wait between streams, a close from inside a
 /// body, a flag that is not a `u32` of the stream, and (where the backend

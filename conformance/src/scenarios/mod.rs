@@ -89,6 +89,7 @@ suite![
     conditionals::a_hundred_replays_reset_by_kernels_and_independent_bodies,
     conditionals::recapture_of_a_graph_with_conditionals,
     conditionals::failing_bodies_seal_nothing_and_allocating_ones_replay,
+    conditionals::info_first_met_in_a_skipped_body_is_never_reused_outside_it,
     conditionals::what_a_body_cannot_hold_is_refused,
     conditionals::a_refused_node_creation_loses_nothing,
     dependencies::eight_independent_chains_are_one_chain_deep_and_eight_wide,
