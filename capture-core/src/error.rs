@@ -22,8 +22,11 @@ pub enum Error {
     /// A driver primitive failed.
     #[error(transparent)]
     Driver(#[from] DriverError),
-    /// A capture call arrived in the wrong order; nothing changed, and the
-    /// call the state expects still works.
+    /// A call arrived in a state that cannot take it. A capture call made
+    /// out of order (prepare, begin, adopt, a close from inside a body)
+    /// changes nothing, and the call the state expects still works; any
+    /// other call the recording thread is refused on a recording stream
+    /// dooms the window, as every such refusal does.
     #[error("{call} refused on {stream}: {reason}")]
     OutOfOrder {
         /// The refused call.
@@ -323,7 +326,9 @@ pub enum Error {
         reason: String,
     },
     /// Something a conditional's body cannot hold was asked for inside one
-    /// while recording: refused, and the window can no longer seal.
+    /// while recording (a wait between streams, from either side; a copy
+    /// the backend cannot skip): refused, and the window can no longer
+    /// seal.
     #[error("{what} cannot go inside a conditional's body on {stream}: {reason}")]
     InBody {
         /// The stream recording the body.

@@ -25,7 +25,8 @@
 //! it: another thread's launch, write or allocation on a recording stream is
 //! refused with [`Error::NotRecorder`], so it can neither run inside every
 //! replay nor vanish from a graph. Any refused call of the recording thread
-//! dooms the window, but capture calls out of order, which change nothing
+//! dooms the window (rule 23), through one path, the client's `refusing`:
+//! the server only says no. Capture calls out of order change nothing
 //! (rule 1).
 
 use std::sync::atomic::AtomicBool;
