@@ -1,7 +1,7 @@
 //! One stream's state under its lock, and the ids a device hands out.
 
 use std::any::Any;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::capture::graph::Captures;
@@ -33,6 +33,12 @@ pub(super) struct Slot<D: GraphDriver> {
     pub(super) order: Arc<Mutex<StreamOrder>>,
     /// The device's dropped buffers whose memory is still in use.
     pub(super) lingering: Arc<Mutex<Lingering>>,
+    /// Whether the stream's pool holds memory imported from elsewhere,
+    /// which another stream's sync may be the last to let go of.
+    pub(super) imports: AtomicBool,
+    /// Another stream's sweep found the lock taken: the stream drops its
+    /// free imports at its next call.
+    pub(super) imports_due: AtomicBool,
 }
 
 impl<D: GraphDriver> Slot<D> {
@@ -44,6 +50,29 @@ impl<D: GraphDriver> Slot<D> {
     #[inline(always)]
     pub(super) fn lock(&self) -> Result<MutexGuard<'_, Option<Lane<D>>>, Error> {
         self.lane.lock().map_err(|_| Error::Poisoned)
+    }
+
+    /// Drop the imported pages nothing holds any more: every stream that
+    /// used one keeps a hold until the device is past its use, so a free
+    /// one is one the device is done with. Never waits for the lock: a
+    /// stream busy now does it at its next call.
+    pub(super) fn sweep_imports(&self) {
+        if !self.imports.load(Ordering::Relaxed) {
+            return;
+        }
+        match self.lane.try_lock() {
+            Ok(mut lane) => {
+                if let Some(lane) = lane.as_mut() {
+                    lane.state.device.drop_free_imports();
+                }
+            }
+            Err(std::sync::TryLockError::WouldBlock) => {
+                self.imports_due.store(true, Ordering::Release);
+            }
+            // A poisoned stream refuses every call until it is destroyed,
+            // which lets go of its pages.
+            Err(std::sync::TryLockError::Poisoned(_)) => {}
+        }
     }
 }
 

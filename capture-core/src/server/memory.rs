@@ -1,6 +1,7 @@
 //! Buffers: allocation, the copies that fill and read them, syncs and trims.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
 
 use super::shared::Shareable;
 use super::{Bound, BufferRef, Lane, Server};
@@ -69,8 +70,12 @@ impl<D: GraphDriver> Server<D> {
                 return Err((err, page));
             }
         };
+        let slot = match self.slot(stream) {
+            Ok(slot) => slot,
+            Err(err) => return Err((err, page)),
+        };
         let mut page = Some(page);
-        let imported = self.with(stream, |lane| {
+        let imported = Self::with_slot(&slot, stream, |lane| {
             lane.check_recorder()?;
             if lane.state.capture.is_recording() {
                 return lane.refused(Error::OutOfOrder {
@@ -91,6 +96,8 @@ impl<D: GraphDriver> Server<D> {
             let id = self.ids.buffer();
             let slice = lane.state.device.import(id, page, len);
             lane.state.failures.track(id);
+            slot.imports.store(true, Ordering::Relaxed);
+            self.imported.store(true, Ordering::Relaxed);
             Ok(slice)
         });
         match (imported, page) {
@@ -243,10 +250,11 @@ impl<D: GraphDriver> Server<D> {
             self.read_in(lane, buffer).map(Some)
         })?;
         if let Some(bytes) = read {
+            self.after_host_wait(buffer.stream);
             return Ok(bytes);
         }
         let accesses = [(buffer.span.buffer, Access::Read)];
-        self.ordered(
+        let bytes = self.ordered(
             buffer.stream,
             &accesses,
             &[buffer.stream],
@@ -254,7 +262,9 @@ impl<D: GraphDriver> Server<D> {
                 Ok(()) => (self.read_in(lanes.mine, buffer), true),
                 Err(err) => (Err(err), false),
             },
-        )
+        )?;
+        self.after_host_wait(buffer.stream);
+        Ok(bytes)
     }
 
     /// [`Server::read`] on the locked lane of the buffer's stream.
@@ -277,9 +287,7 @@ impl<D: GraphDriver> Server<D> {
             }
             lane.state.sync().map_err(Error::from)
         })?;
-        // Frees the sync let go may have been the last hold on dropped
-        // buffers' memory.
-        self.sweep_lingering();
+        self.after_host_wait(stream);
         Ok(())
     }
 
@@ -289,7 +297,7 @@ impl<D: GraphDriver> Server<D> {
             Ok(released) => Ok(released),
             Err(err) => lane.refused(err),
         })?;
-        self.sweep_lingering();
+        self.after_host_wait(stream);
         Ok(released)
     }
 }

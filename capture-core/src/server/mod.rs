@@ -29,7 +29,7 @@
 //! the server only says no. Capture calls out of order change nothing
 //! (rule 1).
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use crate::builtin::{Builtin, Builtins};
@@ -137,6 +137,9 @@ pub(crate) struct Server<D: GraphDriver> {
     /// without a lock once built.
     kernels: [OnceLock<Arc<D::Kernel>>; 4],
     ids: Ids,
+    /// Whether memory was ever imported: only then do host waits look at
+    /// other streams' imported pages.
+    imported: AtomicBool,
 }
 
 impl<D: GraphDriver> Server<D> {
@@ -155,6 +158,7 @@ impl<D: GraphDriver> Server<D> {
             retired: Mutex::default(),
             kernels: Default::default(),
             ids: Ids::default(),
+            imported: AtomicBool::new(false),
         }
     }
 
@@ -204,6 +208,11 @@ impl<D: GraphDriver> Server<D> {
             return Err(Error::UnknownStream(id));
         };
         collect_dead(slot, &mut lane.state);
+        if slot.imports_due.load(Ordering::Relaxed)
+            && slot.imports_due.swap(false, Ordering::Acquire)
+        {
+            lane.state.device.drop_free_imports();
+        }
         Ok(lane)
     }
 
@@ -257,6 +266,8 @@ impl<D: GraphDriver> Server<D> {
             graveyard: Graveyard::default(),
             order: self.order.clone(),
             lingering: self.lingering.clone(),
+            imports: AtomicBool::new(false),
+            imports_due: AtomicBool::new(false),
         });
         self.streams
             .write()
@@ -287,7 +298,7 @@ impl<D: GraphDriver> Server<D> {
         // A panic under the lock leaves the lane as consistent as any
         // between calls; closing it is better than leaking its memory.
         self.close_slot(&slot);
-        self.sweep_retired();
+        self.after_host_wait(id);
         Ok(())
     }
 
@@ -340,6 +351,30 @@ impl<D: GraphDriver> Server<D> {
             self.retired_streams().push(state);
         }
         self.sweep_lingering();
+    }
+
+    /// A host wait on `stream` let go of what it held, which may have been
+    /// the last hold on other streams' memory: dropped buffers' (lingering)
+    /// and imported pages, whose keep-alives go once every stream that used
+    /// them is past that use, in whatever order their syncs come (rule 24).
+    fn after_host_wait(&self, stream: StreamId) {
+        self.sweep_lingering();
+        if !self.imported.load(Ordering::Relaxed) {
+            self.sweep_retired();
+            return;
+        }
+        let slots: Vec<Arc<Slot<D>>> = match self.streams.read() {
+            Ok(streams) => streams
+                .iter()
+                .filter(|(id, slot)| **id != stream && slot.imports.load(Ordering::Relaxed))
+                .map(|(_, slot)| slot.clone())
+                .collect(),
+            Err(_) => return,
+        };
+        for slot in slots {
+            slot.sweep_imports();
+        }
+        self.sweep_retired();
     }
 
     /// Forget what is keyed by the dropped buffers whose memory was

@@ -160,36 +160,64 @@ pub fn a_graph_keeps_imported_memory_after_its_buffer_drops<D: UserKernels>(
 }
 
 /// Imported memory another stream reads is ordered after its own stream's
-/// work, and kept while both streams' launches on it are queued.
-pub fn imported_memory_is_ordered_across_streams_and_kept_while_queued<D: UserKernels>(
+/// work, and kept while both streams' launches on it are queued. Its
+/// keep-alive goes at the sync of the last stream that used it, whichever
+/// stream that is (the owner first, the other first, or the other
+/// destroyed), with no second sync of the owner.
+pub fn imported_memory_is_ordered_across_streams_and_let_go_after_the_last_sync<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let client = session.client();
-    let p = client.create_stream().step("p")?;
-    let g = client.create_stream().step("g")?;
-    let Some((x, kept)) = import(&client, p, &[1.0; NU])? else {
-        return Ok(());
-    };
-    let busy = Busy::on(session, &client, p)?;
-    let ones = client.create_f32(p, &[1.0; NU]).step("ones")?;
-    let out = client.create_f32(g, &[0.0; NU]).step("out")?;
-    for round in 0..4 {
-        busy.run(&client, p).step("busy p")?;
+    for last in [
+        "the other stream",
+        "the owner",
+        "the other stream destroyed",
+    ] {
+        let p = client.create_stream().step("p")?;
+        let g = client.create_stream().step("g")?;
+        let Some((x, kept)) = import(&client, p, &[1.0; NU])? else {
+            return Ok(());
+        };
+        let busy = Busy::on(session, &client, p)?;
+        let ones = client.create_f32(p, &[1.0; NU]).step("ones")?;
+        let out = client.create_f32(g, &[0.0; NU]).step("out")?;
+        for round in 0..4 {
+            busy.run(&client, p).step("busy p")?;
+            client
+                .run_builtin(p, Builtin::Add, &[&x, &ones], N, 0.0)
+                .step(&format!("p adds {round}"))?;
+        }
         client
-            .run_builtin(p, Builtin::Add, &[&x, &ones], N, 0.0)
-            .step(&format!("p adds {round}"))?;
+            .run_builtin(g, Builtin::Copy, &[&x, &out], N, 0.0)
+            .step("g copies after p's adds")?;
+        // Dropped while both streams' work on it may still be queued.
+        drop(x);
+        match last {
+            "the owner" => {
+                client.sync(g).step("sync g")?;
+                client.sync(p).step("sync p")?;
+            }
+            "the other stream" => {
+                client.sync(p).step("sync p")?;
+                client.sync(g).step("sync g")?;
+            }
+            _ => {
+                client.sync(p).step("sync p")?;
+                client.destroy_stream(g).step("destroy g")?;
+            }
+        }
+        ensure!(
+            !held(&kept),
+            "the keep-alive outlived every use, {last} synced last"
+        );
+        ensure!(imported_bytes(&client, p)? == 0, "not let go");
+        if last != "the other stream destroyed" {
+            expect_all(&client, &out, 5.0, "g's copy after p's four adds")?;
+            client.destroy_stream(g).step("destroy g")?;
+        }
+        drop((busy, ones, out));
+        client.destroy_stream(p).step("destroy p")?;
     }
-    client
-        .run_builtin(g, Builtin::Copy, &[&x, &out], N, 0.0)
-        .step("g copies after p's adds")?;
-    // Dropped while both streams' work on it may still be queued.
-    drop(x);
-    expect_all(&client, &out, 5.0, "g's copy after p's four adds")?;
-    client.sync(p).step("sync p")?;
-    client.sync(g).step("sync g")?;
-    client.sync(p).step("sync p, past g's queued use")?;
-    ensure!(!held(&kept), "the keep-alive outlived every use");
-    ensure!(imported_bytes(&client, p)? == 0, "not let go");
     Ok(())
 }
 

@@ -161,7 +161,7 @@ suite![
     imports::imported_memory_is_launched_on_viewed_and_let_go,
     imports::hazards_on_imported_memory_order_a_graph,
     imports::a_graph_keeps_imported_memory_after_its_buffer_drops,
-    imports::imported_memory_is_ordered_across_streams_and_kept_while_queued,
+    imports::imported_memory_is_ordered_across_streams_and_let_go_after_the_last_sync,
     imports::a_doomed_window_claims_imported_memory_until_rewritten,
     imports::bad_imports_are_refused_with_the_page_handed_back,
 ];
