@@ -1,5 +1,7 @@
 //! How to use the library, one page per topic. Every example runs as a
-//! test on the host backend; a GPU backend's client is opened the same way.
+//! test on the host backend, but for the [`interop`] page's, which run
+//! under the features `vulkan` and `cudarc`; a GPU backend's client is
+//! opened the same way.
 //!
 //! - [`kernels`]: your own kernels, and the checks every launch passes.
 //! - [`capturing`]: how a capture runs, the three-step form, what a window
@@ -15,6 +17,8 @@
 //! - [`decode`]: the decode example.
 //! - [`generate`]: the generate example, a transformer replayed token by
 //!   token.
+//! - [`interop`]: using it from an existing runtime: its device, streams,
+//!   memory and kernels handed in; cudarc and ash.
 //! - [`environment`]: devices and environment variables.
 //! - [`benchmarks`]: what is measured, how, and the figures.
 //! - [`testing`]: the conformance run, the tests, and CI.
@@ -54,6 +58,19 @@ pub mod decode {}
 
 #[doc = include_str!("../docs/generate.md")]
 pub mod generate {}
+
+// Its examples need the Vulkan backend and cudarc, so as doctests they are
+// collected only under those features; the documentation always shows the
+// whole page.
+#[cfg_attr(
+    any(not(doctest), all(feature = "vulkan", feature = "cudarc")),
+    doc = include_str!("../docs/interop.md")
+)]
+#[cfg_attr(
+    all(doctest, not(all(feature = "vulkan", feature = "cudarc"))),
+    doc = "Using it from an existing runtime (its examples need the features `vulkan` and `cudarc`)."
+)]
+pub mod interop {}
 
 #[doc = include_str!("../docs/environment.md")]
 pub mod environment {}
