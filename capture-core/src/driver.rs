@@ -390,10 +390,11 @@ pub enum Order<'a> {
 /// conditionals nested in them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bodies {
-    /// Whether a caller's copy may be recorded in a body. capture-core
-    /// refuses one where not. The copies it makes of a launch's info bytes
-    /// may come in a body either way: their bytes never change, so a
-    /// backend may run them whether the body runs or not.
+    /// Whether a caller's copy (a write) may be recorded in a body.
+    /// capture-core refuses one where not. The copies it makes of a
+    /// launch's info bytes may come in a body either way: their bytes never
+    /// change, so a backend may run them whether the body runs or not, and
+    /// nothing outside the body reads them.
     pub copies: bool,
 }
 

@@ -3,7 +3,7 @@
 
 use super::buffer::Buffer;
 use super::calls::Client;
-use crate::driver::GraphDriver;
+use crate::driver::{Bodies, GraphDriver};
 use crate::error::Error;
 use crate::ids::StreamId;
 use crate::recorded::conditional::{Conditional, Ran};
@@ -66,6 +66,17 @@ impl<D: GraphDriver> Client<D> {
         mut body: impl FnMut() -> Result<(), Error>,
     ) -> Result<Ran, Error> {
         self.conditional(stream, flag, Conditional::While { bound }, &mut [&mut body])
+    }
+
+    /// Whether `stream` can record conditionals, and what their bodies may
+    /// hold besides launches and nested conditionals (on Vulkan, no write).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoConditionals`], with the backend's reason, where a
+    /// recording on `stream` refuses them; [`Error::UnknownStream`].
+    pub fn conditionals(&self, stream: StreamId) -> Result<Bodies, Error> {
+        self.server()?.bodies(stream)
     }
 
     fn conditional(

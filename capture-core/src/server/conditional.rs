@@ -80,6 +80,16 @@ impl<D: GraphDriver> Server<D> {
         }
     }
 
+    /// What a conditional body recorded on `stream` may hold.
+    pub(crate) fn bodies(&self, stream: StreamId) -> Result<Bodies, Error> {
+        self.with(stream, |lane| {
+            D::conditionals(&lane.state.raw).map_err(|reason| Error::NoConditionals {
+                backend: D::NAME,
+                reason,
+            })
+        })
+    }
+
     /// Whether the flag is set now: its bytes read back after the work
     /// before.
     fn flag_is_set(&self, flag: BufferRef<'_>) -> Result<bool, Error> {

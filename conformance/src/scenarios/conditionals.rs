@@ -97,10 +97,18 @@ impl<D: UserKernels> Loop<D> {
     /// conditionals must still run.
     fn recordable(&self) -> Result<bool, String> {
         self.arm(2).step("arm")?;
+        let said = self.client.conditionals(self.stream);
         let refusal = match self.capture(|| self.counted_loop(BOUND).map(drop)) {
-            Ok(_) => return Ok(true),
+            Ok(_) => {
+                ensure!(said.is_ok(), "recorded where the client said {said:?}");
+                return Ok(true);
+            }
             Err(err) => err,
         };
+        ensure!(
+            matches!(&said, Err(Error::NoConditionals { .. })),
+            "refused where the client said {said:?}"
+        );
         match refusal.root() {
             Error::NoConditionals { reason, .. } => {
                 ensure!(!reason.is_empty(), "a refusal without a reason");
@@ -560,6 +568,17 @@ pub fn what_a_body_cannot_hold_is_refused<D: UserKernels>(session: &Session<D>) 
             .if_flag(l.stream, &l.flag, || l.client.write_f32(&l.x, &[9.0; NU]))
             .map(drop)
     });
+    let bodies = l.client.conditionals(l.stream).step("what bodies hold")?;
+    ensure!(
+        writing.is_ok() == bodies.copies,
+        "a write in a body {} where the client says bodies {} hold copies",
+        if writing.is_ok() {
+            "recorded"
+        } else {
+            "refused"
+        },
+        if bodies.copies { "may" } else { "may not" }
+    );
     match writing {
         Ok(graph) => {
             for set in [0u32, 1] {
