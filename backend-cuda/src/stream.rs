@@ -10,7 +10,7 @@
 //! refuses on the recording stream itself (no host sync, no page released),
 //! and the device defers frees other streams make meanwhile.
 
-use std::ffi::c_void;
+use std::ffi::{c_uint, c_void};
 use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,7 +28,7 @@ use crate::graph::{Executable, Level, Recording};
 use crate::kernels::Kernel;
 use crate::memory::{DevicePage, HostPage};
 use crate::sys::{self, CUcontext, CUgraph, CUstream};
-use capture_core::KeepAlive;
+use capture_core::{KeepAlive, Rejected};
 
 /// Bytes of one kernel parameter's slot: the largest parameter a
 /// signature declares, and a device pointer.
@@ -150,7 +150,8 @@ impl Stream {
     /// `keep_alive` is dropped once the library is past its last use of the
     /// stream (after the stream drops and no stream of the GPU records): to
     /// hand the stream over, pass a value whose drop destroys it; to keep
-    /// it, pass `()`. Refused, it is dropped at once.
+    /// it, pass `()`. Refused, it is handed back untouched in the
+    /// [`Rejected`].
     ///
     /// # The caller's own work
     ///
@@ -179,47 +180,20 @@ impl Stream {
     /// # Errors
     ///
     /// A null handle, the legacy or per-thread default stream (which a
-    /// capture from any thread cannot use), a stream of another context, or
-    /// one capturing already.
-    pub unsafe fn from_raw(
+    /// capture from any thread cannot use), a blocking stream (made without
+    /// `CU_STREAM_NON_BLOCKING`: work on the legacy default stream anywhere
+    /// in the process would invalidate its captures), a stream of another
+    /// context, or one capturing already.
+    pub unsafe fn from_raw<K: Send + 'static>(
         device: &Arc<Device>,
         raw: CUstream,
-        keep_alive: impl Send + 'static,
-    ) -> Result<Self, DriverError> {
-        const OP: &str = "adopt stream";
-        if raw.is_null() {
-            return Err(refuse(
-                OP,
-                "the stream handle is null (the legacy default stream cannot be captured)",
-            ));
+        keep_alive: K,
+    ) -> Result<Self, Rejected<K>> {
+        // SAFETY: the caller's promise, passed on.
+        match unsafe { check_adoptable(device, raw) } {
+            Ok(()) => Ok(Self::over(device, raw, Some(KeepAlive::new(keep_alive)))),
+            Err(e) => Err(Rejected::new(e, keep_alive)),
         }
-        let special = raw as usize;
-        if special == sys::CU_STREAM_LEGACY || special == sys::CU_STREAM_PER_THREAD {
-            return Err(refuse(
-                OP,
-                "the legacy and per-thread default streams cannot be adopted: a capture on \
-                 them cannot begin and end on any thread",
-            ));
-        }
-        let api = device.api();
-        let _current = device.enter()?;
-        let mut context: CUcontext = ptr::null_mut();
-        // SAFETY: the caller promises a live stream; `context` is a valid
-        // place for the handle.
-        api.check(OP, unsafe { (api.stream_get_ctx)(raw, &mut context) })?;
-        if context != device.raw_context() {
-            return Err(refuse(
-                OP,
-                "the stream belongs to another context than the device's",
-            ));
-        }
-        let mut status = sys::CU_STREAM_CAPTURE_STATUS_NONE;
-        // SAFETY: the stream is live; `status` is a valid place for it.
-        api.check(OP, unsafe { (api.stream_is_capturing)(raw, &mut status) })?;
-        if status != sys::CU_STREAM_CAPTURE_STATUS_NONE {
-            return Err(refuse(OP, "the stream is capturing already"));
-        }
-        Ok(Self::over(device, raw, Some(KeepAlive::new(keep_alive))))
     }
 
     /// The driver's handle of the stream: the caller's own for an adopted
@@ -664,6 +638,60 @@ impl Drop for Stream {
             self.device.release(Release::KeepAlive(keep_alive));
         }
     }
+}
+
+/// Whether `raw` may be adopted on `device`: a stream of its context, not
+/// a default one, non-blocking, not capturing.
+///
+/// # Safety
+///
+/// `raw` is null, a default stream's handle, or a live stream.
+unsafe fn check_adoptable(device: &Device, raw: CUstream) -> Result<(), DriverError> {
+    const OP: &str = "adopt stream";
+    if raw.is_null() {
+        return Err(refuse(
+            OP,
+            "the stream handle is null (the legacy default stream cannot be captured)",
+        ));
+    }
+    let special = raw as usize;
+    if special == sys::CU_STREAM_LEGACY || special == sys::CU_STREAM_PER_THREAD {
+        return Err(refuse(
+            OP,
+            "the legacy and per-thread default streams cannot be adopted: a capture on \
+             them cannot begin and end on any thread",
+        ));
+    }
+    let api = device.api();
+    let _current = device.enter()?;
+    let mut context: CUcontext = ptr::null_mut();
+    // SAFETY: the caller promises a live stream; `context` is a valid
+    // place for the handle.
+    api.check(OP, unsafe { (api.stream_get_ctx)(raw, &mut context) })?;
+    if context != device.raw_context() {
+        return Err(refuse(
+            OP,
+            "the stream belongs to another context than the device's",
+        ));
+    }
+    let mut flags: c_uint = 0;
+    // SAFETY: the stream is live; `flags` is a valid place for them.
+    api.check(OP, unsafe { (api.stream_get_flags)(raw, &mut flags) })?;
+    if flags & sys::CU_STREAM_NON_BLOCKING == 0 {
+        return Err(refuse(
+            OP,
+            "the stream is blocking (made without CU_STREAM_NON_BLOCKING): work on the legacy \
+             default stream anywhere in the process would invalidate its captures; make it \
+             with CU_STREAM_NON_BLOCKING (cudarc's `CudaContext::new_stream` does)",
+        ));
+    }
+    let mut status = sys::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: the stream is live; `status` is a valid place for it.
+    api.check(OP, unsafe { (api.stream_is_capturing)(raw, &mut status) })?;
+    if status != sys::CU_STREAM_CAPTURE_STATUS_NONE {
+        return Err(refuse(OP, "the stream is capturing already"));
+    }
+    Ok(())
 }
 
 fn same_len(op: &'static str, src: u64, dst: u64) -> Result<usize, DriverError> {

@@ -41,7 +41,8 @@
  * The runs stub also keeps every cuMemAlloc_v2 allocation with its
  * context, for cuPointerGetAttribute (CONTEXT, DEVICE_ORDINAL) and
  * cuMemGetAddressRange_v2; answers cuStreamGetCtx with the context current
- * when the stream was made; counts each stream's destroys
+ * when the stream was made, and cuStreamGetFlags with the flags it was
+ * made with; counts each stream's destroys
  * (cuStubStreamDestroyed); offers a second context per device besides the
  * primary one (cuStubContext); and runs two kernels, handed out by
  * cuStubFunction("fill") and cuStubFunction("add") ("narrow" is a fill
@@ -332,6 +333,7 @@ struct Graph;
 typedef struct Stream {
     int capturing;
     int destroyed;
+    unsigned flags;
     struct Graph *graph;
     /* The nodes a capture's next node follows. */
     void *deps[MAX_CAPTURE_DEPS];
@@ -847,10 +849,10 @@ CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, u
 }
 
 CUresult cuStreamCreate(void **stream, unsigned flags) {
-    (void)flags;
     if (stream == NULL) return CUDA_ERROR_INVALID_VALUE;
     Stream *s = calloc(1, sizeof(Stream));
     if (s == NULL) return CUDA_ERROR_INVALID_VALUE;
+    s->flags = flags;
     s->context = current_context();
     *stream = s;
     return CUDA_SUCCESS;
@@ -866,6 +868,12 @@ CUresult cuStreamGetCtx(void *stream, void **context) {
     Stream *s = stream;
     if (s == NULL || context == NULL) return CUDA_ERROR_INVALID_VALUE;
     *context = s->context;
+    return CUDA_SUCCESS;
+}
+CUresult cuStreamGetFlags(void *stream, unsigned *flags) {
+    Stream *s = stream;
+    if (s == NULL || flags == NULL) return CUDA_ERROR_INVALID_VALUE;
+    *flags = s->flags;
     return CUDA_SUCCESS;
 }
 /* How many times `stream` was destroyed. */
@@ -1413,6 +1421,7 @@ UNSUPPORTED(cuStreamCreate)
 UNSUPPORTED(cuStreamSynchronize)
 UNSUPPORTED(cuStreamDestroy_v2)
 UNSUPPORTED(cuStreamGetCtx)
+UNSUPPORTED(cuStreamGetFlags)
 UNSUPPORTED(cuPointerGetAttribute)
 UNSUPPORTED(cuMemGetAddressRange_v2)
 UNSUPPORTED(cuLaunchKernel)
