@@ -11,8 +11,9 @@ use capture_core::DriverError;
 use crate::error::refuse;
 use crate::sys::{
     self, AddNode, Api, BeginCaptureToGraph, CUcontext, CUfunction, CUgraph,
-    CUgraphConditionalHandle, CUgraphConditionalNodeType, CUgraphNode, CUgraphNodeParams,
-    CUjit_option, CUmodule, CUstream, CaptureInfo, HandleCreate, UpdateDependencies,
+    CUgraphConditionalHandle, CUgraphConditionalNodeType, CUgraphEdgeData, CUgraphNode,
+    CUgraphNodeParams, CUjit_option, CUmodule, CUstream, CaptureInfo, HandleCreate,
+    UpdateDependencies,
 };
 
 /// The setters' body; the header naming the PTX version and target is
@@ -244,9 +245,15 @@ impl ConditionalFunctions {
         let mut status = sys::CU_STREAM_CAPTURE_STATUS_NONE;
         let mut graph: CUgraph = ptr::null_mut();
         let mut dependencies: *const CUgraphNode = ptr::null();
+        // Asked for, though unused: without a place for it the driver
+        // refuses (CUDA_ERROR_LOSSY_QUERY) when an edge carries data, as
+        // the caller's programmatic launches on an adopted stream make. The
+        // node then follows those nodes over plain edges, which order at
+        // least as strongly.
+        let mut edge_data: *const CUgraphEdgeData = ptr::null();
         let mut count: usize = 0;
         // SAFETY: the stream is live; every out-pointer is a valid place,
-        // and the id and edge data are not asked for (null).
+        // and the id is not asked for (null).
         api.check(op, unsafe {
             (self.capture_info)(
                 stream,
@@ -254,7 +261,7 @@ impl ConditionalFunctions {
                 ptr::null_mut(),
                 &mut graph,
                 &mut dependencies,
-                ptr::null_mut(),
+                &mut edge_data,
                 &mut count,
             )
         })?;

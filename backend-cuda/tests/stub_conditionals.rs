@@ -353,6 +353,25 @@ fn an_if_and_an_if_else_replay_as_the_flag_says_on_a_12_8_driver() {
     );
 }
 
+/// Where the nodes a conditional follows carry edge data (the caller's
+/// programmatic launches on an adopted stream leave such edges), the
+/// driver refuses a capture query with no place for the data; the library
+/// gives it one.
+#[test]
+fn a_conditional_follows_dependencies_whose_edges_carry_data() {
+    if in_child() {
+        return check_if_and_if_else(12080);
+    }
+    in_stub(
+        "a_conditional_follows_dependencies_whose_edges_carry_data",
+        &stub_dir(None),
+        &[
+            ("CUDA_STUB_DRIVER_VERSION", "12080"),
+            ("CUDA_STUB_EDGE_DATA", "1"),
+        ],
+    );
+}
+
 /// In the child: a bounded loop replayed to run 0, 1, k and `BOUND`
 /// iterations, and past the bound, where the flag stays set.
 fn check_loop_iterations() {

@@ -73,7 +73,9 @@
  * (cuGraphAddNode_v2, refusing unused bytes that are not zero, a handle of
  * another graph, or an if of two bodies before 12.8), captures into an
  * existing graph (cuStreamBeginCaptureToGraph) and the dependencies a
- * capture's next node follows (cuStreamGetCaptureInfo_v3,
+ * capture's next node follows (cuStreamGetCaptureInfo_v3, which with
+ * CUDA_STUB_EDGE_DATA=1 reports those edges as carrying data and refuses
+ * a query without a place for it, CUDA_ERROR_LOSSY_QUERY;
  * cuStreamUpdateCaptureDependencies_v2). The library's setter module (PTX
  * calling cudaGraphSetConditional; CUDA_STUB_SETTER_RESULT, else
  * CUDA_STUB_MODULE_RESULT, says what loading it answers) has the setters
@@ -1379,15 +1381,26 @@ CUresult cuStreamBeginCaptureToGraph(void *stream, void *graph, void *const *dep
     return CUDA_SUCCESS;
 }
 
+/* With CUDA_STUB_EDGE_DATA=1 every dependency a capture reports carries
+ * edge data (a programmatic edge, type 1), as the caller's programmatic
+ * launches leave them; the driver then refuses a query that has no place
+ * for the data. */
+enum { CUDA_ERROR_LOSSY_QUERY = 402 };
+static unsigned long long programmatic_edges[MAX_CAPTURE_DEPS] = {
+    0x10000, 0x10000, 0x10000, 0x10000, 0x10000, 0x10000, 0x10000, 0x10000,
+};
+
 CUresult cuStreamGetCaptureInfo_v3(void *stream, int *status, unsigned long long *id, void **graph,
                                    void *const **deps, const void **data, size_t *count) {
     Stream *s = stream;
     if (s == NULL || status == NULL) return CUDA_ERROR_INVALID_VALUE;
+    int edge_data = env_int("CUDA_STUB_EDGE_DATA", 0) != 0 && s->capturing && s->dep_count > 0;
+    if (edge_data && deps != NULL && data == NULL) return CUDA_ERROR_LOSSY_QUERY;
     *status = s->capturing;
     if (id != NULL) *id = (unsigned long long)(size_t)s->graph;
     if (graph != NULL) *graph = s->capturing ? s->graph : NULL;
     if (deps != NULL) *deps = s->deps;
-    if (data != NULL) *data = NULL;
+    if (data != NULL) *data = edge_data ? programmatic_edges : NULL;
     if (count != NULL) *count = s->capturing ? s->dep_count : 0;
     return CUDA_SUCCESS;
 }
