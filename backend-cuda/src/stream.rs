@@ -168,7 +168,9 @@ impl Stream {
     /// outside the capture, begin or end a capture of its own on it, or
     /// allocate on it (`cuMemAllocAsync`, whose node makes `instantiate`
     /// refuse); the buffers its own work touches are not tracked by the
-    /// library.
+    /// library. Nor may anyone synchronize the whole context meanwhile
+    /// (`cuCtxSynchronize`, cudarc's `CudaContext::synchronize` or first
+    /// `new_stream`): that invalidates the capture (see the crate's docs).
     ///
     /// # Safety
     ///
@@ -470,6 +472,25 @@ impl Stream {
         // Bodies still open (capture-core closes each; a stream dropped
         // while recording may not have) end first.
         self.nesting.abandon(&device);
+        if self.nesting.take_invalidated() {
+            // The driver freed a body graph the capture refers to, and
+            // would crash ending it (NVBUG 6805256): the capture is left
+            // open on a stream that is never used again.
+            device.end_recording(|| ());
+            self.recording = false;
+            self.level = Level::default();
+            let note = self.replace_raw(true);
+            drop(current);
+            return Err(refuse(
+                OP,
+                format!(
+                    "a conditional body's capture was invalidated (a context-wide \
+                     synchronization, such as cuCtxSynchronize or cudarc's \
+                     CudaContext::synchronize or first new_stream, ran while the window \
+                     recorded), so the capture was abandoned rather than ended; {note}"
+                ),
+            ));
+        }
         let mut graph: CUgraph = ptr::null_mut();
         let raw = self.raw;
         // SAFETY: the stream is live; `graph` is a valid place for the
@@ -514,14 +535,24 @@ impl Stream {
         if asked == sys::CUDA_SUCCESS && status == sys::CU_STREAM_CAPTURE_STATUS_NONE {
             return None;
         }
+        Some(self.replace_raw(false))
+    }
+
+    /// Replace the stream by a fresh one ordered after everything the old
+    /// one held (see `leave_capture`), and say what was done. An
+    /// `abandoned` stream, whose capture the driver cannot end safely, is
+    /// never destroyed: destroying a capturing stream tears its capture
+    /// down too.
+    fn replace_raw(&mut self, abandoned: bool) -> String {
+        let api = self.device.api();
         let mut fresh: CUstream = ptr::null_mut();
         // SAFETY: `fresh` is a valid place for the handle.
         let created = unsafe { (api.stream_create)(&mut fresh, sys::CU_STREAM_NON_BLOCKING) };
         if created != sys::CUDA_SUCCESS {
-            return Some(format!(
+            return format!(
                 "the stream may still be recording, and no fresh stream could replace it: {}",
                 api.describe(created)
-            ));
+            );
         }
         if let Some(event) = self.events.latest() {
             // SAFETY: both handles are live; the event was recorded before
@@ -534,11 +565,14 @@ impl Stream {
         let old = std::mem::replace(&mut self.raw, fresh);
         if !std::mem::replace(&mut self.owned, true) {
             // The caller's stream is theirs to end and destroy.
-            return Some(
-                "the adopted stream was still recording, so a fresh stream of the library's \
-                 replaced it; the caller's stream is left as it is"
-                    .to_owned(),
-            );
+            return "the adopted stream was still recording, so a fresh stream of the library's \
+                    replaced it; the caller's stream is left as it is"
+                .to_owned();
+        }
+        if abandoned {
+            return "the stream was replaced by a fresh one, and the old one is left capturing \
+                    (never destroyed)"
+                .to_owned();
         }
         // SAFETY: the old stream is owned here and destroyed once; work
         // already on it still completes, and its events stay valid.
@@ -546,7 +580,7 @@ impl Stream {
         if let Err(e) = api.check("destroy the stream left recording", destroyed) {
             log::warn!("{e}");
         }
-        Some("the stream was still recording, so it was replaced by a fresh one".to_owned())
+        "the stream was still recording, so it was replaced by a fresh one".to_owned()
     }
 
     /// Whether the stream's recordings can hold conditional nodes, and what
