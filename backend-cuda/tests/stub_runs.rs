@@ -19,7 +19,9 @@
 //! captured and let go after its last use, bad imports refused; a stream
 //! adopted, whose graph holds the caller's own launch and which is never
 //! destroyed; a context adopted and kernels over functions made elsewhere,
-//! whose owners go last.
+//! whose owners go last; every refusal handing the keep-alive back; and,
+//! with the `cudarc` feature, cudarc itself on the stub, whose slice an
+//! import takes only once cudarc's readers on other streams are done.
 //!
 //! Each case runs in a child process (this test binary, run again with the
 //! stub first on the library path), because the driver library, once
@@ -1525,4 +1527,76 @@ fn cudarc_reads_a_buffer_at_the_address_the_library_gives() {
         return check_buffer_addresses();
     }
     in_stub("cudarc_reads_a_buffer_at_the_address_the_library_gives");
+}
+
+/// In the child, with work queued until something waits for it: cudarc
+/// reads a slice on another stream than the slice's, the slice is then
+/// imported and the library writes it; the import made the slice's stream
+/// wait for cudarc's read, so the read saw the values from before the
+/// library's write.
+#[cfg(feature = "cudarc")]
+fn check_cudarc_import_waits_for_readers() {
+    let context = cudarc::driver::CudaContext::new(0).expect("cudarc runs on the stub");
+    let home = context.new_stream().expect("the slice's stream");
+    let reader = context.new_stream().expect("another stream");
+    let (ones, zeros) = ([1.0f32; N], [0.0f32; N]);
+    let slice = home.clone_htod(&ones).expect("a slice");
+    let mut copy = reader.clone_htod(&zeros).expect("a second slice");
+    reader
+        .memcpy_dtod(&slice, &mut copy)
+        .expect("cudarc reads the slice on another stream");
+    let device = backend_cuda::cudarc::device(&context)
+        .map_err(|rejected| rejected.error)
+        .expect("a device over cudarc's context");
+    let client = Client::<Cuda>::with_device(Arc::clone(&device), Config::default());
+    let stream = client.create_stream().expect("a stream");
+    let page = backend_cuda::cudarc::import(&device, slice)
+        .map_err(|rejected| rejected.error)
+        .expect("the slice imports");
+    let x = client
+        .import(stream, page)
+        .map_err(|rejected| rejected.error)
+        .expect("a buffer over it");
+    client
+        .write_f32(&x, &[9.0; N])
+        .expect("the library writes it");
+    client.sync(stream).expect("sync");
+    assert_eq!(client.read_f32(&x).expect("read"), vec![9.0; N]);
+    reader.synchronize().expect("cudarc's stream drains");
+    let address = cudarc::driver::DevicePtr::device_ptr(&copy, &reader).0;
+    assert_eq!(
+        floats_at(address, N),
+        vec![1.0; N],
+        "cudarc's read ran before the library's write"
+    );
+    // Refusals hand back what the helpers were given: the slice, and the
+    // stream's `Arc` (whose count shows the clone is not dropped).
+    // SAFETY: nothing reads the empty slice.
+    let empty = unsafe { home.alloc::<f32>(0) }.expect("an empty slice");
+    let rejected = backend_cuda::cudarc::import(&device, empty).expect_err("an empty slice");
+    assert!(rejected.error.to_string().contains("import"), "{rejected}");
+    assert_eq!(rejected.handed_back.len(), 0, "the slice came back");
+    drop(rejected);
+    let legacy = context.default_stream();
+    // SAFETY: refused before any use.
+    let rejected =
+        unsafe { backend_cuda::cudarc::stream(&device, &legacy) }.expect_err("the default stream");
+    assert!(Arc::ptr_eq(&rejected.handed_back, &legacy));
+    assert_eq!(Arc::strong_count(&legacy), 2, "its clone came back");
+    drop(rejected);
+    assert_eq!(Arc::strong_count(&legacy), 1);
+    drop((x, client, copy, reader, home));
+    println!("\n{DONE}");
+}
+
+#[cfg(feature = "cudarc")]
+#[test]
+fn a_cudarc_import_waits_for_cudarcs_readers_before_the_library_writes() {
+    if in_child() {
+        return check_cudarc_import_waits_for_readers();
+    }
+    in_stub_with(
+        "a_cudarc_import_waits_for_cudarcs_readers_before_the_library_writes",
+        &[("CUDA_STUB_DEFER", "1")],
+    );
 }

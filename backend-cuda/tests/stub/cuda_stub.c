@@ -91,6 +91,11 @@
  * next node creation fail. Built with CUDA_STUB_NO_CONDITIONALS, it lacks
  * those five functions, as a driver before 12.3 does.
  *
+ * The runs stub also answers what cudarc calls beyond the backend
+ * (cuCtxGetCurrent, cuCtxSetCurrent, cuCtxSynchronize,
+ * cuMemcpyDtoDAsync_v2, cuDevicePrimaryCtxRelease_v2, the memory-pools
+ * attribute), so that cudarc runs on it too.
+ *
  * With CUDA_STUB_INVALIDATE_BODY=n, the first n ends of a body's capture
  * are invalidated and free the body graph; ending or destroying the
  * parent's capture afterwards aborts, as the driver crashes there.
@@ -234,6 +239,7 @@ CUresult cuDeviceGetAttribute(int *value, int attribute, int device) {
     case 6: case 7: *value = 65535; break;
     case 75: *value = env_int("CUDA_STUB_CC_MAJOR", 9); break; /* COMPUTE_CAPABILITY_MAJOR */
     case 76: *value = env_int("CUDA_STUB_CC_MINOR", 0); break; /* COMPUTE_CAPABILITY_MINOR */
+    case 115: *value = 0; break;        /* MEMORY_POOLS_SUPPORTED, which cudarc asks */
     default: return CUDA_ERROR_INVALID_VALUE;
     }
     return CUDA_SUCCESS;
@@ -889,14 +895,51 @@ static void crash_on_freed_body(const Stream *s, const char *call) {
                     "crashes here (NVBUG 6805256)\n", call);
     abort();
 }
+/* Every stream made, for cuCtxSynchronize. */
+#define MAX_STREAMS 1024
+static Stream *streams[MAX_STREAMS];
+static size_t stream_count = 0;
+
 CUresult cuStreamCreate(void **stream, unsigned flags) {
-    if (stream == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (stream == NULL || stream_count == MAX_STREAMS) return CUDA_ERROR_INVALID_VALUE;
     Stream *s = calloc(1, sizeof(Stream));
     if (s == NULL) return CUDA_ERROR_INVALID_VALUE;
+    streams[stream_count++] = s;
     s->flags = flags;
     s->context = current_context();
     *stream = s;
     return CUDA_SUCCESS;
+}
+/* What cudarc calls beyond the backend, so that cudarc runs on the stub
+ * too: the current context set and read, the context synchronized (every
+ * stream's queue run), a device-to-device copy, and the primary context
+ * released. */
+CUresult cuCtxGetCurrent(void **context) {
+    if (context == NULL) return CUDA_ERROR_INVALID_VALUE;
+    *context = current_context();
+    return CUDA_SUCCESS;
+}
+CUresult cuCtxSetCurrent(void *context) {
+    if (context == NULL) {
+        if (context_depth > 0) context_depth -= 1;
+        return CUDA_SUCCESS;
+    }
+    if (device_of(context) < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (context_depth == 0) context_depth = 1;
+    context_stack[context_depth - 1] = context;
+    return CUDA_SUCCESS;
+}
+CUresult cuCtxSynchronize(void) {
+    for (size_t i = 0; i < stream_count; i++) run_until(streams[i], streams[i]->queued);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemcpyDtoDAsync_v2(unsigned long long dst, unsigned long long src, size_t bytes,
+                              void *stream) {
+    worked(stream);
+    return copy((void *)(size_t)dst, (const void *)(size_t)src, bytes, stream);
+}
+CUresult cuDevicePrimaryCtxRelease_v2(int device) {
+    return device >= 0 && device < MAX_DEVICES ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 CUresult cuStreamSynchronize(void *stream) {
     Stream *s = stream;
