@@ -93,9 +93,15 @@ fn build_stub(compiler: &cc::Tool, dir: &Path, defines: &[&str]) -> Result<(), S
     }
     // Also under the unversioned name: the stub directory comes first on
     // the search path, so a real driver's `libcuda.so` elsewhere on the
-    // machine cannot be picked instead.
+    // machine cannot be picked instead. A hard link where the file system
+    // allows, so that a process loading both names (cudarc asks for
+    // `libcuda.so`, the backend for `libcuda.so.1`) loads one stub.
     let unversioned = dir.join("libcuda.so");
-    std::fs::copy(&library, &unversioned)
-        .map_err(|e| format!("copying to {}: {e}", unversioned.display()))?;
+    // Absent on a first build; any other failure shows in the link below.
+    let _ = std::fs::remove_file(&unversioned);
+    if std::fs::hard_link(&library, &unversioned).is_err() {
+        std::fs::copy(&library, &unversioned)
+            .map_err(|e| format!("copying to {}: {e}", unversioned.display()))?;
+    }
     Ok(())
 }

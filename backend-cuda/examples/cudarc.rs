@@ -39,7 +39,7 @@ fn run() -> Result<(), Box<dyn Error>> {
     // records.
     let adopted = unsafe { backend_cuda::cudarc::stream(&device, &cuda_stream)? };
     let stream = client.adopt_stream(adopted)?;
-    let page = backend_cuda::cudarc::import(&device, slice).map_err(|(e, _)| e)?;
+    let page = backend_cuda::cudarc::import(&device, slice).map_err(|rejected| rejected.error)?;
     let x = client
         .import(stream, page)
         .map_err(|rejected| rejected.error)?;

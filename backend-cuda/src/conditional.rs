@@ -46,6 +46,10 @@ pub(crate) struct Nesting {
     /// one stream reuse them: its replays run one after another, and each
     /// loop's first setter resets its counter.
     used: u64,
+    /// Whether a body's capture ended invalidated since the recording
+    /// began: the driver freed the body graph, and ending the stream's own
+    /// capture would then crash inside it (NVBUG 6805256).
+    invalidated: bool,
 }
 
 /// One open conditional.
@@ -63,6 +67,8 @@ struct Frame {
     span: usize,
     /// A loop's setter for the end of each iteration.
     next: Option<LoopSetter>,
+    /// Whether a body's capture ended invalidated.
+    invalidated: bool,
 }
 
 /// What a loop's setters are launched with.
@@ -84,6 +90,21 @@ impl Nesting {
     pub(crate) fn begin(&mut self) {
         self.used = 0;
         self.held.clear();
+        self.invalidated = false;
+    }
+
+    /// Whether a body's capture ended invalidated since the recording
+    /// began, clearing it: the recording is over (see `Stream::end`).
+    pub(crate) fn take_invalidated(&mut self) -> bool {
+        let invalidated = self.invalidated();
+        self.invalidated = false;
+        invalidated
+    }
+
+    /// Whether a body's capture ended invalidated since the recording
+    /// began, so that the stream's own capture must not be ended.
+    fn invalidated(&self) -> bool {
+        self.invalidated || self.open.iter().any(|frame| frame.invalidated)
     }
 
     /// Where the stream's next work goes: the innermost open body's side
@@ -97,6 +118,12 @@ impl Nesting {
     /// would run at once instead of being recorded.
     #[inline]
     pub(crate) fn refusal(&self, op: &'static str) -> Result<(), DriverError> {
+        if self.invalidated() {
+            return Err(refuse(
+                op,
+                "a conditional body's capture was invalidated, so the recording is abandoned",
+            ));
+        }
         match self.open.last() {
             Some(frame) if !frame.capturing => Err(refuse(
                 op,
@@ -269,6 +296,7 @@ impl Nesting {
             capturing: true,
             span: if split { 3 } else { 2 },
             next,
+            invalidated: false,
         });
         Ok(())
     }
@@ -277,7 +305,7 @@ impl Nesting {
     /// from here goes into its next one.
     pub(crate) fn next_body(&mut self, device: &Arc<Device>) -> Result<(), DriverError> {
         const OP: &str = "next body";
-        let (functions, _) = device.conditionals().map_err(|why| refuse(OP, why))?;
+        let (functions, setters) = device.conditionals().map_err(|why| refuse(OP, why))?;
         let api = device.api();
         let _current = device.enter()?;
         let Some(frame) = self.open.last_mut() else {
@@ -287,7 +315,7 @@ impl Nesting {
         let Some(&body) = frame.bodies.get(current + 1) else {
             return Err(refuse(OP, "the conditional has no more bodies"));
         };
-        let ended = frame.end_body(api, OP);
+        let ended = frame.end_body(api, noop_for(device, setters), OP);
         frame.levels.push(Level::default());
         ended?;
         let started = functions.capture_into(api, frame.side, body, OP);
@@ -334,7 +362,9 @@ impl Nesting {
                 level.tail = true;
             }
         }
-        let ended = frame.end_body(api, OP);
+        let noop = device.conditionals().ok().map(|(_, setters)| setters);
+        let ended = frame.end_body(api, noop.and_then(|setters| noop_for(device, setters)), OP);
+        self.invalidated |= frame.invalidated;
         self.recycle(api, frame.side);
         self.level(top).add_conditional(frame.span);
         result?;
@@ -350,10 +380,9 @@ impl Nesting {
                 ),
             ));
         }
-        let (functions, _) = device.conditionals().map_err(|why| refuse(OP, why))?;
         let fill = device.driver_version() < IF_ELSE_DRIVER;
         for ((&body, level), &order) in frame.bodies.iter().zip(&frame.levels).zip(orders) {
-            graph::finish_body(device, &functions, body, level, order, fill, OP)?;
+            graph::finish_body(device, body, level, order, fill, OP)?;
         }
         Ok(())
     }
@@ -363,9 +392,10 @@ impl Nesting {
     pub(crate) fn abandon(&mut self, device: &Device) {
         let api = device.api();
         while let Some(mut frame) = self.open.pop() {
-            if let Err(e) = frame.end_body(api, "end capture") {
+            if let Err(e) = frame.end_body(api, None, "end capture") {
                 log::debug!("an open conditional's body: {e}");
             }
+            self.invalidated |= frame.invalidated;
             self.recycle(api, frame.side);
         }
     }
@@ -404,19 +434,54 @@ impl Nesting {
     }
 }
 
+/// The setters whose no-op an empty body gets on `device`: on a driver
+/// before 12.8, which hangs on a body without a kernel.
+fn noop_for<'a>(device: &Device, setters: &'a Setters) -> Option<&'a Setters> {
+    (device.driver_version() < IF_ELSE_DRIVER).then_some(setters)
+}
+
 impl Frame {
     /// End the current body's capture, which must hand back its body
-    /// graph. The caller has made the context current.
-    fn end_body(&mut self, api: &Api, op: &'static str) -> Result<(), DriverError> {
+    /// graph; an empty body first gets `noop`'s no-op kernel, where given.
+    /// The caller has made the context current.
+    fn end_body(
+        &mut self,
+        api: &Api,
+        noop: Option<&Setters>,
+        op: &'static str,
+    ) -> Result<(), DriverError> {
         if !std::mem::replace(&mut self.capturing, false) {
             return Err(refuse(op, "the body's capture had failed before"));
         }
+        let empty = self.levels.last().is_some_and(|level| level.nodes() == 0);
+        // Captured like the body's own work, so the body holds it as its one
+        // node; the capture ends below whatever the launch answered.
+        let filled = match (noop, empty) {
+            (Some(setters), true) => launch(api, setters, Setter::Noop, self.side, &[], None),
+            _ => Ok(()),
+        };
         let expected = self.bodies.get(self.levels.len() - 1).copied();
         let mut graph: CUgraph = ptr::null_mut();
         // SAFETY: the side stream is live and capturing; `graph` is a valid
         // place for the handle, which the node owns (never destroyed here).
         let code = unsafe { (api.stream_end_capture)(self.side, &mut graph) };
+        if code == sys::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED {
+            // The driver has freed the body graph the parent's capture
+            // still refers to: ending that capture would crash in the
+            // driver, so the stream owning it abandons it instead.
+            self.invalidated = true;
+            return Err(refuse(
+                op,
+                format!(
+                    "{}: the body's capture was invalidated (a context-wide synchronization, \
+                     such as cuCtxSynchronize or cudarc's CudaContext::synchronize or first \
+                     new_stream, ran while the window recorded), so the recording is abandoned",
+                    api.describe(code)
+                ),
+            ));
+        }
         api.check(op, code)?;
+        filled?;
         if Some(graph) != expected {
             return Err(refuse(
                 op,

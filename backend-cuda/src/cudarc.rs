@@ -15,14 +15,13 @@
 
 use std::sync::Arc;
 
-use ::cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr};
-use capture_core::{Buffer, Client, DriverError, Error, Signature};
+use ::cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtrMut};
+use capture_core::{Buffer, Client, Error, KeepAlive, Rejected, Signature};
 
 use crate::error::refuse;
 use crate::memory::check_import;
 use crate::sys::{CUcontext, CUdeviceptr, CUfunction, CUstream};
 use crate::{Cuda, Device, DevicePage, Kernel, Stream};
-use capture_core::KeepAlive;
 
 /// cudarc's context handle as this crate's.
 fn context_of(context: &CudaContext) -> CUcontext {
@@ -45,8 +44,9 @@ fn function_of(function: &CudaFunction) -> CUfunction {
 ///
 /// # Errors
 ///
-/// As for [`Device::from_raw_context`].
-pub fn device(context: &Arc<CudaContext>) -> Result<Arc<Device>, DriverError> {
+/// As for [`Device::from_raw_context`], handing back the clone of
+/// `context` it was given.
+pub fn device(context: &Arc<CudaContext>) -> Result<Arc<Device>, Rejected<Arc<CudaContext>>> {
     // SAFETY: the context stays alive while the `Arc` handed over as the
     // keep-alive does; cudarc releases it only when its last one drops.
     unsafe { Device::from_raw_context(context_of(context), Arc::clone(context)) }
@@ -67,12 +67,13 @@ pub fn device(context: &Arc<CudaContext>) -> Result<Arc<Device>, DriverError> {
 ///
 /// # Errors
 ///
-/// As for [`Stream::from_raw`]: the default stream, one of another context,
-/// or one capturing already.
+/// As for [`Stream::from_raw`], handing back the clone of `stream` it was
+/// given: the default stream, one of another context, or one capturing
+/// already.
 pub unsafe fn stream(
     device: &Arc<Device>,
     stream: &Arc<CudaStream>,
-) -> Result<Stream, DriverError> {
+) -> Result<Stream, Rejected<Arc<CudaStream>>> {
     // SAFETY: the stream stays alive while the `Arc` handed over as the
     // keep-alive does; the caller promises the rest.
     unsafe { Stream::from_raw(device, stream_of(stream), Arc::clone(stream)) }
@@ -82,9 +83,15 @@ pub unsafe fn stream(
 /// and dropped (which frees it, on its stream) once the library is past its
 /// last use of the memory.
 ///
-/// cudarc's stream of the slice is synchronized first, so everything cudarc
-/// enqueued on the memory has run; the slice being moved in, cudarc issues
-/// nothing on it afterwards.
+/// The slice is taken as cudarc takes one to be written: its stream first
+/// waits for every read and write cudarc has recorded on it, from any
+/// stream, and is then synchronized, so everything cudarc enqueued on the
+/// memory has run before the library writes it. The slice being moved in,
+/// cudarc issues nothing on it afterwards.
+///
+/// Not while a window records on the slice's stream, nor on any stream of
+/// its context: the synchronization would invalidate the capture. Import
+/// before the window.
 ///
 /// # Errors
 ///
@@ -92,16 +99,22 @@ pub unsafe fn stream(
 /// device or context than `device`'s, or a failed synchronization.
 pub fn import<T: Send + 'static>(
     device: &Arc<Device>,
-    slice: CudaSlice<T>,
-) -> Result<DevicePage, (DriverError, CudaSlice<T>)> {
+    mut slice: CudaSlice<T>,
+) -> Result<DevicePage, Rejected<CudaSlice<T>>> {
     const OP: &str = "import a cudarc slice";
     let len = slice.num_bytes() as u64;
+    let stream = Arc::clone(slice.stream());
     let pointer = {
-        let (pointer, _read) = slice.device_ptr(slice.stream());
+        // As for a write: the stream waits for cudarc's readers as well as
+        // its writers, which the plain `device_ptr` would not.
+        let (pointer, _written) = slice.device_ptr_mut(&stream);
         pointer
     };
-    if let Err(e) = slice.stream().synchronize() {
-        return Err((refuse(OP, format!("cudarc's stream: {e}")), slice));
+    if let Err(e) = stream.synchronize() {
+        return Err(Rejected::new(
+            refuse(OP, format!("cudarc's stream: {e}")),
+            slice,
+        ));
     }
     match check_import(device, pointer, len) {
         Ok(()) => Ok(DevicePage::imported(
@@ -110,7 +123,7 @@ pub fn import<T: Send + 'static>(
             len,
             KeepAlive::new(slice),
         )),
-        Err(e) => Err((e, slice)),
+        Err(e) => Err(Rejected::new(e, slice)),
     }
 }
 
@@ -126,12 +139,13 @@ pub fn import<T: Send + 'static>(
 ///
 /// # Errors
 ///
-/// As for [`Kernel::from_raw`].
+/// As for [`Kernel::from_raw`], handing back the clone of `function` it
+/// was given.
 pub unsafe fn kernel(
     device: &Arc<Device>,
     function: &CudaFunction,
     signature: Signature,
-) -> Result<Kernel, Error> {
+) -> Result<Kernel, Rejected<CudaFunction>> {
     // SAFETY: the module stays loaded while the clone handed over as the
     // keep-alive lives; the caller promises the rest.
     unsafe { Kernel::from_raw(device, function_of(function), signature, function.clone()) }

@@ -12,7 +12,7 @@ use crate::setter::{self, CONDITIONAL_DRIVER, ConditionalFunctions, Setters};
 use crate::sys::{
     self, Api, CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUmodule, CUstreamCaptureMode,
 };
-use capture_core::KeepAlive;
+use capture_core::{KeepAlive, Rejected};
 
 /// The variable that picks a device by index when a machine has several
 /// (default 0).
@@ -284,7 +284,7 @@ impl Device {
                     ),
                 )
             })?;
-        Self::assemble(api, loaded.version, ordinal, None, None)
+        Self::assemble(api, loaded.version, ordinal, None).map(Arc::new)
     }
 
     /// Device `ordinal` over `context`, or over its primary context when
@@ -294,15 +294,14 @@ impl Device {
         version: DriverVersion,
         ordinal: c_int,
         context: Option<CUcontext>,
-        owner: Option<Arc<KeepAlive>>,
-    ) -> Result<Arc<Self>, DriverError> {
+    ) -> Result<Self, DriverError> {
         let (info, raw, compute, limits) =
             describe(api, &version.to_string(), ordinal).map_err(opening)?;
         let context = match context {
             Some(context) => context,
             None => primary_context(api, raw).map_err(opening)?,
         };
-        Ok(Arc::new(Self {
+        Ok(Self {
             api,
             ordinal,
             context,
@@ -310,10 +309,10 @@ impl Device {
             limits,
             info,
             recording: recorders_of(ordinal),
-            owner,
+            owner: None,
             version,
             setters: OnceLock::new(),
-        }))
+        })
     }
 
     /// The device at `ordinal` over its primary context, the one the CUDA
@@ -339,7 +338,7 @@ impl Device {
     /// `keep_alive` is dropped once the device, and every stream, page,
     /// kernel and graph of it, is gone: to hand the context over, pass a
     /// value whose drop destroys or releases it; to keep it, pass `()`.
-    /// Refused, it is dropped at once.
+    /// Refused, it is handed back untouched in the [`Rejected`].
     ///
     /// Memory, streams and kernels of another device over the same context
     /// (the primary context, say) are usable on this one too: they are
@@ -354,10 +353,26 @@ impl Device {
     ///
     /// A null handle, or a context the driver does not know or cannot say
     /// the device of.
-    pub unsafe fn from_raw_context(
+    pub unsafe fn from_raw_context<K: Send + 'static>(
         context: CUcontext,
-        keep_alive: impl Send + 'static,
-    ) -> Result<Arc<Self>, DriverError> {
+        keep_alive: K,
+    ) -> Result<Arc<Self>, Rejected<K>> {
+        // SAFETY: the caller's promise, passed on.
+        match unsafe { Self::adopt_context(context) } {
+            Ok(mut device) => {
+                device.owner = Some(Arc::new(KeepAlive::new(keep_alive)));
+                Ok(Arc::new(device))
+            }
+            Err(e) => Err(Rejected::new(e, keep_alive)),
+        }
+    }
+
+    /// A device over `context`, not yet given its owner.
+    ///
+    /// # Safety
+    ///
+    /// `context` is null or a live context.
+    unsafe fn adopt_context(context: CUcontext) -> Result<Self, DriverError> {
         const OP: &str = "adopt context";
         if context.is_null() {
             return Err(refuse(OP, "the context handle is null"));
@@ -387,8 +402,7 @@ impl Device {
                     format!("the context's device ({raw}) is none of the {count} the driver lists"),
                 )
             })?;
-        let owner = Some(Arc::new(KeepAlive::new(keep_alive)));
-        Self::assemble(api, loaded.version, ordinal, Some(context), owner)
+        Self::assemble(api, loaded.version, ordinal, Some(context))
     }
 
     /// The driver's functions.

@@ -11,7 +11,7 @@
 use std::ffi::{CString, c_int, c_uint, c_void};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use capture_core::{Builtin, DriverError, Error, Signature};
+use capture_core::{Builtin, DriverError, Error, Rejected, Signature};
 
 use crate::device::{Device, Release};
 use crate::error::refuse;
@@ -530,7 +530,7 @@ impl Kernel {
     /// `keep_alive` is dropped once the kernel, and every graph that
     /// recorded it, is gone and no stream of the GPU records: to hand the
     /// module over, pass a value whose drop unloads it; to keep it, pass
-    /// `()`. Refused, it is dropped at once.
+    /// `()`. Refused, it is handed back untouched in the [`Rejected`].
     ///
     /// # Safety
     ///
@@ -547,30 +547,43 @@ impl Kernel {
     /// [`Error::Compile`] for a null function, or when the function
     /// disagrees with the signature or the device's limits;
     /// [`Error::Driver`] when the device cannot be used.
-    pub unsafe fn from_raw(
+    pub unsafe fn from_raw<K: Send + 'static>(
         device: &Arc<Device>,
         function: CUfunction,
         signature: Signature,
-        keep_alive: impl Send + 'static,
-    ) -> Result<Kernel, Error> {
+        keep_alive: K,
+    ) -> Result<Kernel, Rejected<K>> {
         let name = signature.name().to_owned();
         if function.is_null() {
-            return Err(Error::Compile {
+            let error = Error::Compile {
                 kernel: name,
                 log: "the function handle is null".to_owned(),
-            });
+            };
+            return Err(Rejected::new(error, keep_alive));
         }
-        check_signature(device, &signature)?;
-        let _current = device.enter()?;
-        let kernel = Kernel {
-            signature,
-            function,
-            module: None,
-            keep_alive: Some(KeepAlive::new(keep_alive)),
-            device: Arc::clone(device),
-        };
-        check_function(&kernel, &name)?;
-        Ok(kernel)
+        if let Err(e) = check_signature(device, &signature) {
+            return Err(Rejected::new(e, keep_alive));
+        }
+        let checked = device.enter().map_err(Error::from).and_then(|current| {
+            // Checked without the keep-alive, which a refusal hands back.
+            let kernel = Kernel {
+                signature,
+                function,
+                module: None,
+                keep_alive: None,
+                device: Arc::clone(device),
+            };
+            check_function(&kernel, &name)?;
+            drop(current);
+            Ok(kernel)
+        });
+        match checked {
+            Ok(mut kernel) => {
+                kernel.keep_alive = Some(KeepAlive::new(keep_alive));
+                Ok(kernel)
+            }
+            Err(e) => Err(Rejected::new(e, keep_alive)),
+        }
     }
 
     /// What the kernel takes.

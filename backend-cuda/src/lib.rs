@@ -32,6 +32,17 @@
 //! another stream of the device drops meanwhile is freed only once the last
 //! recording on the device has ended.
 //!
+//! A context-wide synchronization while a window records is forbidden to
+//! the caller: `cuCtxSynchronize`, cudarc's `CudaContext::synchronize`, and
+//! cudarc's first `CudaContext::new_stream` on a context (which
+//! synchronizes it) invalidate every capture of the context, the window's
+//! too. The window is then refused; where the invalidated capture was a
+//! conditional's body, the driver has freed the body graph and would crash
+//! ending the stream's capture (NVBUG 6805256), so that capture is
+//! abandoned instead: the stream is replaced by a fresh one, and the old
+//! one, left capturing, is never used, ended or destroyed again (an adopted
+//! one stays the caller's, who must not end its capture either).
+//!
 //! [`CAPTURE_CUDA_DEVICE`](DEVICE_ENV) selects the device [`Cuda::open`]
 //! opens, by index (default 0).
 //!
@@ -61,8 +72,9 @@
 //! driver made with the node, so conditionals nest to any depth, and keeps
 //! the order capture-core hands over for it. An if/else is one node of two
 //! bodies from driver 12.8 on, and two `if` nodes over one setter before
-//! it; an empty body gets an empty node before 12.8, whose drivers hang on
-//! an empty one. Bodies may hold copies (memcpy nodes, between device
+//! it; an empty body gets a one-thread no-op kernel of the setter module
+//! before 12.8, whose drivers hang on a body without a kernel (an empty
+//! node does not help; XLA's fix for that hang does the same). Bodies may hold copies (memcpy nodes, between device
 //! memory and the pinned host pages, which unified addressing maps for the
 //! device). A graph holding a conditional node is instantiated anew rather
 //! than updated in place, and no recording is ever embedded in another
@@ -77,7 +89,9 @@
 //! for `Client::adopt_stream`) and a function loaded elsewhere
 //! ([`Kernel::from_raw`]) are brought in by `unsafe` constructors, each
 //! with a keep-alive the library drops once it is past its last use of the
-//! handle. The library never frees, destroys or unloads what it did not
+//! handle. A refusal drops nothing: it hands the keep-alive back untouched
+//! in a [`Rejected`](capture_core::Rejected), which `?` turns into the
+//! error alone. The library never frees, destroys or unloads what it did not
 //! make; ownership is handed over by passing a keep-alive whose drop does.
 //! With the `cudarc` feature, the `cudarc` module converts
 //! cudarc 0.19's contexts, streams, slices and functions.

@@ -10,7 +10,7 @@ use std::ffi::{c_int, c_void};
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
-use capture_core::{DriverError, ImportRefusal};
+use capture_core::{DriverError, ImportRefusal, Rejected};
 
 use crate::device::{Device, Release};
 use crate::error::refuse;
@@ -103,7 +103,8 @@ impl DevicePage {
     /// `keep_alive` is dropped once the last buffer, view, graph and queued
     /// use of the memory is done and no stream of the GPU records (its drop
     /// may free): pass the allocation's owner to hand the memory over, or
-    /// `()` to keep it. Refused, it is dropped at once.
+    /// `()` to keep it. Refused, it is handed back untouched in the
+    /// [`Rejected`].
     ///
     /// The range is checked where the driver can tell: the address must be
     /// memory it knows (`cuPointerGetAttribute`), of this device and
@@ -122,20 +123,22 @@ impl DevicePage {
     ///
     /// A null pointer, an empty range, an address the driver does not know,
     /// memory of another device or context, or a range past the end of its
-    /// allocation; nothing is changed.
-    pub unsafe fn from_raw(
+    /// allocation; nothing is changed and `keep_alive` is handed back.
+    pub unsafe fn from_raw<K: Send + 'static>(
         device: &Arc<Device>,
         pointer: CUdeviceptr,
         len: u64,
-        keep_alive: impl Send + 'static,
-    ) -> Result<Self, DriverError> {
-        check_import(device, pointer, len)?;
-        Ok(Self::imported(
-            device,
-            pointer,
-            len,
-            KeepAlive::new(keep_alive),
-        ))
+        keep_alive: K,
+    ) -> Result<Self, Rejected<K>> {
+        match check_import(device, pointer, len) {
+            Ok(()) => Ok(Self::imported(
+                device,
+                pointer,
+                len,
+                KeepAlive::new(keep_alive),
+            )),
+            Err(e) => Err(Rejected::new(e, keep_alive)),
+        }
     }
 
     /// A page over memory [`check_import`] accepted.

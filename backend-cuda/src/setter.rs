@@ -11,8 +11,9 @@ use capture_core::DriverError;
 use crate::error::refuse;
 use crate::sys::{
     self, AddNode, Api, BeginCaptureToGraph, CUcontext, CUfunction, CUgraph,
-    CUgraphConditionalHandle, CUgraphConditionalNodeType, CUgraphNode, CUgraphNodeParams,
-    CUjit_option, CUmodule, CUstream, CaptureInfo, HandleCreate, UpdateDependencies,
+    CUgraphConditionalHandle, CUgraphConditionalNodeType, CUgraphEdgeData, CUgraphNode,
+    CUgraphNodeParams, CUjit_option, CUmodule, CUstream, CaptureInfo, HandleCreate,
+    UpdateDependencies,
 };
 
 /// The setters' body; the header naming the PTX version and target is
@@ -24,7 +25,9 @@ const SETTER_BODY: &str = include_str!("conditional.ptx");
 pub(crate) const CONDITIONAL_DRIVER: c_int = 12040;
 
 /// The oldest driver (r570) with if/else nodes of two bodies, and the
-/// first that runs an empty body rather than hang on it.
+/// first that runs a body without a kernel rather than hang on it (before
+/// it an empty body gets the no-op kernel, as XLA's fix for that hang
+/// does; an empty node is not enough).
 pub(crate) const IF_ELSE_DRIVER: c_int = 12080;
 
 /// The setter PTX for a device of compute capability `major.minor`, with
@@ -66,14 +69,18 @@ pub(crate) enum Setter {
     /// `(flag, handle, trips, bound)`: at the end of each iteration, the
     /// trip counter counted.
     WhileNext,
+    /// `()`: sets nothing; the kernel an otherwise empty body is given on
+    /// a driver before 12.8, which hangs on a body without one.
+    Noop,
 }
 
 impl Setter {
-    const ALL: [Setter; 4] = [
+    const ALL: [Setter; 5] = [
         Setter::If,
         Setter::IfElse,
         Setter::WhileFirst,
         Setter::WhileNext,
+        Setter::Noop,
     ];
 
     /// Its entry point in `conditional.ptx`.
@@ -83,6 +90,7 @@ impl Setter {
             Setter::IfElse => c"conditional_set_if_else",
             Setter::WhileFirst => c"conditional_while_first",
             Setter::WhileNext => c"conditional_while_next",
+            Setter::Noop => c"conditional_noop",
         }
     }
 
@@ -92,6 +100,7 @@ impl Setter {
             Setter::If => &[8, 8],
             Setter::IfElse => &[8, 8, 8],
             Setter::WhileFirst | Setter::WhileNext => &[8, 8, 8, 4],
+            Setter::Noop => &[],
         }
     }
 }
@@ -108,7 +117,7 @@ pub fn setter_entries() -> Vec<(&'static str, &'static [usize])> {
 /// The setter module loaded in one context, and its entry points.
 pub(crate) struct Setters {
     module: CUmodule,
-    functions: [CUfunction; 4],
+    functions: [CUfunction; Setter::ALL.len()],
 }
 
 // SAFETY: a module and its functions are process-wide handles any thread
@@ -178,7 +187,7 @@ pub(crate) fn load(
         }
         return Err((reason, None));
     }
-    let mut functions = [ptr::null_mut(); 4];
+    let mut functions = [ptr::null_mut(); Setter::ALL.len()];
     for (slot, which) in functions.iter_mut().zip(Setter::ALL) {
         // SAFETY: the module is live, the name NUL-terminated, and the slot
         // a valid place for the handle.
@@ -244,9 +253,15 @@ impl ConditionalFunctions {
         let mut status = sys::CU_STREAM_CAPTURE_STATUS_NONE;
         let mut graph: CUgraph = ptr::null_mut();
         let mut dependencies: *const CUgraphNode = ptr::null();
+        // Asked for, though unused: without a place for it the driver
+        // refuses (CUDA_ERROR_LOSSY_QUERY) when an edge carries data, as
+        // the caller's programmatic launches on an adopted stream make. The
+        // node then follows those nodes over plain edges, which order at
+        // least as strongly.
+        let mut edge_data: *const CUgraphEdgeData = ptr::null();
         let mut count: usize = 0;
         // SAFETY: the stream is live; every out-pointer is a valid place,
-        // and the id and edge data are not asked for (null).
+        // and the id is not asked for (null).
         api.check(op, unsafe {
             (self.capture_info)(
                 stream,
@@ -254,7 +269,7 @@ impl ConditionalFunctions {
                 ptr::null_mut(),
                 &mut graph,
                 &mut dependencies,
-                ptr::null_mut(),
+                &mut edge_data,
                 &mut count,
             )
         })?;
@@ -350,22 +365,6 @@ impl ConditionalFunctions {
         Ok((node, graphs))
     }
 
-    /// Add an empty node, with no dependencies, to `graph`.
-    pub(crate) fn add_empty(
-        &self,
-        api: &Api,
-        graph: CUgraph,
-        op: &'static str,
-    ) -> Result<(), DriverError> {
-        let mut params = CUgraphNodeParams::zeroed(sys::CU_GRAPH_NODE_TYPE_EMPTY);
-        let mut node: CUgraphNode = ptr::null_mut();
-        // SAFETY: the graph is live; no dependencies are passed; `params`
-        // is whole and zeroed but for its type.
-        api.check(op, unsafe {
-            (self.add_node)(&mut node, graph, ptr::null(), ptr::null(), 0, &mut params)
-        })
-    }
-
     /// Make `stream`'s next captured node follow `node` alone.
     pub(crate) fn follow(
         &self,
@@ -447,7 +446,11 @@ mod tests {
             );
             assert!(head.contains(".reqntid 1, 1, 1"), "{entry}");
             let calls = code.matches("call.uni cudaGraphSetConditional").count();
-            let handles = if which == Setter::IfElse { 2 } else { 1 };
+            let handles = match which {
+                Setter::IfElse => 2,
+                Setter::Noop => 0,
+                _ => 1,
+            };
             assert_eq!(calls, handles, "{entry}");
         }
         // The loop's bound counts iterations made: the first setter resets

@@ -10,7 +10,7 @@
 //! refuses on the recording stream itself (no host sync, no page released),
 //! and the device defers frees other streams make meanwhile.
 
-use std::ffi::c_void;
+use std::ffi::{c_uint, c_void};
 use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,7 +28,7 @@ use crate::graph::{Executable, Level, Recording};
 use crate::kernels::Kernel;
 use crate::memory::{DevicePage, HostPage};
 use crate::sys::{self, CUcontext, CUgraph, CUstream};
-use capture_core::KeepAlive;
+use capture_core::{KeepAlive, Rejected};
 
 /// Bytes of one kernel parameter's slot: the largest parameter a
 /// signature declares, and a device pointer.
@@ -150,7 +150,8 @@ impl Stream {
     /// `keep_alive` is dropped once the library is past its last use of the
     /// stream (after the stream drops and no stream of the GPU records): to
     /// hand the stream over, pass a value whose drop destroys it; to keep
-    /// it, pass `()`. Refused, it is dropped at once.
+    /// it, pass `()`. Refused, it is handed back untouched in the
+    /// [`Rejected`].
     ///
     /// # The caller's own work
     ///
@@ -167,7 +168,9 @@ impl Stream {
     /// outside the capture, begin or end a capture of its own on it, or
     /// allocate on it (`cuMemAllocAsync`, whose node makes `instantiate`
     /// refuse); the buffers its own work touches are not tracked by the
-    /// library.
+    /// library. Nor may anyone synchronize the whole context meanwhile
+    /// (`cuCtxSynchronize`, cudarc's `CudaContext::synchronize` or first
+    /// `new_stream`): that invalidates the capture (see the crate's docs).
     ///
     /// # Safety
     ///
@@ -179,47 +182,20 @@ impl Stream {
     /// # Errors
     ///
     /// A null handle, the legacy or per-thread default stream (which a
-    /// capture from any thread cannot use), a stream of another context, or
-    /// one capturing already.
-    pub unsafe fn from_raw(
+    /// capture from any thread cannot use), a blocking stream (made without
+    /// `CU_STREAM_NON_BLOCKING`: work on the legacy default stream anywhere
+    /// in the process would invalidate its captures), a stream of another
+    /// context, or one capturing already.
+    pub unsafe fn from_raw<K: Send + 'static>(
         device: &Arc<Device>,
         raw: CUstream,
-        keep_alive: impl Send + 'static,
-    ) -> Result<Self, DriverError> {
-        const OP: &str = "adopt stream";
-        if raw.is_null() {
-            return Err(refuse(
-                OP,
-                "the stream handle is null (the legacy default stream cannot be captured)",
-            ));
+        keep_alive: K,
+    ) -> Result<Self, Rejected<K>> {
+        // SAFETY: the caller's promise, passed on.
+        match unsafe { check_adoptable(device, raw) } {
+            Ok(()) => Ok(Self::over(device, raw, Some(KeepAlive::new(keep_alive)))),
+            Err(e) => Err(Rejected::new(e, keep_alive)),
         }
-        let special = raw as usize;
-        if special == sys::CU_STREAM_LEGACY || special == sys::CU_STREAM_PER_THREAD {
-            return Err(refuse(
-                OP,
-                "the legacy and per-thread default streams cannot be adopted: a capture on \
-                 them cannot begin and end on any thread",
-            ));
-        }
-        let api = device.api();
-        let _current = device.enter()?;
-        let mut context: CUcontext = ptr::null_mut();
-        // SAFETY: the caller promises a live stream; `context` is a valid
-        // place for the handle.
-        api.check(OP, unsafe { (api.stream_get_ctx)(raw, &mut context) })?;
-        if context != device.raw_context() {
-            return Err(refuse(
-                OP,
-                "the stream belongs to another context than the device's",
-            ));
-        }
-        let mut status = sys::CU_STREAM_CAPTURE_STATUS_NONE;
-        // SAFETY: the stream is live; `status` is a valid place for it.
-        api.check(OP, unsafe { (api.stream_is_capturing)(raw, &mut status) })?;
-        if status != sys::CU_STREAM_CAPTURE_STATUS_NONE {
-            return Err(refuse(OP, "the stream is capturing already"));
-        }
-        Ok(Self::over(device, raw, Some(KeepAlive::new(keep_alive))))
     }
 
     /// The driver's handle of the stream: the caller's own for an adopted
@@ -496,6 +472,25 @@ impl Stream {
         // Bodies still open (capture-core closes each; a stream dropped
         // while recording may not have) end first.
         self.nesting.abandon(&device);
+        if self.nesting.take_invalidated() {
+            // The driver freed a body graph the capture refers to, and
+            // would crash ending it (NVBUG 6805256): the capture is left
+            // open on a stream that is never used again.
+            device.end_recording(|| ());
+            self.recording = false;
+            self.level = Level::default();
+            let note = self.replace_raw(true);
+            drop(current);
+            return Err(refuse(
+                OP,
+                format!(
+                    "a conditional body's capture was invalidated (a context-wide \
+                     synchronization, such as cuCtxSynchronize or cudarc's \
+                     CudaContext::synchronize or first new_stream, ran while the window \
+                     recorded), so the capture was abandoned rather than ended; {note}"
+                ),
+            ));
+        }
         let mut graph: CUgraph = ptr::null_mut();
         let raw = self.raw;
         // SAFETY: the stream is live; `graph` is a valid place for the
@@ -540,14 +535,24 @@ impl Stream {
         if asked == sys::CUDA_SUCCESS && status == sys::CU_STREAM_CAPTURE_STATUS_NONE {
             return None;
         }
+        Some(self.replace_raw(false))
+    }
+
+    /// Replace the stream by a fresh one ordered after everything the old
+    /// one held (see `leave_capture`), and say what was done. An
+    /// `abandoned` stream, whose capture the driver cannot end safely, is
+    /// never destroyed: destroying a capturing stream tears its capture
+    /// down too.
+    fn replace_raw(&mut self, abandoned: bool) -> String {
+        let api = self.device.api();
         let mut fresh: CUstream = ptr::null_mut();
         // SAFETY: `fresh` is a valid place for the handle.
         let created = unsafe { (api.stream_create)(&mut fresh, sys::CU_STREAM_NON_BLOCKING) };
         if created != sys::CUDA_SUCCESS {
-            return Some(format!(
+            return format!(
                 "the stream may still be recording, and no fresh stream could replace it: {}",
                 api.describe(created)
-            ));
+            );
         }
         if let Some(event) = self.events.latest() {
             // SAFETY: both handles are live; the event was recorded before
@@ -560,11 +565,14 @@ impl Stream {
         let old = std::mem::replace(&mut self.raw, fresh);
         if !std::mem::replace(&mut self.owned, true) {
             // The caller's stream is theirs to end and destroy.
-            return Some(
-                "the adopted stream was still recording, so a fresh stream of the library's \
-                 replaced it; the caller's stream is left as it is"
-                    .to_owned(),
-            );
+            return "the adopted stream was still recording, so a fresh stream of the library's \
+                    replaced it; the caller's stream is left as it is"
+                .to_owned();
+        }
+        if abandoned {
+            return "the stream was replaced by a fresh one, and the old one is left capturing \
+                    (never destroyed)"
+                .to_owned();
         }
         // SAFETY: the old stream is owned here and destroyed once; work
         // already on it still completes, and its events stay valid.
@@ -572,7 +580,7 @@ impl Stream {
         if let Err(e) = api.check("destroy the stream left recording", destroyed) {
             log::warn!("{e}");
         }
-        Some("the stream was still recording, so it was replaced by a fresh one".to_owned())
+        "the stream was still recording, so it was replaced by a fresh one".to_owned()
     }
 
     /// Whether the stream's recordings can hold conditional nodes, and what
@@ -664,6 +672,60 @@ impl Drop for Stream {
             self.device.release(Release::KeepAlive(keep_alive));
         }
     }
+}
+
+/// Whether `raw` may be adopted on `device`: a stream of its context, not
+/// a default one, non-blocking, not capturing.
+///
+/// # Safety
+///
+/// `raw` is null, a default stream's handle, or a live stream.
+unsafe fn check_adoptable(device: &Device, raw: CUstream) -> Result<(), DriverError> {
+    const OP: &str = "adopt stream";
+    if raw.is_null() {
+        return Err(refuse(
+            OP,
+            "the stream handle is null (the legacy default stream cannot be captured)",
+        ));
+    }
+    let special = raw as usize;
+    if special == sys::CU_STREAM_LEGACY || special == sys::CU_STREAM_PER_THREAD {
+        return Err(refuse(
+            OP,
+            "the legacy and per-thread default streams cannot be adopted: a capture on \
+             them cannot begin and end on any thread",
+        ));
+    }
+    let api = device.api();
+    let _current = device.enter()?;
+    let mut context: CUcontext = ptr::null_mut();
+    // SAFETY: the caller promises a live stream; `context` is a valid
+    // place for the handle.
+    api.check(OP, unsafe { (api.stream_get_ctx)(raw, &mut context) })?;
+    if context != device.raw_context() {
+        return Err(refuse(
+            OP,
+            "the stream belongs to another context than the device's",
+        ));
+    }
+    let mut flags: c_uint = 0;
+    // SAFETY: the stream is live; `flags` is a valid place for them.
+    api.check(OP, unsafe { (api.stream_get_flags)(raw, &mut flags) })?;
+    if flags & sys::CU_STREAM_NON_BLOCKING == 0 {
+        return Err(refuse(
+            OP,
+            "the stream is blocking (made without CU_STREAM_NON_BLOCKING): work on the legacy \
+             default stream anywhere in the process would invalidate its captures; make it \
+             with CU_STREAM_NON_BLOCKING (cudarc's `CudaContext::new_stream` does)",
+        ));
+    }
+    let mut status = sys::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: the stream is live; `status` is a valid place for it.
+    api.check(OP, unsafe { (api.stream_is_capturing)(raw, &mut status) })?;
+    if status != sys::CU_STREAM_CAPTURE_STATUS_NONE {
+        return Err(refuse(OP, "the stream is capturing already"));
+    }
+    Ok(())
 }
 
 fn same_len(op: &'static str, src: u64, dst: u64) -> Result<usize, DriverError> {

@@ -353,6 +353,8 @@ driver_api! {
         stream_destroy = cuStreamDestroy_v2(CUstream);
         /// A stream made elsewhere's context, before it is adopted.
         stream_get_ctx = cuStreamGetCtx(CUstream, *mut CUcontext);
+        /// A stream made elsewhere's flags: a blocking one is refused.
+        stream_get_flags = cuStreamGetFlags(CUstream, *mut c_uint);
         stream_wait_event = cuStreamWaitEvent(CUstream, CUevent, c_uint);
         stream_begin_capture = cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode);
         stream_end_capture = cuStreamEndCapture(CUstream, *mut CUgraph);

@@ -566,7 +566,7 @@ fn setter_ptx_assembles_for_every_target_and_takes_what_a_launch_passes() {
     }
     let variants = setter_ptx_variants();
     let entries = setter_entries();
-    assert_eq!(entries.len(), 4, "{entries:?}");
+    assert_eq!(entries.len(), 5, "{entries:?}");
     for (label, ptx) in &variants {
         for (entry, _) in &entries {
             assert!(

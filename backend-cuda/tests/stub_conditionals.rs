@@ -3,12 +3,14 @@
 //! conditional nodes with their body graphs, and the library's setter
 //! kernels (each reads its flag's `u32` in the stub's device memory): an
 //! `if` and an `if/else` replayed with the flag set and clear, on a 12.4
-//! driver (an if/else as two `if` nodes, an empty body given an empty node)
-//! and a 12.8 one (one node of two bodies); a loop running 0, 1, k and
+//! driver (an if/else as two `if` nodes, an empty body given the no-op
+//! kernel) and a 12.8 one (one node of two bodies); a loop running 0, 1, k and
 //! `bound` iterations, the flag still set after the bound; a loop nested in
 //! an `if` and an `if` in the loop; a body's dependency graph handed
 //! through to its body graph; a refused node creation leaving the stream
-//! able to capture again; and a driver without the functions, one too old,
+//! able to capture again; an invalidated body's capture abandoning the
+//! stream's capture rather than ending it; dependencies whose edges carry
+//! data; and a driver without the functions, one too old,
 //! and one refusing the setter module, each refused with its reason while
 //! the eager conditionals still run.
 //!
@@ -119,7 +121,6 @@ fn fail_next_add_node(code: i32) {
 /// The stub's graph node kinds.
 const KERNEL: u32 = 0;
 const MEMCPY: u32 = 1;
-const EMPTY: u32 = 5;
 const CONDITIONAL: u32 = 13;
 
 /// One of the stub's kernels (`fill`, `add`, `countdown`).
@@ -353,6 +354,25 @@ fn an_if_and_an_if_else_replay_as_the_flag_says_on_a_12_8_driver() {
     );
 }
 
+/// Where the nodes a conditional follows carry edge data (the caller's
+/// programmatic launches on an adopted stream leave such edges), the
+/// driver refuses a capture query with no place for the data; the library
+/// gives it one.
+#[test]
+fn a_conditional_follows_dependencies_whose_edges_carry_data() {
+    if in_child() {
+        return check_if_and_if_else(12080);
+    }
+    in_stub(
+        "a_conditional_follows_dependencies_whose_edges_carry_data",
+        &stub_dir(None),
+        &[
+            ("CUDA_STUB_DRIVER_VERSION", "12080"),
+            ("CUDA_STUB_EDGE_DATA", "1"),
+        ],
+    );
+}
+
 /// In the child: a bounded loop replayed to run 0, 1, k and `BOUND`
 /// iterations, and past the bound, where the flag stays set.
 fn check_loop_iterations() {
@@ -522,8 +542,9 @@ fn a_body_in_chain_order_keeps_the_chain() {
 }
 
 /// In the child: a body holding a copy of the caller's, which runs only
-/// when the body does; an empty body, which a 12.4 driver gets an empty
-/// node in (it would hang on it) and a 12.8 one does not.
+/// when the body does; an empty body, which a 12.4 driver gets the no-op
+/// kernel in (it would hang on it, and on a body of an empty node) and a
+/// 12.8 one does not.
 fn check_copies_and_empty_bodies(version: u32) {
     let rig = Rig::new(ReplayOrder::Dependencies);
     let graph = rig
@@ -541,24 +562,28 @@ fn check_copies_and_empty_bodies(version: u32) {
     if version >= 12080 {
         assert_eq!(kinds, [], "an empty body, which this driver runs");
     } else {
-        assert_eq!(kinds, [EMPTY], "an empty node where the driver would hang");
+        assert_eq!(kinds, [KERNEL], "the no-op where the driver would hang");
     }
     for (flag, x) in [(0, 0.0), (1, 5.0)] {
+        let noops = stub_int("cuStubNoopsRun");
         rig.zero();
         rig.set(&rig.flag, flag);
         rig.replay(&graph);
         assert_eq!(rig.value(&rig.x), x, "flag {flag}");
+        let ran = stub_int("cuStubNoopsRun") - noops;
+        let expected = i32::from(version < 12080 && flag == 1);
+        assert_eq!(ran, expected, "the no-op runs with its body, flag {flag}");
     }
     println!("\n{DONE}");
 }
 
 #[test]
-fn a_body_holds_copies_and_an_empty_body_gets_a_node_before_12_8() {
+fn a_body_holds_copies_and_an_empty_body_gets_a_no_op_kernel_before_12_8() {
     if in_child() {
         return check_copies_and_empty_bodies(12040);
     }
     in_stub(
-        "a_body_holds_copies_and_an_empty_body_gets_a_node_before_12_8",
+        "a_body_holds_copies_and_an_empty_body_gets_a_no_op_kernel_before_12_8",
         &stub_dir(None),
         &[],
     );
@@ -625,6 +650,58 @@ fn a_refused_node_leaves_the_stream_able_to_capture_again() {
         "a_refused_node_leaves_the_stream_able_to_capture_again",
         &stub_dir(None),
         &[],
+    );
+}
+
+/// In the child: a body's capture is invalidated (as a context-wide sync
+/// during the window does) and the driver frees its graph; the window is
+/// refused saying so, the stream's own capture is abandoned rather than
+/// ended or destroyed (either crashes the driver, and the stub), and the
+/// stream, replaced, runs and captures again.
+fn check_invalidated_body() {
+    let rig = Rig::new(ReplayOrder::Dependencies);
+    let body = || {
+        rig.client
+            .if_flag(rig.stream, &rig.flag, || rig.add(&rig.x, &rig.ones))
+            .map(drop)
+    };
+    rig.set(&rig.flag, 1);
+    let refused = rig
+        .capture(body)
+        .expect_err("the body's capture was invalidated");
+    let words = refused.to_string();
+    assert!(
+        words.contains("CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"),
+        "{words}"
+    );
+    assert!(words.contains("abandoned"), "{words}");
+    rig.zero();
+    rig.add(&rig.x, &rig.ones)
+        .expect("the replaced stream runs work");
+    assert_eq!(rig.value(&rig.x), 1.0);
+    let graph = rig.capture(body).expect("the stream captures again");
+    for (flag, x) in [(1, 1.0), (0, 0.0)] {
+        rig.zero();
+        rig.set(&rig.flag, flag);
+        rig.replay(&graph);
+        assert_eq!(rig.value(&rig.x), x, "flag {flag}");
+    }
+    drop(graph);
+    rig.client
+        .destroy_stream(rig.stream)
+        .expect("the stream goes, the abandoned one left alone");
+    println!("\n{DONE}");
+}
+
+#[test]
+fn an_invalidated_body_abandons_the_capture_instead_of_ending_it() {
+    if in_child() {
+        return check_invalidated_body();
+    }
+    in_stub(
+        "an_invalidated_body_abandons_the_capture_instead_of_ending_it",
+        &stub_dir(None),
+        &[("CUDA_STUB_INVALIDATE_BODY", "1")],
     );
 }
 

@@ -19,7 +19,9 @@
 //! captured and let go after its last use, bad imports refused; a stream
 //! adopted, whose graph holds the caller's own launch and which is never
 //! destroyed; a context adopted and kernels over functions made elsewhere,
-//! whose owners go last.
+//! whose owners go last; every refusal handing the keep-alive back; and,
+//! with the `cudarc` feature, cudarc itself on the stub, whose slice an
+//! import takes only once cudarc's readers on other streams are done.
 //!
 //! Each case runs in a child process (this test binary, run again with the
 //! stub first on the library path), because the driver library, once
@@ -38,7 +40,7 @@ use backend_cuda::{
 };
 use capture_core::{
     Access, Builtin, BuiltinInfo, Client, Config, Dependencies, DeviceSlice, Driver, DriverError,
-    Error, GraphDriver, HostSlice, Order, Signature, StreamId, Updated,
+    Error, GraphDriver, HostSlice, Order, Rejected, Signature, StreamId, Updated,
 };
 
 mod runs_stub;
@@ -974,15 +976,22 @@ fn raw_alloc(context: CUcontext, bytes: usize) -> CUdeviceptr {
     pointer
 }
 
-/// A stream made in `context` by the caller's own `cuStreamCreate`.
+/// A non-blocking stream made in `context` by the caller's own
+/// `cuStreamCreate`.
 fn raw_stream(context: CUcontext) -> CUstream {
+    raw_stream_with(context, 1)
+}
+
+/// A stream made in `context` by the caller's own `cuStreamCreate`, with
+/// `flags`.
+fn raw_stream_with(context: CUcontext, flags: u32) -> CUstream {
     // SAFETY: `cuStreamCreate(CUstream*, unsigned)`.
     let create =
         unsafe { stub_fn::<unsafe extern "C" fn(*mut CUstream, u32) -> i32>("cuStreamCreate") };
     let mut stream: CUstream = std::ptr::null_mut();
     let code = in_context(context, || {
         // SAFETY: a valid place for the handle.
-        unsafe { create(&mut stream, 1) }
+        unsafe { create(&mut stream, flags) }
     });
     assert_eq!(code, 0);
     stream
@@ -1054,6 +1063,25 @@ impl Drop for Watched {
 fn watched() -> (Watched, Arc<AtomicBool>) {
     let flag = Arc::new(AtomicBool::new(false));
     (Watched(Arc::clone(&flag)), flag)
+}
+
+/// The error of a refusal given a watched keep-alive, after checking that
+/// the refusal handed that keep-alive back undropped.
+fn handed_back<T: std::fmt::Debug>(
+    refuse: impl FnOnce(Watched) -> Result<T, Rejected<Watched>>,
+) -> Error {
+    let (keep, dropped) = watched();
+    let (error, kept) = refuse(keep).expect_err("refused").into_parts();
+    assert!(
+        !dropped.load(Ordering::SeqCst),
+        "the refusal dropped the caller's keep-alive ({error})"
+    );
+    drop(kept);
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "what was handed back is what was given"
+    );
+    error
 }
 
 const N: usize = 64;
@@ -1135,14 +1163,14 @@ fn imported_memory_is_launched_captured_replayed_and_let_go_after_its_last_use()
     in_stub("imported_memory_is_launched_captured_replayed_and_let_go_after_its_last_use");
 }
 
-/// The message of a refused import, after checking its keep-alive went.
+/// The message of a refused import, after checking its keep-alive was
+/// handed back untouched.
 fn refused_import(device: &Arc<Device>, pointer: CUdeviceptr, len: u64) -> String {
-    let (keep, dropped) = watched();
-    // SAFETY: every range tried here is refused before it could be used.
-    let refused = unsafe { DevicePage::from_raw(device, pointer, len, keep) };
-    let err = refused.expect_err("a bad import");
-    assert!(dropped.load(Ordering::SeqCst), "the keep-alive is dropped");
-    err.to_string()
+    handed_back(|keep| {
+        // SAFETY: every range tried here is refused before it could be used.
+        unsafe { DevicePage::from_raw(device, pointer, len, keep) }
+    })
+    .to_string()
 }
 
 /// In the child, with two devices: each bad import is refused with its
@@ -1335,14 +1363,18 @@ fn check_adopted_streams() {
 
     // Bad handles.
     let refused = |raw: CUstream| {
-        let (keep, dropped) = watched();
-        // SAFETY: refused before any use.
-        let err = unsafe { Stream::from_raw(&device, raw, keep) }.expect_err("refused");
-        assert!(dropped.load(Ordering::SeqCst));
-        err.to_string()
+        handed_back(|keep| {
+            // SAFETY: refused before any use.
+            unsafe { Stream::from_raw(&device, raw, keep) }
+        })
+        .to_string()
     };
     assert!(refused(std::ptr::null_mut()).contains("null"));
     assert!(refused(std::ptr::without_provenance_mut(1)).contains("default streams"));
+    let blocking = raw_stream_with(device.raw_context(), 0);
+    let said = refused(blocking);
+    assert!(said.contains("CU_STREAM_NON_BLOCKING"), "{said}");
+    assert_eq!(destroyed(blocking), 0, "the caller's stream is left alone");
     let theirs = raw_stream(other.raw_context());
     assert!(refused(theirs).contains("another context"));
     // A stream of device 1, adopted by a client of device 0.
@@ -1370,9 +1402,11 @@ fn an_adopted_streams_graph_holds_the_callers_own_launch_and_the_stream_outlives
 /// elsewhere are checked like the others and never unload a module.
 fn check_adopted_contexts_and_kernels() {
     let context = second_context(0);
-    // SAFETY: refused before any use.
-    let null = unsafe { Device::from_raw_context(std::ptr::null_mut(), ()) };
-    assert!(null.expect_err("null").to_string().contains("null"));
+    let null = handed_back(|keep| {
+        // SAFETY: refused before any use.
+        unsafe { Device::from_raw_context(std::ptr::null_mut(), keep) }
+    });
+    assert!(null.to_string().contains("null"), "{null}");
     let (keep, dropped) = watched();
     // SAFETY: the stub's contexts live for the process.
     let device = unsafe { Device::from_raw_context(context, keep) }.expect("an adopted context");
@@ -1391,9 +1425,8 @@ fn check_adopted_contexts_and_kernels() {
     assert_eq!(client.read_f32(&x).expect("read"), vec![4.0; N]);
     // Memory of this context, imported into a device of the primary one.
     let pointer = raw_alloc(context, 64);
-    // SAFETY: refused before any use.
-    let refused = unsafe { DevicePage::from_raw(&primary, pointer, 64, ()) };
-    assert!(refused.is_err(), "another context's memory");
+    let refused = refused_import(&primary, pointer, 64);
+    assert!(refused.contains("another context"), "{refused}");
     drop((x, fill, client));
     let mut raw = Cuda::create_stream(&device).expect("a driver stream");
     let page = Cuda::allocate_device_page(&mut raw, 64).expect("a page");
@@ -1425,36 +1458,31 @@ fn check_adopted_contexts_and_kernels() {
     drop(kernel);
     assert!(dropped.load(Ordering::SeqCst), "its keep-alive went");
     assert_eq!(stub_int("cuStubReleases"), releases, "no module unloaded");
-    // SAFETY: refused before any use.
-    let null = unsafe {
-        Kernel::from_raw(
-            &primary,
-            std::ptr::null_mut(),
-            Builtin::Fill.signature(),
-            (),
-        )
+    // Each refusal hands the keep-alive back: a null function, one that
+    // runs fewer threads than its signature declares, and a signature
+    // larger than the device's blocks.
+    let refused = |function: CUfunction, signature: Signature| {
+        handed_back(|keep| {
+            // SAFETY: refused before any use.
+            unsafe { Kernel::from_raw(&primary, function, signature, keep) }
+        })
     };
-    assert!(matches!(null, Err(Error::Compile { ref log, .. }) if log.contains("null")));
-    // SAFETY: refused before any use.
-    let narrow = unsafe {
-        Kernel::from_raw(
-            &primary,
-            stub_function("narrow"),
-            Builtin::Fill.signature(),
-            (),
-        )
-    };
+    let null = refused(std::ptr::null_mut(), Builtin::Fill.signature());
     assert!(
-        matches!(narrow, Err(Error::Compile { ref log, .. }) if log.contains("at most 32 threads")),
-        "{narrow:?}"
+        matches!(null, Error::Compile { ref log, .. } if log.contains("null")),
+        "{null}"
+    );
+    let narrow = refused(stub_function("narrow"), Builtin::Fill.signature());
+    assert!(
+        matches!(narrow, Error::Compile { ref log, .. } if log.contains("at most 32 threads")),
+        "{narrow}"
     );
     let too_big = Signature::new("fill")
         .binding(Access::Write)
         .info(16)
         .workgroup([2048, 1, 1]);
-    // SAFETY: refused before any use.
-    let too_big = unsafe { Kernel::from_raw(&primary, stub_function("fill"), too_big, ()) };
-    assert!(matches!(too_big, Err(Error::Compile { .. })), "{too_big:?}");
+    let too_big = refused(stub_function("fill"), too_big);
+    assert!(matches!(too_big, Error::Compile { .. }), "{too_big}");
     println!("\n{DONE}");
 }
 
@@ -1499,4 +1527,76 @@ fn cudarc_reads_a_buffer_at_the_address_the_library_gives() {
         return check_buffer_addresses();
     }
     in_stub("cudarc_reads_a_buffer_at_the_address_the_library_gives");
+}
+
+/// In the child, with work queued until something waits for it: cudarc
+/// reads a slice on another stream than the slice's, the slice is then
+/// imported and the library writes it; the import made the slice's stream
+/// wait for cudarc's read, so the read saw the values from before the
+/// library's write.
+#[cfg(feature = "cudarc")]
+fn check_cudarc_import_waits_for_readers() {
+    let context = cudarc::driver::CudaContext::new(0).expect("cudarc runs on the stub");
+    let home = context.new_stream().expect("the slice's stream");
+    let reader = context.new_stream().expect("another stream");
+    let (ones, zeros) = ([1.0f32; N], [0.0f32; N]);
+    let slice = home.clone_htod(&ones).expect("a slice");
+    let mut copy = reader.clone_htod(&zeros).expect("a second slice");
+    reader
+        .memcpy_dtod(&slice, &mut copy)
+        .expect("cudarc reads the slice on another stream");
+    let device = backend_cuda::cudarc::device(&context)
+        .map_err(|rejected| rejected.error)
+        .expect("a device over cudarc's context");
+    let client = Client::<Cuda>::with_device(Arc::clone(&device), Config::default());
+    let stream = client.create_stream().expect("a stream");
+    let page = backend_cuda::cudarc::import(&device, slice)
+        .map_err(|rejected| rejected.error)
+        .expect("the slice imports");
+    let x = client
+        .import(stream, page)
+        .map_err(|rejected| rejected.error)
+        .expect("a buffer over it");
+    client
+        .write_f32(&x, &[9.0; N])
+        .expect("the library writes it");
+    client.sync(stream).expect("sync");
+    assert_eq!(client.read_f32(&x).expect("read"), vec![9.0; N]);
+    reader.synchronize().expect("cudarc's stream drains");
+    let address = cudarc::driver::DevicePtr::device_ptr(&copy, &reader).0;
+    assert_eq!(
+        floats_at(address, N),
+        vec![1.0; N],
+        "cudarc's read ran before the library's write"
+    );
+    // Refusals hand back what the helpers were given: the slice, and the
+    // stream's `Arc` (whose count shows the clone is not dropped).
+    // SAFETY: nothing reads the empty slice.
+    let empty = unsafe { home.alloc::<f32>(0) }.expect("an empty slice");
+    let rejected = backend_cuda::cudarc::import(&device, empty).expect_err("an empty slice");
+    assert!(rejected.error.to_string().contains("import"), "{rejected}");
+    assert_eq!(rejected.handed_back.len(), 0, "the slice came back");
+    drop(rejected);
+    let legacy = context.default_stream();
+    // SAFETY: refused before any use.
+    let rejected =
+        unsafe { backend_cuda::cudarc::stream(&device, &legacy) }.expect_err("the default stream");
+    assert!(Arc::ptr_eq(&rejected.handed_back, &legacy));
+    assert_eq!(Arc::strong_count(&legacy), 2, "its clone came back");
+    drop(rejected);
+    assert_eq!(Arc::strong_count(&legacy), 1);
+    drop((x, client, copy, reader, home));
+    println!("\n{DONE}");
+}
+
+#[cfg(feature = "cudarc")]
+#[test]
+fn a_cudarc_import_waits_for_cudarcs_readers_before_the_library_writes() {
+    if in_child() {
+        return check_cudarc_import_waits_for_readers();
+    }
+    in_stub_with(
+        "a_cudarc_import_waits_for_cudarcs_readers_before_the_library_writes",
+        &[("CUDA_STUB_DEFER", "1")],
+    );
 }

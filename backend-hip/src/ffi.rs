@@ -467,6 +467,9 @@ pub type HipFuncGetAttribute = unsafe extern "C" fn(
 pub type FunctionAttribute = c_int;
 /// `HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`.
 pub const FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: FunctionAttribute = 0;
+/// `hipStreamLegacy`, `(hipStream_t)1`: the legacy default stream, which
+/// synchronizes with every blocking stream of the device.
+pub const STREAM_LEGACY: usize = 1;
 /// `hipStreamPerThread`, `(hipStream_t)2`: the calling thread's default
 /// stream, a different stream on every thread.
 pub const STREAM_PER_THREAD: usize = 2;

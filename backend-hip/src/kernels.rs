@@ -20,7 +20,7 @@ use crate::ffi;
 use crate::image;
 use crate::metadata::{self, KernelInterface};
 use crate::rtc;
-use capture_core::KeepAlive;
+use capture_core::{KeepAlive, Rejected};
 
 /// The builtin kernels' source, embedded so that nothing is read from disk at
 /// run time.
@@ -277,7 +277,7 @@ impl Kernel {
     /// `keep_alive` is dropped once the kernel, and every graph that
     /// recorded it, is gone and no stream of the GPU records: to hand the
     /// module over, pass a value whose drop unloads it; to keep it, pass
-    /// `()`. Refused, it is dropped at once.
+    /// `()`. Refused, it is handed back untouched in the [`Rejected`].
     ///
     /// # Safety
     ///
@@ -294,48 +294,15 @@ impl Kernel {
     /// [`Error::Compile`] for a null function, or when the function
     /// disagrees with the signature or the device's limits;
     /// [`Error::Driver`] when the device cannot be made current.
-    pub unsafe fn from_raw(
+    pub unsafe fn from_raw<K: Send + 'static>(
         device: &Arc<Device>,
         function: ffi::Function,
         signature: Signature,
-        keep_alive: impl Send + 'static,
-    ) -> Result<Self, Error> {
-        const OP: &str = "adopt kernel";
-        let name = signature.name().to_owned();
-        let failed = |log: String| Error::Compile {
-            kernel: name.clone(),
-            log,
-        };
-        if function.is_null() {
-            return Err(failed("the function handle is null".to_owned()));
-        }
-        check_limits(device, &name, &signature)?;
-        let api = device.api;
-        if let Some(get_attribute) = api.func_get_attribute {
-            let _current = device.enter(OP)?;
-            let mut max_threads: c_int = 0;
-            // SAFETY: the caller promises a live function; the out-pointer
-            // is a live local int.
-            let code = unsafe {
-                get_attribute(
-                    &mut max_threads,
-                    ffi::FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
-                    function,
-                )
-            };
-            if code != ffi::SUCCESS {
-                return Err(failed(format!(
-                    "hipFuncGetAttribute answered {}",
-                    describe(Some(api), code)
-                )));
-            }
-            if u64::try_from(max_threads).unwrap_or(0) < signature.threads() {
-                return Err(failed(format!(
-                    "the function runs at most {max_threads} threads per block, and its \
-                     signature declares a block of {:?}",
-                    signature.workgroup_size()
-                )));
-            }
+        keep_alive: K,
+    ) -> Result<Self, Rejected<K>> {
+        // SAFETY: the caller's promise, passed on.
+        if let Err(e) = unsafe { check_function(device, function, &signature) } {
+            return Err(Rejected::new(e, keep_alive));
         }
         Ok(Self {
             signature,
@@ -402,6 +369,57 @@ pub fn check_code_object(image: &[u8], entry: &str, signature: &Signature) -> Re
         log,
     })?;
     Ok(true)
+}
+
+/// Whether `function` agrees with `signature` and `device`'s limits, where
+/// the runtime can say.
+///
+/// # Safety
+///
+/// `function` is null or a live function of a module loaded on `device`.
+unsafe fn check_function(
+    device: &Device,
+    function: ffi::Function,
+    signature: &Signature,
+) -> Result<(), Error> {
+    const OP: &str = "adopt kernel";
+    let name = signature.name().to_owned();
+    let failed = |log: String| Error::Compile {
+        kernel: name.clone(),
+        log,
+    };
+    if function.is_null() {
+        return Err(failed("the function handle is null".to_owned()));
+    }
+    check_limits(device, &name, signature)?;
+    let api = device.api;
+    if let Some(get_attribute) = api.func_get_attribute {
+        let _current = device.enter(OP)?;
+        let mut max_threads: c_int = 0;
+        // SAFETY: the caller promises a live function; the out-pointer
+        // is a live local int.
+        let code = unsafe {
+            get_attribute(
+                &mut max_threads,
+                ffi::FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                function,
+            )
+        };
+        if code != ffi::SUCCESS {
+            return Err(failed(format!(
+                "hipFuncGetAttribute answered {}",
+                describe(Some(api), code)
+            )));
+        }
+        if u64::try_from(max_threads).unwrap_or(0) < signature.threads() {
+            return Err(failed(format!(
+                "the function runs at most {max_threads} threads per block, and its \
+                     signature declares a block of {:?}",
+                signature.workgroup_size()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The signature's own validity and the device's block limits.

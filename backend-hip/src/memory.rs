@@ -14,7 +14,7 @@ use capture_core::{DriverError, ImportRefusal};
 use crate::device::{Device, Memory};
 use crate::error::{self, describe, other};
 use crate::ffi;
-use capture_core::KeepAlive;
+use capture_core::{KeepAlive, Rejected};
 
 /// A `hipMalloc`'d range of device memory, freed (on its device) when it
 /// drops.
@@ -80,7 +80,8 @@ impl DevicePage {
     /// `keep_alive` is dropped once the last buffer, view, graph and queued
     /// use of the memory is done and no stream of the GPU records (its drop
     /// may free): pass the allocation's owner to hand the memory over, or
-    /// `()` to keep it. Refused, it is dropped at once.
+    /// `()` to keep it. Refused, it is handed back untouched in the
+    /// [`Rejected`].
     ///
     /// The range is checked where the runtime can tell: the address must be
     /// memory it knows, of this device (`hipPointerGetAttributes`), and the
@@ -98,14 +99,16 @@ impl DevicePage {
     ///
     /// A null pointer, an empty range, an address the runtime does not
     /// know, memory of another device, or a range past the end of its
-    /// allocation; nothing is changed.
-    pub unsafe fn from_raw(
+    /// allocation; nothing is changed and `keep_alive` is handed back.
+    pub unsafe fn from_raw<K: Send + 'static>(
         device: &Arc<Device>,
         ptr: *mut c_void,
         len: u64,
-        keep_alive: impl Send + 'static,
-    ) -> Result<Self, DriverError> {
-        check_import(device, ptr, len)?;
+        keep_alive: K,
+    ) -> Result<Self, Rejected<K>> {
+        if let Err(e) = check_import(device, ptr, len) {
+            return Err(Rejected::new(e, keep_alive));
+        }
         Ok(Self {
             ptr,
             bytes: len,

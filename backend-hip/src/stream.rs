@@ -25,7 +25,7 @@ use crate::device::Device;
 use crate::error::{self, describe, other};
 use crate::ffi;
 use crate::kernels::{Kernel, MAX_POINTERS, MAX_VALUES};
-use capture_core::KeepAlive;
+use capture_core::{KeepAlive, Rejected};
 
 /// Most idle events a stream keeps for reuse; beyond that they are destroyed,
 /// so a burst of signals does not pin events for the stream's whole life.
@@ -186,7 +186,8 @@ impl Stream {
     /// `keep_alive` is dropped once the library is past its last use of the
     /// stream (after the stream drops and no stream of the GPU records): to
     /// hand the stream over, pass a value whose drop destroys it; to keep
-    /// it, pass `()`. Refused, it is dropped at once.
+    /// it, pass `()`. Refused, it is handed back untouched in the
+    /// [`Rejected`].
     ///
     /// # The caller's own work
     ///
@@ -213,56 +214,19 @@ impl Stream {
     ///
     /// # Errors
     ///
-    /// A null handle or the per-thread default stream (which a capture from
-    /// any thread cannot use), a stream of another device (where the runtime
+    /// A null handle, the legacy (`hipStreamLegacy`) or per-thread default
+    /// stream (which a capture from any thread cannot use), a stream of another device (where the runtime
     /// can say, ROCm 6 on), or one capturing already.
-    pub unsafe fn from_raw(
+    pub unsafe fn from_raw<K: Send + 'static>(
         device: &Arc<Device>,
         raw: ffi::Stream,
-        keep_alive: impl Send + 'static,
-    ) -> Result<Self, DriverError> {
-        const OP: &str = "adopt stream";
-        if raw.is_null() {
-            return Err(other(
-                OP,
-                "the stream handle is null (the null stream cannot be captured)",
-            ));
+        keep_alive: K,
+    ) -> Result<Self, Rejected<K>> {
+        // SAFETY: the caller's promise, passed on.
+        match unsafe { check_adoptable(device, raw) } {
+            Ok(()) => Ok(Self::over(device, raw, Some(KeepAlive::new(keep_alive)))),
+            Err(e) => Err(Rejected::new(e, keep_alive)),
         }
-        if raw as usize == ffi::STREAM_PER_THREAD {
-            return Err(other(
-                OP,
-                "the per-thread default stream cannot be adopted: a capture on it cannot begin \
-                 and end on any thread",
-            ));
-        }
-        let api = device.api;
-        let _current = device.enter(OP)?;
-        if let Some(get_device) = api.stream_get_device {
-            let mut ordinal: ffi::Device = -1;
-            // SAFETY: the caller promises a live stream; the out-pointer is
-            // a live local.
-            let code = unsafe { get_device(raw, &mut ordinal) };
-            error::check(api, OP, code)?;
-            if ordinal != device.ordinal {
-                return Err(other(
-                    OP,
-                    format!(
-                        "the stream belongs to device {ordinal}, not device {}",
-                        device.ordinal
-                    ),
-                ));
-            }
-        }
-        if let Some(is_capturing) = api.stream_is_capturing {
-            let mut status = ffi::CAPTURE_STATUS_NONE;
-            // SAFETY: the stream is live; the out-pointer is a live local.
-            let code = unsafe { is_capturing(raw, &mut status) };
-            error::check(api, OP, code)?;
-            if status != ffi::CAPTURE_STATUS_NONE {
-                return Err(other(OP, "the stream is capturing already"));
-            }
-        }
-        Ok(Self::over(device, raw, Some(KeepAlive::new(keep_alive))))
     }
 
     /// The runtime's handle of the stream: the caller's own for an adopted
@@ -826,6 +790,57 @@ fn destroy_event(device: &Device, event: ffi::Event) {
     if let Err(error) = error::check(api, "destroy event", code) {
         log::warn!("{error}");
     }
+}
+
+/// Whether `raw` may be adopted on `device`: not a default stream, of its
+/// device where the runtime can say, not capturing.
+///
+/// # Safety
+///
+/// `raw` is null, a default stream's handle, or a live stream.
+unsafe fn check_adoptable(device: &Device, raw: ffi::Stream) -> Result<(), DriverError> {
+    const OP: &str = "adopt stream";
+    if raw.is_null() {
+        return Err(other(
+            OP,
+            "the stream handle is null (the null stream cannot be captured)",
+        ));
+    }
+    if raw as usize == ffi::STREAM_LEGACY || raw as usize == ffi::STREAM_PER_THREAD {
+        return Err(other(
+            OP,
+            "the legacy and per-thread default streams cannot be adopted: a capture on \
+                 them cannot begin and end on any thread",
+        ));
+    }
+    let api = device.api;
+    let _current = device.enter(OP)?;
+    if let Some(get_device) = api.stream_get_device {
+        let mut ordinal: ffi::Device = -1;
+        // SAFETY: the caller promises a live stream; the out-pointer is
+        // a live local.
+        let code = unsafe { get_device(raw, &mut ordinal) };
+        error::check(api, OP, code)?;
+        if ordinal != device.ordinal {
+            return Err(other(
+                OP,
+                format!(
+                    "the stream belongs to device {ordinal}, not device {}",
+                    device.ordinal
+                ),
+            ));
+        }
+    }
+    if let Some(is_capturing) = api.stream_is_capturing {
+        let mut status = ffi::CAPTURE_STATUS_NONE;
+        // SAFETY: the stream is live; the out-pointer is a live local.
+        let code = unsafe { is_capturing(raw, &mut status) };
+        error::check(api, OP, code)?;
+        if status != ffi::CAPTURE_STATUS_NONE {
+            return Err(other(OP, "the stream is capturing already"));
+        }
+    }
+    Ok(())
 }
 
 impl Drop for Stream {

@@ -450,6 +450,16 @@ fn stream_declarations_match_the_header() {
         "{} lacks `{per_thread}`",
         path.display()
     );
+    // Older headers have no hipStreamLegacy; a header that has one agrees.
+    let legacy = format!(
+        "#define hipStreamLegacy ((hipStream_t){})",
+        ffi::STREAM_LEGACY
+    );
+    assert!(
+        declared.contains(&legacy) || !declared.contains("#define hipStreamLegacy"),
+        "{} lacks `{legacy}`",
+        path.display()
+    );
 }
 
 #[test]

@@ -23,8 +23,8 @@ use backend_hip::{
 };
 use capture_core::{
     Access, Availability, Binding, Builtin, BuiltinInfo, Builtins, Client, Config, Dependencies,
-    DeviceSlice, Driver, Error, GraphDriver, HostSlice, Launch, Order, Params, Ran, Signature,
-    StreamId, Updated,
+    DeviceSlice, Driver, Error, GraphDriver, HostSlice, Launch, Order, Params, Ran, Rejected,
+    Signature, StreamId, Updated,
 };
 
 /// Counts the heap allocations each thread of this test binary makes, to
@@ -2245,6 +2245,26 @@ fn watched() -> (Watched, Arc<AtomicBool>) {
     (Watched(Arc::clone(&flag)), flag)
 }
 
+/// The error of a refusal given a watched keep-alive, after checking that
+/// the refusal handed that keep-alive back undropped.
+fn handed_back<T>(refuse: impl FnOnce(Watched) -> Result<T, Rejected<Watched>>) -> Error {
+    let (keep, dropped) = watched();
+    let Err(rejected) = refuse(keep) else {
+        panic!("expected a refusal");
+    };
+    let (error, kept) = rejected.into_parts();
+    assert!(
+        !dropped.load(AtomicOrdering::SeqCst),
+        "the refusal dropped the caller's keep-alive ({error})"
+    );
+    drop(kept);
+    assert!(
+        dropped.load(AtomicOrdering::SeqCst),
+        "what was handed back is what was given"
+    );
+    error
+}
+
 /// `fill`, as a function the caller loaded, made a kernel of `device`.
 fn raw_fill(fake: &Fake, device: &Arc<Device>) -> capture_core::Kernel<Hip> {
     // SAFETY: the fake runtime runs no GPU code; launches only log.
@@ -2311,13 +2331,11 @@ fn imports(library: &Path, log: &Path) {
 
     // Bad imports: the keep-alive dropped, the reason said.
     let refused = |device: &Arc<Device>, pointer: *mut c_void, len: u64| {
-        let (keep, dropped) = watched();
-        // SAFETY: refused before any use.
-        let err = unsafe { DevicePage::from_raw(device, pointer, len, keep) }
-            .err()
-            .unwrap_or_else(|| panic!("a bad import of {pointer:p}+{len} was taken"));
-        assert!(dropped.load(AtomicOrdering::SeqCst));
-        err.to_string()
+        handed_back(|keep| {
+            // SAFETY: refused before any use.
+            unsafe { DevicePage::from_raw(device, pointer, len, keep) }
+        })
+        .to_string()
     };
     let says = |message: String, what: &str| {
         assert!(message.contains(what), "{message:?} lacks {what:?}");
@@ -2472,15 +2490,20 @@ fn adopted_streams(library: &Path, log: &Path) {
 
     // Bad handles.
     let refused = |device: &Arc<Device>, raw: *mut c_void| {
-        let (keep, dropped) = watched();
-        // SAFETY: refused before any use.
-        let err = unsafe { Stream::from_raw(device, raw, keep) }
-            .err()
-            .unwrap_or_else(|| panic!("a bad stream was taken"));
-        assert!(dropped.load(AtomicOrdering::SeqCst));
-        err.to_string()
+        handed_back(|keep| {
+            // SAFETY: refused before any use.
+            unsafe { Stream::from_raw(device, raw, keep) }
+        })
+        .to_string()
     };
     assert!(refused(&device, std::ptr::null_mut()).contains("null"));
+    calls.take();
+    let legacy = refused(&device, std::ptr::without_provenance_mut(1));
+    assert!(legacy.contains("legacy"), "{legacy}");
+    assert!(
+        calls.take().is_empty(),
+        "refused before the runtime is asked"
+    );
     assert!(refused(&device, std::ptr::without_provenance_mut(2)).contains("per-thread"));
     let theirs = fake.stream(1);
     assert!(refused(&device, theirs).contains("belongs to device 1, not device 0"));
@@ -2529,29 +2552,22 @@ fn raw_kernels(library: &Path, log: &Path) {
         !names(&calls.take()).contains(&"hipModuleUnload"),
         "no module unloaded"
     );
-    // SAFETY: refused before any use.
-    let null =
-        unsafe { Kernel::from_raw(&device, std::ptr::null_mut(), Builtin::Fill.signature(), ()) };
-    let (_, log_text) = compile_error(null);
-    assert!(log_text.contains("null"), "{log_text}");
-    // SAFETY: refused before any use.
-    let narrow = unsafe {
-        Kernel::from_raw(
-            &device,
-            fake.function("narrow__pp"),
-            Builtin::Fill.signature(),
-            (),
-        )
+    // Each refusal hands the keep-alive back.
+    let refused = |function: *mut c_void, signature: Signature| {
+        compile_error(Err(handed_back(|keep| {
+            // SAFETY: refused before any use.
+            unsafe { Kernel::from_raw(&device, function, signature, keep) }
+        })))
     };
-    let (_, log_text) = compile_error(narrow);
+    let (_, log_text) = refused(std::ptr::null_mut(), Builtin::Fill.signature());
+    assert!(log_text.contains("null"), "{log_text}");
+    let (_, log_text) = refused(fake.function("narrow__pp"), Builtin::Fill.signature());
     assert!(log_text.contains("at most 32 threads"), "{log_text}");
     let too_big = Signature::new("fill")
         .binding(Access::Write)
         .info(16)
         .workgroup([2048, 1, 1]);
-    // SAFETY: refused before any use.
-    let too_big = unsafe { Kernel::from_raw(&device, fake.function("fill"), too_big, ()) };
-    compile_error(too_big);
+    refused(fake.function("fill"), too_big);
 }
 
 #[test]

@@ -12,7 +12,6 @@ use super::level::Level;
 use crate::device::Device;
 use crate::error::refuse;
 use crate::memory::DevicePage;
-use crate::setter::ConditionalFunctions;
 use crate::sys::{self, Api, CUgraph, CUgraphNode};
 
 /// What a stream capture recorded: the captured `CUgraph`, and the
@@ -93,12 +92,12 @@ fn memory_nodes_refused(op: &'static str, memory_nodes: usize) -> DriverError {
 }
 
 /// Check a conditional's body as its capture left it, `level`'s nodes and
-/// no more, and give it the edges `order` asks for. An empty body gets an
-/// empty node where `fill` says the driver would hang on an empty one
-/// (drivers before r570, 12.8). The caller has made the context current.
+/// no more, and give it the edges `order` asks for. Where `fill` says the
+/// driver would hang on a body without a kernel (drivers before r570,
+/// 12.8), an empty body holds the no-op kernel its capture was given. The
+/// caller has made the context current.
 pub(crate) fn finish_body(
     device: &Device,
-    functions: &ConditionalFunctions,
     graph: CUgraph,
     level: &Level,
     order: Order<'_>,
@@ -110,23 +109,19 @@ pub(crate) fn finish_body(
     if memory_nodes > 0 {
         return Err(memory_nodes_refused(op, memory_nodes));
     }
-    if nodes != level.nodes() {
+    let expected = level.nodes() + usize::from(fill && level.nodes() == 0);
+    if nodes != expected {
         return Err(refuse(
             op,
             format!(
                 "a conditional's body holds {nodes} node(s), and the stream issued {} \
-                 operation(s) into it ({} node(s)): the driver lost work, so the body would not \
-                 replay what was recorded",
+                 operation(s) into it ({expected} node(s)): the driver lost work, so the body \
+                 would not replay what was recorded",
                 level.operations(),
-                level.nodes()
             ),
         ));
     }
-    arrange_graph(device, graph, level, &mut None, order, op)?;
-    if fill && nodes == 0 {
-        functions.add_empty(api, graph, op)?;
-    }
-    Ok(())
+    arrange_graph(device, graph, level, &mut None, order, op)
 }
 
 impl Recording {

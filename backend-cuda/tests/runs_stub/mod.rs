@@ -13,10 +13,12 @@ use backend_cuda::DEVICE_ENV;
 const STUB_DIR_ENV: &str = "CAPTURE_CUDA_TEST_RUNS_STUB_DIR";
 
 /// The stub's settings a child starts without, unless its test sets them.
-const SETTINGS: [&str; 5] = [
+const SETTINGS: [&str; 7] = [
     "CUDA_STUB_DEFER",
     "CUDA_STUB_DEVICE_COUNT",
     "CUDA_STUB_DRIVER_VERSION",
+    "CUDA_STUB_EDGE_DATA",
+    "CUDA_STUB_INVALIDATE_BODY",
     "CUDA_STUB_MODULE_RESULT",
     "CUDA_STUB_SETTER_RESULT",
 ];

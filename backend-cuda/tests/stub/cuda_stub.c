@@ -41,7 +41,8 @@
  * The runs stub also keeps every cuMemAlloc_v2 allocation with its
  * context, for cuPointerGetAttribute (CONTEXT, DEVICE_ORDINAL) and
  * cuMemGetAddressRange_v2; answers cuStreamGetCtx with the context current
- * when the stream was made; counts each stream's destroys
+ * when the stream was made, and cuStreamGetFlags with the flags it was
+ * made with; counts each stream's destroys
  * (cuStubStreamDestroyed); offers a second context per device besides the
  * primary one (cuStubContext); and runs two kernels, handed out by
  * cuStubFunction("fill") and cuStubFunction("add") ("narrow" is a fill
@@ -72,7 +73,9 @@
  * (cuGraphAddNode_v2, refusing unused bytes that are not zero, a handle of
  * another graph, or an if of two bodies before 12.8), captures into an
  * existing graph (cuStreamBeginCaptureToGraph) and the dependencies a
- * capture's next node follows (cuStreamGetCaptureInfo_v3,
+ * capture's next node follows (cuStreamGetCaptureInfo_v3, which with
+ * CUDA_STUB_EDGE_DATA=1 reports those edges as carrying data and refuses
+ * a query without a place for it, CUDA_ERROR_LOSSY_QUERY;
  * cuStreamUpdateCaptureDependencies_v2). The library's setter module (PTX
  * calling cudaGraphSetConditional; CUDA_STUB_SETTER_RESULT, else
  * CUDA_STUB_MODULE_RESULT, says what loading it answers) has the setters
@@ -80,11 +83,22 @@
  * the stub's device memory and sets its handle, a loop's setters keep
  * their trip counter; launched outside a graph a setter faults. A replay
  * runs a conditional node's body as its handle says, and a driver before
- * 12.8 "hangs" (an error) on a node with an empty body. cuStubConditionals,
+ * 12.8 "hangs" (an error) on a node with a body holding nothing but empty
+ * nodes; the setter module's no-op (cuStubNoopsRun counts its runs) is
+ * what keeps one from hanging. cuStubConditionals,
  * cuStubConditionalKind and cuStubConditionalBody describe the conditional
  * nodes of the graph last instantiated, cuStubFailNextAddNode makes the
  * next node creation fail. Built with CUDA_STUB_NO_CONDITIONALS, it lacks
  * those five functions, as a driver before 12.3 does.
+ *
+ * The runs stub also answers what cudarc calls beyond the backend
+ * (cuCtxGetCurrent, cuCtxSetCurrent, cuCtxSynchronize,
+ * cuMemcpyDtoDAsync_v2, cuDevicePrimaryCtxRelease_v2, the memory-pools
+ * attribute), so that cudarc runs on it too.
+ *
+ * With CUDA_STUB_INVALIDATE_BODY=n, the first n ends of a body's capture
+ * are invalidated and free the body graph; ending or destroying the
+ * parent's capture afterwards aborts, as the driver crashes there.
  *
  * With CUDA_STUB_DEFER=1 as well, work outside a capture is queued on its
  * stream instead of run at once, and runs in order when something waits
@@ -225,6 +239,7 @@ CUresult cuDeviceGetAttribute(int *value, int attribute, int device) {
     case 6: case 7: *value = 65535; break;
     case 75: *value = env_int("CUDA_STUB_CC_MAJOR", 9); break; /* COMPUTE_CAPABILITY_MAJOR */
     case 76: *value = env_int("CUDA_STUB_CC_MINOR", 0); break; /* COMPUTE_CAPABILITY_MINOR */
+    case 115: *value = 0; break;        /* MEMORY_POOLS_SUPPORTED, which cudarc asks */
     default: return CUDA_ERROR_INVALID_VALUE;
     }
     return CUDA_SUCCESS;
@@ -331,7 +346,10 @@ struct Graph;
 #define MAX_CAPTURE_DEPS 8
 typedef struct Stream {
     int capturing;
+    /* Whether the capture fills a conditional node's body. */
+    int into_body;
     int destroyed;
+    unsigned flags;
     struct Graph *graph;
     /* The nodes a capture's next node follows. */
     void *deps[MAX_CAPTURE_DEPS];
@@ -517,6 +535,17 @@ static int capture_node(Stream *s, Node made) {
     s->deps[0] = node;
     s->dep_count = 1;
     return 1;
+}
+
+/* Whether a conditional node of `g`, at any depth, has `body` as a body. */
+static int holds_body(const Graph *g, const Graph *body) {
+    for (size_t i = 0; i < g->count; i++) {
+        const Node *n = g->nodes[i];
+        if (n->kind != CU_GRAPH_NODE_TYPE_CONDITIONAL) continue;
+        for (unsigned b = 0; b < n->size; b++)
+            if (n->bodies[b] == body || holds_body(n->bodies[b], body)) return 1;
+    }
+    return 0;
 }
 
 static void free_graph(Graph *g) {
@@ -708,7 +737,7 @@ CUresult cuMemcpyDtoHAsync_v2(void *dst, unsigned long long src, size_t bytes, v
  * down (not below 0) and sets the flag to whether it is still above 0.
  * The conditional setters of the library's setter module set a
  * conditional handle from a u32 flag, as conditional.ptx says. */
-enum { FILL, ADD, COUNTDOWN, SET_IF, SET_IF_ELSE, WHILE_FIRST, WHILE_NEXT };
+enum { FILL, ADD, COUNTDOWN, SET_IF, SET_IF_ELSE, WHILE_FIRST, WHILE_NEXT, NOOP };
 typedef struct {
     const char *name;
     int kind;
@@ -728,6 +757,7 @@ static const Function functions[] = {
     {"conditional_set_if_else", SET_IF_ELSE, {8, 8, 8}, 1, 1},
     {"conditional_while_first", WHILE_FIRST, {8, 8, 8, 4}, 1, 1},
     {"conditional_while_next", WHILE_NEXT, {8, 8, 8, 4}, 1, 1},
+    {"conditional_noop", NOOP, {0}, 1, 1},
 };
 #define FUNCTION_COUNT (sizeof functions / sizeof functions[0])
 
@@ -755,11 +785,14 @@ static Handle handles[MAX_HANDLES];
 static size_t handle_count = 0;
 /* Setter launches run, and setter launches refused outside a graph. */
 static int setters_run = 0;
+/* No-op kernels run. */
+static int noops_run = 0;
 
 static Handle *handle_of(unsigned long long handle) {
     return handle >= 1 && handle <= handle_count ? &handles[handle - 1] : NULL;
 }
 int cuStubSettersRun(void) { return setters_run; }
+int cuStubNoopsRun(void) { return noops_run; }
 /* Handles made so far. */
 int cuStubHandles(void) { return (int)handle_count; }
 
@@ -813,6 +846,7 @@ static void run_kernel(const void *function, const unsigned long long *args) {
         set_handle(args[1], u32_at(args[0]) != 0 && bound > 0);
         break;
     }
+    case NOOP: noops_run += 1; break;
     case WHILE_NEXT: {
         setters_run += 1;
         unsigned *trips = (unsigned *)(size_t)args[2];
@@ -846,14 +880,66 @@ CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, u
     return CUDA_SUCCESS;
 }
 
+/* With CUDA_STUB_INVALIDATE_BODY=n, the first n ends of a body's capture
+ * answer CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, as after a context-wide
+ * synchronization, and the driver frees the body graph: ending or
+ * destroying the capture whose graph holds it then crashes the driver
+ * (NVBUG 6805256), which the stub plays by aborting. */
+enum { CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901 };
+static const struct Graph *freed_body = NULL;
+static int bodies_invalidated = 0;
+static void crash_on_freed_body(const Stream *s, const char *call) {
+    if (freed_body == NULL || s->into_body || !s->capturing || s->graph == NULL) return;
+    if (!holds_body(s->graph, freed_body)) return;
+    fprintf(stderr, "%s on a capture whose invalidated body graph the driver freed: the driver "
+                    "crashes here (NVBUG 6805256)\n", call);
+    abort();
+}
+/* Every stream made, for cuCtxSynchronize. */
+#define MAX_STREAMS 1024
+static Stream *streams[MAX_STREAMS];
+static size_t stream_count = 0;
+
 CUresult cuStreamCreate(void **stream, unsigned flags) {
-    (void)flags;
-    if (stream == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (stream == NULL || stream_count == MAX_STREAMS) return CUDA_ERROR_INVALID_VALUE;
     Stream *s = calloc(1, sizeof(Stream));
     if (s == NULL) return CUDA_ERROR_INVALID_VALUE;
+    streams[stream_count++] = s;
+    s->flags = flags;
     s->context = current_context();
     *stream = s;
     return CUDA_SUCCESS;
+}
+/* What cudarc calls beyond the backend, so that cudarc runs on the stub
+ * too: the current context set and read, the context synchronized (every
+ * stream's queue run), a device-to-device copy, and the primary context
+ * released. */
+CUresult cuCtxGetCurrent(void **context) {
+    if (context == NULL) return CUDA_ERROR_INVALID_VALUE;
+    *context = current_context();
+    return CUDA_SUCCESS;
+}
+CUresult cuCtxSetCurrent(void *context) {
+    if (context == NULL) {
+        if (context_depth > 0) context_depth -= 1;
+        return CUDA_SUCCESS;
+    }
+    if (device_of(context) < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (context_depth == 0) context_depth = 1;
+    context_stack[context_depth - 1] = context;
+    return CUDA_SUCCESS;
+}
+CUresult cuCtxSynchronize(void) {
+    for (size_t i = 0; i < stream_count; i++) run_until(streams[i], streams[i]->queued);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemcpyDtoDAsync_v2(unsigned long long dst, unsigned long long src, size_t bytes,
+                              void *stream) {
+    worked(stream);
+    return copy((void *)(size_t)dst, (const void *)(size_t)src, bytes, stream);
+}
+CUresult cuDevicePrimaryCtxRelease_v2(int device) {
+    return device >= 0 && device < MAX_DEVICES ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 CUresult cuStreamSynchronize(void *stream) {
     Stream *s = stream;
@@ -868,10 +954,17 @@ CUresult cuStreamGetCtx(void *stream, void **context) {
     *context = s->context;
     return CUDA_SUCCESS;
 }
+CUresult cuStreamGetFlags(void *stream, unsigned *flags) {
+    Stream *s = stream;
+    if (s == NULL || flags == NULL) return CUDA_ERROR_INVALID_VALUE;
+    *flags = s->flags;
+    return CUDA_SUCCESS;
+}
 /* How many times `stream` was destroyed. */
 int cuStubStreamDestroyed(void *stream) { return ((Stream *)stream)->destroyed; }
 CUresult cuStreamDestroy_v2(void *stream) {
     Stream *s = stream;
+    crash_on_freed_body(s, "cuStreamDestroy_v2");
     s->destroyed += 1;
     /* The driver lets a destroyed stream's work complete. */
     run_until(s, s->queued);
@@ -903,11 +996,21 @@ CUresult cuStreamBeginCapture_v2(void *stream, int mode) {
     s->graph = calloc(1, sizeof(Graph));
     if (s->graph == NULL) return CUDA_ERROR_INVALID_VALUE;
     s->capturing = 1;
+    s->into_body = 0;
     s->dep_count = 0;
     return CUDA_SUCCESS;
 }
 CUresult cuStreamEndCapture(void *stream, void **graph) {
     Stream *s = stream;
+    crash_on_freed_body(s, "cuStreamEndCapture");
+    if (s->into_body && bodies_invalidated < env_int("CUDA_STUB_INVALIDATE_BODY", 0)) {
+        bodies_invalidated += 1;
+        freed_body = s->graph;
+        s->capturing = 0;
+        s->graph = NULL;
+        *graph = NULL;
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    }
     if (fail_next_end != 0) {
         CUresult code = fail_next_end;
         fail_next_end = 0;
@@ -1224,6 +1327,14 @@ enum { CUDA_ERROR_LAUNCH_TIMEOUT = 702, CUDA_ERROR_LAUNCH_FAILED = 719 };
 
 static int driver_version(void) { return env_int("CUDA_STUB_DRIVER_VERSION", 12040); }
 
+/* Whether a body holds a node other than empty nodes: a driver before
+ * 12.8 hangs on one that does not, an empty node being no help. */
+static int holds_work(const Graph *g) {
+    for (size_t i = 0; i < g->count; i++)
+        if (g->nodes[i]->kind != CU_GRAPH_NODE_TYPE_EMPTY) return 1;
+    return 0;
+}
+
 /* Run a graph's nodes at once, in creation order (every edge points
  * forward): copies, kernels, and conditional nodes, which read their
  * handle as the setter before them left it. A driver before 12.8 (r570)
@@ -1236,7 +1347,7 @@ static CUresult run_graph(const Graph *g) {
         case CU_GRAPH_NODE_TYPE_MEMCPY: memcpy(n->dst, n->src, n->bytes); break;
         case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
             for (unsigned b = 0; b < n->size; b++)
-                if (n->bodies[b]->count == 0 && driver_version() < 12080) return CUDA_ERROR_LAUNCH_TIMEOUT;
+                if (!holds_work(n->bodies[b]) && driver_version() < 12080) return CUDA_ERROR_LAUNCH_TIMEOUT;
             Handle *h = handle_of(n->handle);
             if (h == NULL) return CUDA_ERROR_INVALID_VALUE;
             CUresult ran = CUDA_SUCCESS;
@@ -1366,20 +1477,32 @@ CUresult cuStreamBeginCaptureToGraph(void *stream, void *graph, void *const *dep
         return CUDA_ERROR_INVALID_VALUE;
     s->graph = graph;
     s->capturing = 1;
+    s->into_body = 1;
     s->dep_count = count;
     for (size_t i = 0; i < count; i++) s->deps[i] = deps[i];
     return CUDA_SUCCESS;
 }
 
+/* With CUDA_STUB_EDGE_DATA=1 every dependency a capture reports carries
+ * edge data (a programmatic edge, type 1), as the caller's programmatic
+ * launches leave them; the driver then refuses a query that has no place
+ * for the data. */
+enum { CUDA_ERROR_LOSSY_QUERY = 402 };
+static unsigned long long programmatic_edges[MAX_CAPTURE_DEPS] = {
+    0x10000, 0x10000, 0x10000, 0x10000, 0x10000, 0x10000, 0x10000, 0x10000,
+};
+
 CUresult cuStreamGetCaptureInfo_v3(void *stream, int *status, unsigned long long *id, void **graph,
                                    void *const **deps, const void **data, size_t *count) {
     Stream *s = stream;
     if (s == NULL || status == NULL) return CUDA_ERROR_INVALID_VALUE;
+    int edge_data = env_int("CUDA_STUB_EDGE_DATA", 0) != 0 && s->capturing && s->dep_count > 0;
+    if (edge_data && deps != NULL && data == NULL) return CUDA_ERROR_LOSSY_QUERY;
     *status = s->capturing;
     if (id != NULL) *id = (unsigned long long)(size_t)s->graph;
     if (graph != NULL) *graph = s->capturing ? s->graph : NULL;
     if (deps != NULL) *deps = s->deps;
-    if (data != NULL) *data = NULL;
+    if (data != NULL) *data = edge_data ? programmatic_edges : NULL;
     if (count != NULL) *count = s->capturing ? s->dep_count : 0;
     return CUDA_SUCCESS;
 }
@@ -1413,6 +1536,7 @@ UNSUPPORTED(cuStreamCreate)
 UNSUPPORTED(cuStreamSynchronize)
 UNSUPPORTED(cuStreamDestroy_v2)
 UNSUPPORTED(cuStreamGetCtx)
+UNSUPPORTED(cuStreamGetFlags)
 UNSUPPORTED(cuPointerGetAttribute)
 UNSUPPORTED(cuMemGetAddressRange_v2)
 UNSUPPORTED(cuLaunchKernel)
