@@ -783,3 +783,56 @@ fn a_driver_refusing_the_setter_module_is_refused_with_its_words() {
         &[("CUDA_STUB_SETTER_RESULT", "218")],
     );
 }
+
+/// In the child: info bytes first met inside one body are staged by a copy
+/// the driver skips with that body, so a second body passing the same
+/// bytes stages its own: each replays what its flag says, whichever ran.
+fn check_info_first_met_in_a_skipped_body() {
+    let rig = Rig::new(ReplayOrder::Dependencies);
+    let fill = stub_kernel(rig.client.device(), "fill", Builtin::Fill.signature());
+    let fill_with = |to: &Buffer, value: f32| {
+        let info = BuiltinInfo::new(N as u32, value).to_bytes();
+        rig.client
+            .launch(rig.stream, &fill, [1, 1, 1], &[to], &info, &[])
+    };
+    let (graph, ()) = rig
+        .client
+        .capture(rig.stream, |pass| match pass {
+            // Other info in the warmup, which keeps room for new info.
+            Pass::Warmup => {
+                fill_with(&rig.x, 1.0)?;
+                fill_with(&rig.y, 2.0)
+            }
+            Pass::Record => {
+                rig.client
+                    .if_flag(rig.stream, &rig.flag, || fill_with(&rig.x, 3.5))?;
+                rig.client
+                    .if_flag(rig.stream, &rig.outer, || fill_with(&rig.y, 3.5))?;
+                Ok(())
+            }
+        })
+        .expect("the conditionals are recorded");
+    for (first, second) in [(0, 1), (1, 0), (1, 1), (0, 0)] {
+        rig.zero();
+        rig.set(&rig.flag, first);
+        rig.set(&rig.outer, second);
+        rig.replay(&graph);
+        let want = |set: u32| if set != 0 { 3.5 } else { 0.0 };
+        assert_eq!(rig.value(&rig.x), want(first), "flags {first}, {second}");
+        assert_eq!(rig.value(&rig.y), want(second), "flags {first}, {second}");
+    }
+    drop(graph);
+    println!("\n{DONE}");
+}
+
+#[test]
+fn info_first_met_in_a_skipped_body_is_staged_again_in_the_next() {
+    if in_child() {
+        return check_info_first_met_in_a_skipped_body();
+    }
+    in_stub(
+        "info_first_met_in_a_skipped_body_is_staged_again_in_the_next",
+        &stub_dir(None),
+        &[("CUDA_STUB_DRIVER_VERSION", "12080")],
+    );
+}

@@ -1,0 +1,381 @@
+//! The operations a model program is made of, how they are drawn at random,
+//! and how a program is written out as code a test can paste.
+//!
+//! An operation names streams, buffers, flags and graphs by small numbers
+//! that pick among those alive when it runs (modulo their count), so every
+//! part of a program is a program too: a failing one shrinks by dropping
+//! operations.
+
+use std::fmt;
+
+/// Which bytes of a buffer an operation binds: all of it, or one of its two
+/// halves through a view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// The whole buffer.
+    Whole,
+    /// Its first half.
+    Low,
+    /// Its second half.
+    High,
+}
+
+/// A buffer and the part of it bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    /// Which live buffer.
+    pub buffer: u8,
+    /// Which bytes of it.
+    pub part: Part,
+}
+
+/// The kinds of conditional.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cond {
+    /// `if`.
+    If,
+    /// `if/else`.
+    IfElse,
+    /// `while`, at most this many iterations.
+    While(u32),
+}
+
+/// What a capture body, a conditional's body, or eager work on one stream
+/// issues: the stream is the one the body runs on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Work {
+    /// `fill` builtin.
+    Fill(Target, f32),
+    /// `add` builtin: the first += the second.
+    Add(Target, Target),
+    /// `copy` builtin: from the first into the second.
+    Copy(Target, Target),
+    /// `axpy` builtin: the second += a * the first.
+    Axpy(Target, Target, f32),
+    /// The workload's `scale` kernel: x = x * a + b, parameters by value.
+    Scale(Target, f32, f32),
+    /// The workload's `countdown` kernel on a buffer's first element and
+    /// the stream's flag.
+    Countdown(u8),
+    /// A launch that does not match its kernel (a binding too many).
+    Mismatch(Target),
+    /// A builtin over more elements than its buffer holds.
+    TooLong(Target),
+    /// A host write of the whole buffer (a copy).
+    Write(u8, f32),
+    /// A buffer allocated, filled, added into a target and dropped inside
+    /// the work: a temporary of a capture.
+    Temporary(Target, f32),
+    /// A conditional on the stream's flag.
+    Conditional(Cond, Vec<Vec<Work>>),
+    /// A conditional on another stream's flag, or a short one.
+    BadFlag,
+    /// The host sets the stream's flag.
+    SetFlag(u32),
+}
+
+/// How a capture's window is opened and closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// `Client::capture`.
+    OneCall,
+    /// `prepare`, the warmup, `begin`, the recorded run, `instantiate`.
+    ThreeStep,
+    /// The one-call form whose body fails in its recorded run.
+    Failing,
+    /// The one-call form whose body panics in its recorded run.
+    Panicking,
+}
+
+/// One operation of a program.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    /// A new stream, with its flag.
+    CreateStream,
+    /// A raw stream of the device, adopted.
+    AdoptStream,
+    /// A stream destroyed.
+    DestroyStream(u8),
+    /// A buffer allocated on a stream (contents unspecified).
+    Allocate(u8),
+    /// A buffer created on a stream holding a value.
+    Create(u8, f32),
+    /// Memory made outside the library, imported on a stream.
+    Import(u8, f32),
+    /// A buffer's handle dropped.
+    DropBuffer(u8),
+    /// A host write of a whole buffer.
+    Write(u8, f32),
+    /// A write of the wrong size.
+    WriteWrongSize(u8),
+    /// A read of a buffer, or of a view of it.
+    Read(Target),
+    /// `sync`.
+    Sync(u8),
+    /// `trim`.
+    Trim(u8),
+    /// `usage`.
+    Usage(u8),
+    /// `wait(first, second)`.
+    Wait(u8, u8),
+    /// Work issued eagerly on a stream.
+    Eager(u8, Work),
+    /// A capture of work on a stream into a graph.
+    Capture(u8, Style, Vec<Work>),
+    /// A graph captured again, updated.
+    Recapture(u8, Vec<Work>),
+    /// A graph replayed.
+    Replay(u8),
+    /// A graph replayed by its id.
+    ReplayId(u8),
+    /// A graph's handle dropped.
+    DropGraph(u8),
+    /// A graph destroyed through the client.
+    Destroy(u8),
+    /// The next call of the driver's launch fails.
+    FailNextLaunch,
+    /// The next replay the driver is asked for fails.
+    FailNextReplay,
+}
+
+impl Op {
+    /// A name per kind, for counting kinds.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Op::CreateStream => "create stream",
+            Op::AdoptStream => "adopt stream",
+            Op::DestroyStream(_) => "destroy stream",
+            Op::Allocate(_) => "allocate",
+            Op::Create(..) => "create",
+            Op::Import(..) => "import",
+            Op::DropBuffer(_) => "drop buffer",
+            Op::Write(..) => "write",
+            Op::WriteWrongSize(_) => "write wrong size",
+            Op::Read(_) => "read",
+            Op::Sync(_) => "sync",
+            Op::Trim(_) => "trim",
+            Op::Usage(_) => "usage",
+            Op::Wait(..) => "wait",
+            Op::Eager(_, work) => work.kind(),
+            Op::Capture(_, Style::OneCall, _) => "capture",
+            Op::Capture(_, Style::ThreeStep, _) => "capture in three steps",
+            Op::Capture(_, Style::Failing, _) => "capture failing",
+            Op::Capture(_, Style::Panicking, _) => "capture panicking",
+            Op::Recapture(..) => "recapture",
+            Op::Replay(_) => "replay",
+            Op::ReplayId(_) => "replay by id",
+            Op::DropGraph(_) => "drop graph",
+            Op::Destroy(_) => "destroy graph",
+            Op::FailNextLaunch => "fail next launch",
+            Op::FailNextReplay => "fail next replay",
+        }
+    }
+
+    /// Every kind of operation in `self`, the work inside it included.
+    pub fn kinds(&self, out: &mut Vec<&'static str>) {
+        out.push(self.kind());
+        if let Op::Capture(_, _, works) | Op::Recapture(_, works) = self {
+            for work in works {
+                work.kinds(out);
+            }
+        }
+        if let Op::Eager(_, work) = self {
+            work.kinds(out);
+        }
+    }
+}
+
+impl Work {
+    fn kind(&self) -> &'static str {
+        match self {
+            Work::Fill(..) => "fill",
+            Work::Add(..) => "add",
+            Work::Copy(..) => "copy",
+            Work::Axpy(..) => "axpy",
+            Work::Scale(..) => "scale kernel",
+            Work::Countdown(_) => "countdown kernel",
+            Work::Mismatch(_) => "mismatched launch",
+            Work::TooLong(_) => "builtin too long",
+            Work::Write(..) => "write in work",
+            Work::Temporary(..) => "temporary",
+            Work::Conditional(Cond::If, _) => "if",
+            Work::Conditional(Cond::IfElse, _) => "if/else",
+            Work::Conditional(Cond::While(_), _) => "while",
+            Work::BadFlag => "bad flag",
+            Work::SetFlag(_) => "set flag",
+        }
+    }
+
+    fn kinds(&self, out: &mut Vec<&'static str>) {
+        out.push(self.kind());
+        if let Work::Conditional(_, bodies) = self {
+            for work in bodies.iter().flatten() {
+                work.kinds(out);
+            }
+        }
+    }
+}
+
+/// A small deterministic generator (xorshift64*).
+pub struct Draw(u64);
+
+impl Draw {
+    /// A generator started from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number below `n` (at least 1).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    /// A small index, for picking among live entities.
+    pub fn index(&mut self) -> u8 {
+        self.below(8) as u8
+    }
+
+    /// Whether an event of `percent` in a hundred happens.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    /// A small integer-valued float.
+    pub fn value(&mut self) -> f32 {
+        self.below(9) as f32 - 4.0
+    }
+
+    fn part(&mut self) -> Part {
+        match self.below(4) {
+            0 => Part::Low,
+            1 => Part::High,
+            _ => Part::Whole,
+        }
+    }
+
+    fn target(&mut self) -> Target {
+        Target {
+            buffer: self.index(),
+            part: self.part(),
+        }
+    }
+
+    /// Work for a body `depth` conditionals deep.
+    pub fn work(&mut self, depth: u32) -> Work {
+        let roll = self.below(100);
+        match roll {
+            0..=13 => Work::Fill(self.target(), self.value()),
+            14..=27 => Work::Add(self.target(), self.target()),
+            28..=37 => Work::Copy(self.target(), self.target()),
+            38..=45 => Work::Axpy(self.target(), self.target(), self.below(3) as f32 - 1.0),
+            46..=53 => Work::Scale(
+                self.target(),
+                self.below(4) as f32 - 1.0,
+                self.value(),
+            ),
+            54..=61 => Work::Countdown(self.index()),
+            62..=63 => Work::Mismatch(self.target()),
+            64..=65 => Work::TooLong(self.target()),
+            66..=69 => Work::Write(self.index(), self.value()),
+            70..=74 => Work::Temporary(self.target(), self.value()),
+            75..=76 => Work::BadFlag,
+            77..=81 => Work::SetFlag(self.below(3) as u32),
+            _ if depth < 2 => {
+                let cond = match self.below(3) {
+                    0 => Cond::If,
+                    1 => Cond::IfElse,
+                    _ => Cond::While(self.below(4) as u32),
+                };
+                let bodies = if cond == Cond::IfElse { 2 } else { 1 };
+                let bodies = (0..bodies).map(|_| self.works(depth + 1, 3)).collect();
+                Work::Conditional(cond, bodies)
+            }
+            _ => Work::Fill(self.target(), self.value()),
+        }
+    }
+
+    /// Up to `most` pieces of work.
+    pub fn works(&mut self, depth: u32, most: u64) -> Vec<Work> {
+        let n = 1 + self.below(most);
+        (0..n).map(|_| self.work(depth)).collect()
+    }
+
+    /// One top-level operation.
+    pub fn op(&mut self) -> Op {
+        match self.below(100) {
+            0..=2 => Op::CreateStream,
+            3 => Op::AdoptStream,
+            4 => Op::DestroyStream(self.index()),
+            5..=6 => Op::Allocate(self.index()),
+            7..=12 => Op::Create(self.index(), self.value()),
+            13..=15 => Op::Import(self.index(), self.value()),
+            16..=19 => Op::DropBuffer(self.index()),
+            20..=24 => Op::Write(self.index(), self.value()),
+            25 => Op::WriteWrongSize(self.index()),
+            26..=33 => Op::Read(self.target()),
+            34..=37 => Op::Sync(self.index()),
+            38 => Op::Trim(self.index()),
+            39 => Op::Usage(self.index()),
+            40..=42 => Op::Wait(self.index(), self.index()),
+            43..=59 => Op::Eager(self.index(), self.work(1)),
+            60..=69 => {
+                let style = match self.below(10) {
+                    0..=5 => Style::OneCall,
+                    6..=7 => Style::ThreeStep,
+                    8 => Style::Failing,
+                    _ => Style::Panicking,
+                };
+                Op::Capture(self.index(), style, self.works(0, 5))
+            }
+            70..=72 => Op::Recapture(self.index(), self.works(0, 5)),
+            73..=83 => Op::Replay(self.index()),
+            84..=85 => Op::ReplayId(self.index()),
+            86..=88 => Op::DropGraph(self.index()),
+            89..=90 => Op::Destroy(self.index()),
+            91..=92 => Op::FailNextLaunch,
+            93 => Op::FailNextReplay,
+            _ => Op::Eager(self.index(), self.work(0)),
+        }
+    }
+
+    /// A program of `n` operations, the first few making streams and
+    /// buffers so that the rest has something to work on.
+    pub fn program(&mut self, n: usize) -> Vec<Op> {
+        let mut ops = vec![
+            Op::Create(0, 1.0),
+            Op::Create(1, 2.0),
+            Op::Create(0, 3.0),
+            Op::Create(1, 0.0),
+        ];
+        while ops.len() < n {
+            ops.push(self.op());
+        }
+        ops.truncate(n.max(1));
+        ops
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "t({}, Part::{:?})", self.buffer, self.part)
+    }
+}
+
+/// A program as Rust source: the `Vec<Op>` a test can paste into
+/// `conformance::model::check_program`.
+pub fn as_code(ops: &[Op]) -> String {
+    let mut out = String::from("vec![\n");
+    for op in ops {
+        out.push_str(&format!("    Op::{op:?},\n"));
+    }
+    out.push(']');
+    out
+}
