@@ -460,4 +460,12 @@ impl<D: UserKernels> UserKernels for Faulty<D> {
     fn disagreeing_kernel(device: &Arc<Self::Device>) -> Option<Result<Self::Kernel, Error>> {
         D::disagreeing_kernel(&device.inner)
     }
+
+    fn foreign_page(
+        device: &Arc<Self::Device>,
+        bytes: &[u8],
+        keep_alive: Arc<()>,
+    ) -> Option<Result<Self::DevicePage, Error>> {
+        D::foreign_page(&device.inner, bytes, keep_alive)
+    }
 }

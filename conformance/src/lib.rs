@@ -38,6 +38,7 @@
 #![deny(unsafe_code)]
 
 pub mod faulty;
+pub mod model;
 pub mod registry;
 pub mod runner;
 pub mod scenarios;

@@ -421,10 +421,12 @@ fn mark_kept<D: GraphDriver>(lane: &mut Lane<D>) {
 }
 
 /// A replay of graph `id` that would read a claimed buffer is refused: it
-/// would compute from bytes nobody wrote. The one exception is a claim this
-/// graph's own failed replay left on a buffer it reads and rewrites
-/// (`x += y`): retrying is how that claim is repaired, and the design's
-/// rule for a failed replay.
+/// would compute from bytes nobody wrote. Two claims are not the replay's
+/// inputs: one this graph's own failed replay left on a buffer it reads and
+/// rewrites (`x += y`), since retrying is how that claim is repaired and the
+/// design's rule for a failed replay; and one on the graph's temporaries,
+/// each written whole before it is read (the window refuses any other), so
+/// that a refused replay cannot refuse every later one.
 #[cold]
 fn refuse_claimed_input<D: GraphDriver>(
     state: &mut StreamState<D>,
@@ -436,7 +438,8 @@ fn refuse_claimed_input<D: GraphDriver>(
         let own_failed_replay = failures.check(*buffer).is_some_and(
             |cause| matches!(*cause, Error::ReplayFailed { graph, .. } if graph == id),
         );
-        if own_failed_replay {
+        let temporary = graph.temporaries.iter().any(|&(t, _)| t == *buffer);
+        if own_failed_replay || temporary {
             None
         } else {
             failures.read_error(*buffer)

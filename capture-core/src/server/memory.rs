@@ -250,7 +250,7 @@ impl<D: GraphDriver> Server<D> {
             self.read_in(lane, buffer).map(Some)
         })?;
         if let Some(bytes) = read {
-            self.after_host_wait(buffer.stream);
+            self.after_host_wait();
             return Ok(bytes);
         }
         let accesses = [(buffer.span.buffer, Access::Read)];
@@ -263,7 +263,7 @@ impl<D: GraphDriver> Server<D> {
                 Err(err) => (Err(err), false),
             },
         )?;
-        self.after_host_wait(buffer.stream);
+        self.after_host_wait();
         Ok(bytes)
     }
 
@@ -287,7 +287,7 @@ impl<D: GraphDriver> Server<D> {
             }
             lane.state.sync().map_err(Error::from)
         })?;
-        self.after_host_wait(stream);
+        self.after_host_wait();
         Ok(())
     }
 
@@ -297,7 +297,7 @@ impl<D: GraphDriver> Server<D> {
             Ok(released) => Ok(released),
             Err(err) => lane.refused(err),
         })?;
-        self.after_host_wait(stream);
+        self.after_host_wait();
         Ok(released)
     }
 }

@@ -298,7 +298,7 @@ impl<D: GraphDriver> Server<D> {
         // A panic under the lock leaves the lane as consistent as any
         // between calls; closing it is better than leaking its memory.
         self.close_slot(&slot);
-        self.after_host_wait(id);
+        self.after_host_wait();
         Ok(())
     }
 
@@ -353,11 +353,12 @@ impl<D: GraphDriver> Server<D> {
         self.sweep_lingering();
     }
 
-    /// A host wait on `stream` let go of what it held, which may have been
-    /// the last hold on other streams' memory: dropped buffers' (lingering)
-    /// and imported pages, whose keep-alives go once every stream that used
-    /// them is past that use, in whatever order their syncs come (rule 24).
-    fn after_host_wait(&self, stream: StreamId) {
+    /// A host wait let go of what it held, which may have been the last
+    /// hold on memory of any stream, its own included: dropped buffers'
+    /// (lingering) and imported pages, whose keep-alives go once every
+    /// stream that used them is past that use, in whatever order their
+    /// host waits come (rule 24).
+    fn after_host_wait(&self) {
         self.sweep_lingering();
         if !self.imported.load(Ordering::Relaxed) {
             self.sweep_retired();
@@ -366,7 +367,7 @@ impl<D: GraphDriver> Server<D> {
         let slots: Vec<Arc<Slot<D>>> = match self.streams.read() {
             Ok(streams) => streams
                 .iter()
-                .filter(|(id, slot)| **id != stream && slot.imports.load(Ordering::Relaxed))
+                .filter(|(_, slot)| slot.imports.load(Ordering::Relaxed))
                 .map(|(_, slot)| slot.clone())
                 .collect(),
             Err(_) => return,

@@ -55,8 +55,8 @@ pub enum Work {
     /// The workload's `scale` kernel: x = x * a + b, parameters by value.
     Scale(Target, f32, f32),
     /// The workload's `countdown` kernel on a buffer's first element and
-    /// the stream's flag.
-    Countdown(u8),
+    /// one of the stream's two flags.
+    Countdown(u8, u8),
     /// A launch that does not match its kernel (a binding too many).
     Mismatch(Target),
     /// A builtin over more elements than its buffer holds.
@@ -66,12 +66,12 @@ pub enum Work {
     /// A buffer allocated, filled, added into a target and dropped inside
     /// the work: a temporary of a capture.
     Temporary(Target, f32),
-    /// A conditional on the stream's flag.
-    Conditional(Cond, Vec<Vec<Work>>),
+    /// A conditional on one of the stream's two flags.
+    Conditional(Cond, u8, Vec<Vec<Work>>),
     /// A conditional on another stream's flag, or a short one.
     BadFlag,
-    /// The host sets the stream's flag.
-    SetFlag(u32),
+    /// The host sets one of the stream's two flags.
+    SetFlag(u8, u32),
 }
 
 /// How a capture's window is opened and closed.
@@ -193,22 +193,22 @@ impl Work {
             Work::Copy(..) => "copy",
             Work::Axpy(..) => "axpy",
             Work::Scale(..) => "scale kernel",
-            Work::Countdown(_) => "countdown kernel",
+            Work::Countdown(..) => "countdown kernel",
             Work::Mismatch(_) => "mismatched launch",
             Work::TooLong(_) => "builtin too long",
             Work::Write(..) => "write in work",
             Work::Temporary(..) => "temporary",
-            Work::Conditional(Cond::If, _) => "if",
-            Work::Conditional(Cond::IfElse, _) => "if/else",
-            Work::Conditional(Cond::While(_), _) => "while",
+            Work::Conditional(Cond::If, ..) => "if",
+            Work::Conditional(Cond::IfElse, ..) => "if/else",
+            Work::Conditional(Cond::While(_), ..) => "while",
             Work::BadFlag => "bad flag",
-            Work::SetFlag(_) => "set flag",
+            Work::SetFlag(..) => "set flag",
         }
     }
 
     fn kinds(&self, out: &mut Vec<&'static str>) {
         out.push(self.kind());
-        if let Work::Conditional(_, bodies) = self {
+        if let Work::Conditional(_, _, bodies) = self {
             for work in bodies.iter().flatten() {
                 work.kinds(out);
             }
@@ -248,9 +248,10 @@ impl Draw {
         self.below(100) < percent
     }
 
-    /// A small integer-valued float.
+    /// A small integer-valued float, from enough of them that a value
+    /// (and so a launch's info bytes) is often met for the first time.
     pub fn value(&mut self) -> f32 {
-        self.below(9) as f32 - 4.0
+        self.below(61) as f32 - 30.0
     }
 
     fn part(&mut self) -> Part {
@@ -268,26 +269,36 @@ impl Draw {
         }
     }
 
+    /// A fill's value inside a body: from a few of their own, so that a
+    /// body often passes info bytes nothing before it passed.
+    fn body_value(&mut self, depth: u32) -> f32 {
+        if depth > 0 {
+            100.0 + self.below(3) as f32
+        } else {
+            self.value()
+        }
+    }
+
+    fn flag(&mut self) -> u8 {
+        self.below(2) as u8
+    }
+
     /// Work for a body `depth` conditionals deep.
     pub fn work(&mut self, depth: u32) -> Work {
         let roll = self.below(100);
         match roll {
-            0..=13 => Work::Fill(self.target(), self.value()),
+            0..=13 => Work::Fill(self.target(), self.body_value(depth)),
             14..=27 => Work::Add(self.target(), self.target()),
             28..=37 => Work::Copy(self.target(), self.target()),
             38..=45 => Work::Axpy(self.target(), self.target(), self.below(3) as f32 - 1.0),
-            46..=53 => Work::Scale(
-                self.target(),
-                self.below(4) as f32 - 1.0,
-                self.value(),
-            ),
-            54..=61 => Work::Countdown(self.index()),
+            46..=53 => Work::Scale(self.target(), self.below(4) as f32 - 1.0, self.value()),
+            54..=61 => Work::Countdown(self.index(), self.flag()),
             62..=63 => Work::Mismatch(self.target()),
             64..=65 => Work::TooLong(self.target()),
             66..=69 => Work::Write(self.index(), self.value()),
             70..=74 => Work::Temporary(self.target(), self.value()),
             75..=76 => Work::BadFlag,
-            77..=81 => Work::SetFlag(self.below(3) as u32),
+            77..=81 => Work::SetFlag(self.flag(), self.below(3) as u32),
             _ if depth < 2 => {
                 let cond = match self.below(3) {
                     0 => Cond::If,
@@ -296,7 +307,7 @@ impl Draw {
                 };
                 let bodies = if cond == Cond::IfElse { 2 } else { 1 };
                 let bodies = (0..bodies).map(|_| self.works(depth + 1, 3)).collect();
-                Work::Conditional(cond, bodies)
+                Work::Conditional(cond, self.flag(), bodies)
             }
             _ => Work::Fill(self.target(), self.value()),
         }

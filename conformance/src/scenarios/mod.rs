@@ -101,6 +101,7 @@ suite![
     temporaries::destroying_one_graph_of_a_set_keeps_the_others,
     temporaries::temporaries_stay_on_their_stream,
     temporaries::a_temporary_read_before_written_is_refused,
+    temporaries::a_refused_replay_leaves_its_temporaries_no_obstacle,
     updates::two_clients_on_two_devices,
     graphs::rule_07_page_allocated_while_recording_is_refused,
     graphs::a_recording_may_pass_info_its_warmup_did_not,

@@ -308,3 +308,37 @@ pub fn a_temporary_read_before_written_is_refused<D: UserKernels>(session: &Sess
         Ok(_) => Err("a graph reading another's temporaries was made".into()),
     }
 }
+
+/// A replay refused over a claimed input claims what the graph writes, its
+/// temporaries included; those are written whole before they are read, so
+/// they are no input of the next replay, which runs once its real input is
+/// rewritten.
+pub fn a_refused_replay_leaves_its_temporaries_no_obstacle<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let x = client.create_f32(stream, &[1.0; NU]).step("x")?;
+    let (graph, ()) = client
+        .capture(stream, |_| {
+            let tmp = client.allocate(stream, u64::from(N) * 4)?;
+            client.run_builtin(stream, Builtin::Fill, &[&tmp], N, 2.0)?;
+            client.run_builtin(stream, Builtin::Add, &[&x, &tmp], N, 0.0)
+        })
+        .step("capture with a temporary")?;
+    // A window that cannot seal claims x.
+    let window = client.prepare(stream).step("prepare")?;
+    client.begin(stream, window).step("begin")?;
+    client
+        .run_builtin(stream, Builtin::Fill, &[&x], N, 5.0)
+        .step("recorded")?;
+    crate::support::refused(client.read(&x), "a read while recording")?;
+    crate::support::refused(client.instantiate(stream, window), "the doomed window")?;
+    let err = crate::support::refused(client.replay(&graph), "a replay over claimed x")?;
+    ensure!(matches!(err, Error::Claimed { .. }), "{err}");
+    client.write_f32(&x, &[1.0; NU]).step("x rewritten")?;
+    client
+        .replay(&graph)
+        .step("a replay once its input is valid again")?;
+    expect_all(&client, &x, 3.0, "x after the replay")
+}

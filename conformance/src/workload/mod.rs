@@ -313,7 +313,9 @@ impl<D: UserKernels> Workload<D> {
         })
     }
 
-    fn get(&self, which: UserKernel) -> &Kernel<D> {
+    /// Kernel `which`, for a launch the safe methods do not make (a
+    /// mismatched one, say).
+    pub fn get(&self, which: UserKernel) -> &Kernel<D> {
         let index = WORKLOAD.iter().position(|&k| k == which).unwrap_or(0);
         &self.kernels[index]
     }

@@ -1,0 +1,1517 @@
+//! A program run twice at once: on a backend through the public `Client`,
+//! and on the model, plain Rust that states what each call means (the
+//! bytes of every buffer, what is refused and with what, a window's fate,
+//! the claims a failure leaves, when an imported page's keep-alive goes).
+//! Each operation's answer and every read are compared; the first
+//! disagreement ends the run.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use graph_capture::{
+    Buffer, BufferId, Builtin, Client, Config, Driver, Error, GraphHandle, GraphId, Pass, Ran,
+    StreamId,
+};
+
+use super::ops::{Cond, Op, Part, Style, Target, Work};
+use crate::faulty::{FaultPlan, Faulty, Primitive};
+use crate::session::Session;
+use crate::workload::{UserKernels, Workload};
+
+/// Floats in every buffer the programs make: two views of 64 (256 bytes,
+/// the binding alignment) each.
+pub const ELEMENTS: usize = 128;
+const HALF: usize = ELEMENTS / 2;
+/// Live streams, buffers and graphs a program keeps at most.
+const MOST_STREAMS: usize = 4;
+const MOST_BUFFERS: usize = 10;
+const MOST_GRAPHS: usize = 5;
+
+/// Where a program and the model parted, for a person.
+pub type Disagreement = String;
+
+/// A buffer bound by resolved work: its allocation and which bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Bind {
+    id: BufferId,
+    part: Part,
+}
+
+impl Bind {
+    fn range(self) -> std::ops::Range<usize> {
+        match self.part {
+            Part::Whole => 0..ELEMENTS,
+            Part::Low => 0..HALF,
+            Part::High => HALF..ELEMENTS,
+        }
+    }
+
+    fn overlaps(self, other: Bind) -> bool {
+        let (a, b) = (self.range(), other.range());
+        self.id == other.id && a.start < b.end && b.start < a.end
+    }
+}
+
+/// Work with its buffers resolved, as a graph keeps it.
+#[derive(Debug, Clone)]
+enum Resolved {
+    Fill(Bind, f32),
+    Add(Bind, Bind),
+    Copy(Bind, Bind),
+    Axpy(Bind, Bind, f32),
+    Scale(Bind, f32, f32),
+    Countdown { counter: BufferId, flag: BufferId },
+    Write(BufferId, f32),
+    SetFlag(BufferId, u32),
+    Temporary(Bind, f32),
+    Cond(Cond, BufferId, Vec<Vec<Resolved>>),
+}
+
+impl Resolved {
+    /// Buffers read, and buffers written with whether all of each is.
+    fn accesses(&self, reads: &mut Vec<BufferId>, writes: &mut Vec<(BufferId, bool)>) {
+        let whole = |b: Bind| (b.id, b.part == Part::Whole);
+        match self {
+            Resolved::Fill(b, _) => writes.push(whole(*b)),
+            Resolved::Add(x, y) => {
+                reads.extend([x.id, y.id]);
+                writes.push(whole(*x));
+            }
+            Resolved::Copy(src, dst) => {
+                reads.push(src.id);
+                writes.push(whole(*dst));
+            }
+            Resolved::Axpy(x, y, _) => {
+                reads.extend([x.id, y.id]);
+                writes.push(whole(*y));
+            }
+            Resolved::Scale(x, ..) | Resolved::Temporary(x, _) => {
+                reads.push(x.id);
+                writes.push(whole(*x));
+            }
+            Resolved::Countdown { counter, flag } => {
+                reads.push(*counter);
+                // The counter is bound whole, though only its first
+                // element changes.
+                writes.extend([(*counter, true), (*flag, true)]);
+            }
+            Resolved::Write(id, _) => writes.push((*id, true)),
+            Resolved::SetFlag(id, _) => writes.push((*id, true)),
+            Resolved::Cond(_, flag, bodies) => {
+                reads.push(*flag);
+                let mut inner = Vec::new();
+                for r in bodies.iter().flatten() {
+                    r.accesses(reads, &mut inner);
+                }
+                // A body may not run: its writes renew nothing.
+                writes.extend(inner.into_iter().map(|(id, _)| (id, false)));
+            }
+        }
+    }
+}
+
+/// Why a buffer holds no valid bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    /// A failure of anything but a replay.
+    Other,
+    /// A failed replay of this graph (which may retry over it).
+    Replay(GraphId),
+}
+
+/// The model's view of one allocation.
+#[derive(Debug, Clone)]
+struct Mem {
+    /// `None` where nothing wrote the element.
+    values: Vec<Option<f32>>,
+    claim: Option<Claim>,
+    stream: StreamId,
+    /// A flag: its `u32` (`values` unused).
+    flag: Option<u32>,
+}
+
+/// What an operation is expected to answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    Ok,
+    Refused,
+    Claimed,
+    Failed,
+}
+
+impl Expect {
+    fn matches(self, got: &Result<(), Error>) -> bool {
+        match (self, got) {
+            (Expect::Ok, Ok(())) => true,
+            (Expect::Claimed, Err(err)) => {
+                matches!(err.root(), Error::Claimed { .. }) || matches!(err, Error::Claimed { .. })
+            }
+            (Expect::Refused | Expect::Failed, Err(_)) => true,
+            _ => false,
+        }
+    }
+}
+
+/// An imported buffer's keep-alive and what must hold it.
+struct Import {
+    kept: Arc<()>,
+    id: BufferId,
+    owner: StreamId,
+    /// The operation after which no handle and no graph held it.
+    released: Option<u64>,
+}
+
+/// The model's state.
+struct Model {
+    mem: HashMap<BufferId, Mem>,
+    /// The last host wait on each stream (a destroyed stream's destroy).
+    waited: HashMap<StreamId, u64>,
+    any_wait: u64,
+    destroyed: HashSet<StreamId>,
+    launch_fault: bool,
+    replay_fault: bool,
+    copies_in_bodies: bool,
+    conditionals: bool,
+    /// The streams whose work used each allocation.
+    users: HashMap<BufferId, HashSet<StreamId>>,
+}
+
+/// A live buffer handle.
+struct Live {
+    handle: Buffer,
+    id: BufferId,
+    stream: StreamId,
+}
+
+/// A live stream and its two flags.
+struct LiveStream {
+    id: StreamId,
+    flags: [(Buffer, BufferId); 2],
+}
+
+/// A world over backend `D`.
+pub struct World<D: UserKernels> {
+    client: Client<Faulty<D>>,
+    plan: Arc<FaultPlan>,
+    kernels: Workload<Faulty<D>>,
+    streams: Vec<LiveStream>,
+    buffers: Vec<Live>,
+    graphs: Vec<Graph<D>>,
+    imports: Vec<Import>,
+    model: RefCell<Model>,
+    /// The operation running, counted from 1.
+    at: u64,
+    /// What the program did, counted per kind.
+    pub kinds: HashSet<&'static str>,
+}
+
+/// A live graph and the work it recorded.
+struct Graph<D: UserKernels> {
+    handle: GraphHandle<Faulty<D>>,
+    stream: StreamId,
+    works: Vec<Resolved>,
+}
+
+/// `a` and `b` are the same float: equal, or both NaN.
+fn same(a: f32, b: f32) -> bool {
+    a == b || (a.is_nan() && b.is_nan())
+}
+
+fn err<T>(what: impl Into<String>) -> Result<T, Disagreement> {
+    Err(what.into())
+}
+
+impl<D: UserKernels> World<D> {
+    /// A world on `session`'s device, with one stream to start from. Its
+    /// pools' first pages are large, so that no page is needed while a
+    /// window records (which the rules refuse, and the model does not
+    /// predict).
+    pub fn new(session: &Session<D>) -> Result<Self, String> {
+        let (client, plan) = session.faulty_with(Config {
+            first_page_bytes: 4 << 20,
+            device_page_bytes: 4 << 20,
+            host_page_bytes: 4 << 20,
+            ..Config::default()
+        });
+        let kernels = Workload::new(client.device()).map_err(|e| format!("kernels: {e}"))?;
+        let mut world = Self {
+            client,
+            plan,
+            kernels,
+            streams: Vec::new(),
+            buffers: Vec::new(),
+            graphs: Vec::new(),
+            imports: Vec::new(),
+            model: RefCell::new(Model {
+                mem: HashMap::new(),
+                waited: HashMap::new(),
+                any_wait: 0,
+                destroyed: HashSet::new(),
+                launch_fault: false,
+                replay_fault: false,
+                copies_in_bodies: false,
+                conditionals: false,
+                users: HashMap::new(),
+            }),
+            at: 0,
+            kinds: HashSet::new(),
+        };
+        world.add_stream(None)?;
+        Ok(world)
+    }
+
+    fn add_stream(&mut self, raw: Option<<Faulty<D> as Driver>::Stream>) -> Result<(), String> {
+        let id = match raw {
+            Some(raw) => self.client.adopt_stream(raw),
+            None => self.client.create_stream(),
+        }
+        .map_err(|e| format!("stream: {e}"))?;
+        let flag = || {
+            self.client
+                .create(id, &0u32.to_le_bytes())
+                .map_err(|e| format!("flag: {e}"))
+        };
+        let flags = [flag()?, flag()?].map(|f| {
+            let id = f.id();
+            (f, id)
+        });
+        let bodies = self.client.conditionals(id);
+        let mut model = self.model.borrow_mut();
+        model.conditionals = bodies.is_ok();
+        model.copies_in_bodies = bodies.is_ok_and(|b| b.copies);
+        for (_, flag) in &flags {
+            model.mem.insert(
+                *flag,
+                Mem {
+                    values: Vec::new(),
+                    claim: None,
+                    stream: id,
+                    flag: Some(0),
+                },
+            );
+        }
+        drop(model);
+        self.streams.push(LiveStream { id, flags });
+        Ok(())
+    }
+
+    fn stream(&self, index: u8) -> Option<usize> {
+        (!self.streams.is_empty()).then(|| usize::from(index) % self.streams.len())
+    }
+
+    fn stream_index(&self, id: StreamId) -> Option<usize> {
+        self.streams.iter().position(|s| s.id == id)
+    }
+
+    /// The live buffer `index` picks among those `on` allows.
+    fn buffer(&self, index: u8, on: Option<StreamId>) -> Option<usize> {
+        let candidates: Vec<usize> = (0..self.buffers.len())
+            .filter(|&i| on.is_none_or(|s| self.buffers[i].stream == s))
+            .collect();
+        (!candidates.is_empty()).then(|| candidates[usize::from(index) % candidates.len()])
+    }
+
+    fn bind(&self, target: Target, on: Option<StreamId>) -> Option<Bind> {
+        let at = self.buffer(target.buffer, on)?;
+        Some(Bind {
+            id: self.buffers[at].id,
+            part: target.part,
+        })
+    }
+
+    /// The handle of `bind`'s buffer, or a view of its half.
+    fn handle(&self, bind: Bind) -> Result<Buffer, Error> {
+        let live = self
+            .buffers
+            .iter()
+            .find(|b| b.id == bind.id)
+            .ok_or(Error::BadLaunch("the model lost a buffer".into()))?;
+        let half = (HALF * 4) as u64;
+        match bind.part {
+            Part::Whole => Ok(live.handle.clone()),
+            Part::Low => live.handle.range(0, half),
+            Part::High => live.handle.range(half, half),
+        }
+    }
+
+    /// Run one operation on both sides; the disagreement, if any.
+    pub fn step(&mut self, op: &Op) -> Result<(), Disagreement> {
+        self.at += 1;
+        let mut kinds = Vec::new();
+        op.kinds(&mut kinds);
+        self.kinds.extend(kinds);
+        match op {
+            Op::CreateStream => {
+                if self.streams.len() < MOST_STREAMS {
+                    self.add_stream(None)?;
+                }
+            }
+            Op::AdoptStream => {
+                if self.streams.len() < MOST_STREAMS {
+                    let raw = <Faulty<D> as Driver>::create_stream(self.client.device())
+                        .map_err(|e| format!("raw stream: {e}"))?;
+                    self.add_stream(Some(raw))?;
+                }
+            }
+            Op::DestroyStream(s) => {
+                if self.streams.len() > 1
+                    && let Some(s) = self.stream(*s)
+                {
+                    self.destroy_stream(s)?;
+                }
+            }
+            Op::Allocate(s) => {
+                if let Some(s) = self.stream(*s)
+                    && self.buffers.len() < MOST_BUFFERS
+                {
+                    let id = self.streams[s].id;
+                    let handle = self
+                        .client
+                        .allocate(id, (ELEMENTS * 4) as u64)
+                        .map_err(|e| format!("allocate: {e}"))?;
+                    self.track(handle, id, vec![None; ELEMENTS]);
+                }
+            }
+            Op::Create(s, v) => {
+                if let Some(s) = self.stream(*s)
+                    && self.buffers.len() < MOST_BUFFERS
+                {
+                    let id = self.streams[s].id;
+                    let handle = self
+                        .client
+                        .create_f32(id, &[*v; ELEMENTS])
+                        .map_err(|e| format!("create: {e}"))?;
+                    self.track(handle, id, vec![Some(*v); ELEMENTS]);
+                }
+            }
+            Op::Import(s, v) => self.import(*s, *v)?,
+            Op::DropBuffer(b) => {
+                if let Some(at) = self.buffer(*b, None) {
+                    let live = self.buffers.remove(at);
+                    drop(live.handle);
+                    self.released_maybe(live.id);
+                }
+            }
+            Op::Write(b, v) => {
+                if let Some(at) = self.buffer(*b, None) {
+                    let id = self.buffers[at].id;
+                    let got = self
+                        .client
+                        .write_f32(&self.buffers[at].handle, &[*v; ELEMENTS]);
+                    let mut model = self.model.borrow_mut();
+                    check("write", Expect::Ok, &got)?;
+                    let mem = model.mem.get_mut(&id).ok_or("no memory")?;
+                    mem.values = vec![Some(*v); ELEMENTS];
+                    mem.claim = None;
+                }
+            }
+            Op::WriteWrongSize(b) => {
+                if let Some(at) = self.buffer(*b, None) {
+                    let got = self.client.write_f32(&self.buffers[at].handle, &[1.0; 3]);
+                    check("write of the wrong size", Expect::Refused, &got)?;
+                }
+            }
+            Op::Read(t) => self.read(*t)?,
+            Op::Sync(s) => {
+                if let Some(s) = self.stream(*s) {
+                    let id = self.streams[s].id;
+                    check("sync", Expect::Ok, &self.client.sync(id))?;
+                    self.waited(id);
+                }
+            }
+            Op::Trim(s) => {
+                if let Some(s) = self.stream(*s) {
+                    let id = self.streams[s].id;
+                    check("trim", Expect::Ok, &self.client.trim(id).map(drop))?;
+                    self.waited(id);
+                }
+            }
+            Op::Usage(s) => {
+                if let Some(s) = self.stream(*s) {
+                    let usage = self.client.usage(self.streams[s].id);
+                    check("usage", Expect::Ok, &usage.map(drop))?;
+                }
+            }
+            Op::Wait(a, b) => {
+                if let (Some(a), Some(b)) = (self.stream(*a), self.stream(*b)) {
+                    let got = self.client.wait(self.streams[a].id, self.streams[b].id);
+                    check("wait", Expect::Ok, &got)?;
+                }
+            }
+            Op::Eager(s, work) => {
+                if let Some(s) = self.stream(*s) {
+                    let id = self.streams[s].id;
+                    let mut recorded = Vec::new();
+                    // Its answer was checked against the model's already.
+                    let _answer = self.work(id, work, Mode::Eager, 0, &mut recorded)?;
+                }
+            }
+            Op::Capture(s, style, works) => {
+                if let Some(s) = self.stream(*s)
+                    && self.graphs.len() < MOST_GRAPHS
+                {
+                    self.capture(s, *style, works)?;
+                }
+            }
+            Op::Recapture(g, works) => {
+                if !self.graphs.is_empty() {
+                    let g = usize::from(*g) % self.graphs.len();
+                    self.recapture(g, works)?;
+                }
+            }
+            Op::Replay(g) | Op::ReplayId(g) => {
+                if !self.graphs.is_empty() {
+                    let g = usize::from(*g) % self.graphs.len();
+                    self.replay(g, matches!(op, Op::ReplayId(_)))?;
+                }
+            }
+            Op::DropGraph(g) | Op::Destroy(g) => {
+                if !self.graphs.is_empty() {
+                    let g = usize::from(*g) % self.graphs.len();
+                    let graph = self.graphs.remove(g);
+                    if matches!(op, Op::Destroy(_)) {
+                        check("destroy", Expect::Ok, &self.client.destroy(&graph.handle))?;
+                        if self.client.is_live(&graph.handle) {
+                            return err("a destroyed graph is live");
+                        }
+                    }
+                    let ids = graph_buffers(&graph.works);
+                    drop(graph);
+                    for id in ids {
+                        self.released_maybe(id);
+                    }
+                }
+            }
+            Op::FailNextLaunch => {
+                let mut model = self.model.borrow_mut();
+                if !model.launch_fault {
+                    model.launch_fault = true;
+                    self.plan.fail(Primitive::Launch, 1);
+                }
+            }
+            Op::FailNextReplay => {
+                let mut model = self.model.borrow_mut();
+                if !model.replay_fault {
+                    model.replay_fault = true;
+                    self.plan.fail(Primitive::Replay, 1);
+                }
+            }
+        }
+        self.check_keep_alives()
+    }
+
+    fn track(&mut self, handle: Buffer, stream: StreamId, values: Vec<Option<f32>>) {
+        let id = handle.id();
+        self.model.borrow_mut().mem.insert(
+            id,
+            Mem {
+                values,
+                claim: None,
+                stream,
+                flag: None,
+            },
+        );
+        self.buffers.push(Live { handle, id, stream });
+    }
+
+    fn import(&mut self, s: u8, v: f32) -> Result<(), Disagreement> {
+        let Some(s) = self.stream(s) else {
+            return Ok(());
+        };
+        if self.buffers.len() >= MOST_BUFFERS {
+            return Ok(());
+        }
+        let stream = self.streams[s].id;
+        let kept = Arc::new(());
+        let bytes: Vec<u8> = [v; ELEMENTS].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let Some(page) = <Faulty<D>>::foreign_page(self.client.device(), &bytes, kept.clone())
+        else {
+            return Ok(());
+        };
+        let page = page.map_err(|e| format!("foreign page: {e}"))?;
+        let handle = self
+            .client
+            .import(stream, page)
+            .map_err(|r| format!("import: {}", r.error))?;
+        let id = handle.id();
+        self.imports.push(Import {
+            kept,
+            id,
+            owner: stream,
+            released: None,
+        });
+        self.track(handle, stream, vec![Some(v); ELEMENTS]);
+        Ok(())
+    }
+
+    /// A host wait on `stream` just ended.
+    fn waited(&self, stream: StreamId) {
+        let mut model = self.model.borrow_mut();
+        model.waited.insert(stream, self.at);
+        model.any_wait = self.at;
+    }
+
+    /// Buffer `id` may have lost its last handle or graph.
+    fn released_maybe(&mut self, id: BufferId) {
+        let held = self.buffers.iter().any(|b| b.id == id)
+            || self
+                .graphs
+                .iter()
+                .any(|g| graph_buffers(&g.works).contains(&id));
+        if let Some(import) = self.imports.iter_mut().find(|i| i.id == id)
+            && !held
+            && import.released.is_none()
+        {
+            import.released = Some(self.at);
+        }
+    }
+
+    /// Every keep-alive is held while a handle or a graph holds its memory,
+    /// and let go once every stream that used it waited past the release.
+    fn check_keep_alives(&mut self) -> Result<(), Disagreement> {
+        let model = self.model.borrow();
+        for import in &self.imports {
+            let held = Arc::strong_count(&import.kept) > 1;
+            let Some(released) = import.released else {
+                if !held {
+                    return err(format!(
+                        "the keep-alive of imported {} went while it was held",
+                        import.id
+                    ));
+                }
+                continue;
+            };
+            let past = |stream: &StreamId| {
+                model.waited.get(stream).is_some_and(|&at| at > released)
+                    || (model.destroyed.contains(stream) && model.any_wait > released)
+            };
+            let users = model.users.get(&import.id);
+            if held && users.is_none_or(|u| u.iter().all(past)) && past(&import.owner) {
+                return err(format!(
+                    "the keep-alive of imported {} is still held after every stream that used \
+                     it ({users:?}) waited past its release",
+                    import.id
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn destroy_stream(&mut self, s: usize) -> Result<(), Disagreement> {
+        let id = self.streams[s].id;
+        check(
+            "destroy stream",
+            Expect::Ok,
+            &self.client.destroy_stream(id),
+        )?;
+        self.streams.remove(s);
+        let gone: Vec<BufferId> = self
+            .buffers
+            .iter()
+            .filter(|b| b.stream == id)
+            .map(|b| b.id)
+            .collect();
+        self.buffers.retain(|b| b.stream != id);
+        let graphs: Vec<Graph<D>> = self.graphs.extract_if(.., |g| g.stream == id).collect();
+        let mut pinned = Vec::new();
+        for graph in graphs {
+            pinned.extend(graph_buffers(&graph.works));
+        }
+        {
+            let mut model = self.model.borrow_mut();
+            model.destroyed.insert(id);
+            model.waited.insert(id, self.at);
+            model.any_wait = self.at;
+        }
+        for id in gone.into_iter().chain(pinned) {
+            self.released_maybe(id);
+        }
+        Ok(())
+    }
+
+    fn read(&mut self, target: Target) -> Result<(), Disagreement> {
+        let Some(bind) = self.bind(target, None) else {
+            return Ok(());
+        };
+        let view = self.handle(bind).map_err(|e| format!("view: {e}"))?;
+        let got = self.client.read_f32(&view);
+        let model = self.model.borrow();
+        let mem = model.mem.get(&bind.id).ok_or("no memory")?;
+        let stream = mem.stream;
+        match (&got, mem.claim) {
+            (Err(Error::Claimed { .. }), Some(_)) => return Ok(()),
+            (Err(e), None) => return err(format!("read of {} failed: {e}", bind.id)),
+            (Ok(_), Some(claim)) => {
+                return err(format!(
+                    "read of {} gave bytes, the model has it claimed ({claim:?})",
+                    bind.id
+                ));
+            }
+            (Err(e), Some(_)) => return err(format!("read of {} failed otherwise: {e}", bind.id)),
+            (Ok(values), None) => {
+                for (i, (got, want)) in values.iter().zip(&mem.values[bind.range()]).enumerate() {
+                    if let Some(want) = want
+                        && !same(*got, *want)
+                    {
+                        return err(format!(
+                            "read of {} {:?}: element {i} is {got}, the model says {want}",
+                            bind.id, bind.part
+                        ));
+                    }
+                }
+            }
+        }
+        drop(model);
+        self.waited(stream);
+        Ok(())
+    }
+}
+
+/// How work runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Now, on the device and the model, on any stream's buffers.
+    Eager,
+    /// Now, as a capture's warmup: on the window's stream's buffers only.
+    Warmup,
+    /// Recorded: the model keeps it for the graph.
+    Record,
+}
+
+/// Every buffer resolved work touches.
+fn graph_buffers(works: &[Resolved]) -> HashSet<BufferId> {
+    let (mut reads, mut writes) = (Vec::new(), Vec::new());
+    for w in works {
+        w.accesses(&mut reads, &mut writes);
+    }
+    reads
+        .into_iter()
+        .chain(writes.into_iter().map(|(id, _)| id))
+        .collect()
+}
+
+fn check(what: &str, want: Expect, got: &Result<(), Error>) -> Result<(), Disagreement> {
+    if want.matches(got) {
+        Ok(())
+    } else {
+        err(format!(
+            "{what}: the model expects {want:?}, the client answered {got:?}"
+        ))
+    }
+}
+
+impl<D: UserKernels> World<D> {
+    /// Run `work` on `stream` in `mode`, `depth` conditionals deep: the
+    /// call on the client, the model's expectation of its answer, and its
+    /// effect (eagerly on the values, recorded into `recorded`). Returns
+    /// the call's error, as the caller's body would.
+    fn work(
+        &self,
+        stream: StreamId,
+        work: &Work,
+        mode: Mode,
+        depth: u32,
+        recorded: &mut Vec<Resolved>,
+    ) -> Result<Result<(), Error>, Disagreement> {
+        // Work inside a window binds the window's stream's buffers only.
+        let on = (mode != Mode::Eager).then_some(stream);
+        let c = &self.client;
+        let launch = |reads: &[BufferId], writes: &[Bind], call: &dyn Fn() -> Result<(), Error>| {
+            self.launch(stream, mode, reads, writes, call)
+        };
+        let got: Result<(), Error> = match work {
+            Work::Fill(t, v) => {
+                let Some(b) = self.bind(*t, on) else {
+                    return Ok(Ok(()));
+                };
+                let h = self.handle(b).map_err(|e| e.to_string())?;
+                let n = (b.range().len()) as u32;
+                let got = launch(&[], &[b], &|| {
+                    c.run_builtin(stream, Builtin::Fill, &[&h], n, *v)
+                })?;
+                if got.is_ok() {
+                    self.effect(mode, Resolved::Fill(b, *v), recorded);
+                }
+                got
+            }
+            Work::Add(x, y) | Work::Copy(x, y) | Work::Axpy(x, y, _) => {
+                let (Some(bx), Some(by)) = (self.bind(*x, on), self.bind(*y, on)) else {
+                    return Ok(Ok(()));
+                };
+                let (hx, hy) = (
+                    self.handle(bx).map_err(|e| e.to_string())?,
+                    self.handle(by).map_err(|e| e.to_string())?,
+                );
+                let n = bx.range().len().min(by.range().len()) as u32;
+                let (which, written, resolved, scalar) = match work {
+                    Work::Add(..) => (Builtin::Add, bx, Resolved::Add(bx, by), 0.0),
+                    Work::Copy(..) => (Builtin::Copy, by, Resolved::Copy(bx, by), 0.0),
+                    Work::Axpy(_, _, a) => (Builtin::Axpy, by, Resolved::Axpy(bx, by, *a), *a),
+                    _ => unreachable!(),
+                };
+                let other = if written == bx { by } else { bx };
+                if written.overlaps(other) {
+                    // A written binding overlapping another: refused.
+                    let got = c.run_builtin(stream, which, &[&hx, &hy], n, scalar);
+                    check("an aliased launch", Expect::Refused, &got)?;
+                    got
+                } else {
+                    let mut reads = vec![bx.id, by.id];
+                    if matches!(work, Work::Copy(..)) {
+                        reads = vec![bx.id];
+                    }
+                    let got = launch(&reads, &[written], &|| {
+                        c.run_builtin(stream, which, &[&hx, &hy], n, scalar)
+                    })?;
+                    if got.is_ok() {
+                        self.effect(mode, resolved, recorded);
+                    }
+                    got
+                }
+            }
+            Work::Scale(t, a, b) => {
+                let Some(bx) = self.bind(*t, on) else {
+                    return Ok(Ok(()));
+                };
+                let h = self.handle(bx).map_err(|e| e.to_string())?;
+                let n = bx.range().len() as u32;
+                let got = launch(&[bx.id], &[bx], &|| {
+                    self.kernels
+                        .scale(c, stream, crate::workload::grid(n), &h, n, *a, *b)
+                })?;
+                if got.is_ok() {
+                    self.effect(mode, Resolved::Scale(bx, *a, *b), recorded);
+                }
+                got
+            }
+            Work::Countdown(counter, which) => {
+                // A counter whose first element the model knows.
+                let model = self.model.borrow();
+                let known: Vec<&Live> = self
+                    .buffers
+                    .iter()
+                    .filter(|b| on.is_none_or(|s| b.stream == s))
+                    .filter(|b| model.mem.get(&b.id).is_some_and(|m| m.values[0].is_some()))
+                    .collect();
+                drop(model);
+                if known.is_empty() {
+                    return Ok(Ok(()));
+                }
+                let live = known[usize::from(*counter) % known.len()];
+                let flag = self.flag_of(stream, *which)?;
+                let counter = Bind {
+                    id: live.id,
+                    part: Part::Whole,
+                };
+                let flag_bind = Bind {
+                    id: flag.1,
+                    part: Part::Whole,
+                };
+                let got = launch(&[live.id], &[counter, flag_bind], &|| {
+                    self.kernels.countdown(c, stream, &live.handle, &flag.0)
+                })?;
+                if got.is_ok() {
+                    self.effect(
+                        mode,
+                        Resolved::Countdown {
+                            counter: live.id,
+                            flag: flag.1,
+                        },
+                        recorded,
+                    );
+                }
+                got
+            }
+            Work::Mismatch(t) => {
+                let Some(b) = self.bind(*t, on) else {
+                    return Ok(Ok(()));
+                };
+                let h = self.handle(b).map_err(|e| e.to_string())?;
+                let got = c.launch(
+                    stream,
+                    self.kernels.get(crate::workload::UserKernel::Scale),
+                    [1, 1, 1],
+                    &[&h, &h],
+                    &[],
+                    &[0; 12],
+                );
+                check("a mismatched launch", Expect::Refused, &got)?;
+                got
+            }
+            Work::TooLong(t) => {
+                let Some(b) = self.bind(*t, on) else {
+                    return Ok(Ok(()));
+                };
+                let h = self.handle(b).map_err(|e| e.to_string())?;
+                let n = b.range().len() as u32 + 1;
+                let got = c.run_builtin(stream, Builtin::Fill, &[&h], n, 1.0);
+                check("a builtin too long", Expect::Refused, &got)?;
+                got
+            }
+            Work::Write(b, v) => {
+                let Some(at) = self.buffer(*b, on) else {
+                    return Ok(Ok(()));
+                };
+                let live = &self.buffers[at];
+                let got = c.write_f32(&live.handle, &[*v; ELEMENTS]);
+                let refused =
+                    mode == Mode::Record && depth > 0 && !self.model.borrow().copies_in_bodies;
+                check(
+                    "a write",
+                    if refused { Expect::Refused } else { Expect::Ok },
+                    &got,
+                )?;
+                if got.is_ok() {
+                    self.effect(mode, Resolved::Write(live.id, *v), recorded);
+                }
+                got
+            }
+            Work::SetFlag(which, v) => {
+                let flag = self.flag_of(stream, *which)?;
+                let got = c.write(&flag.0, &v.to_le_bytes());
+                let refused =
+                    mode == Mode::Record && depth > 0 && !self.model.borrow().copies_in_bodies;
+                check(
+                    "a flag's write",
+                    if refused { Expect::Refused } else { Expect::Ok },
+                    &got,
+                )?;
+                if got.is_ok() {
+                    self.effect(mode, Resolved::SetFlag(flag.1, *v), recorded);
+                }
+                got
+            }
+            Work::Temporary(t, v) => {
+                if depth > 0 {
+                    return Ok(Ok(()));
+                }
+                let Some(b) = self.bind(*t, on) else {
+                    return Ok(Ok(()));
+                };
+                let h = self.handle(b).map_err(|e| e.to_string())?;
+                let n = b.range().len() as u32;
+                // Two launches: the temporary's fill meets an armed fault
+                // first, and claims only the temporary; the add reads the
+                // target.
+                let fault = std::mem::take(&mut self.model.borrow_mut().launch_fault);
+                let got = if fault {
+                    let got = c.allocate(stream, (ELEMENTS * 4) as u64).and_then(|tmp| {
+                        c.run_builtin(stream, Builtin::Fill, &[&tmp], ELEMENTS as u32, *v)
+                    });
+                    check("a temporary's fill", Expect::Failed, &got)?;
+                    got
+                } else {
+                    launch(&[b.id], &[b], &|| {
+                        let tmp = c.allocate(stream, (ELEMENTS * 4) as u64)?;
+                        c.run_builtin(stream, Builtin::Fill, &[&tmp], ELEMENTS as u32, *v)?;
+                        c.run_builtin(stream, Builtin::Add, &[&h, &tmp], n, 0.0)
+                    })?
+                };
+                if got.is_ok() {
+                    self.effect(mode, Resolved::Temporary(b, *v), recorded);
+                }
+                got
+            }
+            Work::BadFlag => {
+                let flag = self.flag_of(stream, 0)?;
+                let short = flag.0.range(0, 2).map_err(|e| e.to_string())?;
+                let got = c.if_flag(stream, &short, || Ok(())).map(drop);
+                check("a short flag", Expect::Refused, &got)?;
+                got
+            }
+            Work::Conditional(cond, which, bodies) => {
+                return self.conditional(stream, *cond, *which, bodies, mode, depth, recorded);
+            }
+        };
+        Ok(got)
+    }
+
+    fn flag_of(&self, stream: StreamId, which: u8) -> Result<(Buffer, BufferId), Disagreement> {
+        let s = self.stream_index(stream).ok_or("no flag")?;
+        Ok(self.streams[s].flags[usize::from(which % 2)].clone())
+    }
+
+    /// A launch reading `reads` and writing `writes`: what the model expects
+    /// of it (a claimed input fails it, then an armed fault does), checked
+    /// against `call`, and the claims its failure leaves.
+    fn launch(
+        &self,
+        stream: StreamId,
+        mode: Mode,
+        reads: &[BufferId],
+        writes: &[Bind],
+        call: &dyn Fn() -> Result<(), Error>,
+    ) -> Result<Result<(), Error>, Disagreement> {
+        let expect = {
+            let mut model = self.model.borrow_mut();
+            let claimed = reads
+                .iter()
+                .any(|id| model.mem.get(id).is_some_and(|m| m.claim.is_some()));
+            if claimed {
+                Expect::Claimed
+            } else if model.launch_fault {
+                model.launch_fault = false;
+                Expect::Failed
+            } else {
+                Expect::Ok
+            }
+        };
+        let got = call();
+        check("a launch", expect, &got)?;
+        let mut model = self.model.borrow_mut();
+        if mode != Mode::Record && expect == Expect::Ok {
+            for id in reads.iter().chain(writes.iter().map(|w| &w.id)) {
+                model.users.entry(*id).or_default().insert(stream);
+            }
+        }
+        match expect {
+            Expect::Ok if mode != Mode::Record => {
+                for w in writes {
+                    if w.part == Part::Whole
+                        && let Some(m) = model.mem.get_mut(&w.id)
+                    {
+                        m.claim = None;
+                    }
+                }
+            }
+            Expect::Ok => {}
+            _ => {
+                for w in writes {
+                    if let Some(m) = model.mem.get_mut(&w.id)
+                        && m.claim.is_none()
+                    {
+                        m.claim = Some(Claim::Other);
+                    }
+                }
+            }
+        }
+        Ok(got)
+    }
+
+    /// Resolved work that ran: applied now eagerly, or kept for the graph.
+    fn effect(&self, mode: Mode, work: Resolved, recorded: &mut Vec<Resolved>) {
+        match mode {
+            Mode::Eager | Mode::Warmup => {
+                let mut model = self.model.borrow_mut();
+                if let Resolved::Write(id, _) | Resolved::SetFlag(id, _) = &work
+                    && let Some(m) = model.mem.get_mut(id)
+                {
+                    m.claim = None;
+                }
+                apply(&mut model, &work);
+            }
+            Mode::Record => recorded.push(work),
+        }
+    }
+}
+
+/// `work` applied to the model's values (a replay's, or eager work's).
+fn apply(model: &mut Model, work: &Resolved) {
+    let mem = &mut model.mem;
+    let get = |mem: &HashMap<BufferId, Mem>, id: BufferId| {
+        mem.get(&id).map(|m| m.values.clone()).unwrap_or_default()
+    };
+    let all = ELEMENTS;
+    match work {
+        // `to += a * from`, over the elements both bind.
+        Resolved::Add(to, from) | Resolved::Axpy(from, to, _) => {
+            let a = if let Resolved::Axpy(_, _, a) = work {
+                Some(*a)
+            } else {
+                None
+            };
+            let xs = get(mem, from.id);
+            let start = from.range().start;
+            let n = from.range().len().min(to.range().len());
+            set(mem, *to, n, |i, old| {
+                let x = xs.get(start + i).copied().flatten()?;
+                // Unfused, as every backend computes it.
+                let product = a.map_or(x, |a| a * x);
+                Some(old? + product)
+            });
+        }
+        Resolved::Fill(b, v) => set(mem, *b, all, |_, _| Some(*v)),
+        Resolved::Copy(src, dst) => {
+            let xs = get(mem, src.id);
+            let start = src.range().start;
+            let n = src.range().len().min(dst.range().len());
+            set(mem, *dst, n, |i, _| xs.get(start + i).copied().flatten());
+        }
+        Resolved::Scale(x, a, b) => set(mem, *x, all, |_, old| Some(old? * a + b)),
+        Resolved::Temporary(x, v) => set(mem, *x, all, |_, old| Some(old? + v)),
+        Resolved::Countdown { counter, flag } => {
+            let value = mem
+                .get_mut(counter)
+                .and_then(|m| m.values.first_mut())
+                .and_then(|c| {
+                    *c = c.map(|c| c - 1.0);
+                    *c
+                });
+            if let Some(m) = mem.get_mut(flag) {
+                m.flag = value.map(|c| u32::from(c > 0.0));
+            }
+        }
+        Resolved::Write(id, v) => {
+            if let Some(m) = mem.get_mut(id) {
+                m.values = vec![Some(*v); ELEMENTS];
+            }
+        }
+        Resolved::SetFlag(id, v) => {
+            if let Some(m) = mem.get_mut(id) {
+                m.flag = Some(*v);
+            }
+        }
+        Resolved::Cond(cond, flag, bodies) => {
+            let is_set =
+                |mem: &HashMap<BufferId, Mem>| mem.get(flag).and_then(|m| m.flag).unwrap_or(0) != 0;
+            match cond {
+                Cond::If | Cond::IfElse => {
+                    let body = if is_set(mem) {
+                        bodies.first()
+                    } else {
+                        bodies.get(1)
+                    };
+                    for w in body.into_iter().flatten() {
+                        apply(model, w);
+                    }
+                }
+                Cond::While(bound) => {
+                    for _ in 0..*bound {
+                        if !is_set(&model.mem) {
+                            break;
+                        }
+                        for w in &bodies[0] {
+                            apply(model, w);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Set the elements `bind` names, from element `i` of the binding and the
+/// old value.
+fn set(
+    mem: &mut HashMap<BufferId, Mem>,
+    bind: Bind,
+    n: usize,
+    f: impl Fn(usize, Option<f32>) -> Option<f32>,
+) {
+    if let Some(m) = mem.get_mut(&bind.id) {
+        for (i, at) in bind.range().enumerate().take(n) {
+            m.values[at] = f(i, m.values[at]);
+        }
+    }
+}
+
+/// A disagreement found inside a body the library calls: kept, and the
+/// body stopped with an error, so that the call returns.
+type Found = RefCell<Option<Disagreement>>;
+
+fn stop(found: &Found, what: Disagreement) -> Error {
+    found.borrow_mut().get_or_insert(what);
+    Error::BadLaunch("the model stopped the body".into())
+}
+
+impl<D: UserKernels> World<D> {
+    /// Run `works` in order until one fails, as a body with `?` would.
+    fn body(
+        &self,
+        stream: StreamId,
+        works: &[Work],
+        mode: Mode,
+        depth: u32,
+        recorded: &mut Vec<Resolved>,
+        found: &Found,
+    ) -> Result<(), Error> {
+        for work in works {
+            match self.work(stream, work, mode, depth, recorded) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(what) => return Err(stop(found, what)),
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn conditional(
+        &self,
+        stream: StreamId,
+        cond: Cond,
+        which: u8,
+        bodies: &[Vec<Work>],
+        mode: Mode,
+        depth: u32,
+        recorded: &mut Vec<Resolved>,
+    ) -> Result<Result<(), Error>, Disagreement> {
+        let (flag, flag_id) = self.flag_of(stream, which)?;
+        let c = &self.client;
+        let found: Found = RefCell::new(None);
+        let (claimed, set_now) = {
+            let model = self.model.borrow();
+            let mem = model.mem.get(&flag_id).ok_or("no flag")?;
+            (mem.claim.is_some(), mem.flag.unwrap_or(0) != 0)
+        };
+        let empty = Vec::new();
+        let then = bodies.first().unwrap_or(&empty);
+        let otherwise = bodies.get(1).unwrap_or(&empty);
+        if mode == Mode::Record {
+            let (conditionals, _) = {
+                let model = self.model.borrow();
+                (model.conditionals, ())
+            };
+            let mut inner: Vec<Vec<Resolved>> = vec![Vec::new(); bodies.len().max(1)];
+            let got = {
+                let (first, rest) = inner.split_at_mut(1);
+                let run0 = || self.body(stream, then, mode, depth + 1, &mut first[0], &found);
+                match cond {
+                    Cond::If => c.if_flag(stream, &flag, run0),
+                    Cond::While(bound) => c.while_flag(stream, &flag, bound, run0),
+                    Cond::IfElse => c.if_else_flag(stream, &flag, run0, || {
+                        self.body(stream, otherwise, mode, depth + 1, &mut rest[0], &found)
+                    }),
+                }
+            };
+            if let Some(what) = found.take() {
+                return Err(what);
+            }
+            let expect = if !conditionals {
+                Expect::Refused
+            } else if claimed {
+                Expect::Claimed
+            } else {
+                Expect::Ok
+            };
+            let answer = got.as_ref().map(drop).map_err(Clone::clone);
+            // A body's own error comes back instead: the model saw it.
+            if expect == Expect::Ok && answer.is_err() {
+                let opened = Resolved::Cond(cond, flag_id, inner);
+                recorded.push(opened);
+                return Ok(answer);
+            }
+            check("a recorded conditional", expect, &answer)?;
+            if let Ok(ran) = &got
+                && *ran != Ran::Recorded
+            {
+                return err(format!("a recorded conditional answered {ran:?}"));
+            }
+            if answer.is_ok() {
+                recorded.push(Resolved::Cond(cond, flag_id, inner));
+            }
+            return Ok(answer);
+        }
+        // On the host's word: each check reads the flag back.
+        if claimed {
+            let got = c.if_flag(stream, &flag, || Ok(())).map(drop);
+            check("a conditional on a claimed flag", Expect::Claimed, &got)?;
+            return Ok(got);
+        }
+        let mut sink = Vec::new();
+        let calls = std::cell::Cell::new(0u32);
+        let wrong = |what: &str| stop(&found, format!("the library ran {what}"));
+        let got = match cond {
+            Cond::If => c.if_flag(stream, &flag, || {
+                calls.set(calls.get() + 1);
+                if !self.flag_set(flag_id) {
+                    return Err(wrong("an if's body with the flag clear"));
+                }
+                self.body(stream, then, mode, depth + 1, &mut sink, &found)
+            }),
+            Cond::IfElse => {
+                let sink2 = RefCell::new(Vec::new());
+                c.if_else_flag(
+                    stream,
+                    &flag,
+                    || {
+                        calls.set(calls.get() + 1);
+                        if !self.flag_set(flag_id) {
+                            return Err(wrong("the then body with the flag clear"));
+                        }
+                        self.body(
+                            stream,
+                            then,
+                            mode,
+                            depth + 1,
+                            &mut sink2.borrow_mut(),
+                            &found,
+                        )
+                    },
+                    || {
+                        calls.set(calls.get() + 1);
+                        if self.flag_set(flag_id) {
+                            return Err(wrong("the else body with the flag set"));
+                        }
+                        self.body(
+                            stream,
+                            otherwise,
+                            mode,
+                            depth + 1,
+                            &mut sink2.borrow_mut(),
+                            &found,
+                        )
+                    },
+                )
+            }
+            Cond::While(bound) => c.while_flag(stream, &flag, bound, || {
+                calls.set(calls.get() + 1);
+                if !self.flag_set(flag_id) {
+                    return Err(wrong("a loop's body with the flag clear"));
+                }
+                self.body(stream, then, mode, depth + 1, &mut sink, &found)
+            }),
+        };
+        if let Some(what) = found.take() {
+            return Err(what);
+        }
+        self.waited(stream);
+        let want = match cond {
+            Cond::If => Ran::Branch(set_now.then_some(0)),
+            Cond::IfElse => Ran::Branch(Some(if set_now { 0 } else { 1 })),
+            Cond::While(bound) => Ran::Loop {
+                iterations: calls.get(),
+                bound_reached: calls.get() == bound && self.flag_set(flag_id),
+            },
+        };
+        match got {
+            Ok(ran) if ran == want => Ok(Ok(())),
+            Ok(ran) => err(format!(
+                "a conditional ran {ran:?}, the model says {want:?}"
+            )),
+            // A body's error, seen by the model as it happened.
+            Err(e) if calls.get() > 0 => Ok(Err(e)),
+            Err(e) => err(format!("a conditional failed: {e}")),
+        }
+    }
+
+    fn flag_set(&self, flag: BufferId) -> bool {
+        self.model
+            .borrow()
+            .mem
+            .get(&flag)
+            .and_then(|m| m.flag)
+            .unwrap_or(0)
+            != 0
+    }
+
+    /// Claim what `works` write, as a window that cannot seal does.
+    fn claim_written(&self, works: &[Resolved], claim: Claim) {
+        let (mut reads, mut writes) = (Vec::new(), Vec::new());
+        for w in works {
+            w.accesses(&mut reads, &mut writes);
+        }
+        let mut model = self.model.borrow_mut();
+        for (id, _) in writes {
+            if let Some(m) = model.mem.get_mut(&id)
+                && m.claim.is_none()
+            {
+                m.claim = Some(claim);
+            }
+        }
+    }
+
+    fn capture(&mut self, s: usize, style: Style, works: &[Work]) -> Result<(), Disagreement> {
+        let stream = self.streams[s].id;
+        let c = self.client.clone();
+        let found: Found = RefCell::new(None);
+        let recorded = RefCell::new(Vec::new());
+        // Whether the recorded run failed of itself (not by the style).
+        let failed_in = RefCell::new(None::<Mode>);
+        let got = if style == Style::ThreeStep {
+            let window = c.prepare(stream).map_err(|e| format!("prepare: {e}"))?;
+            let warm = self.body(stream, works, Mode::Warmup, 0, &mut Vec::new(), &found);
+            if let Some(what) = found.take() {
+                return Err(what);
+            }
+            if warm.is_err() {
+                *failed_in.borrow_mut() = Some(Mode::Warmup);
+                c.instantiate(stream, window).map(Some)
+            } else {
+                c.begin(stream, window).map_err(|e| format!("begin: {e}"))?;
+                let run = self.body(
+                    stream,
+                    works,
+                    Mode::Record,
+                    0,
+                    &mut recorded.borrow_mut(),
+                    &found,
+                );
+                if let Some(what) = found.take() {
+                    return Err(what);
+                }
+                if run.is_err() {
+                    *failed_in.borrow_mut() = Some(Mode::Record);
+                }
+                c.instantiate(stream, window).map(Some)
+            }
+        } else {
+            let body = |pass: Pass| -> Result<(), Error> {
+                let mode = match pass {
+                    Pass::Warmup => Mode::Warmup,
+                    Pass::Record => Mode::Record,
+                };
+                let mut sink = Vec::new();
+                let into = if mode == Mode::Record {
+                    &mut *recorded.borrow_mut()
+                } else {
+                    &mut sink
+                };
+                let ran = self.body(stream, works, mode, 0, into, &found);
+                if ran.is_err() {
+                    *failed_in.borrow_mut() = Some(mode);
+                    return ran;
+                }
+                match (style, mode) {
+                    (Style::Failing, Mode::Record) => {
+                        Err(Error::BadLaunch("the body fails".into()))
+                    }
+                    (Style::Panicking, Mode::Record) => std::panic::panic_any("the body panics"),
+                    _ => Ok(()),
+                }
+            };
+            match catch_unwind(AssertUnwindSafe(|| c.capture(stream, body))) {
+                Ok(got) => got.map(|(graph, ())| Some(graph)),
+                Err(_) if style == Style::Panicking && failed_in.borrow().is_none() => Ok(None),
+                Err(_) => return err("a capture's body panicked where the model has it return"),
+            }
+        };
+        if let Some(what) = found.take() {
+            return Err(what);
+        }
+        let recorded = recorded.into_inner();
+        let failed = *failed_in.borrow();
+        match (failed, style, got) {
+            (None, Style::OneCall | Style::ThreeStep, Ok(Some(handle))) => {
+                self.graphs.push(Graph {
+                    handle,
+                    stream,
+                    works: recorded,
+                });
+                Ok(())
+            }
+            (None, Style::Panicking, Ok(None)) => Ok(()),
+            (Some(Mode::Warmup), _, Err(_)) => Ok(()),
+            (Some(Mode::Record), _, Err(_)) | (None, Style::Failing, Err(_)) => {
+                self.claim_written(&recorded, Claim::Other);
+                Ok(())
+            }
+            (failed, style, got) => err(format!(
+                "a {style:?} capture failed in {failed:?} by the model, and answered {:?}",
+                got.map(|g| g.map(|g| g.id()))
+            )),
+        }
+    }
+
+    fn recapture(&mut self, g: usize, works: &[Work]) -> Result<(), Disagreement> {
+        let stream = self.graphs[g].stream;
+        let c = self.client.clone();
+        let found: Found = RefCell::new(None);
+        let recorded = RefCell::new(Vec::new());
+        let failed_in = RefCell::new(None::<Mode>);
+        let handle = self.graphs[g].handle.clone();
+        let got = c.recapture(&handle, |pass| {
+            let mode = match pass {
+                Pass::Warmup => Mode::Warmup,
+                Pass::Record => Mode::Record,
+            };
+            let mut sink = Vec::new();
+            let into = if mode == Mode::Record {
+                &mut *recorded.borrow_mut()
+            } else {
+                &mut sink
+            };
+            let ran = self.body(stream, works, mode, 0, into, &found);
+            if ran.is_err() {
+                *failed_in.borrow_mut() = Some(mode);
+            }
+            ran
+        });
+        if let Some(what) = found.take() {
+            return Err(what);
+        }
+        let recorded = recorded.into_inner();
+        let failed = *failed_in.borrow();
+        match (failed, got) {
+            (None, Ok(_)) => {
+                let old = std::mem::replace(&mut self.graphs[g].works, recorded);
+                for id in graph_buffers(&old) {
+                    self.released_maybe(id);
+                }
+                Ok(())
+            }
+            (Some(Mode::Warmup), Err(_)) => Ok(()),
+            (Some(Mode::Record), Err(_)) => {
+                self.claim_written(&recorded, Claim::Other);
+                Ok(())
+            }
+            (failed, got) => err(format!(
+                "a recapture failed in {failed:?} by the model, and answered {:?}",
+                got.map(|(how, ())| how)
+            )),
+        }
+    }
+
+    fn replay(&mut self, g: usize, by_id: bool) -> Result<(), Disagreement> {
+        let graph = &self.graphs[g];
+        let id = graph.handle.id();
+        let (mut reads, mut writes) = (Vec::new(), Vec::new());
+        for w in &graph.works {
+            w.accesses(&mut reads, &mut writes);
+        }
+        let expect = {
+            let mut model = self.model.borrow_mut();
+            let claimed = reads.iter().any(|r| {
+                model
+                    .mem
+                    .get(r)
+                    .and_then(|m| m.claim)
+                    .is_some_and(|claim| claim != Claim::Replay(id))
+            });
+            if claimed {
+                Expect::Claimed
+            } else if model.replay_fault {
+                model.replay_fault = false;
+                Expect::Failed
+            } else {
+                Expect::Ok
+            }
+        };
+        let got = if by_id {
+            self.client.replay_id(id)
+        } else {
+            self.client.replay(&graph.handle)
+        };
+        check("a replay", expect, &got)?;
+        let mut model = self.model.borrow_mut();
+        match expect {
+            Expect::Ok => {
+                for w in &graph.works {
+                    apply(&mut model, w);
+                }
+                for (id, whole) in writes {
+                    if whole && let Some(m) = model.mem.get_mut(&id) {
+                        m.claim = None;
+                    }
+                }
+            }
+            _ => {
+                let claim = if expect == Expect::Failed {
+                    Claim::Replay(id)
+                } else {
+                    Claim::Other
+                };
+                for (id, _) in writes {
+                    if let Some(m) = model.mem.get_mut(&id)
+                        && m.claim.is_none()
+                    {
+                        m.claim = Some(claim);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
