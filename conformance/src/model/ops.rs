@@ -273,10 +273,19 @@ impl Draw {
     /// body often passes info bytes nothing before it passed.
     fn body_value(&mut self, depth: u32) -> f32 {
         if depth > 0 {
-            100.0 + self.below(3) as f32
+            100.0 + self.below(2) as f32
         } else {
             self.value()
         }
+    }
+
+    /// Inside bodies, mostly whole buffers: the same info bytes more often.
+    fn body_target(&mut self, depth: u32) -> Target {
+        let mut target = self.target();
+        if depth > 0 && self.chance(70) {
+            target.part = Part::Whole;
+        }
+        target
     }
 
     fn flag(&mut self) -> u8 {
@@ -285,9 +294,15 @@ impl Draw {
 
     /// Work for a body `depth` conditionals deep.
     pub fn work(&mut self, depth: u32) -> Work {
-        let roll = self.below(100);
+        // Inside a body, fills first: info met first inside bodies is where
+        // conditionals meet the info cache.
+        let roll = if depth > 0 && self.chance(30) {
+            0
+        } else {
+            self.below(100)
+        };
         match roll {
-            0..=13 => Work::Fill(self.target(), self.body_value(depth)),
+            0..=13 => Work::Fill(self.body_target(depth), self.body_value(depth)),
             14..=27 => Work::Add(self.target(), self.target()),
             28..=37 => Work::Copy(self.target(), self.target()),
             38..=45 => Work::Axpy(self.target(), self.target(), self.below(3) as f32 - 1.0),
@@ -313,6 +328,22 @@ impl Draw {
         }
     }
 
+    /// A capture's work: often holding conditionals side by side.
+    fn capture_works(&mut self) -> Vec<Work> {
+        let mut works = self.works(0, 5);
+        while self.chance(40) {
+            let cond = match self.below(3) {
+                0 | 1 => Cond::If,
+                _ => Cond::IfElse,
+            };
+            let bodies = if cond == Cond::IfElse { 2 } else { 1 };
+            let bodies = (0..bodies).map(|_| self.works(1, 3)).collect();
+            let at = self.below(works.len() as u64 + 1) as usize;
+            works.insert(at, Work::Conditional(cond, self.flag(), bodies));
+        }
+        works
+    }
+
     /// Up to `most` pieces of work.
     pub fn works(&mut self, depth: u32, most: u64) -> Vec<Work> {
         let n = 1 + self.below(most);
@@ -336,7 +367,11 @@ impl Draw {
             38 => Op::Trim(self.index()),
             39 => Op::Usage(self.index()),
             40..=42 => Op::Wait(self.index(), self.index()),
-            43..=59 => Op::Eager(self.index(), self.work(1)),
+            43..=52 => Op::Eager(self.index(), self.work(0)),
+            53..=59 => Op::Eager(
+                self.index(),
+                Work::SetFlag(self.flag(), self.below(2) as u32),
+            ),
             60..=69 => {
                 let style = match self.below(10) {
                     0..=5 => Style::OneCall,
@@ -344,9 +379,9 @@ impl Draw {
                     8 => Style::Failing,
                     _ => Style::Panicking,
                 };
-                Op::Capture(self.index(), style, self.works(0, 5))
+                Op::Capture(self.index(), style, self.capture_works())
             }
-            70..=72 => Op::Recapture(self.index(), self.works(0, 5)),
+            70..=72 => Op::Recapture(self.index(), self.capture_works()),
             73..=83 => Op::Replay(self.index()),
             84..=85 => Op::ReplayId(self.index()),
             86..=88 => Op::DropGraph(self.index()),
