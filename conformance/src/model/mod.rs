@@ -196,13 +196,13 @@ pub fn shrink<D: AfterTrial>(
     let mut at = 0;
     while at < best.len() {
         let mut pieces = 0;
-        if let Op::Capture(_, _, works) | Op::Recapture(_, works) = &best[at] {
+        if let Op::Capture(_, _, works) | Op::Recapture(_, _, works) = &best[at] {
             pieces = works.len();
         }
         let mut piece = 0;
         while piece < pieces {
             let mut candidate = best.clone();
-            if let Op::Capture(_, _, works) | Op::Recapture(_, works) = &mut candidate[at]
+            if let Op::Capture(_, _, works) | Op::Recapture(_, _, works) = &mut candidate[at]
                 && works.len() > 1
             {
                 works.remove(piece);

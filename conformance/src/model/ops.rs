@@ -72,6 +72,18 @@ pub enum Work {
     BadFlag,
     /// The host sets one of the stream's two flags.
     SetFlag(u8, u32),
+    /// `wait(stream, other)`: inside a window, a join of a stream that never
+    /// forked (refused), inside a body a wait across its edge (refused).
+    WaitFor(u8),
+    /// Another stream forks from this one and joins back at once
+    /// (`wait(other, stream)`, then `wait(stream, other)`): inside a body,
+    /// the fork is refused.
+    ForkJoin(u8),
+    /// A conditional on another client's flag (refused).
+    ForeignFlag,
+    /// Work whose error the body ignores and goes on: a refusal inside a
+    /// window dooms it all the same.
+    Ignore(Box<Work>),
 }
 
 /// How a capture's window is opened and closed.
@@ -122,8 +134,9 @@ pub enum Op {
     Eager(u8, Work),
     /// A capture of work on a stream into a graph.
     Capture(u8, Style, Vec<Work>),
-    /// A graph captured again, updated.
-    Recapture(u8, Vec<Work>),
+    /// A graph captured again, updated: by `Client::recapture` with a body
+    /// that fails in its recorded run where the style says so.
+    Recapture(u8, Style, Vec<Work>),
     /// A graph replayed.
     Replay(u8),
     /// A graph replayed by its id.
@@ -174,7 +187,7 @@ impl Op {
     /// Every kind of operation in `self`, the work inside it included.
     pub fn kinds(&self, out: &mut Vec<&'static str>) {
         out.push(self.kind());
-        if let Op::Capture(_, _, works) | Op::Recapture(_, works) = self {
+        if let Op::Capture(_, _, works) | Op::Recapture(_, _, works) = self {
             for work in works {
                 work.kinds(out);
             }
@@ -203,6 +216,10 @@ impl Work {
             Work::Conditional(Cond::While(_), ..) => "while",
             Work::BadFlag => "bad flag",
             Work::SetFlag(..) => "set flag",
+            Work::WaitFor(_) => "wait in work",
+            Work::ForkJoin(_) => "fork and join",
+            Work::ForeignFlag => "another client's flag",
+            Work::Ignore(_) => "ignored error",
         }
     }
 
@@ -212,6 +229,9 @@ impl Work {
             for work in bodies.iter().flatten() {
                 work.kinds(out);
             }
+        }
+        if let Work::Ignore(work) = self {
+            work.kinds(out);
         }
     }
 }
@@ -313,6 +333,17 @@ impl Draw {
             66..=69 => Work::Write(self.index(), self.value()),
             70..=74 => Work::Temporary(self.target(), self.value()),
             75..=76 => Work::BadFlag,
+            82..=84 => Work::Ignore(Box::new(match self.below(6) {
+                0 => Work::BadFlag,
+                1 => Work::ForeignFlag,
+                2 => Work::Mismatch(self.target()),
+                3 => Work::TooLong(self.target()),
+                4 => Work::ForkJoin(self.index()),
+                _ => Work::WaitFor(self.index()),
+            })),
+            87..=88 => Work::ForkJoin(self.index()),
+            85 => Work::WaitFor(self.index()),
+            86 => Work::ForeignFlag,
             77..=81 => Work::SetFlag(self.flag(), self.below(3) as u32),
             _ if depth < 2 => {
                 let cond = match self.below(3) {
@@ -381,7 +412,14 @@ impl Draw {
                 };
                 Op::Capture(self.index(), style, self.capture_works())
             }
-            70..=72 => Op::Recapture(self.index(), self.capture_works()),
+            70..=72 => {
+                let style = if self.chance(20) {
+                    Style::Failing
+                } else {
+                    Style::OneCall
+                };
+                Op::Recapture(self.index(), style, self.capture_works())
+            }
             73..=83 => Op::Replay(self.index()),
             84..=85 => Op::ReplayId(self.index()),
             86..=88 => Op::DropGraph(self.index()),

@@ -194,6 +194,10 @@ struct LiveStream {
 /// A world over backend `D`.
 pub struct World<D: UserKernels> {
     client: Client<Faulty<D>>,
+    /// A flag of another client, on the same device.
+    foreign_flag: Buffer,
+    /// Whether a window now recording was refused a call.
+    doomed: std::cell::Cell<bool>,
     plan: Arc<FaultPlan>,
     kernels: Workload<Faulty<D>>,
     streams: Vec<LiveStream>,
@@ -236,8 +240,15 @@ impl<D: UserKernels> World<D> {
             ..Config::default()
         });
         let kernels = Workload::new(client.device()).map_err(|e| format!("kernels: {e}"))?;
+        let other = session.client();
+        let foreign_flag = other
+            .create_stream()
+            .and_then(|s| other.create(s, &1u32.to_le_bytes()))
+            .map_err(|e| format!("another client's flag: {e}"))?;
         let mut world = Self {
             client,
+            foreign_flag,
+            doomed: std::cell::Cell::new(false),
             plan,
             kernels,
             streams: Vec::new(),
@@ -430,8 +441,22 @@ impl<D: UserKernels> World<D> {
             }
             Op::Usage(s) => {
                 if let Some(s) = self.stream(*s) {
-                    let usage = self.client.usage(self.streams[s].id);
-                    check("usage", Expect::Ok, &usage.map(drop))?;
+                    // A query changes nothing: the next one says the same.
+                    let id = self.streams[s].id;
+                    let first = self.client.usage(id).map_err(|e| format!("usage: {e}"))?;
+                    let second = self.client.usage(id).map_err(|e| format!("usage: {e}"))?;
+                    if first != second {
+                        return err(format!(
+                            "two usage queries disagree: {first:?}, then {second:?}"
+                        ));
+                    }
+                    if self.client.live_graphs() != self.graphs.len() {
+                        return err(format!(
+                            "{} live graphs, the model holds {}",
+                            self.client.live_graphs(),
+                            self.graphs.len()
+                        ));
+                    }
                 }
             }
             Op::Wait(a, b) => {
@@ -455,10 +480,10 @@ impl<D: UserKernels> World<D> {
                     self.capture(s, *style, works)?;
                 }
             }
-            Op::Recapture(g, works) => {
+            Op::Recapture(g, style, works) => {
                 if !self.graphs.is_empty() {
                     let g = usize::from(*g) % self.graphs.len();
-                    self.recapture(g, works)?;
+                    self.recapture(g, *style == Style::Failing, works)?;
                 }
             }
             Op::Replay(g) | Op::ReplayId(g) => {
@@ -715,6 +740,23 @@ impl<D: UserKernels> World<D> {
         depth: u32,
         recorded: &mut Vec<Resolved>,
     ) -> Result<Result<(), Error>, Disagreement> {
+        let got = self.work_once(stream, work, mode, depth, recorded)?;
+        // Every call a recording stream refuses dooms its window, whether
+        // or not the body goes on (rule 23).
+        if mode == Mode::Record && got.is_err() {
+            self.doomed.set(true);
+        }
+        Ok(got)
+    }
+
+    fn work_once(
+        &self,
+        stream: StreamId,
+        work: &Work,
+        mode: Mode,
+        depth: u32,
+        recorded: &mut Vec<Resolved>,
+    ) -> Result<Result<(), Error>, Disagreement> {
         // Work inside a window binds the window's stream's buffers only.
         let on = (mode != Mode::Eager).then_some(stream);
         let c = &self.client;
@@ -920,6 +962,47 @@ impl<D: UserKernels> World<D> {
                 let got = c.if_flag(stream, &short, || Ok(())).map(drop);
                 check("a short flag", Expect::Refused, &got)?;
                 got
+            }
+            Work::WaitFor(other) => {
+                let Some(t) = self.stream(*other) else {
+                    return Ok(Ok(()));
+                };
+                let other = self.streams[t].id;
+                let got = c.wait(stream, other);
+                let refused = mode == Mode::Record && other != stream;
+                check(
+                    "a wait",
+                    if refused { Expect::Refused } else { Expect::Ok },
+                    &got,
+                )?;
+                got
+            }
+            Work::ForkJoin(other) => {
+                let Some(t) = self.stream(*other) else {
+                    return Ok(Ok(()));
+                };
+                let other = self.streams[t].id;
+                if other == stream {
+                    return Ok(Ok(()));
+                }
+                if mode == Mode::Record && depth > 0 {
+                    let got = c.wait(other, stream);
+                    check("a fork inside a body", Expect::Refused, &got)?;
+                    got
+                } else {
+                    let got = c.wait(other, stream).and_then(|()| c.wait(stream, other));
+                    check("a fork and a join", Expect::Ok, &got)?;
+                    got
+                }
+            }
+            Work::ForeignFlag => {
+                let got = c.if_flag(stream, &self.foreign_flag, || Ok(())).map(drop);
+                check("another client's flag", Expect::Refused, &got)?;
+                got
+            }
+            Work::Ignore(work) => {
+                let got = self.work(stream, work, mode, depth, recorded)?;
+                return Ok(Ok(drop(got)));
             }
             Work::Conditional(cond, which, bodies) => {
                 return self.conditional(stream, *cond, *which, bodies, mode, depth, recorded);
@@ -1315,6 +1398,7 @@ impl<D: UserKernels> World<D> {
 
     fn capture(&mut self, s: usize, style: Style, works: &[Work]) -> Result<(), Disagreement> {
         let stream = self.streams[s].id;
+        self.doomed.set(false);
         let c = self.client.clone();
         let found: Found = RefCell::new(None);
         let recorded = RefCell::new(Vec::new());
@@ -1383,7 +1467,19 @@ impl<D: UserKernels> World<D> {
         }
         let recorded = recorded.into_inner();
         let failed = *failed_in.borrow();
+        let doomed = self.doomed.get();
         match (failed, style, got) {
+            (None, Style::OneCall | Style::ThreeStep, Err(_)) if doomed => {
+                self.claim_written(&recorded, Claim::Other);
+                Ok(())
+            }
+            (None, Style::Panicking, Ok(None)) if doomed => {
+                self.claim_written(&recorded, Claim::Other);
+                Ok(())
+            }
+            (None, _, Ok(Some(_))) if doomed => {
+                err("a window refused a call of its recording thread, and sealed")
+            }
             (None, Style::OneCall | Style::ThreeStep, Ok(Some(handle))) => {
                 self.graphs.push(Graph {
                     handle,
@@ -1405,8 +1501,9 @@ impl<D: UserKernels> World<D> {
         }
     }
 
-    fn recapture(&mut self, g: usize, works: &[Work]) -> Result<(), Disagreement> {
+    fn recapture(&mut self, g: usize, failing: bool, works: &[Work]) -> Result<(), Disagreement> {
         let stream = self.graphs[g].stream;
+        self.doomed.set(false);
         let c = self.client.clone();
         let found: Found = RefCell::new(None);
         let recorded = RefCell::new(Vec::new());
@@ -1426,15 +1523,32 @@ impl<D: UserKernels> World<D> {
             let ran = self.body(stream, works, mode, 0, into, &found);
             if ran.is_err() {
                 *failed_in.borrow_mut() = Some(mode);
+                return ran;
             }
-            ran
+            if failing && mode == Mode::Record {
+                return Err(Error::BadLaunch("the body fails".into()));
+            }
+            Ok(())
         });
         if let Some(what) = found.take() {
             return Err(what);
         }
         let recorded = recorded.into_inner();
         let failed = *failed_in.borrow();
+        let doomed = self.doomed.get();
         match (failed, got) {
+            // A body that fails of itself abandons the window: what the
+            // recording would have written is claimed.
+            (None, Err(_)) if failing => {
+                self.claim_written(&recorded, Claim::Other);
+                Ok(())
+            }
+            // A refused update leaves the graph as it was and claims
+            // nothing.
+            (None, Err(_)) if doomed => Ok(()),
+            (None, Ok(_)) if doomed => {
+                err("a re-capture refused a call of its recording thread, and updated")
+            }
             (None, Ok(_)) => {
                 let old = std::mem::replace(&mut self.graphs[g].works, recorded);
                 for id in graph_buffers(&old) {
