@@ -149,6 +149,10 @@ pub enum Op {
     FailNextLaunch,
     /// The next replay the driver is asked for fails.
     FailNextReplay,
+    /// Two threads at once, each launching on a stream of its own: the
+    /// first on its stream's buffers; the second, once the first is done
+    /// issuing, writes its own stream's buffers from either's.
+    Threads(u8, u8, Vec<Work>, Vec<Work>),
 }
 
 impl Op {
@@ -181,6 +185,7 @@ impl Op {
             Op::Destroy(_) => "destroy graph",
             Op::FailNextLaunch => "fail next launch",
             Op::FailNextReplay => "fail next replay",
+            Op::Threads(..) => "threads",
         }
     }
 
@@ -425,6 +430,20 @@ impl Draw {
             86..=88 => Op::DropGraph(self.index()),
             89..=90 => Op::Destroy(self.index()),
             91..=92 => Op::FailNextLaunch,
+            95..=97 => {
+                let launches = |d: &mut Self| {
+                    (0..1 + d.below(4))
+                        .map(|_| match d.below(4) {
+                            0 => Work::Fill(d.target(), d.value()),
+                            1 => Work::Add(d.target(), d.target()),
+                            2 => Work::Copy(d.target(), d.target()),
+                            _ => Work::Scale(d.target(), d.below(3) as f32 - 1.0, d.value()),
+                        })
+                        .collect::<Vec<_>>()
+                };
+                let (first, second) = (launches(self), launches(self));
+                Op::Threads(self.index(), self.index(), first, second)
+            }
             93 => Op::FailNextReplay,
             _ => Op::Eager(self.index(), self.work(0)),
         }

@@ -516,6 +516,7 @@ impl<D: UserKernels> World<D> {
                     self.plan.fail(Primitive::Launch, 1);
                 }
             }
+            Op::Threads(a, b, first, second) => self.threads(*a, *b, first, second)?,
             Op::FailNextReplay => {
                 let mut model = self.model.borrow_mut();
                 if !model.replay_fault {
@@ -1623,6 +1624,217 @@ impl<D: UserKernels> World<D> {
                     {
                         m.claim = Some(claim);
                     }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A launch a thread makes, planned before the threads start.
+struct Planned {
+    reads: Vec<BufferId>,
+    writes: Vec<Bind>,
+    resolved: Resolved,
+    which: Option<Builtin>,
+    handles: Vec<Buffer>,
+    n: u32,
+    scalar: (f32, f32),
+}
+
+impl<D: UserKernels> World<D> {
+    /// The buffer `target` picks among those `allowed` lets through.
+    fn bind_where(&self, target: Target, allowed: impl Fn(&Live) -> bool) -> Option<Bind> {
+        let candidates: Vec<&Live> = self.buffers.iter().filter(|b| allowed(b)).collect();
+        let live = candidates.get(usize::from(target.buffer) % candidates.len().max(1))?;
+        Some(Bind {
+            id: live.id,
+            part: target.part,
+        })
+    }
+
+    /// `works` as launches on `stream` that write only its buffers and
+    /// read those `readable` lets through.
+    fn plan(
+        &self,
+        stream: StreamId,
+        works: &[Work],
+        readable: impl Fn(&Live) -> bool,
+    ) -> Result<Vec<Planned>, Disagreement> {
+        let own = |b: &Live| b.stream == stream;
+        let mut plans = Vec::new();
+        for work in works {
+            let planned = match work {
+                Work::Fill(t, v) => self.bind_where(*t, own).map(|b| Planned {
+                    reads: vec![],
+                    writes: vec![b],
+                    resolved: Resolved::Fill(b, *v),
+                    which: Some(Builtin::Fill),
+                    handles: vec![],
+                    n: b.range().len() as u32,
+                    scalar: (*v, 0.0),
+                }),
+                Work::Add(x, y) => match (self.bind_where(*x, own), self.bind_where(*y, &readable))
+                {
+                    (Some(x), Some(y)) => Some(Planned {
+                        reads: vec![x.id, y.id],
+                        writes: vec![x],
+                        resolved: Resolved::Add(x, y),
+                        which: Some(Builtin::Add),
+                        handles: vec![],
+                        n: x.range().len().min(y.range().len()) as u32,
+                        scalar: (0.0, 0.0),
+                    }),
+                    _ => None,
+                },
+                Work::Copy(src, dst) => {
+                    match (self.bind_where(*src, &readable), self.bind_where(*dst, own)) {
+                        (Some(src), Some(dst)) => Some(Planned {
+                            reads: vec![src.id],
+                            writes: vec![dst],
+                            resolved: Resolved::Copy(src, dst),
+                            which: Some(Builtin::Copy),
+                            handles: vec![],
+                            n: src.range().len().min(dst.range().len()) as u32,
+                            scalar: (0.0, 0.0),
+                        }),
+                        _ => None,
+                    }
+                }
+                Work::Scale(t, a, b) => self.bind_where(*t, own).map(|x| Planned {
+                    reads: vec![x.id],
+                    writes: vec![x],
+                    resolved: Resolved::Scale(x, *a, *b),
+                    which: None,
+                    handles: vec![],
+                    n: x.range().len() as u32,
+                    scalar: (*a, *b),
+                }),
+                _ => None,
+            };
+            if let Some(mut planned) = planned {
+                let binds: Vec<Bind> = match &planned.resolved {
+                    Resolved::Fill(b, _) | Resolved::Scale(b, ..) => vec![*b],
+                    Resolved::Add(x, y) | Resolved::Copy(x, y) => vec![*x, *y],
+                    _ => vec![],
+                };
+                for bind in binds {
+                    planned
+                        .handles
+                        .push(self.handle(bind).map_err(|e| format!("view: {e}"))?);
+                }
+                plans.push(planned);
+            }
+        }
+        Ok(plans)
+    }
+
+    /// Two threads launching at once, then each launch checked against the
+    /// model in the order the threads issued them (the first thread's all
+    /// before the second's, which waits for them on the host).
+    fn threads(
+        &mut self,
+        a: u8,
+        b: u8,
+        first: &[Work],
+        second: &[Work],
+    ) -> Result<(), Disagreement> {
+        let (Some(a), Some(b)) = (self.stream(a), self.stream(b)) else {
+            return Ok(());
+        };
+        // An armed fault would go to whichever thread launches first.
+        if a == b || self.model.borrow().launch_fault {
+            return Ok(());
+        }
+        let (sa, sb) = (self.streams[a].id, self.streams[b].id);
+        let first = self.plan(sa, first, |live| live.stream == sa)?;
+        let second = self.plan(sb, second, |_| true)?;
+        let client = &self.client;
+        let kernels = &self.kernels;
+        let issue = |stream: StreamId, plans: &[Planned]| -> Vec<Result<(), Error>> {
+            plans
+                .iter()
+                .map(|p| {
+                    let handles: Vec<&Buffer> = p.handles.iter().collect();
+                    match p.which {
+                        Some(which) => client.run_builtin(stream, which, &handles, p.n, p.scalar.0),
+                        None => kernels.scale(
+                            client,
+                            stream,
+                            crate::workload::grid(p.n),
+                            handles[0],
+                            p.n,
+                            p.scalar.0,
+                            p.scalar.1,
+                        ),
+                    }
+                })
+                .collect()
+        };
+        let issued = std::sync::Barrier::new(2);
+        let (got_first, got_second) = std::thread::scope(|scope| {
+            let one = scope.spawn(|| {
+                let got = issue(sa, &first);
+                issued.wait();
+                got
+            });
+            let two = scope.spawn(|| {
+                issued.wait();
+                issue(sb, &second)
+            });
+            (one.join(), two.join())
+        });
+        let (Ok(got_first), Ok(got_second)) = (got_first, got_second) else {
+            return err("a thread panicked");
+        };
+        for (stream, plans, got) in [(sa, &first, got_first), (sb, &second, got_second)] {
+            for (p, got) in plans.iter().zip(got) {
+                self.commit(stream, p, &got)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A thread's launch `p`, answered `got`: what the model expects of it
+    /// now, and its effect.
+    fn commit(
+        &self,
+        stream: StreamId,
+        p: &Planned,
+        got: &Result<(), Error>,
+    ) -> Result<(), Disagreement> {
+        let aliased = match &p.resolved {
+            Resolved::Add(x, y) | Resolved::Copy(y, x) => x.overlaps(*y),
+            _ => false,
+        };
+        if aliased {
+            return check("an aliased launch on a thread", Expect::Refused, got);
+        }
+        let mut model = self.model.borrow_mut();
+        let claimed = p
+            .reads
+            .iter()
+            .any(|id| model.mem.get(id).is_some_and(|m| m.claim.is_some()));
+        let expect = if claimed { Expect::Claimed } else { Expect::Ok };
+        check("a launch on a thread", expect, got)?;
+        if expect == Expect::Ok {
+            for id in p.reads.iter().chain(p.writes.iter().map(|w| &w.id)) {
+                model.users.entry(*id).or_default().insert(stream);
+            }
+            for w in &p.writes {
+                if w.part == Part::Whole
+                    && let Some(m) = model.mem.get_mut(&w.id)
+                {
+                    m.claim = None;
+                }
+            }
+            apply(&mut model, &p.resolved);
+        } else {
+            for w in &p.writes {
+                if let Some(m) = model.mem.get_mut(&w.id)
+                    && m.claim.is_none()
+                {
+                    m.claim = Some(Claim::Other);
                 }
             }
         }
