@@ -16,7 +16,7 @@ mod common;
 
 use ash::vk;
 use backend_vulkan::{Device, DevicePage, Kernel, RawDevice, SYNC_VALIDATION_ENV, Vulkan};
-use capture_core::{Builtin, Client, Config, Error, Params};
+use capture_core::{Builtin, Client, Config, Error, Params, Rejected, Signature};
 use common::{scale_signature, scale_spirv};
 
 const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
@@ -567,8 +567,24 @@ fn loops_record_on_an_adopted_device_only_where_it_enabled_conditional_rendering
     own.finish();
 }
 
+/// A keep-alive whose count shows whether a refusal dropped it.
+fn handed_back<T: std::fmt::Debug>(
+    kept: &Arc<()>,
+    refused: Result<T, Rejected<Arc<()>>>,
+) -> String {
+    let (err, back) = refused.expect_err("refused").into_parts();
+    assert!(Arc::ptr_eq(&back, kept), "the caller's own keep-alive");
+    assert_eq!(
+        Arc::strong_count(kept),
+        2,
+        "handed back untouched, not dropped: {err}"
+    );
+    drop(back);
+    err.to_string()
+}
+
 #[test]
-fn bad_handles_are_refused_and_change_nothing() {
+fn bad_handles_are_refused_and_hand_the_keep_alive_back() {
     let own = match Own::new() {
         Ok(own) => own,
         Err(reason) => {
@@ -576,35 +592,44 @@ fn bad_handles_are_refused_and_change_nothing() {
             return;
         }
     };
+    let kept = Arc::new(());
+    let adopt = |raw: RawDevice| {
+        // SAFETY: the handles belong together but for what each call gets
+        // wrong, which the adoption refuses before using anything.
+        handed_back(&kept, unsafe { Device::from_raw(raw, kept.clone()) })
+    };
     let mut raw = own.raw();
     raw.queue_family = 99;
-    // SAFETY: the handles belong together but for the family, which the
-    // adoption refuses before using anything.
-    let err = unsafe { Device::from_raw(raw, ()) }.expect_err("no such family");
-    assert!(err.message.contains("queue family 99"), "{err}");
+    assert!(adopt(raw).contains("queue family 99"));
     let mut raw = own.raw();
     raw.queue = vk::Queue::null();
-    // SAFETY: as above, for the null queue.
-    let err = unsafe { Device::from_raw(raw, ()) }.expect_err("a null queue");
-    assert!(err.message.contains("null"), "{err}");
+    assert!(adopt(raw).contains("null"));
+    let mut raw = own.raw();
+    raw.physical = vk::PhysicalDevice::null();
+    assert!(adopt(raw).contains("not one of the instance's"));
+    if !own.conditional_rendering {
+        let mut raw = own.raw();
+        raw.conditional_rendering = true;
+        assert!(adopt(raw).contains("conditional_rendering"));
+    }
 
     // SAFETY: the handles are live and belong together.
     let device = unsafe { Device::from_raw(own.raw(), ()) }.expect("adopted");
     let (buffer, memory, _) = own.buffer(4096);
     let refused = |offset: u64, len: u64, handle: vk::Buffer| {
-        let kept = Arc::new(());
         // SAFETY: `buffer` is a live buffer of the device with the usages
         // asked for; each call is refused before any use.
-        let err = unsafe { DevicePage::from_raw(&device, handle, offset, len, kept.clone()) }
-            .expect_err("refused");
-        assert_eq!(Arc::strong_count(&kept), 1, "the keep-alive is dropped");
-        err.message
+        let page = unsafe { DevicePage::from_raw(&device, handle, offset, len, kept.clone()) };
+        handed_back(&kept, page)
     };
     assert!(refused(0, 16, vk::Buffer::null()).contains("null"));
     assert!(refused(0, 0, buffer).contains("empty"));
     assert!(refused(1, 16, buffer).contains("multiple of"));
     assert!(refused(0, 8192, buffer).contains("past the buffer"));
     assert!(refused(4096, 256, buffer).contains("past the buffer"));
+    // An aligned offset whose end overflows.
+    let far = u64::MAX - u64::MAX % own.alignment;
+    assert!(refused(far, 256, buffer).contains("past the buffer"));
 
     // A page of another device is refused by the client, handed back whole.
     // SAFETY: the handles are live and belong together; `other` makes no
@@ -613,7 +638,8 @@ fn bad_handles_are_refused_and_change_nothing() {
     let client = Client::<Vulkan>::with_device(device.clone(), Config::default());
     let stream = client.create_stream().expect("stream");
     // SAFETY: as above; the range lies inside the buffer.
-    let page = unsafe { DevicePage::from_raw(&other, buffer, 0, 256, ()) }.expect("a page");
+    let page =
+        unsafe { DevicePage::from_raw(&other, buffer, 0, 256, kept.clone()) }.expect("a page");
     let (err, page) = client
         .import(stream, page)
         .expect_err("another device's page")
@@ -622,23 +648,52 @@ fn bad_handles_are_refused_and_change_nothing() {
         matches!(err, Error::OtherDevice { what: "page", .. }),
         "{err}"
     );
+    assert_eq!(Arc::strong_count(&kept), 2, "the page holds the keep-alive");
     drop(page);
-    // SAFETY: a null pipeline is refused before any use.
-    let err = unsafe {
-        Kernel::from_raw(
-            &device,
-            vk::Pipeline::null(),
-            vk::PipelineLayout::null(),
-            vk::DescriptorSetLayout::null(),
-            scale_signature(),
-            (),
-        )
-    }
-    .expect_err("null handles");
-    assert!(err.to_string().contains("null"), "{err}");
+    assert_eq!(Arc::strong_count(&kept), 1);
+
+    let (pipeline, layout, set_layout) = own.pipeline();
+    let kernel = |pipeline: vk::Pipeline, signature: Signature| {
+        // SAFETY: the pipeline, when not null, runs SCALE with these
+        // layouts; each call is refused before any use.
+        let made = unsafe {
+            Kernel::from_raw(
+                &device,
+                pipeline,
+                layout,
+                set_layout,
+                signature,
+                kept.clone(),
+            )
+        };
+        handed_back(&kept, made)
+    };
+    assert!(kernel(vk::Pipeline::null(), scale_signature()).contains("null"));
+    let too_wide = scale_signature().workgroup([u32::MAX, 1, 1]);
+    assert!(kernel(pipeline, too_wide).contains("workgroup of"));
+    // A `?` reaches the core's error from the refusal.
+    let question = || -> Result<Kernel, Error> {
+        // SAFETY: as above.
+        Ok(unsafe {
+            Kernel::from_raw(
+                &device,
+                vk::Pipeline::null(),
+                layout,
+                set_layout,
+                scale_signature(),
+                (),
+            )
+        }?)
+    };
+    assert!(matches!(question(), Err(Error::Compile { .. })));
+    assert_eq!(Arc::strong_count(&kept), 1, "nothing kept a clone");
     drop((client, device, other));
-    // SAFETY: nothing uses the buffer.
+    // SAFETY: nothing uses them: every call above was refused, and the
+    // client that imported nothing of the buffer is gone.
     unsafe {
+        own.device.destroy_pipeline(pipeline, None);
+        own.device.destroy_pipeline_layout(layout, None);
+        own.device.destroy_descriptor_set_layout(set_layout, None);
         own.device.destroy_buffer(buffer, None);
         own.device.free_memory(memory, None);
     }
