@@ -102,6 +102,7 @@ impl Device {
             limits: props.limits,
             info,
             counters: Arc::new(Counters::new(false, false)),
+            idle_before_destroying_waited: device::is_lavapipe(instance, raw.physical),
             owner: Owner::Caller {
                 _keep_alive: KeepAlive::new(keep_alive),
                 _entry: raw.entry,
