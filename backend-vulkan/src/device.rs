@@ -54,6 +54,9 @@ pub(crate) enum Owner {
     /// The caller, who handed them in ([`Device::from_raw`]): the library
     /// keeps the loader loaded and drops the keep-alive last.
     Caller {
+        /// The library's own messenger on the caller's instance, where
+        /// `RawDevice::validation` asked for one; destroyed with the device.
+        messenger: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
         // Dropped before the loader: it may destroy what the caller made.
         _keep_alive: KeepAlive,
         _entry: ash::Entry,
@@ -535,9 +538,20 @@ impl Device {
 impl Drop for Device {
     fn drop(&mut self) {
         // A caller's device stays theirs; what the library made on it is
-        // already gone, each object having held an `Arc` of this.
-        let Owner::Backend(parts) = &mut self.owner else {
-            return;
+        // already gone, each object having held an `Arc` of this, but for
+        // the messenger, destroyed before the keep-alive may destroy the
+        // instance.
+        let parts = match &mut self.owner {
+            Owner::Backend(parts) => parts,
+            Owner::Caller { messenger, .. } => {
+                if let Some((utils, messenger)) = messenger.take() {
+                    // SAFETY: the library made the messenger on the caller's
+                    // instance, which lives until the keep-alive is dropped,
+                    // after this; it is destroyed once, here.
+                    unsafe { utils.destroy_debug_utils_messenger(messenger, None) };
+                }
+                return;
+            }
         };
         // SAFETY: no other handle to the device remains (this is the last
         // `Arc`); waiting for idle has no other precondition. A failure

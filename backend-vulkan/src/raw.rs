@@ -10,10 +10,10 @@ use ash::vk;
 use capture_core::{DeviceInfo, DriverError, Error, KeepAlive, Rejected, Signature};
 
 use crate::device::{self, Device, Owner};
-use crate::error::error;
+use crate::error::{error, vk_error};
 use crate::kernels::{self, Kernel, KernelObjects};
 use crate::rendering::Rendering;
-use crate::validation::Counters;
+use crate::validation::{Counters, messenger_info};
 
 /// The handles of a device the caller made, for [`Device::from_raw`].
 pub struct RawDevice {
@@ -35,6 +35,13 @@ pub struct RawDevice {
     /// hold conditionals and loops (`Client::while_flag`), which are refused
     /// otherwise.
     pub conditional_rendering: bool,
+    /// Whether `instance` was created with the Khronos validation layer
+    /// and `VK_EXT_debug_utils` enabled: the library then counts the
+    /// layer's messages through a debug messenger of its own on the
+    /// instance, destroyed with the device, and
+    /// [`validation_counts`](crate::validation_counts) reads them (every
+    /// message of the instance, the caller's own included).
+    pub validation: bool,
 }
 
 impl Device {
@@ -50,8 +57,12 @@ impl Device {
     /// compute, a null device or queue, and `conditional_rendering` on a
     /// physical device that does not offer the extension.
     ///
-    /// The library's validation counts are off on such a device
-    /// ([`crate::validation_counts`]): validation is the caller's instance's.
+    /// The library's validation counts ([`crate::validation_counts`]) are
+    /// live where `validation` says the instance has the layer and
+    /// `VK_EXT_debug_utils`, and read "disabled" otherwise. Streams on the
+    /// device come from [`Client::create_stream`](capture_core::Client::create_stream)
+    /// of a client made with [`Client::with_device`](capture_core::Client::with_device);
+    /// all of them submit to `queue`.
     ///
     /// # Safety
     ///
@@ -61,8 +72,9 @@ impl Device {
     ///   `physical` of `instance` with the `timelineSemaphore` feature
     ///   enabled (and any feature the caller's own kernels need), with
     ///   `VK_EXT_conditional_rendering` and its `conditionalRendering`
-    ///   feature enabled where `conditional_rendering` says so, and `queue`
-    ///   is a queue of `queue_family` of `device`;
+    ///   feature enabled where `conditional_rendering` says so, `instance`
+    ///   with `VK_EXT_debug_utils` enabled where `validation` says so, and
+    ///   `queue` is a queue of `queue_family` of `device`;
     /// - the library alone submits to `queue`, and waits on it, except
     ///   inside [`Device::with_queue`], which holds the library's lock:
     ///   `vkQueueSubmit` and `vkQueueWaitIdle` need the queue externally
@@ -93,6 +105,25 @@ impl Device {
         let rendering = raw
             .conditional_rendering
             .then(|| Rendering::load(instance, &raw.device));
+        let counters = Arc::new(Counters::new(raw.validation, false));
+        let messenger = if raw.validation {
+            let utils = ash::ext::debug_utils::Instance::new(&raw.entry, instance);
+            let create = messenger_info(&counters);
+            // SAFETY: the instance enabled VK_EXT_debug_utils (the caller's
+            // promise); the user data is `counters`, which the device keeps
+            // until after it destroys the messenger.
+            match unsafe { utils.create_debug_utils_messenger(&create, None) } {
+                Ok(messenger) => Some((utils, messenger)),
+                Err(e) => {
+                    return Err(Rejected::new(
+                        vk_error("adopt device: create debug messenger", e),
+                        keep_alive,
+                    ));
+                }
+            }
+        } else {
+            None
+        };
         Ok(Arc::new(Device {
             rendering,
             device: raw.device,
@@ -101,9 +132,10 @@ impl Device {
             memory,
             limits: props.limits,
             info,
-            counters: Arc::new(Counters::new(false, false)),
+            counters,
             idle_before_destroying_waited: device::is_lavapipe(instance, raw.physical),
             owner: Owner::Caller {
+                messenger,
                 _keep_alive: KeepAlive::new(keep_alive),
                 _entry: raw.entry,
             },
