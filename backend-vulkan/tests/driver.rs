@@ -1175,60 +1175,55 @@ fn a_stream_waiting_for_an_event_copies_what_the_other_wrote_before_it() {
     );
 }
 
-/// Rounds of the test below, on each of its threads: enough for lavapipe's
-/// queue thread to lose the race in most runs when nothing holds it off.
-const WAITED_ROUNDS: usize = 2000;
+/// Rounds of the test below: enough for lavapipe's queue thread to lose the
+/// race in most runs when nothing holds it off.
+const WAITED_ROUNDS: usize = 300;
 
 #[test]
 fn a_timeline_another_stream_waited_on_is_destroyed_only_once_the_queue_is_done_with_it() {
     run(
         "a_timeline_another_stream_waited_on_is_destroyed_only_once_the_queue_is_done_with_it",
         |f| {
-            // Two threads, each with its own page and one-element add, so
-            // that streams come and go while the other thread's submit.
-            let add = f.kernel(Builtin::Add);
-            let info = f.info(1, 0.0);
-            let pages: Vec<DevicePage> = (0..2)
-                .map(|_| {
-                    let page = f.page(2 * SLOT);
-                    f.upload(0, &[0.0], &page, 0);
-                    f.upload(4096, &[1.0], &page, SLOT);
-                    page
-                })
-                .collect();
+            let short = AddChain::new(f, 1);
+            let long = AddChain::filled(f, 1 << 18);
             f.sync();
-            let (device, host, info_page) = (&f.device, &f.host, &f.info);
-            std::thread::scope(|scope| {
-                for (thread, page) in pages.iter().enumerate() {
-                    let add = &add;
-                    scope.spawn(move || {
-                        let out = 8192 + thread as u64 * SLOT;
-                        let buffers = [(page, 0), (page, SLOT)];
-                        for round in 1..=WAITED_ROUNDS {
-                            let mut a = Vulkan::create_stream(device).expect("a");
-                            launch_on(&mut a, add, 1, (info_page, info), &buffers);
-                            let event = Vulkan::record_event(&mut a).expect("record");
-                            let mut b = Vulkan::create_stream(device).expect("b");
-                            Vulkan::wait_event(&mut b, &event).expect("wait");
-                            enqueue_copy_out(&mut b, page, 0, 1, host, out);
-                            let signal = Vulkan::signal(&mut b).expect("signal");
-                            if round % 2 == 1 {
-                                // Submitted while `a`'s work may still run,
-                                // which sends lavapipe's submissions through
-                                // its queue thread.
-                                Vulkan::is_done(&mut b, signal).expect("submit");
-                            }
-                            // Only `b`'s batch keeps `a`'s timeline now: the
-                            // fence destroys it as soon as the host sees
-                            // `b`'s value.
-                            drop((event, a));
-                            Vulkan::fence(&mut b, signal).expect("fence");
-                            assert_eq!(read_floats(host, out, 1), [round as f32]);
-                            drop(b);
-                        }
-                    });
-                }
-            });
+            let device = Arc::clone(&f.device);
+            let short_buffers = [(&short.page, 0), (&short.page, short.slot)];
+            let long_buffers = [(&long.page, 0), (&long.page, long.slot)];
+            // A submission that waits for work still running: lavapipe then
+            // runs every later submission through its queue thread.
+            let mut a = Vulkan::create_stream(&device).expect("a");
+            for _ in 0..8 {
+                launch_on(
+                    &mut a,
+                    &long.add,
+                    long.n,
+                    (&f.info, long.info),
+                    &long_buffers,
+                );
+            }
+            let event = Vulkan::record_event(&mut a).expect("record");
+            let mut b = Vulkan::create_stream(&device).expect("b");
+            Vulkan::wait_event(&mut b, &event).expect("wait");
+            enqueue_copy_out(&mut b, &long.page, 0, 1, &f.host, 0);
+            sync_stream(&mut b);
+            assert_eq!(read_floats(&f.host, 0, 1), [8.0]);
+            drop((event, a, b));
+            for round in 1..=WAITED_ROUNDS {
+                let mut a = Vulkan::create_stream(&device).expect("a");
+                launch_on(&mut a, &short.add, 1, (&f.info, short.info), &short_buffers);
+                let event = Vulkan::record_event(&mut a).expect("record");
+                let mut b = Vulkan::create_stream(&device).expect("b");
+                Vulkan::wait_event(&mut b, &event).expect("wait");
+                // Only `b` keeps `a`'s timeline once `a` is gone: its fence
+                // destroys the semaphore as soon as the host sees `b`'s
+                // batch, which waited on it, complete.
+                drop((event, a));
+                enqueue_copy_out(&mut b, &short.page, 0, 1, &f.host, 0);
+                sync_stream(&mut b);
+                assert_eq!(read_floats(&f.host, 0, 1), [round as f32]);
+                drop(b);
+            }
         },
     );
 }
