@@ -1215,12 +1215,16 @@ fn a_timeline_another_stream_waited_on_is_destroyed_only_once_the_queue_is_done_
                 let event = Vulkan::record_event(&mut a).expect("record");
                 let mut b = Vulkan::create_stream(&device).expect("b");
                 Vulkan::wait_event(&mut b, &event).expect("wait");
+                enqueue_copy_out(&mut b, &short.page, 0, 1, &f.host, 0);
+                // Submitted before the host waits for `a`: the queue thread
+                // then holds `a`'s timeline until after `b`'s signal.
+                let signal = Vulkan::signal(&mut b).expect("signal");
+                Vulkan::is_done(&mut b, signal).expect("submit");
                 // Only `b` keeps `a`'s timeline once `a` is gone: its fence
                 // destroys the semaphore as soon as the host sees `b`'s
                 // batch, which waited on it, complete.
                 drop((event, a));
-                enqueue_copy_out(&mut b, &short.page, 0, 1, &f.host, 0);
-                sync_stream(&mut b);
+                Vulkan::fence(&mut b, signal).expect("fence");
                 assert_eq!(read_floats(&f.host, 0, 1), [round as f32]);
                 drop(b);
             }
