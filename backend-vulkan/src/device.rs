@@ -41,6 +41,9 @@ pub struct Device {
     /// `VK_EXT_conditional_rendering`, where the device enabled it: what
     /// conditionals in graphs need.
     pub(crate) rendering: Option<Rendering>,
+    /// Whether a timeline another submission waited on must wait for the
+    /// queue to go idle before it is destroyed (see [`Device::before_destroying_waited`]).
+    pub(crate) idle_before_destroying_waited: bool,
     pub(crate) owner: Owner,
 }
 
@@ -51,6 +54,9 @@ pub(crate) enum Owner {
     /// The caller, who handed them in ([`Device::from_raw`]): the library
     /// keeps the loader loaded and drops the keep-alive last.
     Caller {
+        /// The library's own messenger on the caller's instance, where
+        /// `RawDevice::validation` asked for one; destroyed with the device.
+        messenger: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
         // Dropped before the loader: it may destroy what the caller made.
         _keep_alive: KeepAlive,
         _entry: ash::Entry,
@@ -317,6 +323,19 @@ pub(crate) fn has_conditional_rendering(
     rendering.conditional_rendering == vk::TRUE
 }
 
+/// Whether `physical` is lavapipe, whose queue thread (Mesa 22.3's emulated
+/// timelines) still releases a waited timeline's point after the waiting
+/// batch's signal is visible to the host.
+pub(crate) fn is_lavapipe(instance: &ash::Instance, physical: vk::PhysicalDevice) -> bool {
+    let mut driver = vk::PhysicalDeviceDriverProperties::default();
+    let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut driver);
+    // SAFETY: `physical` was enumerated from `instance` and supports 1.2
+    // (checked before a device is opened or adopted), where the driver
+    // properties struct is core.
+    unsafe { instance.get_physical_device_properties2(physical, &mut props2) };
+    driver.driver_id == vk::DriverId::MESA_LLVMPIPE
+}
+
 /// Env var that, set to `1`, opens devices without conditional rendering,
 /// so that recording a conditional is refused as on a device that lacks it.
 pub const NO_CONDITIONAL_RENDERING_ENV: &str = "CAPTURE_VULKAN_NO_CONDITIONAL_RENDERING";
@@ -420,6 +439,7 @@ impl Device {
             info: chosen.info,
             counters: Arc::clone(&parts.counters),
             rendering: None,
+            idle_before_destroying_waited: is_lavapipe(instance, chosen.physical),
             owner: Owner::Backend(Box::new(parts)),
         }
     }
@@ -477,6 +497,26 @@ impl Device {
         }
     }
 
+    /// Called before destroying a timeline semaphore that another
+    /// submission waited on, once the host saw that submission complete.
+    ///
+    /// Destroying it then is legal, but lavapipe's queue thread installs a
+    /// batch's signals before it releases the timelines the batch waited
+    /// on, and would write into the freed semaphore; waiting for the queue
+    /// to go idle, under the queue's lock, lets it finish. Other drivers
+    /// keep the spec's order and skip the wait.
+    pub(crate) fn before_destroying_waited(&self) {
+        if !self.idle_before_destroying_waited {
+            return;
+        }
+        let queue = self.queue();
+        // SAFETY: the queue is externally synchronized by the guard. A
+        // failure (device lost) leaves nothing running to wait for.
+        if let Err(e) = unsafe { self.device.queue_wait_idle(*queue) } {
+            log::warn!("vulkan: waiting for the queue before destroying a timeline failed: {e:?}");
+        }
+    }
+
     /// Blocks until `timeline` reaches `value`.
     pub(crate) fn wait(&self, timeline: vk::Semaphore, value: u64) -> Result<(), vk::Result> {
         let semaphores = [timeline];
@@ -498,9 +538,20 @@ impl Device {
 impl Drop for Device {
     fn drop(&mut self) {
         // A caller's device stays theirs; what the library made on it is
-        // already gone, each object having held an `Arc` of this.
-        let Owner::Backend(parts) = &mut self.owner else {
-            return;
+        // already gone, each object having held an `Arc` of this, but for
+        // the messenger, destroyed before the keep-alive may destroy the
+        // instance.
+        let parts = match &mut self.owner {
+            Owner::Backend(parts) => parts,
+            Owner::Caller { messenger, .. } => {
+                if let Some((utils, messenger)) = messenger.take() {
+                    // SAFETY: the library made the messenger on the caller's
+                    // instance, which lives until the keep-alive is dropped,
+                    // after this; it is destroyed once, here.
+                    unsafe { utils.destroy_debug_utils_messenger(messenger, None) };
+                }
+                return;
+            }
         };
         // SAFETY: no other handle to the device remains (this is the last
         // `Arc`); waiting for idle has no other precondition. A failure

@@ -9,7 +9,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use ash::vk;
-use capture_core::{DriverError, ImportRefusal, KeepAlive};
+use capture_core::{DriverError, ImportRefusal, KeepAlive, Rejected};
 
 use crate::device::Device;
 use crate::error::{error, vk_error};
@@ -79,7 +79,8 @@ impl DevicePage {
     /// The library never destroys the buffer: it drops `keep_alive` once
     /// the page is done with, after the device is past its last use.
     ///
-    /// Refused, with nothing made: a null buffer, zero length, an offset
+    /// Refused, with nothing made and `keep_alive` handed back untouched in
+    /// the [`Rejected`]: a null buffer, zero length, an offset
     /// that is not a multiple of the device's
     /// `minStorageBufferOffsetAlignment`, and a range past the end of the
     /// memory the buffer needs.
@@ -96,43 +97,50 @@ impl DevicePage {
     ///   that work with the client's (it waits for the stream's work, as
     ///   `Client::sync` does, before its own submissions, and the
     ///   stream's work starts after its submissions completed).
-    pub unsafe fn from_raw(
+    pub unsafe fn from_raw<K: Send + 'static>(
         device: &Arc<Device>,
         buffer: vk::Buffer,
         offset: u64,
         len: u64,
-        keep_alive: impl Send + 'static,
-    ) -> Result<DevicePage, DriverError> {
+        keep_alive: K,
+    ) -> Result<DevicePage, Rejected<K>> {
         const OP: &str = "import buffer";
-        if buffer == vk::Buffer::null() {
-            return Err(error(OP, "a null VkBuffer"));
-        }
-        if len == 0 {
-            return Err(error(OP, "an empty range"));
-        }
-        let alignment = device.limits.min_storage_buffer_offset_alignment.max(1);
-        if !offset.is_multiple_of(alignment) {
-            return Err(error(
-                OP,
-                format!(
-                    "offset {offset} is not a multiple of {alignment}, the device's storage buffer offset alignment"
-                ),
-            ));
-        }
-        // SAFETY: `buffer` is a live buffer of this device (the caller's
-        // promise); the query has no other precondition.
-        let needs = unsafe { device.device.get_buffer_memory_requirements(buffer) };
-        match offset.checked_add(len) {
-            Some(end) if end <= needs.size => {}
-            _ => {
+        // The checks run apart so that every refusal hands `keep_alive` back.
+        let checked = || -> Result<(), DriverError> {
+            if buffer == vk::Buffer::null() {
+                return Err(error(OP, "a null VkBuffer"));
+            }
+            if len == 0 {
+                return Err(error(OP, "an empty range"));
+            }
+            let alignment = device.limits.min_storage_buffer_offset_alignment.max(1);
+            if !offset.is_multiple_of(alignment) {
                 return Err(error(
                     OP,
                     format!(
-                        "{len} bytes at {offset} end past the buffer, which needs {} bytes of memory",
-                        needs.size
+                        "offset {offset} is not a multiple of {alignment}, the device's storage buffer offset alignment"
                     ),
                 ));
             }
+            // SAFETY: `buffer` is a live buffer of this device (the caller's
+            // promise); the query has no other precondition.
+            let needs = unsafe { device.device.get_buffer_memory_requirements(buffer) };
+            match offset.checked_add(len) {
+                Some(end) if end <= needs.size => {}
+                _ => {
+                    return Err(error(
+                        OP,
+                        format!(
+                            "{len} bytes at {offset} end past the buffer, which needs {} bytes of memory",
+                            needs.size
+                        ),
+                    ));
+                }
+            }
+            Ok(())
+        };
+        if let Err(err) = checked() {
+            return Err(Rejected::new(err, keep_alive));
         }
         Ok(DevicePage(Arc::new(Buffer {
             device: Arc::clone(device),

@@ -16,6 +16,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use ash::vk;
 use capture_core::DriverError;
@@ -57,6 +58,8 @@ impl std::fmt::Debug for Event {
 pub(crate) struct Timeline {
     device: Arc<Device>,
     semaphore: vk::Semaphore,
+    /// Whether another stream's submission waited on it.
+    waited_on: AtomicBool,
 }
 
 impl Timeline {
@@ -73,6 +76,9 @@ impl Timeline {
 
 impl Drop for Timeline {
     fn drop(&mut self) {
+        if *self.waited_on.get_mut() {
+            self.device.before_destroying_waited();
+        }
         // SAFETY: every holder waited for the values it submitted before
         // letting go, so no pending submission signals the semaphore.
         unsafe { self.device.device.destroy_semaphore(self.semaphore, None) };
@@ -139,6 +145,7 @@ impl Stream {
         let timeline = Arc::new(Timeline {
             device: Arc::clone(device),
             semaphore,
+            waited_on: AtomicBool::new(false),
         });
         let pool_info = vk::CommandPoolCreateInfo::default()
             .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER)
@@ -332,7 +339,10 @@ impl Stream {
         let waits: Vec<_> = self
             .waits
             .iter()
-            .map(|(timeline, value)| (timeline.semaphore, *value))
+            .map(|(timeline, value)| {
+                timeline.waited_on.store(true, Ordering::Relaxed);
+                (timeline.semaphore, *value)
+            })
             .collect();
         match self
             .device

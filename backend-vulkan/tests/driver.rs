@@ -1175,6 +1175,63 @@ fn a_stream_waiting_for_an_event_copies_what_the_other_wrote_before_it() {
     );
 }
 
+/// Rounds of the test below: enough for lavapipe's queue thread to lose the
+/// race in most runs when nothing holds it off.
+const WAITED_ROUNDS: usize = 300;
+
+#[test]
+fn a_timeline_another_stream_waited_on_is_destroyed_only_once_the_queue_is_done_with_it() {
+    run(
+        "a_timeline_another_stream_waited_on_is_destroyed_only_once_the_queue_is_done_with_it",
+        |f| {
+            let short = AddChain::new(f, 1);
+            let long = AddChain::filled(f, 1 << 18);
+            f.sync();
+            let device = Arc::clone(&f.device);
+            let short_buffers = [(&short.page, 0), (&short.page, short.slot)];
+            let long_buffers = [(&long.page, 0), (&long.page, long.slot)];
+            // A submission that waits for work still running: lavapipe then
+            // runs every later submission through its queue thread.
+            let mut a = Vulkan::create_stream(&device).expect("a");
+            for _ in 0..8 {
+                launch_on(
+                    &mut a,
+                    &long.add,
+                    long.n,
+                    (&f.info, long.info),
+                    &long_buffers,
+                );
+            }
+            let event = Vulkan::record_event(&mut a).expect("record");
+            let mut b = Vulkan::create_stream(&device).expect("b");
+            Vulkan::wait_event(&mut b, &event).expect("wait");
+            enqueue_copy_out(&mut b, &long.page, 0, 1, &f.host, 0);
+            sync_stream(&mut b);
+            assert_eq!(read_floats(&f.host, 0, 1), [8.0]);
+            drop((event, a, b));
+            for round in 1..=WAITED_ROUNDS {
+                let mut a = Vulkan::create_stream(&device).expect("a");
+                launch_on(&mut a, &short.add, 1, (&f.info, short.info), &short_buffers);
+                let event = Vulkan::record_event(&mut a).expect("record");
+                let mut b = Vulkan::create_stream(&device).expect("b");
+                Vulkan::wait_event(&mut b, &event).expect("wait");
+                enqueue_copy_out(&mut b, &short.page, 0, 1, &f.host, 0);
+                // Submitted before the host waits for `a`: the queue thread
+                // then holds `a`'s timeline until after `b`'s signal.
+                let signal = Vulkan::signal(&mut b).expect("signal");
+                Vulkan::is_done(&mut b, signal).expect("submit");
+                // Only `b` keeps `a`'s timeline once `a` is gone: its fence
+                // destroys the semaphore as soon as the host sees `b`'s
+                // batch, which waited on it, complete.
+                drop((event, a));
+                Vulkan::fence(&mut b, signal).expect("fence");
+                assert_eq!(read_floats(&f.host, 0, 1), [round as f32]);
+                drop(b);
+            }
+        },
+    );
+}
+
 /// Independent chains in [`Chains`], and launches in each.
 const CHAINS: usize = 8;
 const STEPS: usize = 6;

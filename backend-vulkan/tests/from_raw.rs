@@ -15,11 +15,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 mod common;
 
 use ash::vk;
-use backend_vulkan::{Device, DevicePage, Kernel, RawDevice, SYNC_VALIDATION_ENV, Vulkan};
-use capture_core::{Builtin, Client, Config, Error, Params};
+use backend_vulkan::{
+    Device, DevicePage, Kernel, RawDevice, SYNC_VALIDATION_ENV, Vulkan, validation_counts,
+};
+use capture_core::{Builtin, Client, Config, Error, Params, Rejected, Signature};
 use common::{scale_signature, scale_spirv};
 
 const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
+
+/// The error one test provokes on purpose: a buffer of size 0.
+const PROVOKED: &str = "VUID-VkBufferCreateInfo-size-00912";
 
 /// Validation errors reported on the test's own instance, and warnings.
 static ERRORS: AtomicU64 = AtomicU64::new(0);
@@ -39,6 +44,10 @@ unsafe extern "system" fn count(
         })
         .map(|m| m.to_string_lossy().into_owned())
         .unwrap_or_default();
+    if message.contains(PROVOKED) {
+        // The error one test makes on purpose, through the library's view.
+        return vk::FALSE;
+    }
     if severity.contains(vk::DebugUtilsMessageSeverityFlagsEXT::ERROR) {
         ERRORS.fetch_add(1, Ordering::SeqCst);
         eprintln!("validation error: {message}");
@@ -200,6 +209,7 @@ impl Own {
             queue_family: self.family,
             queue: self.queue,
             conditional_rendering: self.conditional_rendering,
+            validation: self.validated,
         }
     }
 
@@ -567,8 +577,24 @@ fn loops_record_on_an_adopted_device_only_where_it_enabled_conditional_rendering
     own.finish();
 }
 
+/// A keep-alive whose count shows whether a refusal dropped it.
+fn handed_back<T: std::fmt::Debug>(
+    kept: &Arc<()>,
+    refused: Result<T, Rejected<Arc<()>>>,
+) -> String {
+    let (err, back) = refused.expect_err("refused").into_parts();
+    assert!(Arc::ptr_eq(&back, kept), "the caller's own keep-alive");
+    assert_eq!(
+        Arc::strong_count(kept),
+        2,
+        "handed back untouched, not dropped: {err}"
+    );
+    drop(back);
+    err.to_string()
+}
+
 #[test]
-fn bad_handles_are_refused_and_change_nothing() {
+fn bad_handles_are_refused_and_hand_the_keep_alive_back() {
     let own = match Own::new() {
         Ok(own) => own,
         Err(reason) => {
@@ -576,35 +602,44 @@ fn bad_handles_are_refused_and_change_nothing() {
             return;
         }
     };
+    let kept = Arc::new(());
+    let adopt = |raw: RawDevice| {
+        // SAFETY: the handles belong together but for what each call gets
+        // wrong, which the adoption refuses before using anything.
+        handed_back(&kept, unsafe { Device::from_raw(raw, kept.clone()) })
+    };
     let mut raw = own.raw();
     raw.queue_family = 99;
-    // SAFETY: the handles belong together but for the family, which the
-    // adoption refuses before using anything.
-    let err = unsafe { Device::from_raw(raw, ()) }.expect_err("no such family");
-    assert!(err.message.contains("queue family 99"), "{err}");
+    assert!(adopt(raw).contains("queue family 99"));
     let mut raw = own.raw();
     raw.queue = vk::Queue::null();
-    // SAFETY: as above, for the null queue.
-    let err = unsafe { Device::from_raw(raw, ()) }.expect_err("a null queue");
-    assert!(err.message.contains("null"), "{err}");
+    assert!(adopt(raw).contains("null"));
+    let mut raw = own.raw();
+    raw.physical = vk::PhysicalDevice::null();
+    assert!(adopt(raw).contains("not one of the instance's"));
+    if !own.conditional_rendering {
+        let mut raw = own.raw();
+        raw.conditional_rendering = true;
+        assert!(adopt(raw).contains("conditional_rendering"));
+    }
 
     // SAFETY: the handles are live and belong together.
     let device = unsafe { Device::from_raw(own.raw(), ()) }.expect("adopted");
     let (buffer, memory, _) = own.buffer(4096);
     let refused = |offset: u64, len: u64, handle: vk::Buffer| {
-        let kept = Arc::new(());
         // SAFETY: `buffer` is a live buffer of the device with the usages
         // asked for; each call is refused before any use.
-        let err = unsafe { DevicePage::from_raw(&device, handle, offset, len, kept.clone()) }
-            .expect_err("refused");
-        assert_eq!(Arc::strong_count(&kept), 1, "the keep-alive is dropped");
-        err.message
+        let page = unsafe { DevicePage::from_raw(&device, handle, offset, len, kept.clone()) };
+        handed_back(&kept, page)
     };
     assert!(refused(0, 16, vk::Buffer::null()).contains("null"));
     assert!(refused(0, 0, buffer).contains("empty"));
     assert!(refused(1, 16, buffer).contains("multiple of"));
     assert!(refused(0, 8192, buffer).contains("past the buffer"));
     assert!(refused(4096, 256, buffer).contains("past the buffer"));
+    // An aligned offset whose end overflows.
+    let far = u64::MAX - u64::MAX % own.alignment;
+    assert!(refused(far, 256, buffer).contains("past the buffer"));
 
     // A page of another device is refused by the client, handed back whole.
     // SAFETY: the handles are live and belong together; `other` makes no
@@ -613,7 +648,8 @@ fn bad_handles_are_refused_and_change_nothing() {
     let client = Client::<Vulkan>::with_device(device.clone(), Config::default());
     let stream = client.create_stream().expect("stream");
     // SAFETY: as above; the range lies inside the buffer.
-    let page = unsafe { DevicePage::from_raw(&other, buffer, 0, 256, ()) }.expect("a page");
+    let page =
+        unsafe { DevicePage::from_raw(&other, buffer, 0, 256, kept.clone()) }.expect("a page");
     let (err, page) = client
         .import(stream, page)
         .expect_err("another device's page")
@@ -622,25 +658,107 @@ fn bad_handles_are_refused_and_change_nothing() {
         matches!(err, Error::OtherDevice { what: "page", .. }),
         "{err}"
     );
+    assert_eq!(Arc::strong_count(&kept), 2, "the page holds the keep-alive");
     drop(page);
-    // SAFETY: a null pipeline is refused before any use.
-    let err = unsafe {
-        Kernel::from_raw(
-            &device,
-            vk::Pipeline::null(),
-            vk::PipelineLayout::null(),
-            vk::DescriptorSetLayout::null(),
-            scale_signature(),
-            (),
-        )
-    }
-    .expect_err("null handles");
-    assert!(err.to_string().contains("null"), "{err}");
+    assert_eq!(Arc::strong_count(&kept), 1);
+
+    let (pipeline, layout, set_layout) = own.pipeline();
+    let kernel = |pipeline: vk::Pipeline, signature: Signature| {
+        // SAFETY: the pipeline, when not null, runs SCALE with these
+        // layouts; each call is refused before any use.
+        let made = unsafe {
+            Kernel::from_raw(
+                &device,
+                pipeline,
+                layout,
+                set_layout,
+                signature,
+                kept.clone(),
+            )
+        };
+        handed_back(&kept, made)
+    };
+    assert!(kernel(vk::Pipeline::null(), scale_signature()).contains("null"));
+    let too_wide = scale_signature().workgroup([u32::MAX, 1, 1]);
+    assert!(kernel(pipeline, too_wide).contains("workgroup of"));
+    // A `?` reaches the core's error from the refusal.
+    let question = || -> Result<Kernel, Error> {
+        // SAFETY: as above.
+        Ok(unsafe {
+            Kernel::from_raw(
+                &device,
+                vk::Pipeline::null(),
+                layout,
+                set_layout,
+                scale_signature(),
+                (),
+            )
+        }?)
+    };
+    assert!(matches!(question(), Err(Error::Compile { .. })));
+    assert_eq!(Arc::strong_count(&kept), 1, "nothing kept a clone");
     drop((client, device, other));
-    // SAFETY: nothing uses the buffer.
+    // SAFETY: nothing uses them: every call above was refused, and the
+    // client that imported nothing of the buffer is gone.
     unsafe {
+        own.device.destroy_pipeline(pipeline, None);
+        own.device.destroy_pipeline_layout(layout, None);
+        own.device.destroy_descriptor_set_layout(set_layout, None);
         own.device.destroy_buffer(buffer, None);
         own.device.free_memory(memory, None);
     }
+    own.finish();
+}
+
+#[test]
+fn the_library_counts_validation_on_an_adopted_device_where_the_instance_validates() {
+    let own = match Own::new() {
+        Ok(own) => own,
+        Err(reason) => {
+            eprintln!("skipping: {reason}");
+            return;
+        }
+    };
+    let kept = Arc::new(());
+    // SAFETY: the handles are live and belong together, and the instance
+    // enabled the layer and VK_EXT_debug_utils wherever `validated` says so.
+    let device = unsafe { Device::from_raw(own.raw(), kept.clone()) }.expect("adopted");
+    let counts = validation_counts(&device);
+    assert_eq!(counts.enabled, own.validated, "{counts:?}");
+    assert_eq!(counts.errors, 0, "{counts:?}");
+    // Work through a client, counted clean.
+    let client = Client::<Vulkan>::with_device(device.clone(), Config::default());
+    let stream = client.create_stream().expect("stream");
+    let x = client.create_f32(stream, &[1.0; 64]).expect("x");
+    let one = client.create_f32(stream, &[1.0; 64]).expect("one");
+    client
+        .run_builtin(stream, Builtin::Add, &[&x, &one], 64, 0.0)
+        .expect("add");
+    assert_eq!(client.read_f32(&x).expect("read"), vec![2.0; 64]);
+    drop((x, one));
+    client.destroy_stream(stream).expect("destroy");
+    drop(client);
+    assert_eq!(validation_counts(&device).errors, 0);
+    if own.validated {
+        // A misuse through the library's own view of the device reaches its
+        // counts: the layer reports a buffer of size 0 and skips the call.
+        let info = vk::BufferCreateInfo::default()
+            .size(0)
+            .usage(vk::BufferUsageFlags::STORAGE_BUFFER);
+        // SAFETY: the layer refuses the invalid create info before the
+        // driver sees it; a buffer made anyway is destroyed at once.
+        unsafe {
+            if let Ok(buffer) = device.raw().create_buffer(&info, None) {
+                device.raw().destroy_buffer(buffer, None);
+            }
+        }
+        let counts = validation_counts(&device);
+        assert!(counts.errors >= 1, "the error was not counted: {counts:?}");
+    }
+    drop(device);
+    assert_eq!(Arc::strong_count(&kept), 1, "the keep-alive dropped");
+    // The library's messenger is gone with the device: the instance is
+    // destroyed below with only the test's own, which validation would
+    // report otherwise.
     own.finish();
 }

@@ -149,7 +149,7 @@ impl UserKernels for Vulkan {
             // run touches it no more, and `foreign` destroys it only when
             // the library drops it.
             unsafe { DevicePage::from_raw(device, buffer, GUARD, bytes.len() as u64, foreign) }
-                .map_err(Error::Driver)
+                .map_err(Error::from)
         }))
     }
 
