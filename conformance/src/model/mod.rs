@@ -31,6 +31,8 @@ pub struct Budget {
     pub seed: u64,
     /// Runs the shrinker may make of one failing program.
     pub shrink_runs: usize,
+    /// Failing programs after which the run stops.
+    pub failures: usize,
 }
 
 impl Budget {
@@ -48,6 +50,7 @@ impl Budget {
             ops: number("MODEL_OPS", 60) as usize,
             seed: number("MODEL_SEED", 1),
             shrink_runs: number("MODEL_SHRINK_RUNS", 300) as usize,
+            failures: number("MODEL_FAILURES", 3) as usize,
         }
     }
 }
@@ -118,6 +121,9 @@ pub fn run<D: AfterTrial>(device: &std::sync::Arc<D::Device>, budget: &Budget) -
     let start = Instant::now();
     let mut report = Report::default();
     for i in 0..budget.programs {
+        if report.failures.len() >= budget.failures.max(1) {
+            break;
+        }
         let seed = budget.seed + i as u64;
         let order = if i % 2 == 0 {
             ReplayOrder::Dependencies
