@@ -101,8 +101,12 @@ fn call(f: impl Fn(&Fx, WindowId) -> Result<(), Error> + 'static) -> Call {
     Box::new(f)
 }
 
+/// A call the recording stream refuses: what it is, the call, and whether
+/// an error is its refusal.
+type Refused = (&'static str, Call, fn(&Error) -> bool);
+
 /// Calls the recording stream refuses, each with what its refusal is.
-fn refused_calls() -> Vec<(&'static str, Call, fn(&Error) -> bool)> {
+fn refused_calls() -> Vec<Refused> {
     vec![
         (
             "allocate nothing",

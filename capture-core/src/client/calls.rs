@@ -123,11 +123,10 @@ impl<D: GraphDriver> Client<D> {
         call: impl FnOnce(&Server<D>) -> Result<R, Error>,
     ) -> Result<R, Error> {
         let server = &self.shared.server;
-        call(server).map_err(|err| {
+        call(server).inspect_err(|err| {
             for &stream in streams {
-                server.doom(stream, &err);
+                server.doom(stream, err);
             }
-            err
         })
     }
 

@@ -46,10 +46,7 @@ impl<D: GraphDriver> Server<D> {
         kind: Conditional,
         bodies: &mut [Body<'_>],
     ) -> Result<Ran, Error> {
-        let span = match flag_span(&flag) {
-            Ok(span) => span,
-            Err(err) => return Err(err),
-        };
+        let span = flag_span(&flag)?;
         if flag.stream != stream {
             let err = Error::BadFlag {
                 buffer: flag.slice.id(),

@@ -430,9 +430,7 @@ impl<D: GraphDriver> Server<D> {
             .filter(|b| b.stream() != stream)
             .map(|b| (b.id(), b.stream(), b.shared() as &dyn Shareable))
             .collect();
-        if let Err(err) = self.share(&foreign) {
-            return Err(err);
-        }
+        self.share(&foreign)?;
         let accesses: SmallVec<[(BufferId, crate::kernels::signature::Access); MAX_BINDINGS]> =
             request
                 .args
@@ -608,9 +606,7 @@ impl<D: GraphDriver> Server<D> {
             .filter(|b| b.stream() != join.stream)
             .map(|b| (b.id(), b.stream(), b.shared() as &dyn Shareable))
             .collect();
-        if let Err(err) = self.share(&outside) {
-            return Err(err);
-        }
+        self.share(&outside)?;
         let mut homes: SmallVec<[StreamId; MAX_BINDINGS]> =
             request.args.iter().map(Bound::stream).collect();
         homes.push(stream);

@@ -251,7 +251,7 @@ impl Draw {
     }
 
     /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn bits(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -260,7 +260,7 @@ impl Draw {
 
     /// A number below `n` (at least 1).
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.bits() % n.max(1)
     }
 
     /// A small index, for picking among live entities.

@@ -1002,8 +1002,8 @@ impl<D: UserKernels> World<D> {
                 got
             }
             Work::Ignore(work) => {
-                let got = self.work(stream, work, mode, depth, recorded)?;
-                return Ok(Ok(drop(got)));
+                let _ignored = self.work(stream, work, mode, depth, recorded)?;
+                return Ok(Ok(()));
             }
             Work::Conditional(cond, which, bodies) => {
                 return self.conditional(stream, *cond, *which, bodies, mode, depth, recorded);
