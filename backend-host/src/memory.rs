@@ -8,7 +8,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
-use capture_core::{ImportRefusal, KeepAlive};
+use capture_core::{DriverError, ImportRefusal, KeepAlive, Rejected};
 
 use crate::device::Device;
 
@@ -182,23 +182,37 @@ pub struct DevicePage(pub(crate) Arc<Memory>);
 
 impl DevicePage {
     /// Memory made elsewhere, moved in, for `Client::import` on a client
-    /// of `device`: a device page of exactly `bytes`' length and content,
-    /// or `None` when the host cannot hold it. It is let go of, and
-    /// `keep_alive` dropped, once the last buffer, view, graph or queued
-    /// use of it is done.
-    pub fn import(
+    /// of `device`: a device page of exactly `bytes`' length and content.
+    /// It is let go of, and `keep_alive` dropped, once the last buffer,
+    /// view, graph or queued use of it is done.
+    ///
+    /// # Errors
+    ///
+    /// Where the host cannot hold it, with `keep_alive` handed back.
+    pub fn import<K: Send + 'static>(
         device: &Arc<Device>,
         bytes: &[u8],
-        keep_alive: impl Send + 'static,
-    ) -> Option<Self> {
-        let memory = Memory::new(PageKind::Device, bytes.len())?;
+        keep_alive: K,
+    ) -> Result<Self, Rejected<K>> {
+        let no_room = || {
+            DriverError::new(
+                "host",
+                "import",
+                format!("no room for {} bytes", bytes.len()),
+            )
+        };
+        let Some(memory) = Memory::new(PageKind::Device, bytes.len()) else {
+            return Err(Rejected::new(no_room(), keep_alive));
+        };
         memory.bytes().copy_from_slice(bytes);
-        let mut memory = Arc::into_inner(memory)?;
+        let Some(mut memory) = Arc::into_inner(memory) else {
+            return Err(Rejected::new(no_room(), keep_alive));
+        };
         memory.imported = Some(Imported {
             device: Arc::downgrade(device),
             keep_alive: Mutex::new(Some(KeepAlive::new(keep_alive))),
         });
-        Some(Self(Arc::new(memory)))
+        Ok(Self(Arc::new(memory)))
     }
 
     /// The bytes it holds, if it is memory imported for `device`.

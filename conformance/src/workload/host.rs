@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use graph_capture::host::{Device, DevicePage, Group, Host, Kernel, View};
-use graph_capture::{DriverError, Error, Signature};
+use graph_capture::{Error, Signature};
 
 use super::transformer::host as transformer;
 use super::{UserKernel, UserKernels};
@@ -16,14 +16,7 @@ impl UserKernels for Host {
         bytes: &[u8],
         keep_alive: Arc<()>,
     ) -> Option<Result<DevicePage, Error>> {
-        let page = DevicePage::import(device, bytes, keep_alive).ok_or_else(|| {
-            Error::Driver(DriverError::new(
-                "host",
-                "import",
-                format!("no room for {} bytes", bytes.len()),
-            ))
-        });
-        Some(page)
+        Some(DevicePage::import(device, bytes, keep_alive).map_err(Error::from))
     }
 
     // Host kernels are safe Rust; the contract only matters on GPUs.
