@@ -788,6 +788,12 @@ impl<D: UserKernels> World<D> {
                     self.handle(by).map_err(|e| e.to_string())?,
                 );
                 let n = bx.range().len().min(by.range().len()) as u32;
+                // What is read must be known, so that nothing unknown
+                // spreads into a counter and so into a flag.
+                let read_y = !matches!(work, Work::Copy(..));
+                if !self.known(bx, n as usize) || (read_y && !self.known(by, n as usize)) {
+                    return Ok(Ok(()));
+                }
                 let (which, written, resolved, scalar) = match work {
                     Work::Add(..) => (Builtin::Add, bx, Resolved::Add(bx, by), 0.0),
                     Work::Copy(..) => (Builtin::Copy, by, Resolved::Copy(bx, by), 0.0),
@@ -818,6 +824,9 @@ impl<D: UserKernels> World<D> {
                 let Some(bx) = self.bind(*t, on) else {
                     return Ok(Ok(()));
                 };
+                if !self.known(bx, ELEMENTS) {
+                    return Ok(Ok(()));
+                }
                 let h = self.handle(bx).map_err(|e| e.to_string())?;
                 let n = bx.range().len() as u32;
                 let got = launch(&[bx.id], &[bx], &|| {
@@ -933,6 +942,9 @@ impl<D: UserKernels> World<D> {
                 let Some(b) = self.bind(*t, on) else {
                     return Ok(Ok(()));
                 };
+                if !self.known(b, ELEMENTS) {
+                    return Ok(Ok(()));
+                }
                 let h = self.handle(b).map_err(|e| e.to_string())?;
                 let n = b.range().len() as u32;
                 // Two launches: the temporary's fill meets an armed fault
@@ -1371,6 +1383,15 @@ impl<D: UserKernels> World<D> {
         }
     }
 
+    /// Whether the model knows the first `n` elements `bind` names.
+    fn known(&self, bind: Bind, n: usize) -> bool {
+        self.model
+            .borrow()
+            .mem
+            .get(&bind.id)
+            .is_some_and(|m| m.values[bind.range()].iter().take(n).all(Option::is_some))
+    }
+
     fn flag_set(&self, flag: BufferId) -> bool {
         self.model
             .borrow()
@@ -1712,6 +1733,17 @@ impl<D: UserKernels> World<D> {
                 }),
                 _ => None,
             };
+            let unknown = planned.as_ref().is_some_and(|p| match &p.resolved {
+                Resolved::Add(x, y) => {
+                    !self.known(*x, p.n as usize) || !self.known(*y, p.n as usize)
+                }
+                Resolved::Copy(src, _) => !self.known(*src, p.n as usize),
+                Resolved::Scale(x, ..) => !self.known(*x, ELEMENTS),
+                _ => false,
+            });
+            if unknown {
+                continue;
+            }
             if let Some(mut planned) = planned {
                 let binds: Vec<Bind> = match &planned.resolved {
                     Resolved::Fill(b, _) | Resolved::Scale(b, ..) => vec![*b],
