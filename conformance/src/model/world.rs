@@ -1402,6 +1402,33 @@ impl<D: UserKernels> World<D> {
             != 0
     }
 
+    /// Run `works` as a one-call capture's `pass`: the recorded run's work
+    /// kept in `recorded`, the pass that failed of itself in `failed_in`.
+    /// Answers the pass's mode.
+    fn pass(
+        &self,
+        stream: StreamId,
+        works: &[Work],
+        pass: Pass,
+        (recorded, failed_in, found): (&RefCell<Vec<Resolved>>, &RefCell<Option<Mode>>, &Found),
+    ) -> Result<Mode, Error> {
+        let mode = match pass {
+            Pass::Warmup => Mode::Warmup,
+            Pass::Record => Mode::Record,
+        };
+        let mut sink = Vec::new();
+        let into = if mode == Mode::Record {
+            &mut *recorded.borrow_mut()
+        } else {
+            &mut sink
+        };
+        let ran = self.body(stream, works, mode, 0, into, found);
+        if ran.is_err() {
+            *failed_in.borrow_mut() = Some(mode);
+        }
+        ran.map(|()| mode)
+    }
+
     /// Claim what `works` write, as a window that cannot seal does.
     fn claim_written(&self, works: &[Resolved], claim: Claim) {
         let (mut reads, mut writes) = (Vec::new(), Vec::new());
@@ -1455,21 +1482,7 @@ impl<D: UserKernels> World<D> {
             }
         } else {
             let body = |pass: Pass| -> Result<(), Error> {
-                let mode = match pass {
-                    Pass::Warmup => Mode::Warmup,
-                    Pass::Record => Mode::Record,
-                };
-                let mut sink = Vec::new();
-                let into = if mode == Mode::Record {
-                    &mut *recorded.borrow_mut()
-                } else {
-                    &mut sink
-                };
-                let ran = self.body(stream, works, mode, 0, into, &found);
-                if ran.is_err() {
-                    *failed_in.borrow_mut() = Some(mode);
-                    return ran;
-                }
+                let mode = self.pass(stream, works, pass, (&recorded, &failed_in, &found))?;
                 match (style, mode) {
                     (Style::Failing, Mode::Record) => {
                         Err(Error::BadLaunch("the body fails".into()))
@@ -1532,21 +1545,7 @@ impl<D: UserKernels> World<D> {
         let failed_in = RefCell::new(None::<Mode>);
         let handle = self.graphs[g].handle.clone();
         let got = c.recapture(&handle, |pass| {
-            let mode = match pass {
-                Pass::Warmup => Mode::Warmup,
-                Pass::Record => Mode::Record,
-            };
-            let mut sink = Vec::new();
-            let into = if mode == Mode::Record {
-                &mut *recorded.borrow_mut()
-            } else {
-                &mut sink
-            };
-            let ran = self.body(stream, works, mode, 0, into, &found);
-            if ran.is_err() {
-                *failed_in.borrow_mut() = Some(mode);
-                return ran;
-            }
+            let mode = self.pass(stream, works, pass, (&recorded, &failed_in, &found))?;
             if failing && mode == Mode::Record {
                 return Err(Error::BadLaunch("the body fails".into()));
             }
