@@ -1256,10 +1256,7 @@ impl<D: UserKernels> World<D> {
         let then = bodies.first().unwrap_or(&empty);
         let otherwise = bodies.get(1).unwrap_or(&empty);
         if mode == Mode::Record {
-            let (conditionals, _) = {
-                let model = self.model.borrow();
-                (model.conditionals, ())
-            };
+            let conditionals = self.model.borrow().conditionals;
             let mut inner: Vec<Vec<Resolved>> = vec![Vec::new(); bodies.len().max(1)];
             let got = {
                 let (first, rest) = inner.split_at_mut(1);
