@@ -821,14 +821,9 @@ impl<D: UserKernels> World<D> {
                 }
             }
             Work::Scale(t, a, b) => {
-                let Some(bx) = self.bind(*t, on) else {
+                let Some((bx, h, n)) = self.known_target(*t, on)? else {
                     return Ok(Ok(()));
                 };
-                if !self.known(bx, ELEMENTS) {
-                    return Ok(Ok(()));
-                }
-                let h = self.handle(bx).map_err(|e| e.to_string())?;
-                let n = bx.range().len() as u32;
                 let got = launch(&[bx.id], &[bx], &|| {
                     self.kernels
                         .scale(c, stream, crate::workload::grid(n), &h, n, *a, *b)
@@ -939,14 +934,9 @@ impl<D: UserKernels> World<D> {
                 if depth > 0 {
                     return Ok(Ok(()));
                 }
-                let Some(b) = self.bind(*t, on) else {
+                let Some((b, h, n)) = self.known_target(*t, on)? else {
                     return Ok(Ok(()));
                 };
-                if !self.known(b, ELEMENTS) {
-                    return Ok(Ok(()));
-                }
-                let h = self.handle(b).map_err(|e| e.to_string())?;
-                let n = b.range().len() as u32;
                 // Two launches: the temporary's fill meets an armed fault
                 // first, and claims only the temporary; the add reads the
                 // target.
@@ -1378,6 +1368,24 @@ impl<D: UserKernels> World<D> {
             Err(e) if calls.get() > 0 => Ok(Err(e)),
             Err(e) => err(format!("a conditional failed: {e}")),
         }
+    }
+
+    /// The buffer `target` picks among those `on` allows, its handle and
+    /// its elements, where the model knows every one of them (work that
+    /// reads and writes it in place).
+    fn known_target(
+        &self,
+        target: Target,
+        on: Option<StreamId>,
+    ) -> Result<Option<(Bind, Buffer, u32)>, Disagreement> {
+        let Some(bind) = self.bind(target, on) else {
+            return Ok(None);
+        };
+        if !self.known(bind, ELEMENTS) {
+            return Ok(None);
+        }
+        let handle = self.handle(bind).map_err(|e| e.to_string())?;
+        Ok(Some((bind, handle, bind.range().len() as u32)))
     }
 
     /// Whether the model knows the first `n` elements `bind` names.
