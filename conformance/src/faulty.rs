@@ -73,6 +73,7 @@ pub struct FaultPlan {
     /// that fail.
     armed: Mutex<Vec<(Primitive, u64)>>,
     injected: AtomicU64,
+    injected_by: [AtomicU64; Primitive::ALL.len()],
     live_executables: AtomicUsize,
 }
 
@@ -92,6 +93,20 @@ impl FaultPlan {
         }
     }
 
+    /// Forget the armed faults of `primitive` that have not fired.
+    pub fn disarm_only(&self, primitive: Primitive) {
+        if let Ok(mut armed) = self.armed.lock() {
+            armed.retain(|&(p, _)| p != primitive);
+        }
+    }
+
+    /// Whether a fault of `primitive` is armed and has not fired.
+    pub fn armed(&self, primitive: Primitive) -> bool {
+        self.armed
+            .lock()
+            .is_ok_and(|armed| armed.iter().any(|&(p, _)| p == primitive))
+    }
+
     /// Calls of `primitive` so far.
     pub fn calls(&self, primitive: Primitive) -> u64 {
         self.calls[primitive.index()].load(Ordering::SeqCst)
@@ -100,6 +115,11 @@ impl FaultPlan {
     /// Faults injected so far.
     pub fn injected(&self) -> u64 {
         self.injected.load(Ordering::SeqCst)
+    }
+
+    /// Faults of `primitive` injected so far.
+    pub fn injected_of(&self, primitive: Primitive) -> u64 {
+        self.injected_by[primitive.index()].load(Ordering::SeqCst)
     }
 
     /// Executables instantiated and not yet dropped.
@@ -122,6 +142,7 @@ impl FaultPlan {
         };
         if fire {
             self.injected.fetch_add(1, Ordering::SeqCst);
+            self.injected_by[primitive.index()].fetch_add(1, Ordering::SeqCst);
             Err(DriverError::new(
                 "faulty",
                 primitive_name(primitive),

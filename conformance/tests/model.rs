@@ -62,6 +62,16 @@ impl Visit for Runner {
             report.failures.len(),
             report.time.as_secs_f64()
         );
+        let injected: Vec<String> = report
+            .injected
+            .iter()
+            .map(|(primitive, n)| format!("{primitive} {n}"))
+            .collect();
+        println!(
+            "model: {}: faults injected: {}",
+            D::NAME,
+            injected.join(", ")
+        );
         self.failed += report.failures.len();
         self.passed += report.programs - report.failures.len();
     }

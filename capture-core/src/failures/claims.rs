@@ -38,11 +38,16 @@ impl FailureStore {
     }
 
     /// Mark `buffer` as holding no valid bytes because of `cause`. A buffer
-    /// already claimed keeps its first cause, the one that explains it; a
-    /// buffer no caller holds is not claimed at all.
+    /// already claimed keeps its first cause, the one that explains it,
+    /// unless that is a failed replay: a graph may retry only over bytes
+    /// its own failure alone left. A buffer no caller holds is not claimed.
     pub fn claim(&mut self, buffer: BufferId, cause: &Arc<Error>) {
-        if self.live.contains(&buffer) {
-            self.claims.entry(buffer).or_insert_with(|| cause.clone());
+        if !self.live.contains(&buffer) {
+            return;
+        }
+        let claim = self.claims.entry(buffer).or_insert_with(|| cause.clone());
+        if matches!(**claim, Error::ReplayFailed { .. }) {
+            *claim = cause.clone();
         }
     }
 
@@ -222,6 +227,29 @@ mod tests {
         assert!(store.check(BufferId(4)).is_none());
         store.clear(BufferId(3));
         assert!(store.is_empty());
+    }
+
+    #[test]
+    fn a_later_failure_replaces_a_failed_replays_claim() {
+        let mut store = FailureStore::default();
+        store.track(BufferId(5));
+        let replay = Arc::new(Error::ReplayFailed {
+            graph: crate::ids::GraphId(1),
+            cause: Arc::new(Error::Poisoned),
+        });
+        store.claim(BufferId(5), &replay);
+        store.claim(BufferId(5), &Arc::new(Error::EmptyBuffer));
+        assert_eq!(
+            store.check(BufferId(5)).map(|c| &**c),
+            Some(&Error::EmptyBuffer),
+            "the graph's retry would read bytes another failure left"
+        );
+        store.claim(BufferId(5), &replay);
+        assert_eq!(
+            store.check(BufferId(5)).map(|c| &**c),
+            Some(&Error::EmptyBuffer),
+            "any other claim keeps its first cause"
+        );
     }
 
     #[test]

@@ -486,10 +486,12 @@ impl<D: GraphDriver> Server<D> {
         if lanes.mine.state.capture.is_recording() {
             return self.record_across(lanes, stream, None, request);
         }
-        waited?;
+        // A claimed input is the caller's to fix, whatever the device did:
+        // it is reported before a failed wait.
         if let Some(err) = read_claim(&lanes.mine.state, request) {
             return Err(err);
         }
+        waited?;
         let mut ids = || self.ids.buffer();
         let info = match request.info {
             [] => None,

@@ -6,7 +6,7 @@
 //! Programs come from a seed ([`Draw`]); a failing one shrinks to a short
 //! program, printed as code that [`check_program`] runs again.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
 
@@ -79,6 +79,8 @@ pub struct Report {
     pub operations: usize,
     /// Kinds of operation run.
     pub kinds: HashSet<&'static str>,
+    /// Faults injected, per primitive.
+    pub injected: BTreeMap<String, u64>,
     /// Programs that disagreed.
     pub failures: Vec<Failure>,
     /// Time taken.
@@ -92,6 +94,7 @@ pub fn check_program<D: AfterTrial>(
     session: &Session<D>,
     program: &[Op],
     kinds: &mut HashSet<&'static str>,
+    injected: &mut BTreeMap<String, u64>,
 ) -> Result<(), (usize, Disagreement)> {
     let ran = catch_unwind(AssertUnwindSafe(|| -> Result<(), (usize, Disagreement)> {
         let mut world = World::new(session).map_err(|e| (0, e))?;
@@ -99,6 +102,12 @@ pub fn check_program<D: AfterTrial>(
             world.step(op).map_err(|what| (at, what))?;
         }
         kinds.extend(world.kinds.iter().copied());
+        for primitive in crate::faulty::Primitive::ALL {
+            let n = world.faults().injected_of(primitive);
+            if n > 0 {
+                *injected.entry(format!("{primitive:?}")).or_default() += n;
+            }
+        }
         drop(world);
         D::after_trial(session.device()).map_err(|what| (program.len(), what))
     }));
@@ -134,7 +143,9 @@ pub fn run<D: AfterTrial>(device: &std::sync::Arc<D::Device>, budget: &Budget) -
         let program = Draw::new(seed).program(budget.ops);
         report.programs += 1;
         report.operations += program.len();
-        if let Err((at, what)) = check_program(&session, &program, &mut report.kinds) {
+        if let Err((at, what)) =
+            check_program(&session, &program, &mut report.kinds, &mut report.injected)
+        {
             let (shrunk, shrunk_what) = shrink(
                 &session,
                 &program[..=at.min(program.len() - 1)],
@@ -169,7 +180,7 @@ pub fn shrink<D: AfterTrial>(
             return None;
         }
         left -= 1;
-        check_program(session, candidate, &mut sink)
+        check_program(session, candidate, &mut sink, &mut BTreeMap::new())
             .err()
             .map(|(_, what)| what)
     };
@@ -202,13 +213,16 @@ pub fn shrink<D: AfterTrial>(
     let mut at = 0;
     while at < best.len() {
         let mut pieces = 0;
-        if let Op::Capture(_, _, works) | Op::Recapture(_, _, works) = &best[at] {
+        if let Op::Capture(_, _, works) | Op::Recapture(_, _, works) | Op::Cached(.., works) =
+            &best[at]
+        {
             pieces = works.len();
         }
         let mut piece = 0;
         while piece < pieces {
             let mut candidate = best.clone();
-            if let Op::Capture(_, _, works) | Op::Recapture(_, _, works) = &mut candidate[at]
+            if let Op::Capture(_, _, works) | Op::Recapture(_, _, works) | Op::Cached(.., works) =
+                &mut candidate[at]
                 && works.len() > 1
             {
                 works.remove(piece);

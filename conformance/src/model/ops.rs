@@ -84,6 +84,28 @@ pub enum Work {
     /// Work whose error the body ignores and goes on: a refusal inside a
     /// window dooms it all the same.
     Ignore(Box<Work>),
+    /// Work that may bind any stream's buffers, inside a window too.
+    Shared(Box<Work>),
+    /// A buffer's handle dropped: at once eagerly, at the end of the
+    /// recorded pass inside a window (the warmup keeps it, so that both
+    /// passes issue the same work).
+    DropBuffer(u8),
+    /// A conditional whose node the driver refuses to create.
+    RefusedConditional,
+}
+
+/// A primitive whose next call an operation makes fail, where the model
+/// says what its failure leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The driver's `begin`: the capture is refused, its warmup stays.
+    Begin,
+    /// `instantiate`: the recording is claimed.
+    Instantiate,
+    /// `update` of a re-capture: the old graph stays, nothing is claimed.
+    Update,
+    /// `upload`: best effort, counted.
+    Upload,
 }
 
 /// How a capture's window is opened and closed.
@@ -137,6 +159,9 @@ pub enum Op {
     /// A graph captured again, updated: by `Client::recapture` with a body
     /// that fails in its recorded run where the style says so.
     Recapture(u8, Style, Vec<Work>),
+    /// A graph captured again from the work of its last good capture:
+    /// the same shape, updated in place where the driver can.
+    RecaptureSame(u8),
     /// A graph replayed.
     Replay(u8),
     /// A graph replayed by its id.
@@ -153,6 +178,22 @@ pub enum Op {
     /// first on its stream's buffers; the second, once the first is done
     /// issuing, writes its own stream's buffers from either's.
     Threads(u8, u8, Vec<Work>, Vec<Work>),
+    /// `GraphCache::run` on a stream's cache (two graphs at most): a key,
+    /// a fingerprint, and the step.
+    Cached(u8, u8, u8, Vec<Work>),
+    /// `Client::conditionals` on a stream.
+    Conditionals(u8),
+    /// The user kernels dropped and built again; graphs keep the old ones.
+    ReloadKernels,
+    /// The next call of a primitive fails.
+    FailNext(Fault),
+    /// A write whose copy the driver refuses.
+    WriteFailing(u8, f32),
+    /// A sync whose fence the driver refuses.
+    SyncFailing(u8),
+    /// Eager work with the next event recorded (`false`) or waited for
+    /// (`true`) refused.
+    EventFailing(u8, bool, Work),
 }
 
 impl Op {
@@ -179,6 +220,7 @@ impl Op {
             Op::Capture(_, Style::Failing, _) => "capture failing",
             Op::Capture(_, Style::Panicking, _) => "capture panicking",
             Op::Recapture(..) => "recapture",
+            Op::RecaptureSame(_) => "recapture the same work",
             Op::Replay(_) => "replay",
             Op::ReplayId(_) => "replay by id",
             Op::DropGraph(_) => "drop graph",
@@ -186,24 +228,45 @@ impl Op {
             Op::FailNextLaunch => "fail next launch",
             Op::FailNextReplay => "fail next replay",
             Op::Threads(..) => "threads",
+            Op::Cached(..) => "graph cache",
+            Op::Conditionals(_) => "conditionals query",
+            Op::ReloadKernels => "drop kernels",
+            Op::FailNext(Fault::Begin) => "fail next begin",
+            Op::FailNext(Fault::Instantiate) => "fail next instantiate",
+            Op::FailNext(Fault::Update) => "fail next update",
+            Op::FailNext(Fault::Upload) => "fail next upload",
+            Op::WriteFailing(..) => "write failing",
+            Op::SyncFailing(_) => "sync failing",
+            Op::EventFailing(_, false, _) => "event record failing",
+            Op::EventFailing(_, true, _) => "event wait failing",
         }
     }
 
     /// Every kind of operation in `self`, the work inside it included.
     pub fn kinds(&self, out: &mut Vec<&'static str>) {
         out.push(self.kind());
-        if let Op::Capture(_, _, works) | Op::Recapture(_, _, works) = self {
+        if let Op::Capture(_, _, works) | Op::Recapture(_, _, works) | Op::Cached(.., works) = self
+        {
             for work in works {
                 work.kinds(out);
             }
         }
-        if let Op::Eager(_, work) = self {
+        if let Op::Eager(_, work) | Op::EventFailing(_, _, work) = self {
             work.kinds(out);
         }
     }
 }
 
 impl Work {
+    /// The buffer a launch reads that it does not write, if any.
+    pub fn read_target(&self) -> Option<Target> {
+        match self {
+            Work::Add(_, y) | Work::Axpy(y, ..) => Some(*y),
+            Work::Copy(x, _) => Some(*x),
+            _ => None,
+        }
+    }
+
     fn kind(&self) -> &'static str {
         match self {
             Work::Fill(..) => "fill",
@@ -225,6 +288,9 @@ impl Work {
             Work::ForkJoin(_) => "fork and join",
             Work::ForeignFlag => "another client's flag",
             Work::Ignore(_) => "ignored error",
+            Work::Shared(_) => "another stream's buffers",
+            Work::DropBuffer(_) => "drop buffer in work",
+            Work::RefusedConditional => "refused conditional node",
         }
     }
 
@@ -235,7 +301,7 @@ impl Work {
                 work.kinds(out);
             }
         }
-        if let Work::Ignore(work) = self {
+        if let Work::Ignore(work) | Work::Shared(work) = self {
             work.kinds(out);
         }
     }
@@ -346,7 +412,16 @@ impl Draw {
                 4 => Work::ForkJoin(self.index()),
                 _ => Work::WaitFor(self.index()),
             })),
-            87..=88 => Work::ForkJoin(self.index()),
+            87 => Work::ForkJoin(self.index()),
+            88 => match self.below(3) {
+                0 => Work::DropBuffer(self.index()),
+                1 => Work::RefusedConditional,
+                _ => Work::Shared(Box::new(match self.below(3) {
+                    0 => Work::Add(self.target(), self.target()),
+                    1 => Work::Copy(self.target(), self.target()),
+                    _ => Work::Fill(self.target(), self.value()),
+                })),
+            },
             85 => Work::WaitFor(self.index()),
             86 => Work::ForeignFlag,
             77..=81 => Work::SetFlag(self.flag(), self.below(3) as u32),
@@ -423,7 +498,11 @@ impl Draw {
                 } else {
                     Style::OneCall
                 };
-                Op::Recapture(self.index(), style, self.capture_works())
+                if self.chance(35) {
+                    Op::RecaptureSame(self.index())
+                } else {
+                    Op::Recapture(self.index(), style, self.capture_works())
+                }
             }
             73..=83 => Op::Replay(self.index()),
             84..=85 => Op::ReplayId(self.index()),
@@ -445,6 +524,32 @@ impl Draw {
                 Op::Threads(self.index(), self.index(), first, second)
             }
             93 => Op::FailNextReplay,
+            94 => match self.below(10) {
+                0 => Op::FailNext(Fault::Begin),
+                1 => Op::FailNext(Fault::Instantiate),
+                2 => Op::FailNext(Fault::Update),
+                3 => Op::FailNext(Fault::Upload),
+                4 => Op::WriteFailing(self.index(), self.value()),
+                5 => Op::SyncFailing(self.index()),
+                6 => {
+                    // A launch, often over another stream's buffer: where
+                    // the order across streams needs an event.
+                    let launch = match self.below(3) {
+                        0 => Work::Add(self.target(), self.target()),
+                        1 => Work::Copy(self.target(), self.target()),
+                        _ => Work::Axpy(self.target(), self.target(), 1.0),
+                    };
+                    Op::EventFailing(self.index(), self.chance(50), launch)
+                }
+                7 => Op::Conditionals(self.index()),
+                _ => Op::ReloadKernels,
+            },
+            98..=99 if self.chance(70) => Op::Cached(
+                self.index(),
+                self.below(3) as u8,
+                self.below(2) as u8,
+                self.capture_works(),
+            ),
             _ => Op::Eager(self.index(), self.work(0)),
         }
     }

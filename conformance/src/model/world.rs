@@ -11,11 +11,11 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use graph_capture::{
-    Buffer, BufferId, Builtin, Client, Config, Driver, Error, GraphHandle, GraphId, Pass, Ran,
-    StreamId,
+    Buffer, BufferId, Builtin, Client, Config, Driver, Error, GraphCache, GraphHandle, GraphId,
+    Pass, Ran, Served, StreamId,
 };
 
-use super::ops::{Cond, Op, Part, Style, Target, Work};
+use super::ops::{Cond, Fault, Op, Part, Style, Target, Work};
 use crate::faulty::{FaultPlan, Faulty, Primitive};
 use crate::session::Session;
 use crate::workload::{UserKernels, Workload};
@@ -176,13 +176,31 @@ struct Model {
     conditionals: bool,
     /// The streams whose work used each allocation.
     users: HashMap<BufferId, HashSet<StreamId>>,
+    /// Upload failures injected per stream.
+    upload_failures: HashMap<StreamId, usize>,
+    /// The event primitive armed to fail for the eager work running.
+    event_fault: Option<Primitive>,
 }
 
-/// A live buffer handle.
+/// A live buffer handle: `None` once work dropped it (swept after the
+/// operation).
 struct Live {
-    handle: Buffer,
+    handle: RefCell<Option<Buffer>>,
     id: BufferId,
     stream: StreamId,
+}
+
+impl Live {
+    fn get(&self) -> Result<Buffer, Disagreement> {
+        self.handle
+            .borrow()
+            .clone()
+            .ok_or_else(|| format!("the model bound dropped {}", self.id))
+    }
+
+    fn alive(&self) -> bool {
+        self.handle.borrow().is_some()
+    }
 }
 
 /// A live stream and its two flags.
@@ -205,6 +223,15 @@ pub struct World<D: UserKernels> {
     graphs: Vec<Graph<D>>,
     imports: Vec<Import>,
     model: RefCell<Model>,
+    /// Whether work may bind any stream's buffers now.
+    any_stream: std::cell::Cell<bool>,
+    /// Buffers the recorded pass running drops at its end.
+    dropping: RefCell<Vec<BufferId>>,
+    /// Each stream's graph cache, and the model's view of its entries.
+    caches: HashMap<StreamId, GraphCache<u8, Faulty<D>>>,
+    cached: Vec<CachedGraph<D>>,
+    /// Each cache's calls so far, as it orders its entries by last use.
+    ticks: HashMap<StreamId, u64>,
     /// The operation running, counted from 1.
     at: u64,
     /// What the program did, counted per kind.
@@ -216,6 +243,61 @@ struct Graph<D: UserKernels> {
     handle: GraphHandle<Faulty<D>>,
     stream: StreamId,
     works: Vec<Resolved>,
+    /// The work its last good capture ran.
+    source: Vec<Work>,
+}
+
+/// A graph a stream's cache holds for a key.
+struct CachedGraph<D: UserKernels> {
+    key: u8,
+    fingerprint: u8,
+    /// The cache's call that last used it.
+    tick: u64,
+    graph: Graph<D>,
+}
+
+/// Where a graph the model knows lives.
+#[derive(Debug, Clone, Copy)]
+enum Which {
+    /// `World::graphs`.
+    Own(usize),
+    /// `World::cached`.
+    Cached(usize),
+}
+
+/// How a capture, a re-capture or a replay is asked for.
+#[derive(Debug, Clone, Copy)]
+enum Via {
+    /// Through the client (a replay by handle, or by id).
+    Client { by_id: bool },
+    /// Through the stream's `GraphCache`, with a key and a fingerprint.
+    Cache(u8, u8),
+}
+
+/// Which armed faults a call fired.
+#[derive(Debug, Clone, Copy, Default)]
+struct Fired {
+    begin: bool,
+    instantiate: bool,
+    update: bool,
+    upload: bool,
+}
+
+impl Fired {
+    /// Whether a fault that refuses the capture or update fired.
+    fn refusing(self) -> bool {
+        self.begin || self.instantiate || self.update
+    }
+}
+
+/// The primitive behind a fault.
+fn primitive(fault: Fault) -> Primitive {
+    match fault {
+        Fault::Begin => Primitive::Begin,
+        Fault::Instantiate => Primitive::Instantiate,
+        Fault::Update => Primitive::Update,
+        Fault::Upload => Primitive::Upload,
+    }
 }
 
 /// `a` and `b` are the same float: equal, or both NaN.
@@ -265,12 +347,24 @@ impl<D: UserKernels> World<D> {
                 copies_in_bodies: false,
                 conditionals: false,
                 users: HashMap::new(),
+                upload_failures: HashMap::new(),
+                event_fault: None,
             }),
+            any_stream: std::cell::Cell::new(false),
+            dropping: RefCell::new(Vec::new()),
+            caches: HashMap::new(),
+            cached: Vec::new(),
+            ticks: HashMap::new(),
             at: 0,
             kinds: HashSet::new(),
         };
         world.add_stream(None)?;
         Ok(world)
+    }
+
+    /// The faults injected into this world's driver.
+    pub fn faults(&self) -> &FaultPlan {
+        &self.plan
     }
 
     fn add_stream(&mut self, raw: Option<<Faulty<D> as Driver>::Stream>) -> Result<(), String> {
@@ -318,7 +412,9 @@ impl<D: UserKernels> World<D> {
 
     /// The live buffer `index` picks among those `on` allows.
     fn buffer(&self, index: u8, on: Option<StreamId>) -> Option<usize> {
+        let on = on.filter(|_| !self.any_stream.get());
         let candidates: Vec<usize> = (0..self.buffers.len())
+            .filter(|&i| self.buffers[i].alive())
             .filter(|&i| on.is_none_or(|s| self.buffers[i].stream == s))
             .collect();
         (!candidates.is_empty()).then(|| candidates[usize::from(index) % candidates.len()])
@@ -334,16 +430,18 @@ impl<D: UserKernels> World<D> {
 
     /// The handle of `bind`'s buffer, or a view of its half.
     fn handle(&self, bind: Bind) -> Result<Buffer, Error> {
+        let lost = || Error::BadLaunch("the model lost a buffer".into());
         let live = self
             .buffers
             .iter()
             .find(|b| b.id == bind.id)
-            .ok_or(Error::BadLaunch("the model lost a buffer".into()))?;
+            .ok_or_else(lost)?;
+        let handle = live.get().map_err(|_| lost())?;
         let half = (HALF * 4) as u64;
         match bind.part {
-            Part::Whole => Ok(live.handle.clone()),
-            Part::Low => live.handle.range(0, half),
-            Part::High => live.handle.range(half, half),
+            Part::Whole => Ok(handle),
+            Part::Low => handle.range(0, half),
+            Part::High => handle.range(half, half),
         }
     }
 
@@ -410,7 +508,7 @@ impl<D: UserKernels> World<D> {
                     let id = self.buffers[at].id;
                     let got = self
                         .client
-                        .write_f32(&self.buffers[at].handle, &[*v; ELEMENTS]);
+                        .write_f32(&self.buffers[at].get()?, &[*v; ELEMENTS]);
                     let mut model = self.model.borrow_mut();
                     check("write", Expect::Ok, &got)?;
                     let mem = model.mem.get_mut(&id).ok_or("no memory")?;
@@ -420,7 +518,7 @@ impl<D: UserKernels> World<D> {
             }
             Op::WriteWrongSize(b) => {
                 if let Some(at) = self.buffer(*b, None) {
-                    let got = self.client.write_f32(&self.buffers[at].handle, &[1.0; 3]);
+                    let got = self.client.write_f32(&self.buffers[at].get()?, &[1.0; 3]);
                     check("write of the wrong size", Expect::Refused, &got)?;
                 }
             }
@@ -450,11 +548,18 @@ impl<D: UserKernels> World<D> {
                             "two usage queries disagree: {first:?}, then {second:?}"
                         ));
                     }
-                    if self.client.live_graphs() != self.graphs.len() {
+                    let graphs = self.graphs.len() + self.cached.len();
+                    if self.client.live_graphs() != graphs {
                         return err(format!(
-                            "{} live graphs, the model holds {}",
+                            "{} live graphs, the model holds {graphs}",
                             self.client.live_graphs(),
-                            self.graphs.len()
+                        ));
+                    }
+                    let failures = self.model.borrow().upload_failures.get(&id).copied();
+                    if first.upload_failures != failures.unwrap_or(0) {
+                        return err(format!(
+                            "{} upload failures counted, the model injected {failures:?}",
+                            first.upload_failures
                         ));
                     }
                 }
@@ -483,13 +588,23 @@ impl<D: UserKernels> World<D> {
             Op::Recapture(g, style, works) => {
                 if !self.graphs.is_empty() {
                     let g = usize::from(*g) % self.graphs.len();
-                    self.recapture(g, *style == Style::Failing, works)?;
+                    let via = Via::Client { by_id: false };
+                    self.recapture(Which::Own(g), via, *style == Style::Failing, works)?;
+                }
+            }
+            Op::RecaptureSame(g) => {
+                if !self.graphs.is_empty() {
+                    let g = usize::from(*g) % self.graphs.len();
+                    let works = self.graphs[g].source.clone();
+                    let via = Via::Client { by_id: false };
+                    self.recapture(Which::Own(g), via, false, &works)?;
                 }
             }
             Op::Replay(g) | Op::ReplayId(g) => {
                 if !self.graphs.is_empty() {
                     let g = usize::from(*g) % self.graphs.len();
-                    self.replay(g, matches!(op, Op::ReplayId(_)))?;
+                    let by_id = matches!(op, Op::ReplayId(_));
+                    self.replay(Which::Own(g), Via::Client { by_id })?;
                 }
             }
             Op::DropGraph(g) | Op::Destroy(g) => {
@@ -524,8 +639,137 @@ impl<D: UserKernels> World<D> {
                     self.plan.fail(Primitive::Replay, 1);
                 }
             }
+            Op::Cached(s, key, fingerprint, works) => {
+                if let Some(s) = self.stream(*s) {
+                    self.cached(s, *key, *fingerprint, works)?;
+                }
+            }
+            Op::Conditionals(s) => {
+                if let Some(s) = self.stream(*s) {
+                    let (conditionals, copies) = {
+                        let model = self.model.borrow();
+                        (model.conditionals, model.copies_in_bodies)
+                    };
+                    match self.client.conditionals(self.streams[s].id) {
+                        Ok(bodies) if conditionals && bodies.copies == copies => {}
+                        Err(_) if !conditionals => {}
+                        got => {
+                            return err(format!(
+                                "conditionals answered {got:?}, the model has them {conditionals} \
+                                 with copies {copies}"
+                            ));
+                        }
+                    }
+                }
+                if let Some(gone) = self.model.borrow().destroyed.iter().next()
+                    && self.client.conditionals(*gone).is_ok()
+                {
+                    return err("a destroyed stream answered its conditionals");
+                }
+            }
+            Op::ReloadKernels => {
+                self.kernels =
+                    Workload::new(self.client.device()).map_err(|e| format!("kernels: {e}"))?;
+            }
+            Op::FailNext(fault) => {
+                if !self.plan.armed(primitive(*fault)) {
+                    self.plan.fail(primitive(*fault), 1);
+                }
+            }
+            Op::WriteFailing(b, v) => {
+                if let Some(at) = self.buffer(*b, None)
+                    && !self.plan.armed(Primitive::Copy)
+                {
+                    let id = self.buffers[at].id;
+                    self.plan.fail(Primitive::Copy, 1);
+                    let got = self
+                        .client
+                        .write_f32(&self.buffers[at].get()?, &[*v; ELEMENTS]);
+                    let fired = !self.plan.armed(Primitive::Copy);
+                    self.plan.disarm_only(Primitive::Copy);
+                    if !fired {
+                        return err("a write made no copy");
+                    }
+                    check("a write whose copy fails", Expect::Failed, &got)?;
+                    if let Some(m) = self.model.borrow_mut().mem.get_mut(&id) {
+                        m.claim = Some(Claim::Other);
+                    }
+                }
+            }
+            Op::SyncFailing(s) => {
+                if let Some(s) = self.stream(*s)
+                    && !self.plan.armed(Primitive::Fence)
+                {
+                    let id = self.streams[s].id;
+                    self.plan.fail(Primitive::Fence, 1);
+                    let got = self.client.sync(id);
+                    let fired = !self.plan.armed(Primitive::Fence);
+                    self.plan.disarm_only(Primitive::Fence);
+                    if fired {
+                        // Not a wait: nothing is known done.
+                        check("a sync whose fence fails", Expect::Failed, &got)?;
+                    } else {
+                        check("a sync", Expect::Ok, &got)?;
+                        self.waited(id);
+                    }
+                }
+            }
+            Op::EventFailing(s, wait, work) => {
+                let primitive = if *wait {
+                    Primitive::WaitEvent
+                } else {
+                    Primitive::RecordEvent
+                };
+                if let Some(s) = self.stream(*s)
+                    && !self.plan.armed(primitive)
+                    && !self.model.borrow().launch_fault
+                {
+                    let id = self.streams[s].id;
+                    // The other stream writes what the work reads first, so
+                    // that the work waits for it.
+                    let other = self.streams[(s + 1) % self.streams.len()].id;
+                    if let Some(read) = work.read_target()
+                        && other != id
+                    {
+                        let fill = Work::Fill(read, 7.0);
+                        let _answer = self.work(other, &fill, Mode::Eager, 0, &mut Vec::new())?;
+                    }
+                    self.plan.fail(primitive, 1);
+                    self.model.borrow_mut().event_fault = Some(primitive);
+                    let ran = self.work(id, work, Mode::Eager, 0, &mut Vec::new());
+                    self.model.borrow_mut().event_fault = None;
+                    let left = self.plan.armed(primitive);
+                    self.plan.disarm_only(primitive);
+                    let fired_outside = ran?.is_ok() && !left;
+                    if fired_outside {
+                        return err(format!("{primitive:?} failed, and the work succeeded"));
+                    }
+                }
+            }
         }
+        self.sweep_dropped();
         self.check_keep_alives()
+    }
+
+    /// Forget the buffers whose handles work dropped.
+    fn sweep_dropped(&mut self) {
+        let dropped: Vec<BufferId> = self
+            .buffers
+            .extract_if(.., |b| !b.alive())
+            .map(|b| b.id)
+            .collect();
+        for id in dropped {
+            self.released_maybe(id);
+        }
+    }
+
+    /// Drop the handles the recorded pass asked to drop.
+    fn drop_pending(&self) {
+        for id in self.dropping.take() {
+            if let Some(live) = self.buffers.iter().find(|b| b.id == id) {
+                drop(live.handle.take());
+            }
+        }
     }
 
     fn track(&mut self, handle: Buffer, stream: StreamId, values: Vec<Option<f32>>) {
@@ -539,7 +783,11 @@ impl<D: UserKernels> World<D> {
                 flag: None,
             },
         );
-        self.buffers.push(Live { handle, id, stream });
+        self.buffers.push(Live {
+            handle: RefCell::new(Some(handle)),
+            id,
+            stream,
+        });
     }
 
     fn import(&mut self, s: u8, v: f32) -> Result<(), Disagreement> {
@@ -581,10 +829,11 @@ impl<D: UserKernels> World<D> {
 
     /// Buffer `id` may have lost its last handle or graph.
     fn released_maybe(&mut self, id: BufferId) {
-        let held = self.buffers.iter().any(|b| b.id == id)
+        let held = self.buffers.iter().any(|b| b.id == id && b.alive())
             || self
                 .graphs
                 .iter()
+                .chain(self.cached.iter().map(|c| &c.graph))
                 .any(|g| graph_buffers(&g.works).contains(&id));
         if let Some(import) = self.imports.iter_mut().find(|i| i.id == id)
             && !held
@@ -640,7 +889,13 @@ impl<D: UserKernels> World<D> {
             .map(|b| b.id)
             .collect();
         self.buffers.retain(|b| b.stream != id);
-        let graphs: Vec<Graph<D>> = self.graphs.extract_if(.., |g| g.stream == id).collect();
+        let mut graphs: Vec<Graph<D>> = self.graphs.extract_if(.., |g| g.stream == id).collect();
+        graphs.extend(
+            self.cached
+                .extract_if(.., |c| c.graph.stream == id)
+                .map(|c| c.graph),
+        );
+        drop(self.caches.remove(&id));
         let mut pinned = Vec::new();
         for graph in graphs {
             pinned.extend(graph_buffers(&graph.works));
@@ -839,6 +1094,7 @@ impl<D: UserKernels> World<D> {
                 let known: Vec<&Live> = self
                     .buffers
                     .iter()
+                    .filter(|b| b.alive())
                     .filter(|b| on.is_none_or(|s| b.stream == s))
                     .filter(|b| model.mem.get(&b.id).is_some_and(|m| m.values[0].is_some()))
                     .collect();
@@ -856,8 +1112,9 @@ impl<D: UserKernels> World<D> {
                     id: flag.1,
                     part: Part::Whole,
                 };
+                let handle = live.get()?;
                 let got = launch(&[live.id], &[counter, flag_bind], &|| {
-                    self.kernels.countdown(c, stream, &live.handle, &flag.0)
+                    self.kernels.countdown(c, stream, &handle, &flag.0)
                 })?;
                 if got.is_ok() {
                     self.effect(
@@ -902,7 +1159,7 @@ impl<D: UserKernels> World<D> {
                     return Ok(Ok(()));
                 };
                 let live = &self.buffers[at];
-                let got = c.write_f32(&live.handle, &[*v; ELEMENTS]);
+                let got = c.write_f32(&live.get()?, &[*v; ELEMENTS]);
                 let refused =
                     mode == Mode::Record && depth > 0 && !self.model.borrow().copies_in_bodies;
                 check(
@@ -1007,6 +1264,43 @@ impl<D: UserKernels> World<D> {
                 let _ignored = self.work(stream, work, mode, depth, recorded)?;
                 return Ok(Ok(()));
             }
+            Work::Shared(work) => {
+                let before = self.any_stream.replace(true);
+                let got = self.work(stream, work, mode, depth, recorded);
+                self.any_stream.set(before);
+                return got;
+            }
+            Work::DropBuffer(b) => {
+                if let Some(at) = self.buffer(*b, on) {
+                    match mode {
+                        Mode::Eager => drop(self.buffers[at].handle.take()),
+                        Mode::Record => self.dropping.borrow_mut().push(self.buffers[at].id),
+                        Mode::Warmup => {}
+                    }
+                }
+                Ok(())
+            }
+            Work::RefusedConditional => {
+                if mode != Mode::Record || self.plan.armed(Primitive::Conditional) {
+                    return Ok(Ok(()));
+                }
+                let flag = self.flag_of(stream, 0)?;
+                self.plan.fail(Primitive::Conditional, 1);
+                let got = c.if_flag(stream, &flag.0, || Ok(())).map(drop);
+                let fired = !self.plan.armed(Primitive::Conditional);
+                self.plan.disarm_only(Primitive::Conditional);
+                let claimed = self
+                    .model
+                    .borrow()
+                    .mem
+                    .get(&flag.1)
+                    .is_some_and(|m| m.claim.is_some());
+                if self.model.borrow().conditionals && !fired && !claimed {
+                    return err("a conditional node was recorded without the driver's call");
+                }
+                check("a conditional the driver refuses", Expect::Refused, &got)?;
+                got
+            }
             Work::Conditional(cond, which, bodies) => {
                 return self.conditional(stream, *cond, *which, bodies, mode, depth, recorded);
             }
@@ -1044,7 +1338,16 @@ impl<D: UserKernels> World<D> {
                 Expect::Ok
             }
         };
+        let event = self.model.borrow().event_fault;
         let got = call();
+        // An event the launch needed, refused: the launch fails (rule 20).
+        let expect = match event {
+            Some(primitive) if expect == Expect::Ok && !self.plan.armed(primitive) => {
+                self.model.borrow_mut().event_fault = None;
+                Expect::Failed
+            }
+            _ => expect,
+        };
         check("a launch", expect, &got)?;
         let mut model = self.model.borrow_mut();
         if mode != Mode::Record && expect == Expect::Ok {
@@ -1066,7 +1369,7 @@ impl<D: UserKernels> World<D> {
             _ => {
                 for w in writes {
                     if let Some(m) = model.mem.get_mut(&w.id)
-                        && m.claim.is_none()
+                        && !matches!(m.claim, Some(Claim::Other))
                     {
                         m.claim = Some(Claim::Other);
                     }
@@ -1409,7 +1712,8 @@ impl<D: UserKernels> World<D> {
 
     /// Run `works` as a one-call capture's `pass`: the recorded run's work
     /// kept in `recorded`, the pass that failed of itself in `failed_in`.
-    /// Answers the pass's mode.
+    /// Answers the pass's mode. The recorded pass drops, as it ends, the
+    /// buffers its work asked to drop.
     fn pass(
         &self,
         stream: StreamId,
@@ -1428,6 +1732,7 @@ impl<D: UserKernels> World<D> {
             &mut sink
         };
         let ran = self.body(stream, works, mode, 0, into, found);
+        self.drop_pending();
         if ran.is_err() {
             *failed_in.borrow_mut() = Some(mode);
         }
@@ -1443,21 +1748,120 @@ impl<D: UserKernels> World<D> {
         let mut model = self.model.borrow_mut();
         for (id, _) in writes {
             if let Some(m) = model.mem.get_mut(&id)
-                && m.claim.is_none()
+                && !matches!(m.claim, Some(Claim::Other))
             {
                 m.claim = Some(claim);
             }
         }
     }
 
+    /// Which of the capture faults are armed now.
+    fn armed(&self) -> Fired {
+        Fired {
+            begin: self.plan.armed(Primitive::Begin),
+            instantiate: self.plan.armed(Primitive::Instantiate),
+            update: self.plan.armed(Primitive::Update),
+            upload: self.plan.armed(Primitive::Upload),
+        }
+    }
+
+    /// The faults armed `before` that fired since, an upload's counted on
+    /// `stream`.
+    fn fired(&self, before: Fired, stream: StreamId) -> Fired {
+        let now = self.armed();
+        let fired = Fired {
+            begin: before.begin && !now.begin,
+            instantiate: before.instantiate && !now.instantiate,
+            update: before.update && !now.update,
+            upload: before.upload && !now.upload,
+        };
+        if fired.upload {
+            *self
+                .model
+                .borrow_mut()
+                .upload_failures
+                .entry(stream)
+                .or_default() += 1;
+        }
+        fired
+    }
+
+    /// The graph `which` names.
+    fn graph_at(&self, which: Which) -> &Graph<D> {
+        match which {
+            Which::Own(g) => &self.graphs[g],
+            Which::Cached(c) => &self.cached[c].graph,
+        }
+    }
+
+    fn graph_at_mut(&mut self, which: Which) -> &mut Graph<D> {
+        match which {
+            Which::Own(g) => &mut self.graphs[g],
+            Which::Cached(c) => &mut self.cached[c].graph,
+        }
+    }
+
+    /// `stream`'s cache, taken out while a call borrows the world.
+    fn take_cache(&mut self, stream: StreamId) -> GraphCache<u8, Faulty<D>> {
+        self.caches
+            .remove(&stream)
+            .unwrap_or_else(|| GraphCache::new(&self.client, stream, 2, None))
+    }
+
+    /// `GraphCache::run` on stream `s`'s cache: a replay, a re-capture or
+    /// a capture, as the model's entry for the key says.
+    fn cached(&mut self, s: usize, key: u8, fp: u8, works: &[Work]) -> Result<(), Disagreement> {
+        let stream = self.streams[s].id;
+        let tick = {
+            let tick = self.ticks.entry(stream).or_default();
+            *tick += 1;
+            *tick
+        };
+        let at = self
+            .cached
+            .iter()
+            .position(|c| c.graph.stream == stream && c.key == key);
+        match at {
+            Some(at) => {
+                self.cached[at].tick = tick;
+                let via = Via::Cache(key, fp);
+                if self.cached[at].fingerprint == fp {
+                    self.replay(Which::Cached(at), via)
+                } else {
+                    self.recapture(Which::Cached(at), via, false, works)
+                }
+            }
+            None => {
+                if self.graphs.len() + self.cached.len() >= 2 * MOST_GRAPHS {
+                    return Ok(());
+                }
+                self.capture_via(s, Style::OneCall, works, Some((key, fp, tick)))
+            }
+        }
+    }
+
     fn capture(&mut self, s: usize, style: Style, works: &[Work]) -> Result<(), Disagreement> {
+        self.capture_via(s, style, works, None)
+    }
+
+    /// A capture in `style`, through the client or, where `cache` names a
+    /// key, its fingerprint and the cache's call, as that key's miss.
+    fn capture_via(
+        &mut self,
+        s: usize,
+        style: Style,
+        works: &[Work],
+        cache: Option<(u8, u8, u64)>,
+    ) -> Result<(), Disagreement> {
         let stream = self.streams[s].id;
         self.doomed.set(false);
         let c = self.client.clone();
+        let mut graph_cache = cache.map(|_| self.take_cache(stream));
         let found: Found = RefCell::new(None);
         let recorded = RefCell::new(Vec::new());
         // Whether the recorded run failed of itself (not by the style).
         let failed_in = RefCell::new(None::<Mode>);
+        let armed = self.armed();
         let got = if style == Style::ThreeStep {
             let window = c.prepare(stream).map_err(|e| format!("prepare: {e}"))?;
             let warm = self.body(stream, works, Mode::Warmup, 0, &mut Vec::new(), &found);
@@ -1467,8 +1871,13 @@ impl<D: UserKernels> World<D> {
             if warm.is_err() {
                 *failed_in.borrow_mut() = Some(Mode::Warmup);
                 c.instantiate(stream, window).map(Some)
+            } else if let Err(e) = c.begin(stream, window) {
+                // A refused begin leaves the stream as it was found.
+                if !self.fired(armed, stream).begin {
+                    return err(format!("begin: {e}"));
+                }
+                return Ok(());
             } else {
-                c.begin(stream, window).map_err(|e| format!("begin: {e}"))?;
                 let run = self.body(
                     stream,
                     works,
@@ -1477,6 +1886,7 @@ impl<D: UserKernels> World<D> {
                     &mut recorded.borrow_mut(),
                     &found,
                 );
+                self.drop_pending();
                 if let Some(what) = found.take() {
                     return Err(what);
                 }
@@ -1496,18 +1906,51 @@ impl<D: UserKernels> World<D> {
                     _ => Ok(()),
                 }
             };
-            match catch_unwind(AssertUnwindSafe(|| c.capture(stream, body))) {
-                Ok(got) => got.map(|(graph, ())| Some(graph)),
+            let call = || match (&mut graph_cache, cache) {
+                (Some(graph_cache), Some((key, _, _))) => {
+                    let fp = cache.map_or(0, |(_, fp, _)| u64::from(fp));
+                    match graph_cache.run(key, fp, body) {
+                        Ok(Served::Miss) => Ok(graph_cache.graph(&key).cloned()),
+                        Ok(served) => {
+                            found.replace(Some(format!(
+                                "a cache served {served:?} for a key it has no graph for"
+                            )));
+                            Ok(None)
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                _ => c.capture(stream, body).map(|(graph, ())| Some(graph)),
+            };
+            match catch_unwind(AssertUnwindSafe(call)) {
+                Ok(got) => got,
                 Err(_) if style == Style::Panicking && failed_in.borrow().is_none() => Ok(None),
                 Err(_) => return err("a capture's body panicked where the model has it return"),
             }
         };
+        if let Some(graph_cache) = graph_cache {
+            self.caches.insert(stream, graph_cache);
+        }
         if let Some(what) = found.take() {
             return Err(what);
         }
         let recorded = recorded.into_inner();
         let failed = *failed_in.borrow();
-        let doomed = self.doomed.get();
+        let fired = self.fired(armed, stream);
+        // A refused begin is a capture refused after its warmup: nothing
+        // recorded, nothing claimed.
+        if fired.begin {
+            return match got {
+                Err(_) if recorded.is_empty() => Ok(()),
+                got => err(format!(
+                    "a refused begin answered {:?}, {} pieces recorded",
+                    got.map(|g| g.map(|g| g.id())),
+                    recorded.len()
+                )),
+            };
+        }
+        // A refused instantiate claims what the recording would write.
+        let doomed = self.doomed.get() || fired.instantiate;
         match (failed, style, got) {
             (None, Style::OneCall | Style::ThreeStep, Err(_)) if doomed => {
                 self.claim_written(&recorded, Claim::Other);
@@ -1517,15 +1960,25 @@ impl<D: UserKernels> World<D> {
                 self.claim_written(&recorded, Claim::Other);
                 Ok(())
             }
-            (None, _, Ok(Some(_))) if doomed => {
-                err("a window refused a call of its recording thread, and sealed")
-            }
+            (None, _, Ok(Some(_))) if doomed => err(format!(
+                "a window that was refused a call or its instantiate ({fired:?}) sealed"
+            )),
             (None, Style::OneCall | Style::ThreeStep, Ok(Some(handle))) => {
-                self.graphs.push(Graph {
+                let graph = Graph {
                     handle,
                     stream,
                     works: recorded,
-                });
+                    source: works.to_vec(),
+                };
+                match cache {
+                    Some((key, fingerprint, tick)) => self.cache_insert(CachedGraph {
+                        key,
+                        fingerprint,
+                        tick,
+                        graph,
+                    }),
+                    None => self.graphs.push(graph),
+                }
                 Ok(())
             }
             (None, Style::Panicking, Ok(None)) => Ok(()),
@@ -1541,26 +1994,85 @@ impl<D: UserKernels> World<D> {
         }
     }
 
-    fn recapture(&mut self, g: usize, failing: bool, works: &[Work]) -> Result<(), Disagreement> {
-        let stream = self.graphs[g].stream;
+    /// A cache's new graph, after its least recently used one went where
+    /// the cache was full.
+    fn cache_insert(&mut self, entry: CachedGraph<D>) {
+        let stream = entry.graph.stream;
+        while self
+            .cached
+            .iter()
+            .filter(|c| c.graph.stream == stream)
+            .count()
+            >= 2
+        {
+            let oldest = self
+                .cached
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.graph.stream == stream)
+                .min_by_key(|(_, c)| c.tick)
+                .map(|(i, _)| i);
+            let Some(oldest) = oldest else { break };
+            let evicted = self.cached.remove(oldest);
+            let ids = graph_buffers(&evicted.graph.works);
+            drop(evicted);
+            for id in ids {
+                self.released_maybe(id);
+            }
+        }
+        self.cached.push(entry);
+    }
+
+    fn recapture(
+        &mut self,
+        which: Which,
+        via: Via,
+        failing: bool,
+        works: &[Work],
+    ) -> Result<(), Disagreement> {
+        let stream = self.graph_at(which).stream;
         self.doomed.set(false);
         let c = self.client.clone();
         let found: Found = RefCell::new(None);
         let recorded = RefCell::new(Vec::new());
         let failed_in = RefCell::new(None::<Mode>);
-        let handle = self.graphs[g].handle.clone();
-        let got = c.recapture(&handle, |pass| {
+        let handle = self.graph_at(which).handle.clone();
+        let armed = self.armed();
+        let mut graph_cache = match via {
+            Via::Cache(..) => Some(self.take_cache(stream)),
+            Via::Client { .. } => None,
+        };
+        let body = |pass: Pass| -> Result<(), Error> {
             let mode = self.pass(stream, works, pass, (&recorded, &failed_in, &found))?;
             if failing && mode == Mode::Record {
                 return Err(Error::BadLaunch("the body fails".into()));
             }
             Ok(())
-        });
+        };
+        let got = match (&mut graph_cache, via) {
+            (Some(graph_cache), Via::Cache(key, fp)) => {
+                match graph_cache.run(key, u64::from(fp), body) {
+                    Ok(Served::UpdatedInPlace | Served::Reinstantiated) => Ok(()),
+                    Ok(served) => {
+                        found.replace(Some(format!(
+                            "a cache served {served:?} for a key whose fingerprint changed"
+                        )));
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            _ => c.recapture(&handle, body).map(drop),
+        };
+        if let Some(graph_cache) = graph_cache {
+            self.caches.insert(stream, graph_cache);
+        }
         if let Some(what) = found.take() {
             return Err(what);
         }
         let recorded = recorded.into_inner();
         let failed = *failed_in.borrow();
+        let fired = self.fired(armed, stream);
         let doomed = self.doomed.get();
         match (failed, got) {
             // A body that fails of itself abandons the window: what the
@@ -1569,14 +2081,19 @@ impl<D: UserKernels> World<D> {
                 self.claim_written(&recorded, Claim::Other);
                 Ok(())
             }
-            // A refused update leaves the graph as it was and claims
-            // nothing.
-            (None, Err(_)) if doomed => Ok(()),
-            (None, Ok(_)) if doomed => {
-                err("a re-capture refused a call of its recording thread, and updated")
-            }
-            (None, Ok(_)) => {
-                let old = std::mem::replace(&mut self.graphs[g].works, recorded);
+            // A refused update, or one the driver refuses, leaves the graph
+            // as it was and claims nothing.
+            (None, Err(_)) if doomed || fired.refusing() => Ok(()),
+            (None, Ok(())) if doomed || fired.refusing() => err(format!(
+                "a re-capture refused a call of its recording thread or by the driver \
+                 ({fired:?}), and updated"
+            )),
+            (None, Ok(())) => {
+                if let (Which::Cached(at), Via::Cache(_, fp)) = (which, via) {
+                    self.cached[at].fingerprint = fp;
+                }
+                self.graph_at_mut(which).source = works.to_vec();
+                let old = std::mem::replace(&mut self.graph_at_mut(which).works, recorded);
                 for id in graph_buffers(&old) {
                     self.released_maybe(id);
                 }
@@ -1588,15 +2105,14 @@ impl<D: UserKernels> World<D> {
                 Ok(())
             }
             (failed, got) => err(format!(
-                "a recapture failed in {failed:?} by the model, and answered {:?}",
-                got.map(|(how, ())| how)
+                "a recapture failed in {failed:?} by the model, and answered {got:?}",
             )),
         }
     }
 
-    fn replay(&mut self, g: usize, by_id: bool) -> Result<(), Disagreement> {
-        let graph = &self.graphs[g];
-        let id = graph.handle.id();
+    fn replay(&mut self, which: Which, via: Via) -> Result<(), Disagreement> {
+        let graph = self.graph_at(which);
+        let (id, stream) = (graph.handle.id(), graph.stream);
         let (mut reads, mut writes) = (Vec::new(), Vec::new());
         for w in &graph.works {
             w.accesses(&mut reads, &mut writes);
@@ -1619,17 +2135,35 @@ impl<D: UserKernels> World<D> {
                 Expect::Ok
             }
         };
-        let got = if by_id {
-            self.client.replay_id(id)
-        } else {
-            self.client.replay(&graph.handle)
+        let got = match via {
+            Via::Client { by_id: true } => self.client.replay_id(id),
+            Via::Client { by_id: false } => self.client.replay(&graph.handle),
+            Via::Cache(key, fp) => {
+                let mut graph_cache = self.take_cache(stream);
+                let ran = std::cell::Cell::new(false);
+                let got = graph_cache.run(key, u64::from(fp), |_| {
+                    ran.set(true);
+                    Ok(())
+                });
+                self.caches.insert(stream, graph_cache);
+                match got {
+                    _ if ran.get() => return err("a cache hit ran its step"),
+                    Ok(Served::Hit) => Ok(()),
+                    Ok(served) => return err(format!("a cache hit was served {served:?}")),
+                    Err(e) => Err(e),
+                }
+            }
         };
         check("a replay", expect, &got)?;
+        let graph = self.graph_at(which);
         let mut model = self.model.borrow_mut();
         match expect {
             Expect::Ok => {
                 for w in &graph.works {
                     apply(&mut model, w);
+                }
+                for id in reads.iter().chain(writes.iter().map(|(id, _)| id)) {
+                    model.users.entry(*id).or_default().insert(stream);
                 }
                 for (id, whole) in writes {
                     if whole && let Some(m) = model.mem.get_mut(&id) {
@@ -1645,7 +2179,7 @@ impl<D: UserKernels> World<D> {
                 };
                 for (id, _) in writes {
                     if let Some(m) = model.mem.get_mut(&id)
-                        && m.claim.is_none()
+                        && !matches!(m.claim, Some(Claim::Other))
                     {
                         m.claim = Some(claim);
                     }
@@ -1670,7 +2204,11 @@ struct Planned {
 impl<D: UserKernels> World<D> {
     /// The buffer `target` picks among those `allowed` lets through.
     fn bind_where(&self, target: Target, allowed: impl Fn(&Live) -> bool) -> Option<Bind> {
-        let candidates: Vec<&Live> = self.buffers.iter().filter(|b| allowed(b)).collect();
+        let candidates: Vec<&Live> = self
+            .buffers
+            .iter()
+            .filter(|b| b.alive() && allowed(b))
+            .collect();
         let live = candidates.get(usize::from(target.buffer) % candidates.len().max(1))?;
         Some(Bind {
             id: live.id,
@@ -1868,7 +2406,7 @@ impl<D: UserKernels> World<D> {
         } else {
             for w in &p.writes {
                 if let Some(m) = model.mem.get_mut(&w.id)
-                    && m.claim.is_none()
+                    && !matches!(m.claim, Some(Claim::Other))
                 {
                     m.claim = Some(Claim::Other);
                 }
