@@ -144,6 +144,29 @@ pub fn rule_12_refused_replay_claims_then_good_replay_clears<D: UserKernels>(
     f.recovered(1)
 }
 
+/// A failure after a failed replay replaces its claim: the graph may retry
+/// only over bytes its own failure alone left, so a write the driver then
+/// refuses makes the retry refuse too, until the buffer is written again.
+pub fn a_failure_after_a_failed_replay_refuses_its_retry<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    let mut f = Faulted::new(session)?;
+    let graph = f.fx.capture_add()?;
+    f.baseline = in_use(&f.fx.client, f.fx.stream)?;
+    f.plan.fail(Primitive::Replay, 1);
+    refused(f.fx.client.replay(&graph), "replay")?;
+    f.plan.fail(Primitive::Copy, 1);
+    refused(f.fx.client.write_f32(&f.fx.x, &[7.0; NU]), "write")?;
+    let err = refused(f.fx.client.replay(&graph), "the retry over a failed write")?;
+    ensure!(matches!(err, Error::Claimed { .. }), "got {err}");
+    f.fx.client
+        .write_f32(&f.fx.x, &[7.0; NU])
+        .step("write again")?;
+    f.fx.client.replay(&graph).step("the retry")?;
+    f.fx.expect_x(8.0, "the write and one good replay")?;
+    f.recovered(1)
+}
+
 /// `upload` is best-effort: a failure is counted and logged, the graph is
 /// made and replays right.
 pub fn rule_14_upload_failure_is_not_fatal<D: UserKernels>(session: &Session<D>) -> Outcome {

@@ -119,6 +119,7 @@ suite![
     faults::rule_05_refused_instantiate_closes_the_recording,
     faults::rule_09_refused_launch_in_window_claims_everything,
     faults::rule_12_refused_replay_claims_then_good_replay_clears,
+    faults::a_failure_after_a_failed_replay_refuses_its_retry,
     faults::rule_14_upload_failure_is_not_fatal,
     faults::refused_page_allocation_loses_nothing,
     faults::refused_eager_launch_claims_its_outputs,
