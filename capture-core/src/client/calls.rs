@@ -590,6 +590,14 @@ impl<D: GraphDriver> Client<D> {
     }
 
     /// Enqueue `graph`'s recorded work on its stream.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Claimed`] where the graph reads a buffer a failure claimed,
+    /// and [`Error::ReplayFailed`] where the driver refuses; either claims
+    /// what the graph writes. A buffer claimed only by this graph's own
+    /// failed replay does not refuse the retry, which clears it; any later
+    /// failure on that buffer takes the claim over.
     pub fn replay(&self, graph: &GraphHandle<D>) -> Result<(), Error> {
         let id = self.graph_id(graph)?;
         let inner = &*graph.inner;
