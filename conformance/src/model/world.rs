@@ -207,6 +207,8 @@ impl Live {
 struct LiveStream {
     id: StreamId,
     flags: [(Buffer, BufferId); 2],
+    /// The bytes its pools held once the flags were made (device, host).
+    baseline: (u64, u64),
 }
 
 /// A world over backend `D`.
@@ -398,7 +400,13 @@ impl<D: UserKernels> World<D> {
             );
         }
         drop(model);
-        self.streams.push(LiveStream { id, flags });
+        self.client.sync(id).map_err(|e| format!("sync: {e}"))?;
+        let baseline = self.in_use(id)?;
+        self.streams.push(LiveStream {
+            id,
+            flags,
+            baseline,
+        });
         Ok(())
     }
 
@@ -532,9 +540,7 @@ impl<D: UserKernels> World<D> {
             }
             Op::Trim(s) => {
                 if let Some(s) = self.stream(*s) {
-                    let id = self.streams[s].id;
-                    check("trim", Expect::Ok, &self.client.trim(id).map(drop))?;
-                    self.waited(id);
+                    self.trim(s)?;
                 }
             }
             Op::Usage(s) => {
@@ -872,6 +878,52 @@ impl<D: UserKernels> World<D> {
             }
         }
         Ok(())
+    }
+
+    /// `trim`; where the stream holds nothing any more (no buffer but its
+    /// flags, no graph), every stream synced first, its pools are back
+    /// where they were once its flags were made.
+    fn trim(&mut self, s: usize) -> Result<(), Disagreement> {
+        let id = self.streams[s].id;
+        let quiet = !self.buffers.iter().any(|b| b.stream == id)
+            && !self
+                .graphs
+                .iter()
+                .chain(self.cached.iter().map(|c| &c.graph))
+                .any(|g| g.stream == id);
+        if quiet {
+            for other in self.streams.iter().map(|s| s.id).collect::<Vec<_>>() {
+                check("sync", Expect::Ok, &self.client.sync(other))?;
+                self.waited(other);
+            }
+        }
+        check("trim", Expect::Ok, &self.client.trim(id).map(drop))?;
+        self.waited(id);
+        if quiet {
+            let now = self.in_use(id)?;
+            let baseline = self.streams[s].baseline;
+            if now != baseline {
+                return err(format!(
+                    "{id} holds nothing but its flags, and after a trim its pools use \
+                     {now:?} bytes (device, host), {baseline:?} when the flags were made"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The bytes `stream`'s pools hold (device, host), less its info
+    /// entries.
+    fn in_use(&self, stream: StreamId) -> Result<(u64, u64), Disagreement> {
+        let usage = self
+            .client
+            .usage(stream)
+            .map_err(|e| format!("usage: {e}"))?;
+        let info = usage.info_entries as u64 * graph_capture::SLICE_ALIGN;
+        Ok((
+            usage.device.in_use_bytes.saturating_sub(info),
+            usage.host.in_use_bytes,
+        ))
     }
 
     fn destroy_stream(&mut self, s: usize) -> Result<(), Disagreement> {
