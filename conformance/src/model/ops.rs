@@ -92,6 +92,9 @@ pub enum Work {
     DropBuffer(u8),
     /// A conditional whose node the driver refuses to create.
     RefusedConditional,
+    /// A graph destroyed through the client: at once eagerly, in the
+    /// recorded pass inside a window (deferred then until it closes).
+    DestroyGraph(u8),
 }
 
 /// A primitive whose next call an operation makes fail, where the model
@@ -290,6 +293,7 @@ impl Work {
             Work::Ignore(_) => "ignored error",
             Work::Shared(_) => "another stream's buffers",
             Work::DropBuffer(_) => "drop buffer in work",
+            Work::DestroyGraph(_) => "destroy graph in work",
             Work::RefusedConditional => "refused conditional node",
         }
     }
@@ -413,8 +417,9 @@ impl Draw {
                 _ => Work::WaitFor(self.index()),
             })),
             87 => Work::ForkJoin(self.index()),
-            88 => match self.below(3) {
+            88 => match self.below(4) {
                 0 => Work::DropBuffer(self.index()),
+                3 => Work::DestroyGraph(self.index()),
                 1 => Work::RefusedConditional,
                 _ => Work::Shared(Box::new(match self.below(3) {
                     0 => Work::Add(self.target(), self.target()),

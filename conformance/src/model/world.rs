@@ -229,6 +229,10 @@ pub struct World<D: UserKernels> {
     any_stream: std::cell::Cell<bool>,
     /// Buffers the recorded pass running drops at its end.
     dropping: RefCell<Vec<BufferId>>,
+    /// Graphs work destroyed during the operation running.
+    destroyed_graphs: RefCell<Vec<GraphId>>,
+    /// The graph a re-capture running records into.
+    recapturing: std::cell::Cell<Option<GraphId>>,
     /// Each stream's graph cache, and the model's view of its entries.
     caches: HashMap<StreamId, GraphCache<u8, Faulty<D>>>,
     cached: Vec<CachedGraph<D>>,
@@ -354,6 +358,8 @@ impl<D: UserKernels> World<D> {
             }),
             any_stream: std::cell::Cell::new(false),
             dropping: RefCell::new(Vec::new()),
+            destroyed_graphs: RefCell::new(Vec::new()),
+            recapturing: std::cell::Cell::new(None),
             caches: HashMap::new(),
             cached: Vec::new(),
             ticks: HashMap::new(),
@@ -753,20 +759,36 @@ impl<D: UserKernels> World<D> {
                 }
             }
         }
-        self.sweep_dropped();
+        self.sweep_dropped()?;
         self.check_keep_alives()
     }
 
     /// Forget the buffers whose handles work dropped.
-    fn sweep_dropped(&mut self) {
-        let dropped: Vec<BufferId> = self
+    fn sweep_dropped(&mut self) -> Result<(), Disagreement> {
+        let destroyed = self.destroyed_graphs.take();
+        let gone: Vec<Graph<D>> = self
+            .graphs
+            .extract_if(.., |g| destroyed.contains(&g.handle.id()))
+            .collect();
+        let mut dropped: Vec<BufferId> = self
             .buffers
             .extract_if(.., |b| !b.alive())
             .map(|b| b.id)
             .collect();
+        for graph in gone {
+            // Once the window closed, the deferred destroy ran.
+            if self.client.is_live(&graph.handle) {
+                return err(format!(
+                    "{} destroyed in work is still live",
+                    graph.handle.id()
+                ));
+            }
+            dropped.extend(graph_buffers(&graph.works));
+        }
         for id in dropped {
             self.released_maybe(id);
         }
+        Ok(())
     }
 
     /// Drop the handles the recorded pass asked to drop.
@@ -1331,6 +1353,28 @@ impl<D: UserKernels> World<D> {
                     }
                 }
                 Ok(())
+            }
+            Work::DestroyGraph(g) => {
+                if mode == Mode::Warmup {
+                    return Ok(Ok(()));
+                }
+                let destroyed = self.destroyed_graphs.borrow().clone();
+                let recapturing = self.recapturing.get();
+                let candidates: Vec<&Graph<D>> = self
+                    .graphs
+                    .iter()
+                    .filter(|g| {
+                        let id = g.handle.id();
+                        !destroyed.contains(&id) && Some(id) != recapturing
+                    })
+                    .collect();
+                let Some(graph) = candidates.get(usize::from(*g) % candidates.len().max(1)) else {
+                    return Ok(Ok(()));
+                };
+                let got = c.destroy(&graph.handle);
+                check("a destroy in work", Expect::Ok, &got)?;
+                self.destroyed_graphs.borrow_mut().push(graph.handle.id());
+                got
             }
             Work::RefusedConditional => {
                 if mode != Mode::Record || self.plan.armed(Primitive::Conditional) {
@@ -2089,6 +2133,7 @@ impl<D: UserKernels> World<D> {
         let recorded = RefCell::new(Vec::new());
         let failed_in = RefCell::new(None::<Mode>);
         let handle = self.graph_at(which).handle.clone();
+        self.recapturing.set(Some(handle.id()));
         let armed = self.armed();
         let mut graph_cache = match via {
             Via::Cache(..) => Some(self.take_cache(stream)),
@@ -2116,6 +2161,7 @@ impl<D: UserKernels> World<D> {
             }
             _ => c.recapture(&handle, body).map(drop),
         };
+        self.recapturing.set(None);
         if let Some(graph_cache) = graph_cache {
             self.caches.insert(stream, graph_cache);
         }
@@ -2187,6 +2233,16 @@ impl<D: UserKernels> World<D> {
                 Expect::Ok
             }
         };
+        let replays = |world: &Self| {
+            let graph = world.graph_at(which);
+            world
+                .client
+                .graph_info(&graph.handle)
+                .map(|info| info.replays)
+                .map_err(|e| format!("graph info: {e}"))
+        };
+        let before = replays(self)?;
+        let graph = self.graph_at(which);
         let got = match via {
             Via::Client { by_id: true } => self.client.replay_id(id),
             Via::Client { by_id: false } => self.client.replay(&graph.handle),
@@ -2207,6 +2263,12 @@ impl<D: UserKernels> World<D> {
             }
         };
         check("a replay", expect, &got)?;
+        let counted = replays(self)? - before;
+        if counted != u64::from(got.is_ok()) {
+            return err(format!(
+                "a replay answered {got:?} and counted {counted} replays"
+            ));
+        }
         let graph = self.graph_at(which);
         let mut model = self.model.borrow_mut();
         match expect {
