@@ -75,10 +75,11 @@ pub enum Work {
     /// `wait(stream, other)`: inside a window, a join of a stream that never
     /// forked (refused), inside a body a wait across its edge (refused).
     WaitFor(u8),
-    /// Another stream forks from this one and joins back at once
-    /// (`wait(other, stream)`, then `wait(stream, other)`): inside a body,
-    /// the fork is refused.
-    ForkJoin(u8),
+    /// Another stream forks from this one (`wait(other, stream)`), runs
+    /// the launches on itself (recorded into the window inside one), and
+    /// joins back (`wait(stream, other)`): inside a body, the fork is
+    /// refused.
+    ForkJoin(u8, Vec<Work>),
     /// A conditional on another client's flag (refused).
     ForeignFlag,
     /// Work whose error the body ignores and goes on: a refusal inside a
@@ -288,7 +289,7 @@ impl Work {
             Work::BadFlag => "bad flag",
             Work::SetFlag(..) => "set flag",
             Work::WaitFor(_) => "wait in work",
-            Work::ForkJoin(_) => "fork and join",
+            Work::ForkJoin(..) => "fork and join",
             Work::ForeignFlag => "another client's flag",
             Work::Ignore(_) => "ignored error",
             Work::Shared(_) => "another stream's buffers",
@@ -302,6 +303,11 @@ impl Work {
         out.push(self.kind());
         if let Work::Conditional(_, _, bodies) = self {
             for work in bodies.iter().flatten() {
+                work.kinds(out);
+            }
+        }
+        if let Work::ForkJoin(_, works) = self {
+            for work in works {
                 work.kinds(out);
             }
         }
@@ -413,10 +419,10 @@ impl Draw {
                 1 => Work::ForeignFlag,
                 2 => Work::Mismatch(self.target()),
                 3 => Work::TooLong(self.target()),
-                4 => Work::ForkJoin(self.index()),
+                4 => Work::ForkJoin(self.index(), Vec::new()),
                 _ => Work::WaitFor(self.index()),
             })),
-            87 => Work::ForkJoin(self.index()),
+            87 => Work::ForkJoin(self.index(), self.branch()),
             88 => match self.below(4) {
                 0 => Work::DropBuffer(self.index()),
                 3 => Work::DestroyGraph(self.index()),
@@ -442,6 +448,27 @@ impl Draw {
             }
             _ => Work::Fill(self.target(), self.value()),
         }
+    }
+
+    /// A forked stream's launches: on its own buffers, or now and then on
+    /// any stream's.
+    fn branch(&mut self) -> Vec<Work> {
+        (0..self.below(4))
+            .map(|_| {
+                let launch = match self.below(5) {
+                    0 => Work::Fill(self.target(), self.value()),
+                    1 => Work::Add(self.target(), self.target()),
+                    2 => Work::Copy(self.target(), self.target()),
+                    3 => Work::Axpy(self.target(), self.target(), 1.0),
+                    _ => Work::Scale(self.target(), 2.0, self.value()),
+                };
+                if self.chance(25) {
+                    Work::Shared(Box::new(launch))
+                } else {
+                    launch
+                }
+            })
+            .collect()
     }
 
     /// A capture's work: often holding conditionals side by side.

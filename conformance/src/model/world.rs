@@ -1311,7 +1311,7 @@ impl<D: UserKernels> World<D> {
                 )?;
                 got
             }
-            Work::ForkJoin(other) => {
+            Work::ForkJoin(other, works) => {
                 let Some(t) = self.stream(*other) else {
                     return Ok(Ok(()));
                 };
@@ -1324,9 +1324,20 @@ impl<D: UserKernels> World<D> {
                     check("a fork inside a body", Expect::Refused, &got)?;
                     got
                 } else {
-                    let got = c.wait(other, stream).and_then(|()| c.wait(stream, other));
-                    check("a fork and a join", Expect::Ok, &got)?;
-                    got
+                    let fork = c.wait(other, stream);
+                    check("a fork", Expect::Ok, &fork)?;
+                    let mut branch = Ok(());
+                    for work in works {
+                        if let Err(e) = self.work(other, work, mode, depth, recorded)? {
+                            branch = Err(e);
+                            break;
+                        }
+                    }
+                    let join = c.wait(stream, other);
+                    if branch.is_ok() {
+                        check("a join", Expect::Ok, &join)?;
+                    }
+                    branch.and(join)
                 }
             }
             Work::ForeignFlag => {
