@@ -5,7 +5,7 @@
 use crate::workload::UserKernels;
 use std::sync::Arc;
 
-use graph_capture::{Builtin, Error, GraphDriver};
+use graph_capture::{Builtin, Error, GraphDriver, GraphHandle};
 
 use crate::ensure;
 use crate::faulty::{FaultPlan, Faulty, Primitive};
@@ -29,6 +29,16 @@ impl<D: UserKernels> Faulted<D> {
         usable(&fx.client, fx.stream)?;
         let baseline = in_use(&fx.client, fx.stream)?;
         Ok(Self { fx, plan, baseline })
+    }
+
+    /// A graph of `x += one` whose first replay the driver refused, with
+    /// the baseline taken once it held its pins, and the refusal.
+    fn after_a_failed_replay(&mut self) -> Result<(GraphHandle<Faulty<D>>, Error), String> {
+        let graph = self.fx.capture_add()?;
+        self.baseline = in_use(&self.fx.client, self.fx.stream)?;
+        self.plan.fail(Primitive::Replay, 1);
+        let err = refused(self.fx.client.replay(&graph), "replay")?;
+        Ok((graph, err))
     }
 
     /// The checks every fault scenario ends with: the fault fired, no
@@ -124,10 +134,7 @@ pub fn rule_12_refused_replay_claims_then_good_replay_clears<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let mut f = Faulted::new(session)?;
-    let graph = f.fx.capture_add()?;
-    f.baseline = in_use(&f.fx.client, f.fx.stream)?;
-    f.plan.fail(Primitive::Replay, 1);
-    let err = refused(f.fx.client.replay(&graph), "replay")?;
+    let (graph, err) = f.after_a_failed_replay()?;
     ensure!(matches!(err, Error::ReplayFailed { .. }), "got {err}");
     expect_claimed(&f.fx.client, &f.fx.x, "injected", "the graph's output")?;
     f.fx.client.replay(&graph).step("the next replay")?;
@@ -151,10 +158,7 @@ pub fn a_failure_after_a_failed_replay_refuses_its_retry<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
     let mut f = Faulted::new(session)?;
-    let graph = f.fx.capture_add()?;
-    f.baseline = in_use(&f.fx.client, f.fx.stream)?;
-    f.plan.fail(Primitive::Replay, 1);
-    refused(f.fx.client.replay(&graph), "replay")?;
+    let (graph, _) = f.after_a_failed_replay()?;
     f.plan.fail(Primitive::Copy, 1);
     refused(f.fx.client.write_f32(&f.fx.x, &[7.0; NU]), "write")?;
     let err = refused(f.fx.client.replay(&graph), "the retry over a failed write")?;

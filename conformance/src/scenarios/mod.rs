@@ -157,6 +157,7 @@ suite![
     streams::rule_20_a_destroyed_streams_memory_stays_while_others_use_it,
     streams::rule_20_four_threads_share_a_buffer_across_four_streams,
     streams::rule_20_a_failed_event_leaves_no_wrong_answer,
+    streams::a_claimed_input_is_reported_before_a_failed_wait,
     lifetimes::rule_20_a_graph_over_a_dropped_buffer_stays_ordered,
     lifetimes::a_claim_on_a_dropped_buffer_stays_while_a_graph_reads_it,
     lifetimes::rule_20_random_programs_across_streams_match_a_model,

@@ -462,6 +462,37 @@ pub fn rule_20_a_failed_event_leaves_no_wrong_answer<D: UserKernels>(
     Ok(())
 }
 
+/// A launch over an input a failure claimed, which also needs an event the
+/// driver refuses, answers the claim: that is the caller's to fix, whatever
+/// the device did, and every backend says the same.
+pub fn a_claimed_input_is_reported_before_a_failed_wait<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    let (client, plan) = session.faulty();
+    let (a, b) = two_streams(&client)?;
+    for primitive in [Primitive::RecordEvent, Primitive::WaitEvent] {
+        let p = client.create_f32(a, &[3.0; NU]).step("p")?;
+        let sum = client.create_f32(b, &[1.0; NU]).step("sum")?;
+        // Work on `a` that `b` must wait for, then a claim on `p`.
+        client
+            .run_builtin(a, Builtin::Fill, &[&p], N, 4.0)
+            .step("fill p")?;
+        plan.fail(Primitive::Copy, 1);
+        refused(client.write_f32(&p, &[5.0; NU]), "a write whose copy fails")?;
+        plan.fail(primitive, 1);
+        let err = refused(
+            client.run_builtin(b, Builtin::Add, &[&sum, &p], N, 0.0),
+            &format!("an add over claimed p with {primitive:?} failing"),
+        )?;
+        plan.disarm();
+        ensure!(
+            matches!(err, Error::Claimed { .. }),
+            "{primitive:?}: the claim is reported, got {err}"
+        );
+    }
+    usable(&client, b)
+}
+
 /// What a joined stream wrote of its own buffers in a window is ordered
 /// like any shared buffer: a read right after a replay sees the replay's
 /// write, and the stream's own later writes follow the replay. Forking twice
