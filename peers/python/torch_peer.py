@@ -89,7 +89,40 @@ class Measure:
         self.total += time.perf_counter() - start
 
 
-class Torch:
+class Peer:
+    """A side: two buffers, the chain issued on its stream, and a graph of
+    it. Each peer says how it makes buffers, issues one add-one, runs eager
+    work on its stream, captures, replays and reads an element."""
+
+    def setup(self, row):
+        self.row = row
+        self.a, self.b = self.buffer(row.elems), self.buffer(row.elems)
+        self.eager()  # the warmup, on the stream the graph is captured on
+        self.sync()
+        start = time.perf_counter()
+        self.graph = self.capture()
+        self.sync()
+        return time.perf_counter() - start
+
+    def issue(self):
+        add_one, a, b = self.add_one, self.a, self.b
+        for i in range(self.row.kernels):
+            if i % 2 == 0:
+                add_one(a, b)
+            else:
+                add_one(b, a)
+
+    def sync(self):
+        self.stream.synchronize()
+
+    def outputs(self):
+        return [self.first(self.a), self.first(self.b)]
+
+    def teardown(self):
+        self.graph = self.a = self.b = None
+
+
+class Torch(Peer):
     name = "torch"
 
     def __init__(self, torch):
@@ -100,50 +133,31 @@ class Torch:
         t = self.torch
         return f"PyTorch {t.__version__} on {t.cuda.get_device_name(0)}"
 
-    def setup(self, row):
-        t = self.torch
-        self.row = row
-        self.a = t.zeros(row.elems, device="cuda", dtype=t.float32)
-        self.b = t.zeros(row.elems, device="cuda", dtype=t.float32)
-        # Warm up on the stream the graph is captured on, as PyTorch asks.
-        with t.cuda.stream(self.stream):
-            self.issue()
-        self.stream.synchronize()
-        start = time.perf_counter()
-        self.graph = t.cuda.CUDAGraph()
-        with t.cuda.graph(self.graph, stream=self.stream):
-            self.issue()
-        self.stream.synchronize()
-        return time.perf_counter() - start
+    def buffer(self, elems):
+        return self.torch.zeros(elems, device="cuda", dtype=self.torch.float32)
 
-    def issue(self):
-        add = self.torch.add
-        a, b = self.a, self.b
-        for i in range(self.row.kernels):
-            if i % 2 == 0:
-                add(a, 1.0, out=b)
-            else:
-                add(b, 1.0, out=a)
+    def add_one(self, src, dst):
+        self.torch.add(src, 1.0, out=dst)
 
     def eager(self):
         with self.torch.cuda.stream(self.stream):
             self.issue()
 
+    def capture(self):
+        graph = self.torch.cuda.CUDAGraph()
+        with self.torch.cuda.graph(graph, stream=self.stream):
+            self.issue()
+        return graph
+
     def replay(self):
         with self.torch.cuda.stream(self.stream):
             self.graph.replay()
 
-    def sync(self):
-        self.stream.synchronize()
-
-    def outputs(self):
-        return [float(self.a[0].item()), float(self.b[0].item())]
-
-    def teardown(self):
-        self.graph = self.a = self.b = None
+    def first(self, x):
+        return float(x[0].item())
 
 
-class Cupy:
+class Cupy(Peer):
     name = "cupy"
 
     def __init__(self, cp):
@@ -153,53 +167,34 @@ class Cupy:
 
     def describe(self):
         cp = self.cp
-        props = cp.cuda.runtime.getDeviceProperties(0)
-        name = props["name"]
+        name = cp.cuda.runtime.getDeviceProperties(0)["name"]
         if isinstance(name, bytes):
             name = name.decode()
         return f"CuPy {cp.__version__} on {name}"
 
-    def setup(self, row):
-        cp = self.cp
-        self.row = row
-        self.a = cp.zeros(row.elems, dtype=cp.float32)
-        self.b = cp.zeros(row.elems, dtype=cp.float32)
-        self.grid = ((row.elems + WORKGROUP - 1) // WORKGROUP,)
-        self.n = cp.uint32(row.elems)
-        self.eager()
-        self.stream.synchronize()
-        start = time.perf_counter()
-        self.stream.begin_capture()
-        with self.stream:
-            self.issue()
-        self.graph = self.stream.end_capture()
-        self.stream.synchronize()
-        return time.perf_counter() - start
+    def buffer(self, elems):
+        self.grid = ((elems + WORKGROUP - 1) // WORKGROUP,)
+        self.n = self.cp.uint32(elems)
+        return self.cp.zeros(elems, dtype=self.cp.float32)
 
-    def issue(self):
-        kernel, grid, block, n = self.kernel, self.grid, (WORKGROUP,), self.n
-        a, b = self.a, self.b
-        for i in range(self.row.kernels):
-            if i % 2 == 0:
-                kernel(grid, block, (a, b, n))
-            else:
-                kernel(grid, block, (b, a, n))
+    def add_one(self, src, dst):
+        self.kernel(self.grid, (WORKGROUP,), (src, dst, self.n))
 
     def eager(self):
         with self.stream:
             self.issue()
 
+    def capture(self):
+        self.stream.begin_capture()
+        with self.stream:
+            self.issue()
+        return self.stream.end_capture()
+
     def replay(self):
         self.graph.launch(stream=self.stream)
 
-    def sync(self):
-        self.stream.synchronize()
-
-    def outputs(self):
-        return [float(self.a[0].get()), float(self.b[0].get())]
-
-    def teardown(self):
-        self.graph = self.a = self.b = None
+    def first(self, x):
+        return float(x[0].get())
 
 
 def open_peers(wanted):

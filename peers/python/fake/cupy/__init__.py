@@ -1,25 +1,20 @@
 """A stand-in for the little of CuPy that peers/python/torch_peer.py uses,
-computing on the host (see the fake torch). Its RawKernel runs the one
-kernel the script compiles, add_one, by name."""
+computing on the host (`_fake_device`). Its RawKernel runs the one kernel
+the script compiles, add_one, by name."""
+
+import _fake_device as device
 
 __version__ = "0.0-fake"
 float32 = "float32"
-_recording = []
 
 
 def uint32(n):
     return int(n)
 
 
-class ndarray:
-    def __init__(self, values):
-        self.values = values
-
-    def __getitem__(self, i):
-        return ndarray([self.values[i]])
-
+class ndarray(device.Values):
     def get(self):
-        return self.values[0]
+        return self.first()
 
 
 def zeros(n, dtype=None):
@@ -29,7 +24,6 @@ def zeros(n, dtype=None):
 class RawKernel:
     def __init__(self, source, name):
         assert name == "add_one" and "add_one" in source, name
-        self.name = name
 
     def __call__(self, grid, block, args, shared_mem=0):
         src, dst, n = args
@@ -38,10 +32,7 @@ class RawKernel:
         def run():
             dst.values[:n] = [x + 1.0 for x in src.values[:n]]
 
-        if _recording:
-            _recording[-1].append(run)
-        else:
-            run()
+        device.issue(run)
 
 
 class _Graph:
@@ -49,8 +40,7 @@ class _Graph:
         self.work = work
 
     def launch(self, stream=None):
-        for run in self.work:
-            run()
+        device.replay(self.work)
 
 
 class cuda:
@@ -77,7 +67,7 @@ class cuda:
             pass
 
         def begin_capture(self):
-            _recording.append([])
+            device.begin_capture()
 
         def end_capture(self):
-            return _Graph(_recording.pop())
+            return _Graph(device.end_capture())

@@ -1,23 +1,16 @@
 """A stand-in for the little of PyTorch that peers/python/torch_peer.py
-uses, computing on the host: what a machine without CUDA runs the script's
-test with. Work issued while a graph records is kept, not run, as CUDA's
-stream capture does; a replay runs it."""
+uses, computing on the host (`_fake_device`): what a machine without CUDA
+runs the script's test with."""
+
+import _fake_device as device
 
 __version__ = "0.0-fake"
 float32 = "float32"
 
-_recording = []
 
-
-class Tensor:
-    def __init__(self, values):
-        self.values = values
-
-    def __getitem__(self, i):
-        return Tensor([self.values[i]])
-
+class Tensor(device.Values):
     def item(self):
-        return self.values[0]
+        return self.first()
 
 
 def zeros(n, device=None, dtype=None):
@@ -29,10 +22,7 @@ def add(src, value, out):
     def run():
         out.values[:] = [x + value for x in src.values]
 
-    if _recording:
-        _recording[-1].append(run)
-    else:
-        run()
+    device.issue(run)
     return out
 
 
@@ -64,18 +54,16 @@ class cuda:
             self.work = None
 
         def replay(self):
-            assert not _recording, "a replay while recording"
-            for run in self.work:
-                run()
+            device.replay(self.work)
 
     class graph:
         def __init__(self, graph, stream=None):
             self.g = graph
 
         def __enter__(self):
-            _recording.append([])
+            device.begin_capture()
             return self.g
 
         def __exit__(self, *exc):
-            self.g.work = _recording.pop()
+            self.g.work = device.end_capture()
             return False
