@@ -18,6 +18,7 @@ use graph_capture::{
 use super::ops::{Cond, Fault, Op, Part, Style, Target, Work};
 use crate::faulty::{FaultPlan, Faulty, Primitive};
 use crate::session::Session;
+use crate::support::in_use;
 use crate::workload::{UserKernels, Workload};
 
 /// Floats in every buffer the programs make: two views of 64 (256 bytes,
@@ -406,8 +407,7 @@ impl<D: UserKernels> World<D> {
             );
         }
         drop(model);
-        self.client.sync(id).map_err(|e| format!("sync: {e}"))?;
-        let baseline = self.in_use(id)?;
+        let baseline = in_use(&self.client, id)?;
         self.streams.push(LiveStream {
             id,
             flags,
@@ -922,7 +922,7 @@ impl<D: UserKernels> World<D> {
         check("trim", Expect::Ok, &self.client.trim(id).map(drop))?;
         self.waited(id);
         if quiet {
-            let now = self.in_use(id)?;
+            let now = in_use(&self.client, id)?;
             let baseline = self.streams[s].baseline;
             if now != baseline {
                 return err(format!(
@@ -932,20 +932,6 @@ impl<D: UserKernels> World<D> {
             }
         }
         Ok(())
-    }
-
-    /// The bytes `stream`'s pools hold (device, host), less its info
-    /// entries.
-    fn in_use(&self, stream: StreamId) -> Result<(u64, u64), Disagreement> {
-        let usage = self
-            .client
-            .usage(stream)
-            .map_err(|e| format!("usage: {e}"))?;
-        let info = usage.info_entries as u64 * graph_capture::SLICE_ALIGN;
-        Ok((
-            usage.device.in_use_bytes.saturating_sub(info),
-            usage.host.in_use_bytes,
-        ))
     }
 
     fn destroy_stream(&mut self, s: usize) -> Result<(), Disagreement> {
