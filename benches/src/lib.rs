@@ -26,6 +26,7 @@
 
 pub mod alloc_counter;
 pub mod backends;
+pub mod chain;
 pub mod failure;
 pub mod fixture;
 pub mod generate;

@@ -80,6 +80,15 @@ scale(float* x, unsigned n, float a, float b) {
     }
 }
 
+// output[i] = input[i] + 1: the side-by-side chain, also run by CuPy.
+extern "C" __global__ void __launch_bounds__(WORKGROUP)
+add_one(const float* input, float* output, unsigned n) {
+    unsigned i = element();
+    if (i < n) {
+        output[i] = input[i] + 1.0f;
+    }
+}
+
 // ---- the decoder-only transformer ---------------------------------------
 //
 // A batch of sequences lies row after row. Token ids and positions are read

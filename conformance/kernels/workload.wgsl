@@ -161,6 +161,29 @@ fn scale(
     }
 }
 
+// kernel: add_one
+// output[i] = input[i] + 1: the side-by-side chain.
+
+struct AddOneParams {
+    n: u32,
+}
+
+@group(0) @binding(0) var<storage, read> add_input: array<f32>;
+@group(0) @binding(1) var<storage, read_write> add_output: array<f32>;
+var<immediate> ao: AddOneParams;
+
+@compute @workgroup_size(64)
+fn add_one(
+    @builtin(workgroup_id) group: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_id) local: vec3<u32>,
+) {
+    let i = element(group, groups, local);
+    if (i < ao.n) {
+        add_output[i] = add_input[i] + 1.0;
+    }
+}
+
 // ---- the decoder-only transformer ----------------------------------------
 //
 // A batch of sequences lies row after row. Token ids and positions are read

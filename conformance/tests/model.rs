@@ -4,7 +4,8 @@
 //!
 //! `MODEL_PROGRAMS`, `MODEL_OPS` and `MODEL_SEED` set the budget;
 //! `CONFORMANCE_REQUIRE=host,vulkan` fails a run where a named backend is
-//! unavailable rather than skipping it.
+//! unavailable rather than skipping it; `MODEL_BACKENDS=vulkan` runs only
+//! the backends it names.
 
 use std::process::ExitCode;
 
@@ -21,12 +22,17 @@ const PROGRAMS: usize = 200;
 struct Runner {
     budget: Budget,
     required: Vec<String>,
+    only: Vec<String>,
     failed: usize,
     passed: usize,
 }
 
 impl Visit for Runner {
     fn visit<D: AfterTrial>(&mut self) {
+        if !self.only.is_empty() && !self.only.iter().any(|name| name == D::NAME) {
+            println!("model: {}: not in MODEL_BACKENDS", D::NAME);
+            return;
+        }
         let device = match D::open() {
             Ok(device) => device,
             Err(err) => {
@@ -84,12 +90,16 @@ fn main() -> ExitCode {
             hook(info);
         }
     }));
-    let required = std::env::var("CONFORMANCE_REQUIRE")
-        .unwrap_or_default()
-        .split(',')
-        .map(|name| name.trim().to_string())
-        .filter(|name| !name.is_empty())
-        .collect();
+    let names = |var: &str| -> Vec<String> {
+        std::env::var(var)
+            .unwrap_or_default()
+            .split(',')
+            .map(|name| name.trim().to_string())
+            .filter(|name| !name.is_empty())
+            .collect()
+    };
+    let required = names("CONFORMANCE_REQUIRE");
+    let only = names("MODEL_BACKENDS");
     let budget = Budget::from_env(PROGRAMS);
     println!(
         "model: {} programs of {} operations per backend from seed {}",
@@ -98,6 +108,7 @@ fn main() -> ExitCode {
     let mut runner = Runner {
         budget,
         required,
+        only,
         failed: 0,
         passed: 0,
     };

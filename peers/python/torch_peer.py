@@ -15,12 +15,15 @@ stdout, with the fields `scripts/peers-table` reads:
 
 What differs from our side: PyTorch runs its own add kernel
 (`torch.add(src, 1, out=dst)`, the same data movement as ours, one read and
-one write per element); CuPy runs our CUDA source through `RawKernel`.
+one write per element, in its own block size); CuPy runs our CUDA source
+(conformance/kernels/workload.cu's add_one, 64-thread blocks) through
+`RawKernel`, which compiles it with NVRTC as our CUDA backend does.
 
 Without CUDA (no torch and no cupy, or no device) it says so in one line and
-exits 0, or 1 with PEERS_REQUIRE_CUDA=1.
+exits 0, or 1 with PEERS_REQUIRE_CUDA=1. `--rows` prints the rows as JSON
+and needs nothing.
 
-  python3 peers/python/torch_peer.py [--short] [--control] [--peer torch|cupy]
+  python3 peers/python/torch_peer.py [--short] [--control] [--peer torch|cupy] [--rows]
 """
 
 import argparse
@@ -29,17 +32,25 @@ import os
 import sys
 import time
 
-WORKGROUP = 256
+# Threads per block of the workload's kernels (WORKGROUP in workload.cu).
+WORKGROUP = 64
 
-# The add-one kernel our CUDA side runs, for CuPy's RawKernel.
-ADD_ONE = r"""
-extern "C" __global__ void add_one(const float* input, float* output, unsigned int n) {
-    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        output[i] = input[i] + 1.0f;
-    }
-}
-"""
+HERE = os.path.dirname(os.path.abspath(__file__))
+# Where our CUDA source lies: beside this script in the GPU bundle, else in
+# the repository.
+SOURCES = (
+    os.path.join(HERE, "workload.cu"),
+    os.path.join(HERE, "..", "..", "conformance", "kernels", "workload.cu"),
+)
+
+
+def our_cuda_source():
+    """The workload's CUDA source, whose add_one our CUDA backend runs."""
+    for path in SOURCES:
+        if os.path.exists(path):
+            with open(path) as f:
+                return f.read()
+    raise RuntimeError(f"our CUDA source is not at any of {', '.join(SOURCES)}")
 
 
 class Row:
@@ -163,7 +174,7 @@ class Cupy(Peer):
     def __init__(self, cp):
         self.cp = cp
         self.stream = cp.cuda.Stream(non_blocking=True)
-        self.kernel = cp.RawKernel(ADD_ONE, "add_one")
+        self.kernel = cp.RawKernel(our_cuda_source(), "add_one")
 
     def describe(self):
         cp = self.cp
@@ -259,7 +270,13 @@ def main(argv):
     parser.add_argument("--short", action="store_true", help="one short row")
     parser.add_argument("--control", action="store_true", help="the control row alone")
     parser.add_argument("--peer", choices=("all", "torch", "cupy"), default="all")
+    parser.add_argument("--rows", action="store_true", help="print the rows, run nothing")
     args = parser.parse_args(argv)
+    if args.rows:
+        for row in all_rows() + short_rows():
+            print(json.dumps({"row": row.name(), "elems": row.elems, "kernels": row.kernels,
+                              "rounds": row.rounds, "control": row.control}))
+        return 0
     peers, missing = open_peers(args.peer)
     if not peers:
         print(f"torch_peer: no CUDA for the peers ({'; '.join(missing)}); nothing to compare")

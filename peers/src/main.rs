@@ -12,9 +12,13 @@
 //! Vulkan validation is off (set `CAPTURE_VULKAN_VALIDATION` yourself to
 //! override).
 
+// The rows and their timing are the benches' chain's, shared file by file
+// so that this crate stays outside the workspace.
+#[path = "../../benches/src/chain/measure.rs"]
 mod measure;
 mod memory;
 mod ours;
+#[path = "../../benches/src/chain/rows.rs"]
 mod rows;
 mod side;
 mod theirs;

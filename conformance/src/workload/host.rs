@@ -41,6 +41,7 @@ impl UserKernels for Host {
             UserKernel::Advance => transformer::advance,
             UserKernel::Countdown => countdown,
             UserKernel::Settle => transformer::settle,
+            UserKernel::AddOne => add_one,
         };
         Kernel::new(which.signature(), body)
     }
@@ -119,6 +120,18 @@ fn residual(group: &Group<'_>, buffers: &mut [View<'_>]) -> Result<(), String> {
     let (x, y) = (x.f32_mut()?, y.f32()?);
     for i in group.elements_x(n.min(x.len()).min(y.len())) {
         x[i] += y[i];
+    }
+    Ok(())
+}
+
+fn add_one(group: &Group<'_>, buffers: &mut [View<'_>]) -> Result<(), String> {
+    let n = group.params().u32()? as usize;
+    let [input, output] = buffers else {
+        return Err("add_one binds two buffers".into());
+    };
+    let (input, output) = (input.f32()?, output.f32_mut()?);
+    for i in group.elements_x(n.min(input.len()).min(output.len())) {
+        output[i] = input[i] + 1.0;
     }
     Ok(())
 }

@@ -110,11 +110,14 @@ pub enum UserKernel {
     /// Each sequence that emitted the end token stopped, and held there;
     /// the generation's flag set while any runs on.
     Settle,
+    /// `output = input + 1`: the chain the side-by-side rows time, the
+    /// same source CuPy's `RawKernel` runs there.
+    AddOne,
 }
 
 impl UserKernel {
     /// Every kernel, in a fixed order.
-    pub const ALL: [UserKernel; 18] = [
+    pub const ALL: [UserKernel; 19] = [
         UserKernel::RmsNorm,
         UserKernel::MatVec,
         UserKernel::Silu,
@@ -133,6 +136,7 @@ impl UserKernel {
         UserKernel::Advance,
         UserKernel::Countdown,
         UserKernel::Settle,
+        UserKernel::AddOne,
     ];
 
     /// The kernels of the MLP decode step, which [`Workload`] builds.
@@ -165,6 +169,7 @@ impl UserKernel {
             UserKernel::Advance => "advance",
             UserKernel::Countdown => "countdown",
             UserKernel::Settle => "settle",
+            UserKernel::AddOne => "add_one",
         }
     }
 
@@ -195,6 +200,7 @@ impl UserKernel {
             UserKernel::Settle => base
                 .bindings(&[ReadWrite, ReadWrite, ReadWrite, ReadWrite, Write])
                 .params(2),
+            UserKernel::AddOne => base.bindings(&[Read, Write]).param(4),
         }
     }
 }

@@ -7,6 +7,7 @@
 //! Exits non-zero only when a measurement fails or computes a wrong result;
 //! a target that does not hold is reported as FAIL in its table.
 
+mod chain;
 mod instructions;
 mod machine;
 mod peers;
@@ -445,6 +446,9 @@ fn main() -> ExitCode {
         Ok(validation) => validation,
         Err(code) => return code,
     };
+    if args.iter().any(|arg| arg == "--chain") {
+        return chain::run(&args);
+    }
     println!("## capture-core: host-side cost\n");
     println!("- machine: {}", machine::describe());
     println!("- {}", validation.describe());

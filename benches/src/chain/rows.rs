@@ -1,5 +1,9 @@
 //! The sweep: cubecl's own bench shape, a chain of dependent add-one
 //! kernels ping-ponging between two buffers, issued and then synced.
+//!
+//! One file for every side that runs it: the benches' chain, and the peers
+//! crate (outside the workspace) through `#[path]`; the Python peers keep a
+//! copy of the table, which `benches/tests/torch_peer.rs` compares.
 
 /// One row: how many elements each kernel adds one to, how many kernels
 /// chain into a pass, and how many rounds are timed.
