@@ -1,8 +1,10 @@
-//! `scripts/gpu-check run` on bundles made up here, with no GPU and no
-//! built binaries: a machine whose glibc is older than the bundle needs is
-//! refused before any step runs, the NVRTC wheels are found through the
-//! Python `PYTHON` names, which the run logs, and the Vulkan steps run only
-//! when the conformance binary lists a Vulkan device other than a CPU one.
+//! `scripts/gpu-check run` on bundles made up here, with no built binaries:
+//! with no NVIDIA GPU it refuses and lists every step it would run; with a
+//! stand-in `nvidia-smi` that lists one, a machine whose glibc is older than
+//! the bundle needs is refused before any step runs, NVIDIA's libraries are
+//! found in the wheels of the Python `PYTHON` names, which the run logs, and
+//! the Vulkan steps run only when the conformance binary lists a Vulkan
+//! device other than a CPU one.
 #![cfg(target_os = "linux")]
 
 use std::path::{Path, PathBuf};
@@ -57,7 +59,31 @@ fn fake_conformance(bundle: &Path, kind: &str) {
     );
 }
 
+/// A folder holding a stand-in `nvidia-smi` that lists one GPU.
+fn fake_gpu(bundle: &Path) -> PathBuf {
+    let dir = bundle.join("fake-gpu");
+    std::fs::create_dir_all(&dir).expect("a folder");
+    write_script(
+        &dir.join("nvidia-smi"),
+        "if [ \"$1\" = -L ]; then echo 'GPU 0: Stand-in GPU (UUID: GPU-0)'; fi\n",
+    );
+    dir
+}
+
+/// The run, with a stand-in `nvidia-smi` listing a GPU first on the PATH.
 fn run(bundle: &Path, out: &Path, vars: &[(&str, &str)]) -> (Output, String) {
+    let path = format!(
+        "{}:{}",
+        fake_gpu(bundle).display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut vars = vars.to_vec();
+    vars.push(("PATH", path.as_str()));
+    run_here(bundle, out, &vars)
+}
+
+/// The run, on this machine as it is.
+fn run_here(bundle: &Path, out: &Path, vars: &[(&str, &str)]) -> (Output, String) {
     let output = Command::new("bash")
         .arg(script())
         .arg("run")
@@ -116,13 +142,15 @@ fn the_python_python_names_is_asked_for_the_nvrtc_wheels_and_logged() {
     };
     let bundle = bundle("python", &here);
     // A stand-in Python: asked for its executable it names itself, asked
-    // anything else (where NVRTC lies) it names a library.
+    // where a library lies it names one in its wheel (but NCCL, which it
+    // lacks), and it imports no module.
     let python = bundle.join("fake-python");
     write_script(
         &python,
         "case \"$2\" in\n\
          *sys.executable*) echo \"$0\" ;;\n\
-         *) echo /fake/nvidia/cuda_nvrtc/lib/libnvrtc.so.12 ;;\n\
+         import*) exit 1 ;;\n\
+         *) [ \"$3\" = nccl ] && exit 1; echo /fake/nvidia/$3/lib/lib$3.so.12 ;;\n\
          esac\n",
     );
     fake_conformance(&bundle, "CPU");
@@ -136,9 +164,26 @@ fn the_python_python_names_is_asked_for_the_nvrtc_wheels_and_logged() {
         status.contains(&format!("python: {python_text} holds the NVIDIA wheels")),
         "{status}"
     );
+    for found in [
+        "nvrtc: /fake/nvidia/nvrtc/lib/libnvrtc.so.12",
+        "cublas: /fake/nvidia/cublas/lib/libcublas.so.12",
+    ] {
+        assert!(status.contains(found), "{found} missing: {status}");
+    }
     assert!(
-        status.contains("nvrtc: /fake/nvidia/cuda_nvrtc/lib/libnvrtc.so.12"),
+        status.contains("nccl: not found under nvidia/*/lib or nvidia/cu13/lib of any of"),
         "{status}"
+    );
+    // Neither PyTorch nor CuPy imports: the side by side runs ours alone
+    // (and fails here, with no summary binary), saying why it skipped them.
+    let log = std::fs::read_to_string(out.join("side-by-side.log")).unwrap_or_default();
+    assert!(
+        log.contains("side-by-side: torch: SKIPPED (no Python of"),
+        "{log}"
+    );
+    assert!(
+        log.contains("side-by-side: cupy: SKIPPED (no Python of"),
+        "{log}"
     );
     // With only a CPU Vulkan device, the Vulkan steps are skipped with the
     // reason, and conformance leaves out its vulkan trials.
@@ -171,4 +216,53 @@ fn vulkan_steps_run_with_a_vulkan_gpu() {
     assert!(status.contains("peers: FAIL"), "{status}");
     let log = std::fs::read_to_string(out.join("conformance.log")).unwrap_or_default();
     assert!(!log.contains("--skip"), "{log}");
+}
+
+/// Whether this machine has an NVIDIA GPU, as the script would find it.
+fn has_nvidia_gpu() -> bool {
+    let smi = Command::new("nvidia-smi").arg("-L").output();
+    let listed = smi.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("GPU "));
+    let ldconfig = Command::new("sh")
+        .args(["-c", "ldconfig -p 2>/dev/null | grep -q 'libcuda\\.so\\.1'"])
+        .status();
+    listed || ldconfig.is_ok_and(|s| s.success())
+}
+
+#[test]
+fn without_an_nvidia_gpu_the_run_refuses_and_lists_its_steps() {
+    if has_nvidia_gpu() {
+        println!("skipped: this machine has an NVIDIA GPU");
+        return;
+    }
+    let bundle = bundle("no-gpu", "2.0");
+    let out = bundle.join("out");
+    let (output, status) = run_here(&bundle, &out, &[]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    println!("{stdout}");
+    assert_eq!(output.status.code(), Some(3), "{stdout}");
+    assert!(
+        status.starts_with("refused: no NVIDIA GPU here"),
+        "{status}"
+    );
+    // Every step, in order, with its limit; nothing ran.
+    let mut at = 0;
+    for step in [
+        "conformance: at most 170s",
+        "side-by-side: at most 150s",
+        "cuda-unit: at most",
+        "cuda-device: at most",
+        "decode-cuda: at most",
+        "generate-cuda: at most",
+        "decode-vulkan: at most",
+        "peers: at most",
+        "dependencies: at most",
+        "summary: at most 200s",
+    ] {
+        let found = status[at..].find(step);
+        assert!(found.is_some(), "{step} missing after byte {at}: {status}");
+        at += found.unwrap_or(0);
+    }
+    assert!(!out.join("conformance.log").exists());
+    // The peer script's one line, from the repository's copy.
+    assert!(status.contains("the peer script here: "), "{status}");
 }
