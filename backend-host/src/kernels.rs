@@ -93,6 +93,28 @@ impl Kernel {
         })
     }
 
+    /// A foreign operation named `name` over buffers of `accesses`: `op`
+    /// runs on the stream's worker in stream order, eagerly and at every
+    /// replay, with the declared buffers' bytes (the views of a launch of
+    /// one workgroup), as a CPU library's work would (a GEMM from a crate,
+    /// say). Safe: `op` reaches only the views it is given. An `Err` or a
+    /// panic is the operation's fault, reported by the next fence like a
+    /// kernel's. [`Client::foreign`](capture_core::Client::foreign) issues
+    /// it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Compile`] for more buffers than a launch may bind.
+    pub fn foreign(
+        name: &str,
+        accesses: &[capture_core::Access],
+        op: impl Fn(&mut [View<'_>]) -> Result<(), String> + Send + Sync + 'static,
+    ) -> Result<Self, Error> {
+        Self::new(Signature::foreign(name, accesses), move |_, views| {
+            op(views)
+        })
+    }
+
     /// What the kernel takes.
     #[inline]
     pub fn signature(&self) -> &Signature {

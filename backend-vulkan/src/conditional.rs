@@ -65,9 +65,12 @@ fn signature() -> Signature {
 
 /// The predicate kernel for `device`, bounds-checked like any WGSL kernel.
 pub(crate) fn predicate_kernel(device: &Arc<Device>) -> Result<Arc<KernelObjects>, DriverError> {
-    Kernel::from_wgsl_checked(device, PREDICATE, "predicate", signature())
-        .map(|kernel| kernel.objects)
-        .map_err(|e| error("conditional", format!("the predicate kernel: {e}")))
+    let kernel = Kernel::from_wgsl_checked(device, PREDICATE, "predicate", signature())
+        .map_err(|e| error("conditional", format!("the predicate kernel: {e}")))?;
+    kernel
+        .pipeline()
+        .cloned()
+        .ok_or_else(|| error("conditional", "the predicate kernel has no pipeline"))
 }
 
 /// A conditional node's predicates: two words per run, and the set the

@@ -16,6 +16,7 @@ use capture_core::{Builtin, DriverError, Error, KeepAlive, Signature};
 
 use crate::device::Device;
 use crate::error::{BACKEND, error, vk_error};
+use crate::foreign::{Foreign, ForeignCommands};
 use crate::shader::{self, Bounds};
 
 const FILL: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fill.spv"));
@@ -87,8 +88,16 @@ impl std::fmt::Debug for KernelObjects {
 /// signature's.
 #[derive(Clone)]
 pub struct Kernel {
-    pub(crate) objects: Arc<KernelObjects>,
+    pub(crate) code: Code,
     pub(crate) signature: Signature,
+}
+
+/// What a launch of a kernel records: a dispatch of its pipeline, or a
+/// foreign operation's own commands.
+#[derive(Clone, Debug)]
+pub(crate) enum Code {
+    Pipeline(Arc<KernelObjects>),
+    Foreign(Arc<Foreign>),
 }
 
 impl std::fmt::Debug for Kernel {
@@ -154,7 +163,7 @@ impl Kernel {
             .map_err(|log| compile_error(&signature, log))?;
         let objects = build(device, words, entry, &signature)?;
         Ok(Kernel {
-            objects: Arc::new(objects),
+            code: Code::Pipeline(Arc::new(objects)),
             signature,
         })
     }
@@ -278,7 +287,53 @@ impl Kernel {
             .map_err(|log| compile_error(&signature, format!("naga's own output: {log}")))?;
         let objects = build(device, &words, entry, &signature)?;
         Ok(Kernel {
-            objects: Arc::new(objects),
+            code: Code::Pipeline(Arc::new(objects)),
+            signature,
+        })
+    }
+
+    /// A foreign operation named `name` over buffers of `accesses`: the
+    /// caller's own commands (its pipelines from raw handles,
+    /// `vkCmdFillBuffer`, `vkCmdCopyBuffer`, `vkCmdUpdateBuffer`), recorded
+    /// by `op` where a launch of ours would be: into the stream's eager
+    /// batch, or into a graph's secondary command buffer when the graph is
+    /// made (so inside a window, an `Err` or panic of `op` refuses the
+    /// instantiate, and claims what the window wrote). `op` is handed the
+    /// command buffer and each declared buffer's `VkBuffer` range.
+    /// [`Client::foreign`](capture_core::Client::foreign) issues it.
+    ///
+    /// The library places the barriers before and after from the declared
+    /// accesses, as for a dispatch (compute and transfer stages), and binds
+    /// its own pipeline, descriptor set and push constants again for the
+    /// launch after. A foreign operation inside a conditional body is
+    /// refused: conditional rendering predicates dispatches, not the
+    /// transfer commands `op` may record.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Compile`] for more buffers than a launch may bind.
+    ///
+    /// # Safety
+    ///
+    /// Every time it is called, `op` records only into the command buffer
+    /// it is given, outside any render pass, and only commands of the
+    /// compute and transfer stages that read and write nothing but the
+    /// declared ranges as declared (nothing written that was declared
+    /// read); it submits, waits on and allocates nothing, and records no
+    /// barrier, event or query that outlives it. Every object its commands
+    /// name (pipelines, layouts, descriptor sets) stays alive until the
+    /// work recorded with it has completed: as long as the kernel, and any
+    /// graph made from a window holding it, lives.
+    pub unsafe fn foreign(
+        device: &Arc<Device>,
+        name: &str,
+        accesses: &[capture_core::Access],
+        op: impl Fn(&ForeignCommands<'_>) -> Result<(), String> + Send + Sync + 'static,
+    ) -> Result<Kernel, Error> {
+        let signature = Signature::foreign(name, accesses);
+        check_limits(device, &signature)?;
+        Ok(Kernel {
+            code: Code::Foreign(Arc::new(Foreign::new(device, op))),
             signature,
         })
     }
@@ -287,6 +342,14 @@ impl Kernel {
     #[inline]
     pub fn signature(&self) -> &Signature {
         &self.signature
+    }
+
+    /// Its pipeline's objects; `None` for a foreign operation.
+    pub(crate) fn pipeline(&self) -> Option<&Arc<KernelObjects>> {
+        match &self.code {
+            Code::Pipeline(objects) => Some(objects),
+            Code::Foreign(_) => None,
+        }
     }
 }
 

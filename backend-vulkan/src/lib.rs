@@ -31,6 +31,7 @@ mod conditional;
 mod descriptors;
 mod device;
 mod error;
+mod foreign;
 mod graph;
 mod instance;
 mod kernels;
@@ -55,6 +56,7 @@ use capture_core::{
 /// [`DevicePage::from_raw`] and [`Kernel::from_raw`] take.
 pub use ash;
 pub use device::{DEVICE_ENV, Device, NO_CONDITIONAL_RENDERING_ENV};
+pub use foreign::{ForeignBuffer, ForeignCommands};
 pub use graph::Executable;
 pub use instance::{SYNC_VALIDATION_ENV, VALIDATION_ENV};
 pub use kernels::Kernel;
@@ -65,6 +67,7 @@ pub use stream::{Event, Signal, Stream};
 pub use validation::ValidationCounts;
 
 use crate::error::error;
+use crate::kernels::Code;
 use crate::memory::Buffer;
 use crate::recorder::{Bound, Copy, Dispatch, Recorder};
 
@@ -197,13 +200,20 @@ impl Driver for Vulkan {
             len: slice.len,
             access: capture_core::Access::Read,
         });
-        let dispatch = Dispatch {
-            kernel: &launch.kernel.objects,
-            groups: launch.groups,
-            bound: bindings.chain(info),
-            params: launch.params,
-        };
-        stream.record(|device, recorder| recorder.launch(device, dispatch))
+        match &launch.kernel.code {
+            Code::Pipeline(objects) => {
+                let dispatch = Dispatch {
+                    kernel: objects,
+                    groups: launch.groups,
+                    bound: bindings.chain(info),
+                    params: launch.params,
+                };
+                stream.record(|device, recorder| recorder.launch(device, dispatch))
+            }
+            Code::Foreign(op) => {
+                stream.record(|device, recorder| recorder.foreign(device, op, bindings))
+            }
+        }
     }
 
     /// Names the value the pending eager batch will signal, submitting

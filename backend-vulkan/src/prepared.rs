@@ -17,6 +17,7 @@
 //!   level may overlap.
 
 use std::ops::Range as Indices;
+use std::sync::Arc;
 
 use ash::vk;
 use capture_core::{Access, Dependencies, DriverError, Order};
@@ -24,6 +25,7 @@ use capture_core::{Access, Dependencies, DriverError, Order};
 use crate::barriers::{Hazards, Range, device_barrier};
 use crate::conditional::{NO_PARENT, Predicates, barrier};
 use crate::error::error;
+use crate::foreign::{Foreign, ForeignBuffer};
 use crate::rendering::Rendering;
 
 /// One command, ready to encode.
@@ -47,6 +49,11 @@ pub(crate) enum Command<'a> {
         /// The host reads `dst` back afterwards.
         to_host: bool,
     },
+    /// A foreign operation's own commands, over its declared buffers.
+    Foreign {
+        op: &'a Arc<Foreign>,
+        buffers: &'a [ForeignBuffer],
+    },
 }
 
 /// Encodes `command` into `cmd`; `bound` is the pipeline bound last in
@@ -61,7 +68,7 @@ pub(crate) fn encode(
     cmd: vk::CommandBuffer,
     bound: &mut vk::Pipeline,
     command: &Command<'_>,
-) {
+) -> Result<(), DriverError> {
     match *command {
         Command::Dispatch {
             pipeline,
@@ -104,7 +111,15 @@ pub(crate) fn encode(
             // region lies inside both (the recorder checked it).
             unsafe { device.cmd_copy_buffer(cmd, src, dst, std::slice::from_ref(&region)) };
         }
+        Command::Foreign { op, buffers } => {
+            // Whatever it bound is not ours: the next dispatch binds its
+            // pipeline again (and, as every dispatch does, its set and push
+            // constants).
+            *bound = vk::Pipeline::null();
+            op.record(device, cmd, buffers)?;
+        }
     }
+    Ok(())
 }
 
 /// A kept command, its push bytes and ranges stored in the list's shared
@@ -123,6 +138,8 @@ enum Kind {
         region: vk::BufferCopy,
         to_host: bool,
     },
+    /// The foreign operation at this index of [`Prepared::foreign`].
+    Foreign(usize),
     /// A copy of no bytes: an operation the core numbers, with nothing to
     /// encode.
     Empty,
@@ -180,6 +197,9 @@ pub(crate) struct Prepared {
     accesses: Vec<(Range, Access)>,
     params: Vec<u8>,
     nodes: Vec<Node>,
+    /// The foreign operations, each with its declared buffers, kept alive
+    /// until the list is encoded.
+    foreign: Vec<(Arc<Foreign>, Vec<ForeignBuffer>)>,
 }
 
 impl Prepared {
@@ -219,6 +239,10 @@ impl Prepared {
                     to_host,
                 };
                 (kind, 0..0)
+            }
+            Command::Foreign { op, buffers } => {
+                self.foreign.push((Arc::clone(op), buffers.to_vec()));
+                (Kind::Foreign(self.foreign.len() - 1), 0..0)
             }
         };
         self.entries.push(Entry {
@@ -283,6 +307,12 @@ impl Prepared {
                 region,
                 to_host,
             },
+            Kind::Foreign(at) => {
+                let Some((op, buffers)) = self.foreign.get(at) else {
+                    return Err(error("instantiate", "a foreign operation outside its list"));
+                };
+                Command::Foreign { op, buffers }
+            }
             Kind::Empty | Kind::Conditional(_) => return Ok(None),
         };
         Ok(Some((command, accesses)))
@@ -393,7 +423,7 @@ impl Prepared {
                 continue;
             };
             barriers += usize::from(hazards.order(device, cmd, accesses));
-            encode(device, cmd, &mut bound, &command);
+            encode(device, cmd, &mut bound, &command)?;
         }
         Ok(barriers)
     }
@@ -428,7 +458,7 @@ impl Prepared {
                 barriers += 1;
             }
             encoded_level = Some(level);
-            encode(device, cmd, &mut bound, &command);
+            encode(device, cmd, &mut bound, &command)?;
         }
         Ok(barriers)
     }

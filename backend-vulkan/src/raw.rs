@@ -258,14 +258,14 @@ impl Kernel {
             return Err(Rejected::new(err, keep_alive));
         }
         Ok(Kernel {
-            objects: Arc::new(KernelObjects {
+            code: kernels::Code::Pipeline(Arc::new(KernelObjects {
                 device: Arc::clone(device),
                 pipeline,
                 layout,
                 set_layout,
                 descriptors: kernels::descriptor_count(&signature),
                 keep_alive: Some(KeepAlive::new(keep_alive)),
-            }),
+            })),
             signature,
         })
     }

@@ -24,6 +24,7 @@ use crate::conditional::{Predicates, words};
 use crate::descriptors::{DescriptorPools, SETS_PER_POOL};
 use crate::device::Device;
 use crate::error::{error, vk_error};
+use crate::foreign::{Foreign, ForeignBuffer};
 use crate::kernels::KernelObjects;
 use crate::memory::Buffer;
 use crate::prepared::{Command, Node, Prepared, Scope, encode};
@@ -308,12 +309,62 @@ impl Recorder {
         };
         // The recorder keeps the kernel's objects and owns the set's pool,
         // so they outlive the command buffer.
-        self.add(vk_device, &command);
+        self.add(vk_device, &command)?;
         for bound in launch.bound {
             self.keep(bound.buffer);
         }
         if !self.kernels.last().is_some_and(|k| Arc::ptr_eq(k, objects)) {
             self.kernels.push(Arc::clone(objects));
+        }
+        self.commands += 1;
+        Ok(())
+    }
+
+    /// Records foreign operation `op` over `bound`, its declared buffers.
+    pub(crate) fn foreign<'a>(
+        &mut self,
+        device: &Arc<Device>,
+        op: &Arc<Foreign>,
+        bound: impl Iterator<Item = Bound<'a>>,
+    ) -> Result<(), DriverError> {
+        const OP: &str = "foreign operation";
+        if !Arc::ptr_eq(&op.device, device) {
+            return Err(error(OP, "it was made for another device"));
+        }
+        if !self.open.is_empty() {
+            return Err(error(
+                OP,
+                "refused inside a conditional body: conditional rendering predicates \
+                 dispatches, not the transfer commands a foreign operation may record",
+            ));
+        }
+        self.scratch.clear();
+        let mut buffers = Vec::new();
+        let mut kept = Vec::new();
+        for Bound {
+            buffer,
+            offset,
+            len,
+            access,
+        } in bound
+        {
+            let range = range_in(buffer, offset, len, OP)?;
+            self.scratch.push((range, access));
+            buffers.push(ForeignBuffer {
+                buffer: buffer.buffer,
+                offset: range.start,
+                len,
+                access,
+            });
+            kept.push(buffer);
+        }
+        let command = Command::Foreign {
+            op,
+            buffers: &buffers,
+        };
+        self.add(&device.device, &command)?;
+        for buffer in kept {
+            self.keep(buffer);
         }
         self.commands += 1;
         Ok(())
@@ -356,7 +407,7 @@ impl Recorder {
             to_host,
         };
         // Both buffers are kept below, and both ranges were checked above.
-        self.add(&device.device, &command);
+        self.add(&device.device, &command)?;
         self.reads_back |= to_host;
         self.keep(src);
         self.keep(dst);
@@ -484,12 +535,15 @@ impl Recorder {
     /// Encodes `command`, touching the scratch ranges, after a barrier if
     /// it conflicts with earlier ones; or, in a capture window, keeps it for
     /// instantiation.
-    fn add(&mut self, device: &ash::Device, command: &Command<'_>) {
+    fn add(&mut self, device: &ash::Device, command: &Command<'_>) -> Result<(), DriverError> {
         match &mut self.prepared {
-            Some(prepared) => prepared.push(command, &self.scratch),
+            Some(prepared) => {
+                prepared.push(command, &self.scratch);
+                Ok(())
+            }
             None => {
                 self.hazards.order(device, self.cmd, &self.scratch);
-                encode(device, self.cmd, &mut self.bound, command);
+                encode(device, self.cmd, &mut self.bound, command)
             }
         }
     }

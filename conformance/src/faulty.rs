@@ -489,4 +489,14 @@ impl<D: UserKernels> UserKernels for Faulty<D> {
     ) -> Option<Result<Self::DevicePage, Error>> {
         D::foreign_page(&device.inner, bytes, keep_alive)
     }
+
+    const FOREIGN_FAILS_WHILE_RECORDING: bool = D::FOREIGN_FAILS_WHILE_RECORDING;
+    const FOREIGN_IN_BODIES: bool = D::FOREIGN_IN_BODIES;
+
+    fn foreign_op(
+        device: &Arc<Self::Device>,
+        work: &crate::workload::foreign::ForeignWork,
+    ) -> Option<Result<Self::Kernel, Error>> {
+        D::foreign_op(&device.inner, work)
+    }
 }

@@ -257,3 +257,26 @@ pub fn claim_by_refused_window<D: UserKernels>(
     drop(grow);
     Ok(())
 }
+
+/// What the suite's deliberate panics start with, so the hook can keep
+/// them quiet.
+pub const DELIBERATE: &str = "deliberate panic";
+
+/// Keep the suite's own deliberate panics off stderr; every other panic is
+/// reported as before.
+pub fn quiet_deliberate_panics() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let message = info
+                .payload()
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| info.payload().downcast_ref::<&str>().copied());
+            if !message.is_some_and(|m| m.starts_with(DELIBERATE)) {
+                previous(info);
+            }
+        }));
+    });
+}

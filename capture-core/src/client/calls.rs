@@ -386,6 +386,39 @@ impl<D: GraphDriver> Client<D> {
         })
     }
 
+    /// Enqueue `op`, a foreign operation (a kernel whose signature is
+    /// [`Signature::foreign`](crate::Signature::foreign): another library's
+    /// work, built by the backend's `unsafe` constructor), over `buffers` in
+    /// its declared order.
+    ///
+    /// The core treats it as a launch over the declared accesses,
+    /// everywhere a launch counts: hazards and dependency edges, pins while
+    /// a graph holds it, the written set and claims when it fails or its
+    /// window is doomed, ordering across streams, temporaries. What each
+    /// backend hands the operation, and where it may not go (Vulkan keeps it
+    /// out of conditional bodies), is on the backend's constructor.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BadLaunch`] when `op` is a kernel rather than a foreign
+    /// operation; otherwise as [`Client::launch`]: a buffer of another
+    /// client, the wrong number of buffers, or a written buffer declared
+    /// twice is refused before the driver sees it.
+    pub fn foreign(
+        &self,
+        stream: StreamId,
+        op: &Kernel<D>,
+        buffers: &[&Buffer],
+    ) -> Result<(), Error> {
+        if !op.signature().is_foreign() {
+            return Err(Error::BadLaunch(format!(
+                "{} is a kernel, not a foreign operation: launch it with Client::launch",
+                op.signature().name()
+            )));
+        }
+        self.launch(stream, op, [1, 1, 1], buffers, &[], &[])
+    }
+
     /// Refuse buffers of another client: see [`Client::buffer_ref`].
     fn check_clients(&self, buffers: &[&Buffer]) -> Result<(), Error> {
         match buffers.iter().find(|b| b.inner.client != self.shared.id) {

@@ -81,6 +81,9 @@ pub struct Signature {
     /// The sum of `params`, kept so that a launch's check adds nothing up.
     param_total: u32,
     workgroup: [u32; 3],
+    /// A foreign operation's: the caller's own commands over the bindings,
+    /// not a kernel of ours (see [`Signature::foreign`]).
+    foreign: bool,
 }
 
 /// A launch as its signature checks it: its grid, the device's largest,
@@ -101,6 +104,9 @@ impl fmt::Debug for Signature {
 
 impl fmt::Display for Signature {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.foreign {
+            write!(f, "foreign ")?;
+        }
         write!(f, "{}(", self.name)?;
         let mut first = true;
         for access in &self.bindings {
@@ -141,7 +147,24 @@ impl Signature {
             params: SmallVec::new(),
             param_total: 0,
             workgroup: [64, 1, 1],
+            foreign: false,
         }
+    }
+
+    /// A foreign operation named `name` over buffers of `accesses`, in
+    /// order: work of another library (a GEMM, a collective, a caller's own
+    /// commands) that the core treats as a launch over those accesses. It
+    /// has no grid, info or parameters; `Client::foreign` issues it.
+    pub fn foreign(name: impl Into<String>, accesses: &[Access]) -> Self {
+        let mut signature = Self::new(name).bindings(accesses).workgroup([1, 1, 1]);
+        signature.foreign = true;
+        signature
+    }
+
+    /// Whether this is a foreign operation's signature.
+    #[inline]
+    pub fn is_foreign(&self) -> bool {
+        self.foreign
     }
 
     /// Add a buffer binding, after the ones already declared.
@@ -255,6 +278,12 @@ impl Signature {
                 "{} binds {} buffers; a kernel may bind at most {MAX_BINDINGS}",
                 self.name,
                 self.bindings.len()
+            ));
+        }
+        if self.foreign && (self.info_bytes > 0 || !self.params.is_empty()) {
+            return Err(format!(
+                "{} is a foreign operation, which takes no info bytes or parameters",
+                self.name
             ));
         }
         if self.info_bytes > MAX_INFO_BYTES {

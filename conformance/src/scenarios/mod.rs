@@ -5,6 +5,7 @@ mod conditionals;
 mod decoder;
 mod dependencies;
 mod faults;
+mod foreign;
 mod graphs;
 mod imports;
 mod kernels;
@@ -115,6 +116,14 @@ suite![
     graphs::destroy_during_recording_is_deferred,
     graphs::claimed_input_refuses_replay,
     graphs::replay_refuses_an_accumulator_claimed_elsewhere,
+    foreign::foreign_copy_between_kernels_replays_like_eager,
+    foreign::foreign_writes_are_ordered_across_streams,
+    foreign::foreign_operations_take_their_place_in_the_dependency_graph,
+    foreign::foreign_operations_keep_their_buffers_in_a_graph,
+    foreign::foreign_refusals_claim_what_they_write,
+    foreign::foreign_bad_input_is_refused_and_loses_nothing,
+    foreign::foreign_code_that_fails_or_panics_is_reported,
+    foreign::foreign_operations_in_a_conditional_body,
     faults::rule_02_refused_begin_leaves_stream_as_found,
     faults::rule_05_refused_instantiate_closes_the_recording,
     faults::rule_09_refused_launch_in_window_claims_everything,

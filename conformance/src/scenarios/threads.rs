@@ -10,7 +10,10 @@ use graph_capture::{Builtin, Config, Error, Pass, Phase};
 use crate::ensure;
 use crate::session::Session;
 use crate::stress;
-use crate::support::{Fixture, N, NU, Outcome, Step, back_to, expect_all, in_use, refused, usable};
+use crate::support::{
+    DELIBERATE, Fixture, N, NU, Outcome, Step, back_to, expect_all, in_use,
+    quiet_deliberate_panics, refused, usable,
+};
 use crate::workload::UserKernels;
 use crate::workload::decode::{Decoder, Model, Shape};
 
@@ -310,28 +313,6 @@ pub fn every_refused_call_dooms_its_window<D: UserKernels>(session: &Session<D>)
     usable(&client, stream)
 }
 
-/// What the deliberate panics below say, so the hook can keep them quiet.
-const DELIBERATE: &str = "deliberate panic in a capture body";
-
-/// Keep the suite's own deliberate panics off stderr; every other panic is
-/// reported as before.
-fn quiet_deliberate_panics() {
-    static INSTALL: std::sync::Once = std::sync::Once::new();
-    INSTALL.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let message = info
-                .payload()
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| info.payload().downcast_ref::<&str>().copied());
-            if !message.is_some_and(|m| m.starts_with(DELIBERATE)) {
-                previous(info);
-            }
-        }));
-    });
-}
-
 /// A panic in either pass of a one-call capture leaves no graph behind and
 /// the pools where they were.
 pub fn a_panicking_capture_leaves_nothing<D: UserKernels>(session: &Session<D>) -> Outcome {
@@ -345,7 +326,7 @@ pub fn a_panicking_capture_leaves_nothing<D: UserKernels>(session: &Session<D>) 
             let _ = client.capture(stream, |pass| -> Result<(), Error> {
                 let tmp = fx.add_through_intermediate()?;
                 if pass == panicking {
-                    panic!("{DELIBERATE} ({pass:?})");
+                    panic!("{DELIBERATE} in a capture body ({pass:?})");
                 }
                 drop(tmp);
                 Ok(())

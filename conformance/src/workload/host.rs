@@ -5,12 +5,42 @@ use std::sync::Arc;
 use graph_capture::host::{Device, DevicePage, Group, Host, Kernel, View};
 use graph_capture::{Error, Signature};
 
+use super::foreign::ForeignWork;
 use super::transformer::host as transformer;
 use super::{UserKernel, UserKernels};
 
 type Body = fn(&Group<'_>, &mut [View<'_>]) -> Result<(), String>;
 
 impl UserKernels for Host {
+    const FOREIGN_FAILS_WHILE_RECORDING: bool = false;
+    const FOREIGN_IN_BODIES: bool = true;
+
+    /// The work itself, on the stream's worker, over the declared views.
+    fn foreign_op(_device: &Arc<Device>, work: &ForeignWork) -> Option<Result<Kernel, Error>> {
+        let work = work.clone();
+        let accesses = work.accesses();
+        Some(Kernel::foreign(work.name(), accesses, move |views| {
+            // What it only reads, copied, so that every buffer is a slice.
+            let mut reads = Vec::with_capacity(views.len());
+            for (view, access) in views.iter().zip(accesses) {
+                reads.push(if access.writes() {
+                    Vec::new()
+                } else {
+                    view.f32()?.to_vec()
+                });
+            }
+            let mut slices: Vec<&mut [f32]> = Vec::with_capacity(views.len());
+            for ((view, access), read) in views.iter_mut().zip(accesses).zip(&mut reads) {
+                slices.push(if access.writes() {
+                    view.f32_mut()?
+                } else {
+                    read.as_mut_slice()
+                });
+            }
+            work.apply(&mut slices)
+        }))
+    }
+
     fn foreign_page(
         device: &Arc<Device>,
         bytes: &[u8],

@@ -47,6 +47,7 @@
 mod cuda;
 pub mod decode;
 mod footprint;
+pub mod foreign;
 #[cfg(feature = "hip")]
 mod hip;
 mod host;
@@ -263,6 +264,22 @@ pub trait UserKernels: GraphDriver + Builtins {
         let _ = (device, bytes, keep_alive);
         None
     }
+
+    /// `work` as a foreign operation of this backend, for
+    /// `Client::foreign`; `None` where the backend has none yet.
+    fn foreign_op(
+        device: &Arc<Self::Device>,
+        work: &foreign::ForeignWork,
+    ) -> Option<Result<Self::Kernel, Error>>;
+
+    /// When a foreign operation's own failure (an `Err` or a panic) is
+    /// seen: while it is recorded (`true`: a refused call, or inside a
+    /// window a refused instantiate), or as a device fault at the next
+    /// fence, for a backend whose foreign operation is the work itself.
+    const FOREIGN_FAILS_WHILE_RECORDING: bool;
+
+    /// Whether a conditional body may hold a foreign operation.
+    const FOREIGN_IN_BODIES: bool;
 }
 
 /// The workload's kernels on one device, launched only with counts checked

@@ -9,6 +9,7 @@ use graph_capture::vulkan::ash::{self, vk};
 use graph_capture::vulkan::{Device, DevicePage, Kernel, Vulkan};
 use graph_capture::{Access, DriverError, Error, Signature};
 
+use super::foreign::{FOREIGN_FAILURE, ForeignWork};
 use super::{UserKernel, UserKernels};
 
 /// The WGSL source of the workload: a shared prelude, then one section per
@@ -131,6 +132,68 @@ fn foreign_buffer(
 }
 
 impl UserKernels for Vulkan {
+    const FOREIGN_FAILS_WHILE_RECORDING: bool = true;
+    const FOREIGN_IN_BODIES: bool = false;
+
+    /// Transfer commands of the caller's own, as a library that keeps its
+    /// own pipelines records them: `vkCmdCopyBuffer`, `vkCmdFillBuffer`,
+    /// `vkCmdUpdateBuffer`.
+    fn foreign_op(device: &Arc<Device>, work: &ForeignWork) -> Option<Result<Kernel, Error>> {
+        let work = work.clone();
+        let name = work.name();
+        let accesses = work.accesses();
+        let op = move |c: &graph_capture::vulkan::ForeignCommands<'_>| {
+            let (device, cmd) = (c.device, c.command_buffer);
+            match (&work, c.buffers) {
+                (ForeignWork::Copy, [src, dst]) => {
+                    let region = vk::BufferCopy::default()
+                        .src_offset(src.offset)
+                        .dst_offset(dst.offset)
+                        .size(src.len.min(dst.len) / 4 * 4);
+                    // SAFETY: both ranges are the declared ones, whose
+                    // buffers the library made with the transfer usages.
+                    unsafe { device.cmd_copy_buffer(cmd, src.buffer, dst.buffer, &[region]) };
+                }
+                (ForeignWork::Fill(value), [dst]) => {
+                    // SAFETY: the declared range, 4-aligned (a storage
+                    // binding's offset), its length rounded down to 4.
+                    unsafe {
+                        device.cmd_fill_buffer(
+                            cmd,
+                            dst.buffer,
+                            dst.offset,
+                            dst.len / 4 * 4,
+                            value.to_bits(),
+                        )
+                    };
+                }
+                (ForeignWork::Update(values), [dst]) => {
+                    let n = values.len().min((dst.len / 4) as usize);
+                    let bytes: Vec<u8> = values[..n].iter().flat_map(|v| v.to_le_bytes()).collect();
+                    // vkCmdUpdateBuffer takes at most 65,536 bytes at once.
+                    for (i, chunk) in bytes.chunks(65_536).enumerate() {
+                        let at = dst.offset + (i * 65_536) as u64;
+                        // SAFETY: inside the declared range, 4-aligned, a
+                        // multiple of 4 bytes and at most 65,536 of them.
+                        unsafe { device.cmd_update_buffer(cmd, dst.buffer, at, chunk) };
+                    }
+                }
+                (ForeignWork::Fail, _) => return Err(FOREIGN_FAILURE.to_string()),
+                (ForeignWork::Panic, _) => {
+                    panic!("{} in a foreign operation", crate::support::DELIBERATE)
+                }
+                (work, buffers) => {
+                    return Err(format!("{} given {} buffers", work.name(), buffers.len()));
+                }
+            }
+            Ok(())
+        };
+        // SAFETY: each command above touches only the declared ranges as
+        // declared, records into the command buffer it is given and names
+        // no object of its own.
+        Some(unsafe { Kernel::foreign(device, name, accesses, op) })
+    }
+
     /// A range inside a buffer the run makes itself with `ash`, starting
     /// past a guard of 256 bytes, handed over with its ownership.
     fn foreign_page(
