@@ -96,7 +96,15 @@ pub enum Work {
     /// A graph destroyed through the client: at once eagerly, in the
     /// recorded pass inside a window (deferred then until it closes).
     DestroyGraph(u8),
+    /// A foreign operation copying the first into the second, where the
+    /// backend has foreign operations: a `copy` to the bookkeeping.
+    ForeignCopy(Target, Target),
+    /// A foreign operation filling the target with [`FOREIGN_FILL`].
+    ForeignFill(Target),
 }
+
+/// The value [`Work::ForeignFill`] fills with.
+pub const FOREIGN_FILL: f32 = 3.0;
 
 /// A primitive whose next call an operation makes fail, where the model
 /// says what its failure leaves.
@@ -266,7 +274,7 @@ impl Work {
     pub fn read_target(&self) -> Option<Target> {
         match self {
             Work::Add(_, y) | Work::Axpy(y, ..) => Some(*y),
-            Work::Copy(x, _) => Some(*x),
+            Work::Copy(x, _) | Work::ForeignCopy(x, _) => Some(*x),
             _ => None,
         }
     }
@@ -296,6 +304,8 @@ impl Work {
             Work::DropBuffer(_) => "drop buffer in work",
             Work::DestroyGraph(_) => "destroy graph in work",
             Work::RefusedConditional => "refused conditional node",
+            Work::ForeignCopy(..) => "foreign copy",
+            Work::ForeignFill(_) => "foreign fill",
         }
     }
 
@@ -405,7 +415,9 @@ impl Draw {
         match roll {
             0..=13 => Work::Fill(self.body_target(depth), self.body_value(depth)),
             14..=27 => Work::Add(self.target(), self.target()),
-            28..=37 => Work::Copy(self.target(), self.target()),
+            28..=34 => Work::Copy(self.target(), self.target()),
+            35..=36 => Work::ForeignCopy(self.target(), self.target()),
+            37 => Work::ForeignFill(self.body_target(depth)),
             38..=45 => Work::Axpy(self.target(), self.target(), self.below(3) as f32 - 1.0),
             46..=53 => Work::Scale(self.target(), self.below(4) as f32 - 1.0, self.value()),
             54..=61 => Work::Countdown(self.index(), self.flag()),

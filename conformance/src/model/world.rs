@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use graph_capture::{
     Buffer, BufferId, Builtin, Client, Config, Driver, Error, GraphCache, GraphHandle, GraphId,
-    Pass, Ran, Served, StreamId,
+    Kernel, Pass, Ran, Served, StreamId,
 };
 
-use super::ops::{Cond, Fault, Op, Part, Style, Target, Work};
+use super::ops::{Cond, FOREIGN_FILL, Fault, Op, Part, Style, Target, Work};
 use crate::faulty::{FaultPlan, Faulty, Primitive};
 use crate::session::Session;
 use crate::support::in_use;
@@ -221,6 +221,8 @@ pub struct World<D: UserKernels> {
     doomed: std::cell::Cell<bool>,
     plan: Arc<FaultPlan>,
     kernels: Workload<Faulty<D>>,
+    /// The foreign copy and fill, where the backend has foreign operations.
+    foreign: Option<[Kernel<Faulty<D>>; 2]>,
     streams: Vec<LiveStream>,
     buffers: Vec<Live>,
     graphs: Vec<Graph<D>>,
@@ -329,6 +331,7 @@ impl<D: UserKernels> World<D> {
             ..Config::default()
         });
         let kernels = Workload::new(client.device()).map_err(|e| format!("kernels: {e}"))?;
+        let foreign = foreign_ops::<D>(&client)?;
         let other = session.client();
         let foreign_flag = other
             .create_stream()
@@ -340,6 +343,7 @@ impl<D: UserKernels> World<D> {
             doomed: std::cell::Cell::new(false),
             plan,
             kernels,
+            foreign,
             streams: Vec::new(),
             buffers: Vec::new(),
             graphs: Vec::new(),
@@ -1135,6 +1139,50 @@ impl<D: UserKernels> World<D> {
                     got
                 }
             }
+            Work::ForeignCopy(x, y) => {
+                let (Some([copy, _]), Some(bx), Some(by)) =
+                    (&self.foreign, self.bind(*x, on), self.bind(*y, on))
+                else {
+                    return Ok(Ok(()));
+                };
+                let n = bx.range().len().min(by.range().len());
+                if !self.known(bx, n) {
+                    return Ok(Ok(()));
+                }
+                let (hx, hy) = (
+                    self.handle(bx).map_err(|e| e.to_string())?,
+                    self.handle(by).map_err(|e| e.to_string())?,
+                );
+                if by.overlaps(bx) {
+                    let got = c.foreign(stream, copy, &[&hx, &hy]);
+                    check("an aliased foreign copy", Expect::Refused, &got)?;
+                    got
+                } else {
+                    let refused = mode == Mode::Record && depth > 0 && !D::FOREIGN_IN_BODIES;
+                    let got =
+                        self.launch_or_refused(stream, mode, &[bx.id], &[by], refused, &|| {
+                            c.foreign(stream, copy, &[&hx, &hy])
+                        })?;
+                    if got.is_ok() {
+                        self.effect(mode, Resolved::Copy(bx, by), recorded);
+                    }
+                    got
+                }
+            }
+            Work::ForeignFill(t) => {
+                let (Some([_, fill]), Some(b)) = (&self.foreign, self.bind(*t, on)) else {
+                    return Ok(Ok(()));
+                };
+                let h = self.handle(b).map_err(|e| e.to_string())?;
+                let refused = mode == Mode::Record && depth > 0 && !D::FOREIGN_IN_BODIES;
+                let got = self.launch_or_refused(stream, mode, &[], &[b], refused, &|| {
+                    c.foreign(stream, fill, &[&h])
+                })?;
+                if got.is_ok() {
+                    self.effect(mode, Resolved::Fill(b, FOREIGN_FILL), recorded);
+                }
+                got
+            }
             Work::Scale(t, a, b) => {
                 let Some((bx, h, n)) = self.known_target(*t, on)? else {
                     return Ok(Ok(()));
@@ -1417,6 +1465,21 @@ impl<D: UserKernels> World<D> {
         writes: &[Bind],
         call: &dyn Fn() -> Result<(), Error>,
     ) -> Result<Result<(), Error>, Disagreement> {
+        self.launch_or_refused(stream, mode, reads, writes, false, call)
+    }
+
+    /// [`World::launch`] of one the backend itself refuses when `refused`
+    /// (a foreign operation in a body it cannot hold): it fails like a
+    /// launch the driver refused, unless a claim or a fault comes first.
+    fn launch_or_refused(
+        &self,
+        stream: StreamId,
+        mode: Mode,
+        reads: &[BufferId],
+        writes: &[Bind],
+        refused: bool,
+        call: &dyn Fn() -> Result<(), Error>,
+    ) -> Result<Result<(), Error>, Disagreement> {
         let expect = {
             let mut model = self.model.borrow_mut();
             let claimed = reads
@@ -1426,6 +1489,8 @@ impl<D: UserKernels> World<D> {
                 Expect::Claimed
             } else if model.launch_fault {
                 model.launch_fault = false;
+                Expect::Failed
+            } else if refused {
                 Expect::Failed
             } else {
                 Expect::Ok
@@ -2525,4 +2590,21 @@ impl<D: UserKernels> World<D> {
         }
         Ok(())
     }
+}
+
+/// The model's foreign copy and fill on `client`'s device, or `None`
+/// where the backend has no foreign operations.
+fn foreign_ops<D: UserKernels>(
+    client: &Client<Faulty<D>>,
+) -> Result<Option<[Kernel<Faulty<D>>; 2]>, Disagreement> {
+    use crate::workload::foreign::ForeignWork;
+    let device = client.device();
+    let (Some(copy), Some(fill)) = (
+        Faulty::<D>::foreign_op(device, &ForeignWork::Copy),
+        Faulty::<D>::foreign_op(device, &ForeignWork::Fill(FOREIGN_FILL)),
+    ) else {
+        return Ok(None);
+    };
+    let built = |k: Result<_, Error>| k.map(Kernel::new).map_err(|e| format!("foreign: {e}"));
+    Ok(Some([built(copy)?, built(fill)?]))
 }
