@@ -14,6 +14,8 @@
 //! - [`dependencies`]: a graph runs at the same time what no hazard orders.
 //! - [`views`]: buffers over part of one allocation.
 //! - [`conditionals`]: ifs and loops inside a graph, decided on the device.
+//! - [`foreign`]: other libraries' work inside a graph, with the same
+//!   bookkeeping.
 //! - [`decode`]: the decode example.
 //! - [`generate`]: the generate example, a transformer replayed token by
 //!   token.
@@ -52,6 +54,9 @@ pub mod views {}
 
 #[doc = include_str!("../docs/conditionals.md")]
 pub mod conditionals {}
+
+#[doc = include_str!("../docs/foreign.md")]
+pub mod foreign {}
 
 #[doc = include_str!("../docs/decode.md")]
 pub mod decode {}
