@@ -19,7 +19,7 @@ use backend_vulkan::{
     Device, DevicePage, Kernel, RawDevice, SYNC_VALIDATION_ENV, Vulkan, validation_counts,
 };
 use capture_core::{Builtin, Client, Config, Error, Params, Rejected, Signature};
-use common::{scale_signature, scale_spirv};
+use common::{scale_pipeline, scale_signature};
 
 const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
 
@@ -254,47 +254,7 @@ impl Own {
 
     /// The caller's compute pipeline of SCALE, with its layouts.
     fn pipeline(&self) -> (vk::Pipeline, vk::PipelineLayout, vk::DescriptorSetLayout) {
-        let bindings = [vk::DescriptorSetLayoutBinding::default()
-            .binding(0)
-            .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-            .descriptor_count(1)
-            .stage_flags(vk::ShaderStageFlags::COMPUTE)];
-        let set_info = vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings);
-        // SAFETY: a valid create info.
-        let set_layout =
-            unsafe { self.device.create_descriptor_set_layout(&set_info, None) }.expect("set");
-        let set_layouts = [set_layout];
-        let ranges = [vk::PushConstantRange::default()
-            .stage_flags(vk::ShaderStageFlags::COMPUTE)
-            .size(12)];
-        let layout_info = vk::PipelineLayoutCreateInfo::default()
-            .set_layouts(&set_layouts)
-            .push_constant_ranges(&ranges);
-        // SAFETY: as above.
-        let layout =
-            unsafe { self.device.create_pipeline_layout(&layout_info, None) }.expect("layout");
-        let words = scale_spirv();
-        let module_info = vk::ShaderModuleCreateInfo::default().code(&words);
-        // SAFETY: SPIR-V naga wrote and validated.
-        let module =
-            unsafe { self.device.create_shader_module(&module_info, None) }.expect("module");
-        let stage = vk::PipelineShaderStageCreateInfo::default()
-            .stage(vk::ShaderStageFlags::COMPUTE)
-            .module(module)
-            .name(c"scale");
-        let info = vk::ComputePipelineCreateInfo::default()
-            .stage(stage)
-            .layout(layout);
-        // SAFETY: the module's interface is the layout's.
-        let pipeline = unsafe {
-            self.device
-                .create_compute_pipelines(vk::PipelineCache::null(), &[info], None)
-        }
-        .map_err(|(_, e)| e)
-        .expect("a pipeline")[0];
-        // SAFETY: the pipeline is made.
-        unsafe { self.device.destroy_shader_module(module, None) };
-        (pipeline, layout, set_layout)
+        scale_pipeline(&self.device)
     }
 
     /// Fills `len` bytes of `buffer` at `offset` with `value` by a command
