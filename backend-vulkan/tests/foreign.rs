@@ -166,7 +166,7 @@ fn the_callers_pipeline_and_transfer_commands_replay_a_hundred_times() {
         };
         Ok(())
     };
-    // SAFETY (each): the commands touch only the declared ranges as
+    // SAFETY: each operation's commands touch only the declared ranges as
     // declared, and record into the command buffer they are given; the
     // caller's objects live as long as the kernels.
     let kernels = unsafe {
