@@ -319,8 +319,9 @@ impl Kernel {
     /// it is given, outside any render pass, and only commands of the
     /// compute and transfer stages that read and write nothing but the
     /// declared ranges as declared (nothing written that was declared
-    /// read); it submits, waits on and allocates nothing, and records no
-    /// barrier, event or query that outlives it. Every object its commands
+    /// read); it submits and waits on nothing, allocates only from its
+    /// own pools (a descriptor set, say), and records no barrier, event or
+    /// query that outlives it. Every object its commands
     /// name (pipelines, layouts, descriptor sets) stays alive until the
     /// work recorded with it has completed: as long as the kernel, and any
     /// graph made from a window holding it, lives.
