@@ -206,7 +206,10 @@ fn the_callers_pipeline_and_transfer_commands_replay_a_hundred_times() {
     let counts = validation_counts(&device);
     assert_eq!(counts.errors, 0, "validation errors: {counts:?}");
     if std::env::var(backend_vulkan::SYNC_VALIDATION_ENV).is_ok_and(|v| v == "1") {
-        assert!(counts.sync, "synchronization validation was asked for: {counts:?}");
+        assert!(
+            counts.sync,
+            "synchronization validation was asked for: {counts:?}"
+        );
     }
     drop((scale, fill, copy, update, client));
     assert_eq!(

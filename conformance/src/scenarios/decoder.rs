@@ -131,6 +131,60 @@ pub fn transformer_replayed_tokens_match_the_reference<D: UserKernels>(
     usable(&client, stream)
 }
 
+/// With every matmul a foreign operation (another library's GEMM: a CPU
+/// GEMM on the host), eager steps and replayed ones both generate the
+/// reference's tokens, the foreign nodes in the graph with the kernels.
+pub fn transformer_with_foreign_matmuls_matches_the_reference<D: UserKernels>(
+    session: &Session<D>,
+) -> Outcome {
+    let client = session.client();
+    let stream = client.create_stream().step("stream")?;
+    let weights = Weights::new(Config::SMALL);
+    let model = match Transformer::with_foreign_matmuls(&client, stream, &weights, 8) {
+        Ok(model) => model,
+        // A backend without a foreign GEMM says so, and has nothing to prove.
+        Err(Error::BadLaunch(why)) if why.contains("no foreign GEMM") => return Ok(()),
+        Err(err) => return Err(format!("the model: {err}")),
+    };
+    // A full batch and a partial one, each its own shapes of GEMM.
+    for batch in [8, 3] {
+        let starts = starts(batch, &weights.config);
+        model.reset(&starts).step("reset")?;
+        for _ in 0..STEPS {
+            model.step(batch).step("eager step")?;
+        }
+        judge(
+            &weights,
+            &model,
+            &starts,
+            STEPS,
+            &format!("eager batch {batch}"),
+        )?;
+        model.reset(&starts).step("reset")?;
+        let (graph, ()) = client
+            .capture(stream, |_| model.step(batch))
+            .step("capture")?;
+        for _ in 1..STEPS {
+            graph.replay().step("replay")?;
+        }
+        let info = client.graph_info(&graph).step("graph info")?;
+        ensure!(
+            info.launches == Config::SMALL.launches() as usize,
+            "the graph holds {} operations, a step is {}",
+            info.launches,
+            Config::SMALL.launches()
+        );
+        judge(
+            &weights,
+            &model,
+            &starts,
+            STEPS,
+            &format!("replayed batch {batch}"),
+        )?;
+    }
+    usable(&client, stream)
+}
+
 /// Eight sequences with budgets of 16, 32, 48 and 64 tokens: each step runs
 /// the graph of the smallest batch holding the live ones, so the run passes
 /// through the graphs for 8, 4, 2 and 1, and every sequence still generates

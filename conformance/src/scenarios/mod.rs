@@ -75,6 +75,7 @@ suite![
     kernels::rule_19_a_graph_keeps_its_kernels,
     decoder::transformer_eager_tokens_match_the_reference,
     decoder::transformer_replayed_tokens_match_the_reference,
+    decoder::transformer_with_foreign_matmuls_matches_the_reference,
     decoder::transformer_graphs_follow_the_live_sequences,
     decoder::transformer_generation_in_one_replay_matches_the_reference,
     updates::rule_18_recapture_in_place_gives_the_new_results,

@@ -18,6 +18,17 @@ pub enum ForeignWork {
     Fail,
     /// Panics instead of any work: `[dst (write)]`.
     Panic,
+    /// `y[b] = w x[b]` for a `rows x cols` row-major `w` and each of `batch`
+    /// vectors, through a CPU GEMM (ndarray's, matrixmultiply underneath):
+    /// `[w (read), x (read), y (write)]`.
+    MatMul {
+        /// Rows of `w`, elements of each `y[b]`.
+        rows: u32,
+        /// Columns of `w`, elements of each `x[b]`.
+        cols: u32,
+        /// Vectors.
+        batch: u32,
+    },
 }
 
 /// What [`ForeignWork::Fail`] says.
@@ -32,6 +43,7 @@ impl ForeignWork {
             ForeignWork::Update(_) => "foreign_update",
             ForeignWork::Fail => "foreign_fail",
             ForeignWork::Panic => "foreign_panic",
+            ForeignWork::MatMul { .. } => "foreign_matmul",
         }
     }
 
@@ -39,6 +51,7 @@ impl ForeignWork {
     pub fn accesses(&self) -> &'static [Access] {
         match self {
             ForeignWork::Copy => &[Access::Read, Access::Write],
+            ForeignWork::MatMul { .. } => &[Access::Read, Access::Read, Access::Write],
             _ => &[Access::Write],
         }
     }
@@ -60,6 +73,9 @@ impl ForeignWork {
                 dst[..n].copy_from_slice(&values[..n]);
                 Ok(())
             }
+            (&ForeignWork::MatMul { rows, cols, batch }, [w, x, y]) => {
+                matmul([rows, cols, batch].map(|n| n as usize), w, x, y)
+            }
             (ForeignWork::Fail, _) => Err(FOREIGN_FAILURE.into()),
             (ForeignWork::Panic, _) => {
                 panic!("{} in a foreign operation", crate::support::DELIBERATE)
@@ -72,4 +88,35 @@ impl ForeignWork {
             )),
         }
     }
+}
+
+/// `y = x wᵀ` for `w` of `rows x cols`, `x` of `batch x cols`, `y` of
+/// `batch x rows`, all row-major, through ndarray's GEMM.
+fn matmul(
+    [rows, cols, batch]: [usize; 3],
+    w: &[f32],
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<(), String> {
+    use ndarray::{ArrayView2, ArrayViewMut2};
+    let part = |len: usize, n: usize, what: &str| {
+        if n <= len {
+            Ok(n)
+        } else {
+            Err(format!(
+                "foreign_matmul needs {n} elements of {what}, it holds {len}"
+            ))
+        }
+    };
+    let (nw, nx, ny) = (
+        part(w.len(), rows * cols, "w")?,
+        part(x.len(), batch * cols, "x")?,
+        part(y.len(), batch * rows, "y")?,
+    );
+    let shape = |e: ndarray::ShapeError| e.to_string();
+    let w = ArrayView2::from_shape((rows, cols), &w[..nw]).map_err(shape)?;
+    let x = ArrayView2::from_shape((batch, cols), &x[..nx]).map_err(shape)?;
+    let mut y = ArrayViewMut2::from_shape((batch, rows), &mut y[..ny]).map_err(shape)?;
+    ndarray::linalg::general_mat_mul(1.0, &x, &w.t(), 0.0, &mut y);
+    Ok(())
 }

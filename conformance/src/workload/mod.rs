@@ -266,7 +266,8 @@ pub trait UserKernels: GraphDriver + Builtins {
     }
 
     /// `work` as a foreign operation of this backend, for
-    /// `Client::foreign`; `None` where the backend has none yet.
+    /// `Client::foreign`; `None` where the backend has none yet, or cannot
+    /// express this one (a GEMM on Vulkan).
     fn foreign_op(
         device: &Arc<Self::Device>,
         work: &foreign::ForeignWork,

@@ -139,6 +139,10 @@ impl UserKernels for Vulkan {
     /// own pipelines records them: `vkCmdCopyBuffer`, `vkCmdFillBuffer`,
     /// `vkCmdUpdateBuffer`.
     fn foreign_op(device: &Arc<Device>, work: &ForeignWork) -> Option<Result<Kernel, Error>> {
+        if matches!(work, ForeignWork::MatMul { .. }) {
+            // A GEMM would be a pipeline of the caller's own: not here.
+            return None;
+        }
         let work = work.clone();
         let name = work.name();
         let accesses = work.accesses();

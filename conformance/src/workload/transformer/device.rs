@@ -138,12 +138,39 @@ impl<D: UserKernels> Transformer<D> {
         weights: &Weights,
         max_batch: u32,
     ) -> Result<Self, Error> {
+        Self::with_kernels(
+            client,
+            stream,
+            weights,
+            max_batch,
+            Kernels::new(client.device())?,
+        )
+    }
+
+    /// The same, with every matmul a foreign operation (see
+    /// [`Kernels::with_foreign_matmuls`]).
+    pub fn with_foreign_matmuls(
+        client: &Client<D>,
+        stream: StreamId,
+        weights: &Weights,
+        max_batch: u32,
+    ) -> Result<Self, Error> {
+        let kernels = Kernels::with_foreign_matmuls(client.device())?;
+        Self::with_kernels(client, stream, weights, max_batch, kernels)
+    }
+
+    fn with_kernels(
+        client: &Client<D>,
+        stream: StreamId,
+        weights: &Weights,
+        max_batch: u32,
+        kernels: Kernels<D>,
+    ) -> Result<Self, Error> {
         let c = weights.config;
         c.validate().map_err(Error::BadLaunch)?;
         if max_batch == 0 {
             return Err(Error::BadLaunch("a batch of no sequences".into()));
         }
-        let kernels = Kernels::new(client.device())?;
         let f32s = |values: &[f32]| client.create_f32(stream, values);
         // State and scratch are written before they are read: by `reset`,
         // or earlier in the step.

@@ -1,10 +1,12 @@
 //! The transformer's kernels on one device, launched only with counts
 //! checked against the buffers they bind.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use graph_capture::{Buffer, Client, Error, Kernel, Params, StreamId};
 
+use crate::workload::foreign::ForeignWork;
 use crate::workload::{UserKernel, UserKernels, grid};
 
 /// The kernels this module launches, in the order [`Kernels`] holds them.
@@ -28,6 +30,15 @@ const USED: [UserKernel; 13] = [
 /// them.
 pub struct Kernels<D: UserKernels> {
     kernels: Vec<Kernel<D>>,
+    /// Where the matmuls are foreign operations (another library's GEMM),
+    /// the device and one operation per shape, made at first use.
+    foreign: Option<Foreign<D>>,
+}
+
+/// The foreign matmuls of one device, by `(rows, cols, batch)`.
+struct Foreign<D: UserKernels> {
+    device: Arc<D::Device>,
+    matmuls: Mutex<HashMap<(u32, u32, u32), Kernel<D>>>,
 }
 
 fn elements(buffer: &Buffer) -> u64 {
@@ -101,7 +112,57 @@ impl<D: UserKernels> Kernels<D> {
                 unsafe { D::user_kernel(device, which) }.map(Kernel::new)
             })
             .collect::<Result<Vec<_>, Error>>()?;
-        Ok(Self { kernels })
+        Ok(Self {
+            kernels,
+            foreign: None,
+        })
+    }
+
+    /// The same, but with every matmul a foreign operation: the backend's
+    /// GEMM from another library (a CPU GEMM on the host), refused where
+    /// the backend has none.
+    pub fn with_foreign_matmuls(device: &Arc<D::Device>) -> Result<Self, Error> {
+        let probe = ForeignWork::MatMul {
+            rows: 1,
+            cols: 1,
+            batch: 1,
+        };
+        if D::foreign_op(device, &probe).is_none() {
+            return Err(Error::BadLaunch(format!("{} has no foreign GEMM", D::NAME)));
+        }
+        let mut me = Self::new(device)?;
+        me.foreign = Some(Foreign {
+            device: Arc::clone(device),
+            matmuls: Mutex::new(HashMap::new()),
+        });
+        Ok(me)
+    }
+
+    /// Whether the matmuls are foreign operations.
+    pub fn foreign_matmuls(&self) -> bool {
+        self.foreign.is_some()
+    }
+
+    /// The foreign matmul of one shape, made at its first use.
+    fn foreign_matmul(
+        &self,
+        foreign: &Foreign<D>,
+        shape: (u32, u32, u32),
+    ) -> Result<Kernel<D>, Error> {
+        let mut made = foreign
+            .matmuls
+            .lock()
+            .map_err(|_| Error::BadLaunch("the foreign matmuls' lock is poisoned".into()))?;
+        if let Some(kernel) = made.get(&shape) {
+            return Ok(kernel.clone());
+        }
+        let (rows, cols, batch) = shape;
+        let work = ForeignWork::MatMul { rows, cols, batch };
+        let kernel = D::foreign_op(&foreign.device, &work)
+            .ok_or_else(|| Error::BadLaunch(format!("{} has no foreign GEMM", D::NAME)))?
+            .map(Kernel::new)?;
+        made.insert(shape, kernel.clone());
+        Ok(kernel)
     }
 
     fn get(&self, which: UserKernel) -> &Kernel<D> {
@@ -185,6 +246,10 @@ impl<D: UserKernels> Kernels<D> {
         fits(k, "w", product(&[rows, cols]), w)?;
         fits(k, "x", product(&[batch, cols]), x)?;
         fits(k, "y", product(&[batch, rows]), y)?;
+        if let Some(foreign) = &self.foreign {
+            let op = self.foreign_matmul(foreign, (rows, cols, batch))?;
+            return client.foreign(stream, &op, &[w, x, y]);
+        }
         let params = Params::new().u32(rows).u32(cols).u32(batch);
         let groups = span(k, product(&[batch, rows]))?;
         client.launch(
