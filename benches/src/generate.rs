@@ -103,3 +103,34 @@ pub fn measure<D: UserKernels>() -> Result<Figures, Error> {
         whole,
     })
 }
+
+/// The largest batch's steps with every matmul a foreign operation (the
+/// backend's GEMM from another library: a CPU GEMM on the host), eagerly
+/// and replayed from one graph, the tokens checked equal; `None` where the
+/// backend has no foreign GEMM.
+pub fn foreign_matmuls<D: UserKernels>() -> Result<Option<Rate>, Error> {
+    let client = Client::<D>::open()?;
+    let stream = client.create_stream()?;
+    let weights = Weights::new(Config::FULL);
+    let batch = BATCHES[BATCHES.len() - 1];
+    let model = match Transformer::with_foreign_matmuls(&client, stream, &weights, batch) {
+        Ok(model) => model,
+        Err(Error::BadLaunch(why)) if why.contains("no foreign GEMM") => return Ok(None),
+        Err(err) => return Err(err),
+    };
+    model.reset(&starts(batch, &model.config()))?;
+    model.step(batch)?;
+    let (graph, ()) = client.capture(stream, |_| model.step(batch))?;
+    let (eager, eager_tokens) = generate(&client, &model, batch, || model.step(batch))?;
+    let (replay, replayed) = generate(&client, &model, batch, || graph.replay())?;
+    if replayed != eager_tokens {
+        return Err(Error::BadLaunch(
+            "with foreign matmuls, the replayed tokens are not the eager ones".into(),
+        ));
+    }
+    Ok(Some(Rate {
+        batch,
+        eager,
+        replay,
+    }))
+}

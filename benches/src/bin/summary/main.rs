@@ -62,6 +62,9 @@ struct Summary {
     dependencies: Vec<(String, Option<bool>)>,
     /// Generation per batch size, eager against replayed, per backend.
     generation: Vec<String>,
+    /// The largest batch's step with foreign matmuls, where a backend has
+    /// a foreign GEMM.
+    foreign: Vec<String>,
     /// The graph set's memory per backend, and whether its target held.
     sets: Vec<(String, bool)>,
     /// A whole generation step by step against one replay, per backend.
@@ -187,6 +190,22 @@ impl Summary {
             Err(err) => {
                 self.failed = true;
                 self.generation
+                    .push(format!("| {} | failed: {err} | | | |", D::NAME));
+            }
+        }
+        match generate::foreign_matmuls::<D>() {
+            Ok(Some(rate)) => self.foreign.push(format!(
+                "| {} | {} | {:.1} | {:.1} | {:.2}x |",
+                D::NAME,
+                rate.batch,
+                rate.eager,
+                rate.replay,
+                rate.replay / rate.eager.max(1e-12)
+            )),
+            Ok(None) => {}
+            Err(err) => {
+                self.failed = true;
+                self.foreign
                     .push(format!("| {} | failed: {err} | | | |", D::NAME));
             }
         }
@@ -601,6 +620,17 @@ fn print_generation(summary: &mut Summary) {
     println!("| backend | batch | eager tok/s | replay tok/s | replay / eager |");
     println!("|---|---|---|---|---|");
     for row in &summary.generation {
+        println!("{row}");
+    }
+    println!();
+    println!(
+        "With every matmul a foreign operation, another library's GEMM (ndarray's, \
+         matrixmultiply underneath, on the host; a backend without one is left out): the \
+         largest batch, eager steps against replays of one graph, the tokens checked equal\n"
+    );
+    println!("| backend | batch | eager tok/s | replay tok/s | replay / eager |");
+    println!("|---|---|---|---|---|");
+    for row in &summary.foreign {
         println!("{row}");
     }
     println!();
