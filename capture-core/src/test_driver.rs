@@ -319,6 +319,30 @@ mod tests {
         )
     }
 
+    #[test]
+    fn a_foreign_operation_is_issued_like_a_launch_and_a_kernel_is_not_one() {
+        let c = client();
+        let s = c.create_stream().unwrap();
+        let x = c.create_f32(s, &[1.0; 4]).unwrap();
+        let y = c.create_f32(s, &[0.0; 4]).unwrap();
+        let signature =
+            crate::kernels::signature::Signature::foreign("op", &[Access::Read, Access::Write]);
+        let op = crate::client::Kernel::<TestDriver>::new(signature);
+        c.foreign(s, &op, &[&x, &y]).unwrap();
+        let k = kernel("k", &[Access::Read, Access::Write]);
+        match c.foreign(s, &k, &[&x, &y]) {
+            Err(Error::BadLaunch(why)) => assert!(why.contains("not a foreign operation"), "{why}"),
+            other => panic!("a kernel as a foreign operation: {other:?}"),
+        }
+        assert!(matches!(
+            c.foreign(s, &op, &[&x]),
+            Err(Error::KernelMismatch { .. })
+        ));
+        let (graph, ()) = c.capture(s, |_| c.foreign(s, &op, &[&x, &y])).unwrap();
+        assert_eq!(c.graph_info(&graph).unwrap().launches, 1);
+        c.replay(&graph).unwrap();
+    }
+
     /// A kernel of the test driver writing one buffer, with 4 info bytes.
     fn info_kernel(name: &str) -> crate::client::Kernel<TestDriver> {
         crate::client::Kernel::new(

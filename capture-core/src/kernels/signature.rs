@@ -634,6 +634,40 @@ mod tests {
     }
 
     #[test]
+    fn a_foreign_signature_declares_buffers_and_nothing_else() {
+        let sig = Signature::foreign("gemm", &[Access::Read, Access::Read, Access::Write]);
+        assert!(sig.is_foreign());
+        assert!(!Signature::new("k").is_foreign());
+        assert_eq!(sig.workgroup_size(), [1, 1, 1]);
+        assert_eq!(sig.accesses(), [Access::Read, Access::Read, Access::Write]);
+        assert!(sig.validate().is_ok());
+        let shown = sig.to_string();
+        assert!(shown.starts_with("foreign gemm("), "{shown}");
+        assert!(!Signature::new("k").to_string().contains("foreign"));
+        for bad in [
+            Signature::foreign("f", &[Access::Write]).info(4),
+            Signature::foreign("f", &[Access::Write]).param(4),
+        ] {
+            let why = bad.validate().expect_err("refused");
+            assert!(why.contains("foreign operation"), "{why}");
+        }
+        // Kernels keep their info and parameters.
+        let kernel = Signature::new("k").binding(Access::Write).info(4).param(4);
+        assert!(kernel.validate().is_ok());
+        // A written buffer declared twice is refused like a launch's.
+        let (a, b) = (BufferId(1), BufferId(2));
+        let copy = Signature::foreign("copy", &[Access::Read, Access::Write]);
+        assert!(
+            copy.check_launch([1, 1, 1], [1, 1, 1], &[a, b], 0, 0)
+                .is_ok()
+        );
+        assert!(
+            copy.check_launch([1, 1, 1], [1, 1, 1], &[a, a], 0, 0)
+                .is_err()
+        );
+    }
+
+    #[test]
     fn launches_are_checked_against_the_signature() {
         let sig = Signature::new("k")
             .binding(Access::Read)
