@@ -43,6 +43,7 @@
 //! | `argmax` | logits (read), pos (read), tokens (write), generated (read-write) | vocab, context, batch: u32 | the first index of the row's largest logit into `tokens[b]` and `generated[b·context + p]`, per row |
 //! | `advance` | pos (read-write) | context, batch: u32 | `pos[b] = min(pos[b] + 1, context - 1)` |
 
+pub mod collective;
 #[cfg(feature = "cuda")]
 mod cuda;
 pub mod decode;
