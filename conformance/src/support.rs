@@ -258,9 +258,7 @@ pub fn claim_by_refused_window<D: UserKernels>(
     Ok(())
 }
 
-/// What the suite's deliberate panics start with, so the hook can keep
-/// them quiet.
-pub const DELIBERATE: &str = "deliberate panic";
+pub use crate::workload::foreign::DELIBERATE;
 
 /// Keep the suite's own deliberate panics off stderr; every other panic is
 /// reported as before.

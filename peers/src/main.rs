@@ -12,22 +12,17 @@
 //! Vulkan validation is off (set `CAPTURE_VULKAN_VALIDATION` yourself to
 //! override).
 
-// The rows and their timing are the benches' chain's, shared file by file
-// so that this crate stays outside the workspace.
-#[path = "../../benches/src/chain/measure.rs"]
-mod measure;
 mod memory;
 mod ours;
-#[path = "../../benches/src/chain/rows.rs"]
-mod rows;
+mod shared;
 mod side;
 mod theirs;
 
 use std::process::ExitCode;
 
-use measure::{Measure, micros_per};
 use ours::Ours;
-use rows::Row;
+use shared::measure::{Measure, micros_per};
+use shared::rows::{self, Row};
 use side::Side;
 use theirs::Theirs;
 

@@ -8,7 +8,7 @@ use graph_capture::{
     Access, Buffer, Client, GraphHandle, Kernel, Params, Signature, StreamId, Vulkan,
 };
 
-use crate::rows::Row;
+use crate::shared::rows::Row;
 use crate::side::Side;
 
 /// Threads per workgroup, as cubecl's bench launches.

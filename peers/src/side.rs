@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::rows::Row;
+use crate::shared::rows::Row;
 
 /// One runtime running the chain.
 pub trait Side {

@@ -10,7 +10,7 @@ use cubecl_core::server::Handle;
 use cubecl_runtime::client::Graph;
 use cubecl_runtime::memory_management::MemoryScope;
 
-use crate::rows::Row;
+use crate::shared::rows::Row;
 use crate::side::Side;
 
 /// Threads per cube, as cubecl's bench launches.

@@ -31,6 +31,10 @@ pub enum ForeignWork {
     },
 }
 
+/// What the suite's deliberate panics start with, so that a panic hook can
+/// keep them quiet (`support::quiet_deliberate_panics`).
+pub const DELIBERATE: &str = "deliberate panic";
+
 /// What [`ForeignWork::Fail`] says.
 pub const FOREIGN_FAILURE: &str = "the foreign operation refuses";
 
@@ -78,7 +82,7 @@ impl ForeignWork {
             }
             (ForeignWork::Fail, _) => Err(FOREIGN_FAILURE.into()),
             (ForeignWork::Panic, _) => {
-                panic!("{} in a foreign operation", crate::support::DELIBERATE)
+                panic!("{DELIBERATE} in a foreign operation")
             }
             (work, buffers) => Err(format!(
                 "{} given {} buffers, declared {}",

@@ -9,7 +9,7 @@ use graph_capture::vulkan::ash::{self, vk};
 use graph_capture::vulkan::{Device, DevicePage, Kernel, Vulkan};
 use graph_capture::{Access, DriverError, Error, Signature};
 
-use super::foreign::{FOREIGN_FAILURE, ForeignWork};
+use super::foreign::{DELIBERATE, FOREIGN_FAILURE, ForeignWork};
 use super::{UserKernel, UserKernels};
 
 /// The WGSL source of the workload: a shared prelude, then one section per
@@ -184,7 +184,7 @@ impl UserKernels for Vulkan {
                 }
                 (ForeignWork::Fail, _) => return Err(FOREIGN_FAILURE.to_string()),
                 (ForeignWork::Panic, _) => {
-                    panic!("{} in a foreign operation", crate::support::DELIBERATE)
+                    panic!("{DELIBERATE} in a foreign operation")
                 }
                 (work, buffers) => {
                     return Err(format!("{} given {} buffers", work.name(), buffers.len()));
