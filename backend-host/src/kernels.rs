@@ -99,8 +99,9 @@ impl Kernel {
     /// one workgroup), as a CPU library's work would (a GEMM from a crate,
     /// say). Safe: `op` reaches only the views it is given. An `Err` or a
     /// panic is the operation's fault, reported by the next fence like a
-    /// kernel's. [`Client::foreign`](capture_core::Client::foreign) issues
-    /// it.
+    /// kernel's. `op` must not call the client: it runs on the stream's
+    /// worker, which a call waiting for that stream would wait for.
+    /// [`Client::foreign`](capture_core::Client::foreign) issues it.
     ///
     /// # Errors
     ///

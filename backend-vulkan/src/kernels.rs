@@ -320,8 +320,9 @@ impl Kernel {
     /// compute and transfer stages that read and write nothing but the
     /// declared ranges as declared (nothing written that was declared
     /// read); it submits and waits on nothing, allocates only from its
-    /// own pools (a descriptor set, say), and records no barrier, event or
-    /// query that outlives it. Every object its commands
+    /// own pools (a descriptor set, say), records no barrier, event or
+    /// query that outlives it, and calls no method of the client (it runs
+    /// with the stream's lock held). Every object its commands
     /// name (pipelines, layouts, descriptor sets) stays alive until the
     /// work recorded with it has completed: as long as the kernel, and any
     /// graph made from a window holding it, lives.
