@@ -219,7 +219,9 @@ pub fn foreign_refusals_claim_what_they_write<D: UserKernels>(session: &Session<
 
 /// A foreign call that does not match what it declared, or that hands
 /// over a kernel, another client's buffer or a written buffer twice, is
-/// refused before any driver, and leaves every buffer as it was.
+/// refused before any driver, and leaves every buffer as it was; so is one
+/// on another stream over what a recording window writes, which leaves the
+/// window to seal.
 pub fn foreign_bad_input_is_refused_and_loses_nothing<D: UserKernels>(
     session: &Session<D>,
 ) -> Outcome {
@@ -260,8 +262,31 @@ pub fn foreign_bad_input_is_refused_and_loses_nothing<D: UserKernels>(
         matches!(err, Error::OtherClient(_)),
         "another client's: {err}"
     );
+    // On another stream, over buffers of the stream whose window records:
+    // sharing them would order that stream after work that has not run.
+    let side = client.create_stream().step("side stream")?;
+    let window = client.prepare(stream).step("prepare")?;
+    client.begin(stream, window).step("begin")?;
+    client
+        .foreign(stream, &copy, &[&src, &dst])
+        .step("the recorded copy")?;
+    let err = refused(
+        client.foreign(side, &copy, &[&dst, &src]),
+        "another stream reading what the window writes",
+    )?;
+    ensure!(
+        matches!(err, Error::SharedWhileRecording { .. }),
+        "another stream: {err}"
+    );
+    let graph = client
+        .instantiate(stream, window)
+        .step("the window still seals")?;
+    client
+        .write_f32(&dst, &[SENTINEL; N])
+        .step("dst to the sentinel")?;
+    client.replay(&graph).step("replay")?;
+    expect(&client, &dst, &ramp(N, 1.0), "dst after the replay")?;
     expect(&client, &src, &ramp(N, 1.0), "src")?;
-    expect_all(&client, &dst, SENTINEL, "dst")?;
     expect_all(&other, &theirs, 0.0, "theirs")?;
     usable(&client, stream)
 }
