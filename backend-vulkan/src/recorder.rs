@@ -97,6 +97,9 @@ pub(crate) struct Recorder {
     scratch: Vec<(Range, Access)>,
     /// The descriptors of the launch being recorded; kept to reuse.
     infos: Vec<vk::DescriptorBufferInfo>,
+    /// The declared buffers of the foreign operation being recorded; kept
+    /// to reuse.
+    foreign: Vec<ForeignBuffer>,
     /// Conditionals open in a capture window, innermost last: while one
     /// is, `prepared` is its current body.
     open: Vec<OpenNode>,
@@ -184,6 +187,7 @@ impl Recorder {
             commands: 0,
             scratch: Vec::with_capacity(KEEP_PER_COMMAND),
             infos: Vec::with_capacity(KEEP_PER_COMMAND),
+            foreign: Vec::new(),
             open: Vec::new(),
         }
     }
@@ -325,7 +329,7 @@ impl Recorder {
         &mut self,
         device: &Arc<Device>,
         op: &Arc<Foreign>,
-        bound: impl Iterator<Item = Bound<'a>>,
+        bound: impl Iterator<Item = Bound<'a>> + Clone,
     ) -> Result<(), DriverError> {
         const OP: &str = "foreign operation";
         if !Arc::ptr_eq(&op.device, device) {
@@ -339,16 +343,22 @@ impl Recorder {
             ));
         }
         self.scratch.clear();
-        let mut buffers = Vec::new();
-        let mut kept = Vec::new();
+        let mut buffers = std::mem::take(&mut self.foreign);
+        buffers.clear();
         for Bound {
             buffer,
             offset,
             len,
             access,
-        } in bound
+        } in bound.clone()
         {
-            let range = range_in(buffer, offset, len, OP)?;
+            let range = match range_in(buffer, offset, len, OP) {
+                Ok(range) => range,
+                Err(err) => {
+                    self.foreign = buffers;
+                    return Err(err);
+                }
+            };
             self.scratch.push((range, access));
             buffers.push(ForeignBuffer {
                 buffer: buffer.buffer,
@@ -356,15 +366,16 @@ impl Recorder {
                 len,
                 access,
             });
-            kept.push(buffer);
         }
         let command = Command::Foreign {
             op,
             buffers: &buffers,
         };
-        self.add(&device.device, &command)?;
-        for buffer in kept {
-            self.keep(buffer);
+        let added = self.add(&device.device, &command);
+        self.foreign = buffers;
+        added?;
+        for bound in bound {
+            self.keep(bound.buffer);
         }
         self.commands += 1;
         Ok(())

@@ -22,13 +22,18 @@ fn run(path: &Path) -> Option<Output> {
 
 fn run_with(path: &Path, arg: &str) -> Option<Output> {
     let script = peers_python().join("torch_peer.py");
-    match Command::new("python3")
+    let mut command = Command::new("python3");
+    command
         .arg(&script)
         .arg(arg)
         .env("PYTHONPATH", path)
-        .env_remove("PEERS_REQUIRE_CUDA")
-        .output()
-    {
+        .env_remove("PEERS_REQUIRE_CUDA");
+    python(command, &script)
+}
+
+/// `command`'s output, or `None`, saying so, where python3 does not run.
+fn python(mut command: Command, script: &Path) -> Option<Output> {
+    match command.output() {
         Ok(output) => Some(output),
         Err(err) => {
             println!("skipped: no python3 to run {}: {err}", script.display());
@@ -166,15 +171,11 @@ fn table(name: &str, lines: &str) -> Option<Output> {
         std::env::temp_dir().join(format!("peers-table-{name}-{}.jsonl", std::process::id()));
     std::fs::write(&file, lines).expect("a file");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/peers-table");
-    let output = Command::new("python3").arg(&script).arg(&file).output();
+    let mut command = Command::new("python3");
+    command.arg(&script).arg(&file);
+    let output = python(command, &script);
     std::fs::remove_file(&file).ok();
-    match output {
-        Ok(output) => Some(output),
-        Err(err) => {
-            println!("skipped: no python3 to run {}: {err}", script.display());
-            None
-        }
-    }
+    output
 }
 
 #[test]

@@ -31,6 +31,23 @@ fn bucket(live: u32) -> u32 {
         .unwrap_or(BATCHES[BATCHES.len() - 1])
 }
 
+/// Whether `graph` holds exactly one step's launches (foreign operations
+/// count as launches).
+fn holds_one_step<D: UserKernels>(
+    client: &graph_capture::Client<D>,
+    graph: &graph_capture::GraphHandle<D>,
+    batch: u32,
+) -> Outcome {
+    let info = client.graph_info(graph).step("graph info")?;
+    ensure!(
+        info.launches == Config::SMALL.launches() as usize,
+        "batch {batch}'s graph holds {} launches, a step is {}",
+        info.launches,
+        Config::SMALL.launches()
+    );
+    Ok(())
+}
+
 /// Compare what `model` generated from `starts` with the reference.
 fn judge<D: UserKernels>(
     weights: &Weights,
@@ -107,13 +124,7 @@ pub fn transformer_replayed_tokens_match_the_reference<D: UserKernels>(
             );
         }
         let graph = cache.graph(&batch).ok_or("the batch's graph is cached")?;
-        let info = client.graph_info(graph).step("graph info")?;
-        ensure!(
-            info.launches == Config::SMALL.launches() as usize,
-            "batch {batch}'s graph holds {} launches, a step is {}",
-            info.launches,
-            Config::SMALL.launches()
-        );
+        holds_one_step(&client, graph, batch)?;
         judge(
             &weights,
             &model,
@@ -167,13 +178,7 @@ pub fn transformer_with_foreign_matmuls_matches_the_reference<D: UserKernels>(
         for _ in 1..STEPS {
             graph.replay().step("replay")?;
         }
-        let info = client.graph_info(&graph).step("graph info")?;
-        ensure!(
-            info.launches == Config::SMALL.launches() as usize,
-            "the graph holds {} operations, a step is {}",
-            info.launches,
-            Config::SMALL.launches()
-        );
+        holds_one_step(&client, &graph, batch)?;
         judge(
             &weights,
             &model,

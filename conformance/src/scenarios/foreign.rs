@@ -236,32 +236,32 @@ pub fn foreign_bad_input_is_refused_and_loses_nothing<D: UserKernels>(
     let src = client.create_f32(stream, &ramp(N, 1.0)).step("src")?;
     let dst = client.create_f32(stream, &[SENTINEL; N]).step("dst")?;
     let theirs = other.create_f32(theirs_stream, &[0.0; N]).step("theirs")?;
-    let err = refused(
-        client.foreign(stream, k.get(UserKernel::Scale), &[&src]),
-        "a kernel as a foreign operation",
-    )?;
-    ensure!(matches!(err, Error::BadLaunch(_)), "a kernel: {err}");
-    let err = refused(client.foreign(stream, &copy, &[&src]), "a buffer too few")?;
-    ensure!(
-        matches!(err, Error::KernelMismatch { .. }),
-        "a buffer too few: {err}"
-    );
-    let err = refused(
-        client.foreign(stream, &copy, &[&dst, &dst]),
-        "the written buffer declared twice",
-    )?;
-    ensure!(
-        matches!(err, Error::KernelMismatch { .. }),
-        "declared twice: {err}"
-    );
-    let err = refused(
-        client.foreign(stream, &copy, &[&src, &theirs]),
-        "another client's buffer",
-    )?;
-    ensure!(
-        matches!(err, Error::OtherClient(_)),
-        "another client's: {err}"
-    );
+    let cases: [(&str, Result<(), Error>, fn(&Error) -> bool); 4] = [
+        (
+            "a kernel as a foreign operation",
+            client.foreign(stream, k.get(UserKernel::Scale), &[&src]),
+            |e| matches!(e, Error::BadLaunch(_)),
+        ),
+        (
+            "a buffer too few",
+            client.foreign(stream, &copy, &[&src]),
+            |e| matches!(e, Error::KernelMismatch { .. }),
+        ),
+        (
+            "the written buffer declared twice",
+            client.foreign(stream, &copy, &[&dst, &dst]),
+            |e| matches!(e, Error::KernelMismatch { .. }),
+        ),
+        (
+            "another client's buffer",
+            client.foreign(stream, &copy, &[&src, &theirs]),
+            |e| matches!(e, Error::OtherClient(_)),
+        ),
+    ];
+    for (what, got, expected) in cases {
+        let err = refused(got, what)?;
+        ensure!(expected(&err), "{what}: refused with {err}");
+    }
     // On another stream, over buffers of the stream whose window records:
     // sharing them would order that stream after work that has not run.
     let side = client.create_stream().step("side stream")?;
@@ -375,4 +375,53 @@ pub fn foreign_operations_in_a_conditional_body<D: UserKernels>(session: &Sessio
         .step("clear the flag")?;
     client.replay(&graph).step("replay, flag clear")?;
     expect_all(&client, &y, 0.0, "the body was skipped")
+}
+
+/// Several threads, each on a stream of its own, issue the same foreign
+/// operations at once, eagerly and as replays of their own graphs: each
+/// stream's results are its own, and none is lost.
+pub fn foreign_operations_from_several_threads<D: UserKernels>(session: &Session<D>) -> Outcome {
+    const THREADS: usize = 4;
+    const ROUNDS: usize = 25;
+    let (Some(copy), Some(two)) = (
+        op::<D>(session.device(), ForeignWork::Copy)?,
+        op::<D>(session.device(), ForeignWork::Fill(2.0))?,
+    ) else {
+        return Ok(());
+    };
+    let client = session.client();
+    let outcomes: Vec<Outcome> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (client, copy, two) = (&client, &copy, &two);
+                scope.spawn(move || -> Outcome {
+                    let stream = client.create_stream().step("stream")?;
+                    let x = client.create_f32(stream, &[t as f32; N]).step("x")?;
+                    let y = client.create_f32(stream, &[0.0; N]).step("y")?;
+                    let step = || -> Result<(), Error> {
+                        client.foreign(stream, two, &[&y])?;
+                        client.run_builtin(stream, Builtin::Add, &[&x, &y], NU, 0.0)?;
+                        client.foreign(stream, copy, &[&x, &y])
+                    };
+                    for _ in 0..ROUNDS {
+                        step().step("an eager step")?;
+                    }
+                    let (graph, ()) = client.capture(stream, |_| step()).step("capture")?;
+                    for _ in 1..ROUNDS {
+                        graph.replay().step("a replay")?;
+                    }
+                    // Each step adds two: the eager rounds, the warmup and
+                    // the replays.
+                    let want = t as f32 + 2.0 * (2 * ROUNDS) as f32;
+                    expect_all(client, &x, want, &format!("thread {t}'s x"))?;
+                    expect_all(client, &y, want, &format!("thread {t}'s y"))
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap_or_else(|_| Err("a thread panicked".into())))
+            .collect()
+    });
+    outcomes.into_iter().collect()
 }

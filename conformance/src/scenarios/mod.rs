@@ -125,6 +125,7 @@ suite![
     foreign::foreign_bad_input_is_refused_and_loses_nothing,
     foreign::foreign_code_that_fails_or_panics_is_reported,
     foreign::foreign_operations_in_a_conditional_body,
+    foreign::foreign_operations_from_several_threads,
     faults::rule_02_refused_begin_leaves_stream_as_found,
     faults::rule_05_refused_instantiate_closes_the_recording,
     faults::rule_09_refused_launch_in_window_claims_everything,

@@ -12,17 +12,6 @@ use graph_capture::{Access, Error, Signature};
 use super::{CUDA_SOURCE, UserKernel, UserKernels};
 
 impl UserKernels for Cuda {
-    const FOREIGN_FAILS_WHILE_RECORDING: bool = true;
-    const FOREIGN_IN_BODIES: bool = true;
-
-    /// Not yet: this backend records no foreign operations.
-    fn foreign_op(
-        _device: &Arc<Device>,
-        _work: &super::foreign::ForeignWork,
-    ) -> Option<Result<Kernel, Error>> {
-        None
-    }
-
     unsafe fn user_kernel(device: &Arc<Device>, which: UserKernel) -> Result<Kernel, Error> {
         // SAFETY: the caller launches it only with counts that fit its
         // buffers (this function's contract). Every workload kernel touches element i of a buffer only

@@ -267,21 +267,26 @@ pub trait UserKernels: GraphDriver + Builtins {
     }
 
     /// `work` as a foreign operation of this backend, for
-    /// `Client::foreign`; `None` where the backend has none yet, or cannot
-    /// express this one (a GEMM on Vulkan).
+    /// `Client::foreign`; `None` where the backend has none yet (by
+    /// default), or cannot express this one (a GEMM on Vulkan).
     fn foreign_op(
         device: &Arc<Self::Device>,
         work: &foreign::ForeignWork,
-    ) -> Option<Result<Self::Kernel, Error>>;
+    ) -> Option<Result<Self::Kernel, Error>> {
+        let _ = (device, work);
+        None
+    }
 
     /// When a foreign operation's own failure (an `Err` or a panic) is
     /// seen: while it is recorded (`true`: a refused call, or inside a
     /// window a refused instantiate), or as a device fault at the next
     /// fence, for a backend whose foreign operation is the work itself.
-    const FOREIGN_FAILS_WHILE_RECORDING: bool;
+    /// Read only where [`UserKernels::foreign_op`] gives operations.
+    const FOREIGN_FAILS_WHILE_RECORDING: bool = true;
 
-    /// Whether a conditional body may hold a foreign operation.
-    const FOREIGN_IN_BODIES: bool;
+    /// Whether a conditional body may hold a foreign operation; read only
+    /// where [`UserKernels::foreign_op`] gives operations.
+    const FOREIGN_IN_BODIES: bool = true;
 }
 
 /// The workload's kernels on one device, launched only with counts checked

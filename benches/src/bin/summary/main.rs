@@ -158,14 +158,7 @@ impl Summary {
         match generate::measure::<D>() {
             Ok(figures) => {
                 for rate in &figures.rates {
-                    self.generation.push(format!(
-                        "| {} | {} | {:.1} | {:.1} | {:.2}x |",
-                        D::NAME,
-                        rate.batch,
-                        rate.eager,
-                        rate.replay,
-                        rate.replay / rate.eager.max(1e-12)
-                    ));
+                    self.generation.push(rate_row::<D>(rate));
                 }
                 self.wholes
                     .push(whole_row::<D>(&figures.whole, &mut self.failed));
@@ -194,14 +187,7 @@ impl Summary {
             }
         }
         match generate::foreign_matmuls::<D>() {
-            Ok(Some(rate)) => self.foreign.push(format!(
-                "| {} | {} | {:.1} | {:.1} | {:.2}x |",
-                D::NAME,
-                rate.batch,
-                rate.eager,
-                rate.replay,
-                rate.replay / rate.eager.max(1e-12)
-            )),
+            Ok(Some(rate)) => self.foreign.push(rate_row::<D>(&rate)),
             Ok(None) => {}
             Err(err) => {
                 self.failed = true;
@@ -210,6 +196,18 @@ impl Summary {
             }
         }
     }
+}
+
+/// One batch size's tokens per second on `D`, eager and replayed.
+fn rate_row<D: Backend>(rate: &generate::Rate) -> String {
+    format!(
+        "| {} | {} | {:.1} | {:.1} | {:.2}x |",
+        D::NAME,
+        rate.batch,
+        rate.eager,
+        rate.replay,
+        rate.replay / rate.eager.max(1e-12)
+    )
 }
 
 /// The largest batch's whole generation on `D`: host calls and tokens per
