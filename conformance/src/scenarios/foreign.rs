@@ -14,6 +14,10 @@ use crate::support::{
 use crate::workload::foreign::{FOREIGN_FAILURE, ForeignWork};
 use crate::workload::{UserKernel, UserKernels, Workload, grid};
 
+/// A refused call: what it was, what it answered, and whether that is the
+/// error it must be.
+type Refusal<'a> = (&'a str, Result<(), Error>, fn(&Error) -> bool);
+
 /// Elements of every buffer here.
 const N: usize = 100;
 const NU: u32 = N as u32;
@@ -236,7 +240,7 @@ pub fn foreign_bad_input_is_refused_and_loses_nothing<D: UserKernels>(
     let src = client.create_f32(stream, &ramp(N, 1.0)).step("src")?;
     let dst = client.create_f32(stream, &[SENTINEL; N]).step("dst")?;
     let theirs = other.create_f32(theirs_stream, &[0.0; N]).step("theirs")?;
-    let cases: [(&str, Result<(), Error>, fn(&Error) -> bool); 4] = [
+    let cases: [Refusal; 4] = [
         (
             "a kernel as a foreign operation",
             client.foreign(stream, k.get(UserKernel::Scale), &[&src]),
