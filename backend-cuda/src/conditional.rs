@@ -183,8 +183,12 @@ impl Nesting {
         Ok(address)
     }
 
-    /// A side stream to capture a body with.
-    fn side_stream(&mut self, api: &Api, op: &'static str) -> Result<CUstream, DriverError> {
+    /// A side stream to capture a body or a foreign operation with.
+    pub(crate) fn side_stream(
+        &mut self,
+        api: &Api,
+        op: &'static str,
+    ) -> Result<CUstream, DriverError> {
         if let Some(side) = self.spare.pop() {
             return Ok(side);
         }
@@ -215,7 +219,7 @@ impl Nesting {
         let _current = device.enter()?;
         let context = device.raw_context();
         let target = self.target(raw);
-        let graph = functions.capture_info(api, target, OP)?.graph;
+        let graph = functions.capture.capture_info(api, target, OP)?.graph;
         // An if/else has two bodies on one node from 12.8; before, it is
         // two `if` nodes whose handles one setter sets to the flag and to
         // its negation.
@@ -259,7 +263,10 @@ impl Nesting {
                 });
             }
         }
-        let after = functions.capture_info(api, target, OP)?.dependencies;
+        let after = functions
+            .capture
+            .capture_info(api, target, OP)?
+            .dependencies;
         let (node_kind, size) = match kind {
             Conditional::If => (sys::CU_GRAPH_COND_TYPE_IF, 1),
             Conditional::IfElse if split => (sys::CU_GRAPH_COND_TYPE_IF, 1),
@@ -283,7 +290,7 @@ impl Nesting {
             bodies.extend(more);
             last = otherwise;
         }
-        functions.follow(api, target, last, OP)?;
+        functions.capture.follow(api, target, last, OP)?;
         let side = self.side_stream(api, OP)?;
         if let Err(e) = functions.capture_into(api, side, bodies[0], OP) {
             self.spare.push(side);
@@ -402,7 +409,7 @@ impl Nesting {
 
     /// Keep `side` for the next body, or destroy it where the driver still
     /// counts it as capturing.
-    fn recycle(&mut self, api: &Api, side: CUstream) {
+    pub(crate) fn recycle(&mut self, api: &Api, side: CUstream) {
         let mut status = sys::CU_STREAM_CAPTURE_STATUS_NONE;
         // SAFETY: the side stream is live; `status` is a valid place.
         let asked = unsafe { (api.stream_is_capturing)(side, &mut status) };

@@ -15,6 +15,7 @@ use capture_core::{Builtin, DriverError, Error, Rejected, Signature};
 
 use crate::device::{Device, Release};
 use crate::error::refuse;
+use crate::foreign::{Foreign, ForeignStream};
 use crate::image;
 use crate::nvrtc::{self, NvrtcOutput};
 use crate::sys::{
@@ -266,6 +267,8 @@ pub struct Kernel {
     module: Option<CUmodule>,
     /// What keeps a function made elsewhere loaded.
     keep_alive: Option<KeepAlive>,
+    /// A foreign operation's code, in place of a function (then null).
+    foreign: Option<Arc<Foreign>>,
     device: Arc<Device>,
 }
 
@@ -571,6 +574,7 @@ impl Kernel {
                 function,
                 module: None,
                 keep_alive: None,
+                foreign: None,
                 device: Arc::clone(device),
             };
             check_function(&kernel, &name)?;
@@ -586,10 +590,70 @@ impl Kernel {
         }
     }
 
+    /// A foreign operation named `name` over buffers of `accesses`: the
+    /// caller's own work (cuBLAS, NCCL, its own kernels, copies and
+    /// memsets), enqueued by `op` where a launch of ours would be.
+    /// [`Client::foreign`](capture_core::Client::foreign) issues it.
+    ///
+    /// Outside a window `op` enqueues on the stream itself. Inside one it
+    /// enqueues on a side stream capturing into a graph of the operation's
+    /// own, which becomes one child graph node of the window's graph,
+    /// ordered against the other operations by the declared accesses; its
+    /// `Err` or panic refuses the call, which dooms the window. `op` is
+    /// handed the stream, the context (current for the call) and each
+    /// declared buffer's device range. An update of a graph holding foreign
+    /// operations goes in place where `cuGraphExecUpdate` accepts the
+    /// child graphs, and instantiates anew otherwise
+    /// ([`Updated::Topology`](capture_core::Updated)). Inside a conditional
+    /// body, the driver must accept the work as a body's (kernels, copies
+    /// and memsets of device memory).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Compile`] for more buffers than a launch may bind.
+    ///
+    /// # Safety
+    ///
+    /// Every time it is called, `op` enqueues only on the stream it is
+    /// given, and only work that reads and writes nothing but the declared
+    /// ranges as declared (nothing written that was declared read). It
+    /// does not synchronize the stream, the context or the device, query
+    /// or wait on the stream from outside, begin or end a capture, or
+    /// allocate or free memory (`cuMemAllocAsync`, a library's lazily made
+    /// workspace: give it one made beforehand). It enqueues on no other
+    /// stream unless that stream waits on an event of the given one first
+    /// and is waited on again before `op` returns. It calls no method of
+    /// the client (it runs with the stream's lock held). Everything its
+    /// work uses (a cuBLAS handle, an NCCL communicator, a workspace)
+    /// stays alive and unchanged while the kernel, and any graph made from
+    /// a window holding it, lives.
+    pub unsafe fn foreign(
+        device: &Arc<Device>,
+        name: &str,
+        accesses: &[capture_core::Access],
+        op: impl Fn(&ForeignStream<'_>) -> Result<(), String> + Send + Sync + 'static,
+    ) -> Result<Kernel, Error> {
+        let signature = Signature::foreign(name, accesses);
+        check_signature(device, &signature)?;
+        Ok(Kernel {
+            signature,
+            function: std::ptr::null_mut(),
+            module: None,
+            keep_alive: None,
+            foreign: Some(Arc::new(Foreign::new(device, op))),
+            device: Arc::clone(device),
+        })
+    }
+
     /// What the kernel takes.
     #[inline]
     pub fn signature(&self) -> &Signature {
         &self.signature
+    }
+
+    /// A foreign operation's code; `None` for a kernel.
+    pub(crate) fn foreign_code(&self) -> Option<&Foreign> {
+        self.foreign.as_deref()
     }
 
     /// The entry point, to launch.
@@ -676,6 +740,7 @@ fn load(
         function: std::ptr::null_mut(),
         module: Some(module),
         keep_alive: None,
+        foreign: None,
         device: Arc::clone(device),
     };
 

@@ -103,6 +103,7 @@ pub mod cudarc;
 mod device;
 mod error;
 mod event;
+mod foreign;
 mod graph;
 mod image;
 mod kernels;
@@ -122,6 +123,7 @@ use capture_core::{
 
 pub use device::{DEVICE_ENV, Device};
 pub use event::Event;
+pub use foreign::{ForeignBuffer, ForeignStream};
 pub use graph::{Executable, Recording};
 pub use kernels::{Kernel, builtin_ptx_variants};
 pub use memory::{DevicePage, HostPage};

@@ -212,6 +212,14 @@ pub(crate) struct ConditionalFunctions {
     handle_create: HandleCreate,
     add_node: AddNode,
     begin_capture_to_graph: BeginCaptureToGraph,
+    /// What adding a node to a capture needs.
+    pub(crate) capture: CaptureFunctions,
+}
+
+/// The driver functions that add a node of the library's own to a stream
+/// capture and make the stream's next node follow it (12.3 and newer).
+#[derive(Clone, Copy)]
+pub(crate) struct CaptureFunctions {
     capture_info: CaptureInfo,
     update_dependencies: UpdateDependencies,
 }
@@ -222,17 +230,10 @@ pub(crate) struct CaptureInfoOf {
     pub(crate) dependencies: Vec<CUgraphNode>,
 }
 
-impl ConditionalFunctions {
-    /// Every function, or the name of the first the driver lacks.
+impl CaptureFunctions {
+    /// Both functions, or the name of the first the driver lacks.
     pub(crate) fn of(api: &Api) -> Result<Self, &'static str> {
         Ok(Self {
-            handle_create: api
-                .graph_conditional_handle_create
-                .ok_or("cuGraphConditionalHandleCreate")?,
-            add_node: api.graph_add_node.ok_or("cuGraphAddNode_v2")?,
-            begin_capture_to_graph: api
-                .stream_begin_capture_to_graph
-                .ok_or("cuStreamBeginCaptureToGraph")?,
             capture_info: api
                 .stream_get_capture_info
                 .ok_or("cuStreamGetCaptureInfo_v3")?,
@@ -290,6 +291,44 @@ impl ConditionalFunctions {
         Ok(CaptureInfoOf {
             graph,
             dependencies,
+        })
+    }
+
+    /// Make `stream`'s next captured node follow `node` alone.
+    pub(crate) fn follow(
+        &self,
+        api: &Api,
+        stream: CUstream,
+        node: CUgraphNode,
+        op: &'static str,
+    ) -> Result<(), DriverError> {
+        let mut nodes = [node];
+        // SAFETY: the stream is capturing into the graph `node` belongs
+        // to; one node is passed, with plain edges (no edge data).
+        api.check(op, unsafe {
+            (self.update_dependencies)(
+                stream,
+                nodes.as_mut_ptr(),
+                ptr::null(),
+                nodes.len(),
+                sys::CU_STREAM_SET_CAPTURE_DEPENDENCIES,
+            )
+        })
+    }
+}
+
+impl ConditionalFunctions {
+    /// Every function, or the name of the first the driver lacks.
+    pub(crate) fn of(api: &Api) -> Result<Self, &'static str> {
+        Ok(Self {
+            handle_create: api
+                .graph_conditional_handle_create
+                .ok_or("cuGraphConditionalHandleCreate")?,
+            add_node: api.graph_add_node.ok_or("cuGraphAddNode_v2")?,
+            begin_capture_to_graph: api
+                .stream_begin_capture_to_graph
+                .ok_or("cuStreamBeginCaptureToGraph")?,
+            capture: CaptureFunctions::of(api)?,
         })
     }
 
@@ -363,28 +402,6 @@ impl ConditionalFunctions {
             ));
         }
         Ok((node, graphs))
-    }
-
-    /// Make `stream`'s next captured node follow `node` alone.
-    pub(crate) fn follow(
-        &self,
-        api: &Api,
-        stream: CUstream,
-        node: CUgraphNode,
-        op: &'static str,
-    ) -> Result<(), DriverError> {
-        let mut nodes = [node];
-        // SAFETY: the stream is capturing into the graph `node` belongs
-        // to; one node is passed, with plain edges (no edge data).
-        api.check(op, unsafe {
-            (self.update_dependencies)(
-                stream,
-                nodes.as_mut_ptr(),
-                ptr::null(),
-                nodes.len(),
-                sys::CU_STREAM_SET_CAPTURE_DEPENDENCIES,
-            )
-        })
     }
 
     /// Capture `stream`'s work from here into `graph`, from its roots, in

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use capture_core::{
-    Bodies, Conditional, DeviceSlice, Driver, DriverError, HostSlice, Launch, Order,
+    Binding, Bodies, Conditional, DeviceSlice, Driver, DriverError, HostSlice, Launch, Order,
 };
 use capture_core::{MAX_BINDINGS, MAX_PARAM_BYTES};
 
@@ -24,6 +24,7 @@ use crate::conditional::Nesting;
 use crate::device::{Device, Release};
 use crate::error::refuse;
 use crate::event::{Event, EventRing};
+use crate::foreign::{Foreign, ForeignBuffer};
 use crate::graph::{Executable, Level, Recording};
 use crate::kernels::Kernel;
 use crate::memory::{DevicePage, HostPage};
@@ -286,6 +287,9 @@ impl Stream {
         if !kernel.device().same_context(&self.device) {
             return Err(refuse(OP, "the kernel was compiled for another device"));
         }
+        if let Some(foreign) = kernel.foreign_code() {
+            return self.foreign(foreign, launch.bindings);
+        }
         let signature = kernel.signature();
         // Every kernel parameter gets a slot of its own, in the kernel ABI's
         // order: the buffer pointers, the info pointer, then each by-value
@@ -374,6 +378,45 @@ impl Stream {
                 ptr::null_mut(),
             )
         })?;
+        self.nesting.level(&mut self.level).launches += 1;
+        self.unsignalled = true;
+        Ok(())
+    }
+
+    /// Enqueue foreign operation `foreign` over `bindings`, its declared
+    /// buffers. Allocates nothing outside a window.
+    fn foreign<D>(
+        &mut self,
+        foreign: &Foreign,
+        bindings: &[Binding<'_, D>],
+    ) -> Result<(), DriverError>
+    where
+        D: Driver<DevicePage = DevicePage, Kernel = Kernel>,
+    {
+        const OP: &str = "foreign operation";
+        let mut buffers = [ForeignBuffer::NONE; MAX_BINDINGS];
+        if bindings.len() > buffers.len() {
+            return Err(refuse(OP, format!("more than {MAX_BINDINGS} buffers")));
+        }
+        for (buffer, binding) in buffers.iter_mut().zip(bindings) {
+            let slice = &binding.slice;
+            *buffer = ForeignBuffer {
+                address: slice
+                    .page
+                    .address(&self.device, slice.offset, slice.len, OP)?,
+                len: slice.len,
+                access: binding.access,
+            };
+        }
+        self.nesting.refusal(OP)?;
+        let target = self.nesting.target(self.raw);
+        let _current = self.device.enter()?;
+        foreign.enqueue(
+            &mut self.nesting,
+            target,
+            self.recording,
+            &buffers[..bindings.len()],
+        )?;
         self.nesting.level(&mut self.level).launches += 1;
         self.unsignalled = true;
         Ok(())

@@ -207,6 +207,7 @@ pub const CU_STREAM_CAPTURE_STATUS_NONE: CUstreamCaptureStatus = 0;
 pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: CUstreamCaptureStatus = 1;
 pub const CU_STREAM_SET_CAPTURE_DEPENDENCIES: c_uint = 1;
 
+pub const CU_GRAPH_NODE_TYPE_GRAPH: CUgraphNodeType = 4;
 pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: CUgraphNodeType = 10;
 pub const CU_GRAPH_NODE_TYPE_MEM_FREE: CUgraphNodeType = 11;
 pub const CU_GRAPH_NODE_TYPE_EMPTY: CUgraphNodeType = 5;
@@ -408,6 +409,15 @@ driver_api! {
         graph_node_get_type = cuGraphNodeGetType(CUgraphNode, *mut CUgraphNodeType);
         graph_instantiate = cuGraphInstantiateWithFlags(*mut CUgraphExec, CUgraph, c_ulonglong);
         graph_destroy = cuGraphDestroy(CUgraph);
+        /// 10.0 and newer: a node running a copy of another graph, after
+        /// the given nodes; a foreign operation's captured work.
+        graph_add_child_graph_node = cuGraphAddChildGraphNode(
+            *mut CUgraphNode,
+            CUgraph,
+            *const CUgraphNode,
+            usize,
+            CUgraph,
+        );
         graph_exec_destroy = cuGraphExecDestroy(CUgraphExec);
         graph_upload = cuGraphUpload(CUgraphExec, CUstream);
         graph_launch = cuGraphLaunch(CUgraphExec, CUstream);
@@ -621,7 +631,7 @@ macro_rules! sizes {
     };
 }
 
-const CONSTANTS: [AbiFact; 54] = constants![
+const CONSTANTS: [AbiFact; 55] = constants![
     CUDA_SUCCESS,
     CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_STUB_LIBRARY,
@@ -661,6 +671,7 @@ const CONSTANTS: [AbiFact; 54] = constants![
     CU_STREAM_CAPTURE_STATUS_NONE,
     CU_STREAM_CAPTURE_STATUS_ACTIVE,
     CU_STREAM_SET_CAPTURE_DEPENDENCIES,
+    CU_GRAPH_NODE_TYPE_GRAPH,
     CU_GRAPH_NODE_TYPE_MEM_ALLOC,
     CU_GRAPH_NODE_TYPE_MEM_FREE,
     CU_GRAPH_NODE_TYPE_EMPTY,

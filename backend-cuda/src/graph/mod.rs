@@ -15,4 +15,4 @@ mod recording;
 pub use executable::Executable;
 pub(crate) use level::Level;
 pub use recording::Recording;
-pub(crate) use recording::finish_body;
+pub(crate) use recording::{count_nodes, finish_body};

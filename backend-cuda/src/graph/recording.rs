@@ -52,7 +52,11 @@ impl std::fmt::Debug for Recording {
 
 /// How many nodes `graph` holds, and how many of them allocate or free
 /// memory. The caller has made the context current.
-fn count_nodes(api: &Api, graph: CUgraph, op: &'static str) -> Result<(usize, usize), DriverError> {
+pub(crate) fn count_nodes(
+    api: &Api,
+    graph: CUgraph,
+    op: &'static str,
+) -> Result<(usize, usize), DriverError> {
     let mut count: usize = 0;
     // SAFETY: a null node array asks only for the count, written to
     // `count`; the graph is live.

@@ -91,6 +91,10 @@
  * next node creation fail. Built with CUDA_STUB_NO_CONDITIONALS, it lacks
  * those five functions, as a driver before 12.3 does.
  *
+ * Child graph nodes (cuGraphAddChildGraphNode, counted by
+ * cuStubChildGraphNodes) hold their own copy of the child, which a replay
+ * runs where the node stands.
+ *
  * The runs stub also answers what cudarc calls beyond the backend
  * (cuCtxGetCurrent, cuCtxSetCurrent, cuCtxSynchronize,
  * cuMemcpyDtoDAsync_v2, cuDevicePrimaryCtxRelease_v2, the memory-pools
@@ -410,10 +414,12 @@ static void run_until(Stream *s, size_t upto) {
 
 /* A graph: its nodes in creation order, and its edges as pairs of node
  * positions, in the order they were added. A node is a copy, a kernel, an
- * empty node or a conditional node, which owns its body graphs. */
+ * empty node, a conditional node, which owns its body graphs, or a child
+ * graph node, which owns its copy of the child as its first body. */
 enum {
     CU_GRAPH_NODE_TYPE_KERNEL = 0,
     CU_GRAPH_NODE_TYPE_MEMCPY = 1,
+    CU_GRAPH_NODE_TYPE_GRAPH = 4,
     CU_GRAPH_NODE_TYPE_EMPTY = 5,
     CU_GRAPH_NODE_TYPE_CONDITIONAL = 13,
     CU_GRAPH_COND_TYPE_IF = 0,
@@ -1110,6 +1116,33 @@ CUresult cuGraphDestroy(void *graph) {
     return CUDA_SUCCESS;
 }
 
+static int child_graph_nodes = 0;
+/* Child graph nodes added so far. */
+int cuStubChildGraphNodes(void) { return child_graph_nodes; }
+/* A node running its own copy of `child`, after `deps`; refused, as the
+ * driver does, for a child holding a conditional node. */
+CUresult cuGraphAddChildGraphNode(void **out, void *graph, void *const *deps, size_t count,
+                                  void *child) {
+    Graph *g = graph;
+    const Graph *c = child;
+    if (out == NULL || g == NULL || c == NULL || (count > 0 && deps == NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < c->count; i++)
+        if (c->nodes[i]->kind == CU_GRAPH_NODE_TYPE_CONDITIONAL) return CUDA_ERROR_NOT_SUPPORTED;
+    for (size_t i = 0; i < count; i++)
+        if (position(g, deps[i]) < 0) return CUDA_ERROR_INVALID_VALUE;
+    Node made = {.kind = CU_GRAPH_NODE_TYPE_GRAPH};
+    made.bodies[0] = calloc(1, sizeof(Graph));
+    if (made.bodies[0] == NULL || !copy_graph(made.bodies[0], c)) return CUDA_ERROR_INVALID_VALUE;
+    Node *node = append_node(g, made);
+    if (node == NULL) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++)
+        if (!add_edge(g, (size_t)position(g, deps[i]), g->count - 1)) return CUDA_ERROR_INVALID_VALUE;
+    child_graph_nodes += 1;
+    *out = node;
+    return CUDA_SUCCESS;
+}
+
 /* An edge-data array must be all zero: the plain edges a capture records. */
 static int plain(const void *data, size_t edges) {
     const unsigned char *bytes = data;
@@ -1345,6 +1378,11 @@ static CUresult run_graph(const Graph *g) {
         switch (n->kind) {
         case CU_GRAPH_NODE_TYPE_KERNEL: run_kernel(n->function, n->args); break;
         case CU_GRAPH_NODE_TYPE_MEMCPY: memcpy(n->dst, n->src, n->bytes); break;
+        case CU_GRAPH_NODE_TYPE_GRAPH: {
+            CUresult ran = run_graph(n->bodies[0]);
+            if (ran != CUDA_SUCCESS) return ran;
+            break;
+        }
         case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
             for (unsigned b = 0; b < n->size; b++)
                 if (!holds_work(n->bodies[b]) && driver_version() < 12080) return CUDA_ERROR_LAUNCH_TIMEOUT;
@@ -1552,6 +1590,7 @@ UNSUPPORTED(cuEventDestroy_v2)
 UNSUPPORTED(cuModuleUnload)
 UNSUPPORTED(cuGraphGetNodes)
 UNSUPPORTED(cuGraphDestroy)
+UNSUPPORTED(cuGraphAddChildGraphNode)
 UNSUPPORTED(cuGraphNodeGetType)
 UNSUPPORTED(cuGraphInstantiateWithFlags)
 UNSUPPORTED(cuGraphExecDestroy)

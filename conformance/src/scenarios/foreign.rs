@@ -296,8 +296,8 @@ pub fn foreign_bad_input_is_refused_and_loses_nothing<D: UserKernels>(
 }
 
 /// An operation whose own code fails or panics: on a backend that runs it
-/// while recording, the call (or inside a window, the instantiate) is
-/// refused and what it declared written is claimed; on one where it is the
+/// while recording, the call (inside a window, the call or the
+/// instantiate) is refused and what it declared written is claimed; on one where it is the
 /// work itself, the next sync reports it.
 pub fn foreign_code_that_fails_or_panics_is_reported<D: UserKernels>(
     session: &Session<D>,
@@ -334,7 +334,14 @@ pub fn foreign_code_that_fails_or_panics_is_reported<D: UserKernels>(
         client.write_f32(&dst, &[0.0; N]).step("rewrite dst")?;
         let window = client.prepare(stream).step("prepare")?;
         client.begin(stream, window).step("begin")?;
-        client.foreign(stream, op, &[&dst]).step("recorded")?;
+        // Run when the graph is made (Vulkan), or as it is recorded (CUDA,
+        // HIP), which refuses the call and dooms the window.
+        if let Err(err) = client.foreign(stream, op, &[&dst]) {
+            ensure!(
+                err.to_string().contains(says),
+                "{which}, recorded: refused with {err}"
+            );
+        }
         let err = refused(
             client.instantiate(stream, window),
             "its window's instantiate",

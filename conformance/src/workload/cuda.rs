@@ -9,9 +9,16 @@ use std::sync::Arc;
 use graph_capture::cuda::{Cuda, Device, Kernel};
 use graph_capture::{Access, Error, Signature};
 
-use super::{CUDA_SOURCE, UserKernel, UserKernels};
+use super::foreign::ForeignWork;
+use super::{CUDA_SOURCE, UserKernel, UserKernels, cuda_foreign};
 
 impl UserKernels for Cuda {
+    /// The driver's copies and memsets, and cuBLAS's SGEMM, each captured
+    /// into a child graph node.
+    fn foreign_op(device: &Arc<Device>, work: &ForeignWork) -> Option<Result<Kernel, Error>> {
+        cuda_foreign::foreign_op(device, work)
+    }
+
     unsafe fn user_kernel(device: &Arc<Device>, which: UserKernel) -> Result<Kernel, Error> {
         // SAFETY: the caller launches it only with counts that fit its
         // buffers (this function's contract). Every workload kernel touches element i of a buffer only

@@ -46,6 +46,8 @@
 pub mod collective;
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(feature = "cuda")]
+mod cuda_foreign;
 pub mod decode;
 mod footprint;
 pub mod foreign;
