@@ -293,6 +293,10 @@ pub const CAPTURE_STATUS_ACTIVE: CaptureStatus = 1;
 /// so the stream still swallows the work issued on it.
 pub const CAPTURE_STATUS_INVALIDATED: CaptureStatus = 2;
 
+/// `hipStreamSetCaptureDependencies`: a capture's next node follows the
+/// given nodes alone.
+pub const STREAM_SET_CAPTURE_DEPENDENCIES: c_uint = 1;
+
 /// `hipGraphExecUpdateResult`, as its underlying `int`.
 pub type GraphExecUpdateResult = c_int;
 /// `hipGraphExecUpdateSuccess`.
@@ -578,6 +582,34 @@ pub type HipGraphExecUpdate = unsafe extern "C" fn(
     graph: Graph,
     error_node: *mut GraphNode,
     result: *mut GraphExecUpdateResult,
+) -> HipError;
+/// `hipStreamGetCaptureInfo_v2(hipStream_t, hipStreamCaptureStatus*,
+/// unsigned long long* id, hipGraph_t*, const hipGraphNode_t**
+/// dependencies, size_t* count)`.
+pub type HipStreamGetCaptureInfoV2 = unsafe extern "C" fn(
+    stream: Stream,
+    status: *mut CaptureStatus,
+    id: *mut u64,
+    graph: *mut Graph,
+    dependencies: *mut *const GraphNode,
+    count: *mut usize,
+) -> HipError;
+/// `hipStreamUpdateCaptureDependencies(hipStream_t, hipGraphNode_t*
+/// dependencies, size_t count, unsigned int flags)`.
+pub type HipStreamUpdateCaptureDependencies = unsafe extern "C" fn(
+    stream: Stream,
+    dependencies: *mut GraphNode,
+    count: usize,
+    flags: c_uint,
+) -> HipError;
+/// `hipGraphAddChildGraphNode(hipGraphNode_t*, hipGraph_t, const
+/// hipGraphNode_t* dependencies, size_t count, hipGraph_t child)`.
+pub type HipGraphAddChildGraphNode = unsafe extern "C" fn(
+    node: *mut GraphNode,
+    graph: Graph,
+    dependencies: *const GraphNode,
+    count: usize,
+    child: Graph,
 ) -> HipError;
 /// `hipGraphDestroy(hipGraph_t)`.
 pub type HipGraphDestroy = unsafe extern "C" fn(graph: Graph) -> HipError;

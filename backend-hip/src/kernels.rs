@@ -17,6 +17,7 @@ use capture_core::{MAX_BINDINGS, MAX_PARAM_BYTES};
 use crate::device::Device;
 use crate::error::{describe, into_driver};
 use crate::ffi;
+use crate::foreign::{Foreign, ForeignStream};
 use crate::image;
 use crate::metadata::{self, KernelInterface};
 use crate::rtc;
@@ -89,6 +90,8 @@ pub struct Kernel {
     _module: Option<Arc<Module>>,
     /// What keeps a function made elsewhere loaded.
     keep_alive: Option<KeepAlive>,
+    /// A foreign operation's code, in place of a function (then null).
+    foreign: Option<Arc<Foreign>>,
     device: Arc<Device>,
 }
 
@@ -249,10 +252,63 @@ impl Kernel {
         find(device, module, entry, signature)
     }
 
+    /// A foreign operation named `name` over buffers of `accesses`: the
+    /// caller's own work (rocBLAS, RCCL, its own kernels and copies),
+    /// enqueued by `op` where a launch of ours would be.
+    /// [`Client::foreign`](capture_core::Client::foreign) issues it.
+    ///
+    /// Outside a window `op` enqueues on the stream itself. Inside one it
+    /// enqueues on a side stream capturing into a graph of the operation's
+    /// own, which becomes one child graph node of the window's graph,
+    /// ordered against the other operations by the declared accesses; its
+    /// `Err` or panic refuses the call, which dooms the window. `op` is
+    /// handed the stream, the device (current for the call) and each
+    /// declared buffer's device range.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Compile`] for more buffers than a launch may bind.
+    ///
+    /// # Safety
+    ///
+    /// Every time it is called, `op` enqueues only on the stream it is
+    /// given, and only work that reads and writes nothing but the declared
+    /// ranges as declared (nothing written that was declared read). It
+    /// does not synchronize the stream or the device, query or wait on the
+    /// stream from outside, begin or end a capture, or allocate or free
+    /// memory. It enqueues on no other stream unless that stream waits on
+    /// an event of the given one first and is waited on again before `op`
+    /// returns. It calls no method of the client (it runs with the stream's
+    /// lock held). Everything its work uses (a rocBLAS handle, an RCCL
+    /// communicator, a workspace) stays alive and unchanged while the
+    /// kernel, and any graph made from a window holding it, lives.
+    pub unsafe fn foreign(
+        device: &Arc<Device>,
+        name: &str,
+        accesses: &[capture_core::Access],
+        op: impl Fn(&ForeignStream<'_>) -> Result<(), String> + Send + Sync + 'static,
+    ) -> Result<Kernel, Error> {
+        let signature = Signature::foreign(name, accesses);
+        check_limits(device, name, &signature)?;
+        Ok(Kernel {
+            signature,
+            function: ptr::null_mut(),
+            _module: None,
+            keep_alive: None,
+            foreign: Some(Arc::new(Foreign::new(device, op))),
+            device: Arc::clone(device),
+        })
+    }
+
     /// What the kernel takes.
     #[inline]
     pub fn signature(&self) -> &Signature {
         &self.signature
+    }
+
+    /// A foreign operation's code; `None` for a kernel.
+    pub(crate) fn foreign_code(&self) -> Option<&Foreign> {
+        self.foreign.as_deref()
     }
 
     /// The runtime's handle, for a launch.
@@ -308,6 +364,7 @@ impl Kernel {
             signature,
             function,
             _module: None,
+            foreign: None,
             keep_alive: Some(KeepAlive::new(keep_alive)),
             device: Arc::clone(device),
         })
@@ -537,6 +594,7 @@ fn find(
         device: Arc::clone(&module.device),
         _module: Some(module),
         keep_alive: None,
+        foreign: None,
     })
 }
 

@@ -114,6 +114,7 @@ use capture_core::{
 mod device;
 mod error;
 pub mod ffi;
+mod foreign;
 mod graph;
 mod image;
 mod kernels;
@@ -124,6 +125,7 @@ mod rtc;
 mod stream;
 
 pub use device::{DEVICE_ENV, Device};
+pub use foreign::{ForeignBuffer, ForeignStream};
 pub use graph::{Executable, IN_PLACE_UPDATES_PER_INSTANCE};
 pub use kernels::{Kernel, check_code_object};
 pub use loader::{Attempt, LIBRARY_ENV, library_search};
@@ -250,6 +252,19 @@ impl Driver for Hip {
 
     fn launch(stream: &mut Stream, launch: Launch<'_, Self>) -> Result<(), DriverError> {
         const OP: &str = "launch";
+        if let Some(foreign) = launch.kernel.foreign_code() {
+            let mut buffers = [ForeignBuffer::NONE; capture_core::MAX_BINDINGS];
+            let count = launch.bindings.len().min(buffers.len());
+            for (buffer, binding) in buffers.iter_mut().zip(launch.bindings) {
+                let slice = binding.slice;
+                *buffer = ForeignBuffer {
+                    address: slice.page.address(OP, slice.offset, slice.len)?,
+                    len: slice.len,
+                    access: binding.access,
+                };
+            }
+            return stream.foreign(foreign, &buffers[..count]);
+        }
         let mut pointers = [ptr::null_mut::<c_void>(); kernels::MAX_POINTERS];
         let mut count = 0;
         let slices = launch

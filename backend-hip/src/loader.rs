@@ -118,6 +118,9 @@ pub(crate) struct Api {
     /// Absent from a runtime lacking any of them; graphs then replay as the
     /// chain their capture recorded.
     pub graph_edges: Option<GraphEdges>,
+    /// Absent from a runtime lacking any of them (before ROCm 5.3); a
+    /// foreign operation inside a window is then refused.
+    pub capture_nodes: Option<CaptureNodes>,
     /// hiprtc, or why it could not be found.
     pub rtc: Result<Rtc, String>,
     /// Where the runtime was loaded from, for reports.
@@ -135,6 +138,15 @@ pub(crate) struct GraphEdges {
     pub node_get_dependent_nodes: ffi::HipGraphNodeGetDependentNodes,
     pub add_dependencies: ffi::HipGraphDependencies,
     pub remove_dependencies: ffi::HipGraphDependencies,
+}
+
+/// The functions that add a node of the library's own to a stream capture,
+/// found all together or not at all: a foreign operation's child graph.
+#[derive(Clone, Copy)]
+pub(crate) struct CaptureNodes {
+    pub get_capture_info: ffi::HipStreamGetCaptureInfoV2,
+    pub update_capture_dependencies: ffi::HipStreamUpdateCaptureDependencies,
+    pub add_child_graph_node: ffi::HipGraphAddChildGraphNode,
 }
 
 /// hiprtc's entry points.
@@ -403,6 +415,26 @@ fn load_api(hip: Library, hip_path: &Path, explicit: Option<&Path>) -> Result<Ap
             _ => None,
         }
     };
+    // SAFETY: as above, for each of the three.
+    let capture_nodes = unsafe {
+        match (
+            symbol::<ffi::HipStreamGetCaptureInfoV2>(&hip, "hipStreamGetCaptureInfo_v2"),
+            symbol::<ffi::HipStreamUpdateCaptureDependencies>(
+                &hip,
+                "hipStreamUpdateCaptureDependencies",
+            ),
+            symbol::<ffi::HipGraphAddChildGraphNode>(&hip, "hipGraphAddChildGraphNode"),
+        ) {
+            (Ok(get_capture_info), Ok(update_capture_dependencies), Ok(add_child_graph_node)) => {
+                Some(CaptureNodes {
+                    get_capture_info,
+                    update_capture_dependencies,
+                    add_child_graph_node,
+                })
+            }
+            _ => None,
+        }
+    };
     // The R0600 layout first: a ROCm 6 or later runtime also exports the
     // unversioned name, with ROCm 5's layout, for old binaries.
     let get_device_properties =
@@ -477,6 +509,7 @@ fn load_api(hip: Library, hip_path: &Path, explicit: Option<&Path>) -> Result<Ap
         graph_launch: hip_fn!("hipGraphLaunch"),
         graph_upload,
         graph_edges,
+        capture_nodes,
         rtc,
         path: hip_path.display().to_string(),
         _libraries: Vec::new(),

@@ -24,6 +24,7 @@ use capture_core::DriverError;
 use crate::device::Device;
 use crate::error::{self, describe, other};
 use crate::ffi;
+use crate::foreign::{Foreign, ForeignBuffer};
 use crate::kernels::{Kernel, MAX_POINTERS, MAX_VALUES};
 use capture_core::{KeepAlive, Rejected};
 
@@ -54,6 +55,8 @@ pub(crate) enum Work {
     ToDevice,
     /// A device-to-host copy node.
     ToHost,
+    /// A child graph node holding this foreign operation's work.
+    Foreign(usize),
 }
 
 /// What a capture in progress has recorded so far.
@@ -140,6 +143,9 @@ pub struct Stream {
     capture: Option<Capture>,
     /// Whether work was enqueued since the newest event was recorded.
     unsignalled: bool,
+    /// The stream's own stream for capturing foreign operations' work,
+    /// made on first use.
+    side: Option<ffi::Stream>,
 }
 
 // SAFETY: the stream and event handles are runtime objects usable from any
@@ -251,6 +257,7 @@ impl Stream {
             spare: Vec::new(),
             capture: None,
             unsignalled: false,
+            side: None,
         }
     }
 
@@ -502,6 +509,41 @@ impl Stream {
         if let Some(capture) = &mut self.capture {
             capture.kernel(kernel);
         }
+        Ok(())
+    }
+
+    /// Enqueue foreign operation `foreign` over `buffers`: at once on the
+    /// stream, or inside a window as one child graph node of its own work.
+    pub(crate) fn foreign(
+        &mut self,
+        foreign: &Foreign,
+        buffers: &[ForeignBuffer],
+    ) -> Result<(), DriverError> {
+        const OP: &str = "foreign operation";
+        if foreign.device.ordinal != self.device.ordinal {
+            return Err(other(
+                OP,
+                format!(
+                    "it was made for HIP device {} and the stream is on device {}",
+                    foreign.device.ordinal, self.device.ordinal
+                ),
+            ));
+        }
+        let _current = self.device.enter(OP)?;
+        match &mut self.capture {
+            None => foreign.run(self.raw, false, buffers)?,
+            Some(capture) => {
+                let side = match self.side {
+                    Some(side) => side,
+                    None => *self.side.insert(create_raw(&self.device, OP)?),
+                };
+                foreign.capture_into(self.raw, side, buffers)?;
+                capture
+                    .work
+                    .push(Work::Foreign(ptr::from_ref(foreign) as usize));
+            }
+        }
+        self.enqueued();
         Ok(())
     }
 
@@ -870,6 +912,14 @@ impl Drop for Stream {
         }
         for event in std::mem::take(&mut self.spare) {
             destroy_event(&self.device, event);
+        }
+        if let Some(side) = self.side.take() {
+            // SAFETY: the side stream is the stream's own, not capturing
+            // (every capture on it ends where it began), and destroyed once.
+            let code = unsafe { (api.stream_destroy)(side) };
+            if let Err(error) = error::check(api, OP, code) {
+                log::warn!("{error}");
+            }
         }
         if self.owned {
             // SAFETY: the stream is live and destroyed exactly once, here.

@@ -252,6 +252,7 @@ abi_as!(
     hipGraphExecUpdateResult,
 );
 abi_as!(usize: usize);
+abi_as!(u64: u64);
 abi_as!(
     Opaque: std::ffi::c_void,
     sys::ihipStream_t,
@@ -283,6 +284,8 @@ abi_fn!(A);
 abi_fn!(A, B);
 abi_fn!(A, B, C);
 abi_fn!(A, B, C, D);
+abi_fn!(A, B, C, D, E);
+abi_fn!(A, B, C, D, E, F);
 
 /// The ABI of the function pointer `f` would return, without calling it.
 fn abi_of<F: Abi>(_: impl FnOnce() -> F) -> PhantomData<F::Repr> {
@@ -365,6 +368,28 @@ fn new_prototypes_match() {
     same_type(
         abi::<ffi::HipGraphDependencies>(),
         abi_of(|| sys::hipGraphRemoveDependencies as unsafe extern "C" fn(_, _, _, _) -> _),
+    );
+}
+
+/// The calls that put a foreign operation's own graph into a capture, as
+/// one child graph node after what the stream's next node would follow.
+#[test]
+fn foreign_prototypes_match() {
+    same_type(
+        abi::<ffi::HipStreamGetCaptureInfoV2>(),
+        abi_of(|| sys::hipStreamGetCaptureInfo_v2 as unsafe extern "C" fn(_, _, _, _, _, _) -> _),
+    );
+    same_type(
+        abi::<ffi::HipStreamUpdateCaptureDependencies>(),
+        abi_of(|| sys::hipStreamUpdateCaptureDependencies as unsafe extern "C" fn(_, _, _, _) -> _),
+    );
+    same_type(
+        abi::<ffi::HipGraphAddChildGraphNode>(),
+        abi_of(|| sys::hipGraphAddChildGraphNode as unsafe extern "C" fn(_, _, _, _, _) -> _),
+    );
+    assert_eq!(
+        ffi::STREAM_SET_CAPTURE_DEPENDENCIES,
+        sys::hipStreamUpdateCaptureDependenciesFlags::hipStreamSetCaptureDependencies as u32
     );
 }
 

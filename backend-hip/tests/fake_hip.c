@@ -34,6 +34,12 @@
  * A stream's capture status is 1 (active) while it records; a failed end
  * can leave it invalidated (2) or active (1), see fake_fail_next_end.
  *
+ * A capture in progress can take a child graph node
+ * (hipStreamGetCaptureInfo_v2, hipGraphAddChildGraphNode,
+ * hipStreamUpdateCaptureDependencies, each logged): one more node of the
+ * capturing stream's chain, the child being any graph an earlier capture
+ * ended. Built with FAKE_HIP_NO_CAPTURE_NODES, those three are missing.
+ *
  * A code object is an ELF whose e_ident padding (bytes 9 to 12) holds a
  * four-letter tag, which hipModuleLoadData logs; "BAD!" is refused. Any
  * other image (hiprtc's output here) is logged by its first four bytes.
@@ -585,6 +591,52 @@ static int find_graph(void* graph) {
         if (graphs[i].handle == graph) return i;
     return -1;
 }
+#ifndef FAKE_HIP_NO_CAPTURE_NODES
+/* A capture's graph, before it ends, is named by its stream's handle plus
+ * one, and the node its next node follows by that plus two: enough for a
+ * child graph node to be added where the stream stands. */
+static void* capture_token(int stream, int which) {
+    return (void*)((uintptr_t)streams[stream].handle + (uintptr_t)which);
+}
+static void* capture_dependency[1];
+int hipStreamGetCaptureInfo_v2(void* stream, int* status, unsigned long long* id, void** graph,
+                               void* const** dependencies, size_t* count) {
+    int i = find_stream(stream);
+    say("hipStreamGetCaptureInfo_v2");
+    if (i < 0 || !status) return 400;
+    *status = streams[i].capturing;
+    if (id) *id = (unsigned long long)(uintptr_t)streams[i].handle;
+    int active = streams[i].capturing == 1;
+    if (graph) *graph = active ? capture_token(i, 1) : 0;
+    capture_dependency[0] = capture_token(i, 2);
+    if (dependencies) *dependencies = capture_dependency;
+    if (count) *count = active && streams[i].nodes > 0 ? 1 : 0;
+    return 0;
+}
+/* A child graph node of a capture in progress: one more node of its
+ * stream's chain, logged with the child's node count. */
+int hipGraphAddChildGraphNode(void** node, void* graph, void* const* dependencies, size_t count,
+                              void* child) {
+    int c = find_graph(child);
+    int owner = -1;
+    for (int i = 0; i < stream_count; i++)
+        if (streams[i].capturing == 1 && capture_token(i, 1) == graph) owner = i;
+    say("hipGraphAddChildGraphNode child=%ld deps=%zu", c < 0 ? -1L : graphs[c].nodes, count);
+    if (!node || owner < 0 || c < 0) return 1;
+    if (count > 1 || (count == 1 && dependencies[0] != capture_token(owner, 2))) return 1;
+    streams[owner].nodes++;
+    *node = capture_token(owner, 3);
+    return 0;
+}
+int hipStreamUpdateCaptureDependencies(void* stream, void** dependencies, size_t count,
+                                       unsigned flags) {
+    int i = find_stream(stream);
+    say("hipStreamUpdateCaptureDependencies count=%zu flags=%u", count, flags);
+    if (i < 0 || streams[i].capturing != 1) return 1;
+    if (count != 1 || dependencies[0] != capture_token(i, 3)) return 1;
+    return 0;
+}
+#endif
 /* Answer a list as ROCm does: the count alone for a null array; otherwise
  * as many as asked for when there are at least that many (the count left
  * as it was), else all of them, the rest of the array nulled and the count

@@ -2667,3 +2667,167 @@ fn a_recorded_conditional_is_refused_naming_hip_and_runs_eagerly_outside_a_captu
         conditionals_refused_and_eager,
     );
 }
+
+/// The foreign operation the scenarios issue: the caller's own launch of
+/// `caller__p` over its one declared buffer, on the stream it is handed,
+/// or (`fails`) an error instead; each call notes whether the stream
+/// captured.
+fn caller_op(
+    library: &Path,
+    device: &Arc<Device>,
+    fails: bool,
+    seen: &Arc<Mutex<Vec<bool>>>,
+) -> capture_core::Kernel<Hip> {
+    let fake = Fake::open(library);
+    let caller = fake.function("caller__p") as usize;
+    let seen = Arc::clone(seen);
+    let op = move |s: &backend_hip::ForeignStream<'_>| {
+        seen.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(s.capturing);
+        if fails {
+            return Err("the foreign operation refuses".to_owned());
+        }
+        let [buffer] = s.buffers else {
+            return Err("one buffer".to_owned());
+        };
+        fake.launch(caller as *mut c_void, s.stream, &mut [buffer.address]);
+        Ok(())
+    };
+    // SAFETY: the fake runtime runs no GPU code; the launch is logged only.
+    let kernel = unsafe { Kernel::foreign(device, "caller_op", &[Access::Write], op) };
+    capture_core::Kernel::new(ok(kernel))
+}
+
+/// Foreign operations: run at once on the stream itself; inside a window
+/// captured on a side stream into a graph of their own, which becomes one
+/// child graph node after what the stream's next node would follow, the
+/// stream then following it; one node per operation in the instantiated
+/// graph; failing code refusing the call and dooming the window.
+fn foreign_operations(library: &Path, log: &Path) {
+    let fake = Fake::open(library);
+    let mut calls = Calls {
+        path: log.to_owned(),
+        seen: 0,
+    };
+    let device = ok(Hip::open_index(0));
+    let client = Client::<Hip>::with_device(Arc::clone(&device), Config::default());
+    let stream = ok(client.create_stream());
+    let fill = raw_fill(&fake, &device);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let op = caller_op(library, &device, false, &seen);
+    let x = ok(client.create_f32(stream, &[0.0; N]));
+    ok(client.launch(stream, &fill, [1, 1, 1], &[&x], &fill_info(), &[]));
+    calls.take();
+    ok(client.foreign(stream, &op, &[&x]));
+    let at_once = calls.take();
+    assert_eq!(
+        names(&at_once),
+        ["hipModuleLaunchKernel"],
+        "run at once on the stream: {at_once:?}"
+    );
+    assert_eq!(seen.lock().unwrap().pop(), Some(false));
+
+    let window = ok(client.prepare(stream));
+    ok(client.begin(stream, window));
+    ok(client.launch(stream, &fill, [1, 1, 1], &[&x], &fill_info(), &[]));
+    ok(client.foreign(stream, &op, &[&x]));
+    ok(client.launch(stream, &fill, [1, 1, 1], &[&x], &fill_info(), &[]));
+    let graph = ok(client.instantiate(stream, window));
+    let recorded = calls.take();
+    let from = recorded
+        .iter()
+        .position(|c| c.starts_with("hipModuleLaunchKernel caller__p"))
+        .unwrap_or_else(|| panic!("no caller's launch in {recorded:?}"));
+    assert_eq!(
+        names(&recorded[from - 1..from + 6]),
+        [
+            "hipStreamBeginCapture",
+            "hipModuleLaunchKernel",
+            "hipStreamEndCapture",
+            "hipStreamGetCaptureInfo_v2",
+            "hipGraphAddChildGraphNode",
+            "hipStreamUpdateCaptureDependencies",
+            "hipGraphDestroy",
+        ],
+        "{recorded:?}"
+    );
+    assert_eq!(
+        recorded[from + 3],
+        "hipGraphAddChildGraphNode child=1 deps=1"
+    );
+    assert_eq!(
+        seen.lock().unwrap().pop(),
+        Some(true),
+        "handed a capturing stream"
+    );
+    // SAFETY: `long fake_last_instantiated_nodes(void)`.
+    let nodes = unsafe {
+        fake.get::<unsafe extern "C" fn() -> std::ffi::c_long>("fake_last_instantiated_nodes")
+    };
+    // SAFETY: no arguments.
+    assert_eq!(
+        unsafe { nodes() },
+        3,
+        "two launches and one child graph node"
+    );
+    ok(graph.replay());
+    ok(client.sync(stream));
+
+    let fails = caller_op(library, &device, true, &seen);
+    let window = ok(client.prepare(stream));
+    ok(client.begin(stream, window));
+    let err = client
+        .foreign(stream, &fails, &[&x])
+        .expect_err("failing code is refused");
+    assert!(err.to_string().contains("refuses"), "{err}");
+    let err = client
+        .instantiate(stream, window)
+        .expect_err("its window is doomed");
+    assert!(err.to_string().contains("refuses"), "{err}");
+    assert!(matches!(client.read(&x), Err(Error::Claimed { .. })));
+    let y = ok(client.create_f32(stream, &[0.0; N]));
+    ok(client.foreign(stream, &op, &[&y]));
+    ok(client.sync(stream));
+}
+
+#[test]
+fn foreign_operations_run_at_once_and_become_one_child_graph_node_in_a_window() {
+    in_child(
+        "foreign_operations_run_at_once_and_become_one_child_graph_node_in_a_window",
+        foreign_operations,
+    );
+}
+
+/// A runtime without the capture-node functions: a foreign operation runs
+/// at once, and inside a window is refused with their names.
+fn foreign_without_capture_nodes(library: &Path, _log: &Path) {
+    let device = ok(Hip::open_index(0));
+    let client = Client::<Hip>::with_device(Arc::clone(&device), Config::default());
+    let stream = ok(client.create_stream());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let op = caller_op(library, &device, false, &seen);
+    let x = ok(client.create_f32(stream, &[0.0; N]));
+    ok(client.foreign(stream, &op, &[&x]));
+    let window = ok(client.prepare(stream));
+    ok(client.begin(stream, window));
+    let err = client
+        .foreign(stream, &op, &[&x])
+        .expect_err("refused in a window");
+    assert!(
+        err.to_string().contains("hipGraphAddChildGraphNode"),
+        "{err}"
+    );
+    assert!(client.instantiate(stream, window).is_err());
+    ok(client.foreign(stream, &op, &[&x]));
+    ok(client.sync(stream));
+}
+
+#[test]
+fn a_runtime_without_the_capture_node_functions_refuses_foreign_work_in_a_window() {
+    in_child_built(
+        "a_runtime_without_the_capture_node_functions_refuses_foreign_work_in_a_window",
+        foreign_without_capture_nodes,
+        &["FAKE_HIP_NO_CAPTURE_NODES"],
+    );
+}
