@@ -174,6 +174,13 @@ fn the_python_python_names_is_asked_for_the_nvrtc_wheels_and_logged() {
         status.contains("nccl: not found under nvidia/*/lib or nvidia/cu13/lib of any of"),
         "{status}"
     );
+    // cudarc looks for libcublas.so by that name: a link to the wheel's.
+    let link = std::fs::read_link(out.join("libraries/libcublas.so"));
+    assert_eq!(
+        link.ok(),
+        Some(PathBuf::from("/fake/nvidia/cublas/lib/libcublas.so.12"))
+    );
+    assert!(!out.join("libraries/libnccl.so").exists());
     // Neither PyTorch nor CuPy imports: the side by side runs ours alone
     // (and fails here, with no summary binary), saying why it skipped them.
     let log = std::fs::read_to_string(out.join("side-by-side.log")).unwrap_or_default();
@@ -251,6 +258,8 @@ fn without_an_nvidia_gpu_the_run_refuses_and_lists_its_steps() {
         "side-by-side: at most 150s",
         "cuda-unit: at most",
         "cuda-device: at most",
+        "cublas-cuda: at most 40s",
+        "nccl-cuda: at most 40s",
         "decode-cuda: at most",
         "generate-cuda: at most",
         "decode-vulkan: at most",
