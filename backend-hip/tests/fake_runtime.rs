@@ -2766,11 +2766,8 @@ fn foreign_operations(library: &Path, log: &Path) {
         fake.get::<unsafe extern "C" fn() -> std::ffi::c_long>("fake_last_instantiated_nodes")
     };
     // SAFETY: no arguments.
-    assert_eq!(
-        unsafe { nodes() },
-        3,
-        "two launches and one child graph node"
-    );
+    let held = unsafe { nodes() };
+    assert_eq!(held, 3, "two launches and one child graph node");
     ok(graph.replay());
     ok(client.sync(stream));
 

@@ -491,6 +491,7 @@ impl<D: UserKernels> UserKernels for Faulty<D> {
     }
 
     const FOREIGN_FAILS_WHILE_RECORDING: bool = D::FOREIGN_FAILS_WHILE_RECORDING;
+    const FOREIGN_RUNS_AT_INSTANTIATE: bool = D::FOREIGN_RUNS_AT_INSTANTIATE;
     const FOREIGN_IN_BODIES: bool = D::FOREIGN_IN_BODIES;
 
     fn foreign_op(

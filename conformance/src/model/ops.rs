@@ -101,6 +101,10 @@ pub enum Work {
     ForeignCopy(Target, Target),
     /// A foreign operation filling the target with [`FOREIGN_FILL`].
     ForeignFill(Target),
+    /// A foreign operation whose code fails, where the backend runs that
+    /// code while recording: a refused call now, or inside a window the
+    /// graph's making refused.
+    ForeignFail(Target),
 }
 
 /// The value [`Work::ForeignFill`] fills with.
@@ -306,6 +310,7 @@ impl Work {
             Work::RefusedConditional => "refused conditional node",
             Work::ForeignCopy(..) => "foreign copy",
             Work::ForeignFill(_) => "foreign fill",
+            Work::ForeignFail(_) => "failing foreign operation",
         }
     }
 
@@ -426,18 +431,20 @@ impl Draw {
             66..=69 => Work::Write(self.index(), self.value()),
             70..=74 => Work::Temporary(self.target(), self.value()),
             75..=76 => Work::BadFlag,
-            82..=84 => Work::Ignore(Box::new(match self.below(6) {
+            82..=84 => Work::Ignore(Box::new(match self.below(7) {
                 0 => Work::BadFlag,
                 1 => Work::ForeignFlag,
                 2 => Work::Mismatch(self.target()),
                 3 => Work::TooLong(self.target()),
                 4 => Work::ForkJoin(self.index(), Vec::new()),
+                5 => Work::ForeignFail(self.target()),
                 _ => Work::WaitFor(self.index()),
             })),
             87 => Work::ForkJoin(self.index(), self.branch()),
-            88 => match self.below(4) {
+            88 => match self.below(5) {
                 0 => Work::DropBuffer(self.index()),
                 3 => Work::DestroyGraph(self.index()),
+                4 => Work::ForeignFail(self.target()),
                 1 => Work::RefusedConditional,
                 _ => Work::Shared(Box::new(match self.below(3) {
                     0 => Work::Add(self.target(), self.target()),

@@ -223,6 +223,13 @@ pub struct World<D: UserKernels> {
     kernels: Workload<Faulty<D>>,
     /// The foreign copy and fill, where the backend has foreign operations.
     foreign: Option<[Kernel<Faulty<D>>; 2]>,
+    /// A foreign operation whose code fails, where the backend runs that
+    /// code while recording (so its failure is a refused call, or inside a
+    /// window a refused instantiate).
+    foreign_fail: Option<Kernel<Faulty<D>>>,
+    /// Whether the window now recording holds such an operation, so that
+    /// making its graph will be refused.
+    refuses_instantiate: std::cell::Cell<bool>,
     streams: Vec<LiveStream>,
     buffers: Vec<Live>,
     graphs: Vec<Graph<D>>,
@@ -332,6 +339,7 @@ impl<D: UserKernels> World<D> {
         });
         let kernels = Workload::new(client.device()).map_err(|e| format!("kernels: {e}"))?;
         let foreign = foreign_ops::<D>(&client)?;
+        let foreign_fail = failing_foreign_op::<D>(&client)?;
         let other = session.client();
         let foreign_flag = other
             .create_stream()
@@ -344,6 +352,8 @@ impl<D: UserKernels> World<D> {
             plan,
             kernels,
             foreign,
+            foreign_fail,
+            refuses_instantiate: std::cell::Cell::new(false),
             streams: Vec::new(),
             buffers: Vec::new(),
             graphs: Vec::new(),
@@ -1168,6 +1178,25 @@ impl<D: UserKernels> World<D> {
                     }
                     got
                 }
+            }
+            Work::ForeignFail(t) => {
+                let (Some(fail), Some(b)) = (&self.foreign_fail, self.bind(*t, on)) else {
+                    return Ok(Ok(()));
+                };
+                let h = self.handle(b).map_err(|e| e.to_string())?;
+                // Its code runs as it is recorded: now eagerly; inside a
+                // window now too, or when the graph is made where the
+                // backend records it into the graph's command buffer then
+                // (a body refuses it before keeping it).
+                let now = mode != Mode::Record || depth > 0 || !D::FOREIGN_RUNS_AT_INSTANTIATE;
+                let got = self.launch_or_refused(stream, mode, &[], &[b], now, &|| {
+                    c.foreign(stream, fail, &[&h])
+                })?;
+                if got.is_ok() {
+                    self.refuses_instantiate.set(true);
+                    self.effect(mode, Resolved::Fill(b, 0.0), recorded);
+                }
+                got
             }
             Work::ForeignFill(t) => {
                 let (Some([_, fill]), Some(b)) = (&self.foreign, self.bind(*t, on)) else {
@@ -2013,6 +2042,7 @@ impl<D: UserKernels> World<D> {
     ) -> Result<(), Disagreement> {
         let stream = self.streams[s].id;
         self.doomed.set(false);
+        self.refuses_instantiate.set(false);
         let c = self.client.clone();
         let mut graph_cache = cache.map(|_| self.take_cache(stream));
         let found: Found = RefCell::new(None);
@@ -2108,7 +2138,14 @@ impl<D: UserKernels> World<D> {
             };
         }
         // A refused instantiate claims what the recording would write.
-        let doomed = self.doomed.get() || fired.instantiate;
+        // A foreign operation whose code fails is run when the graph is
+        // made: a window that reaches its instantiate meets it, and so does
+        // one whose body panics (closing it on unwind makes the graph, to
+        // destroy it at once).
+        let refused_at_end = self.refuses_instantiate.get()
+            && matches!(style, Style::OneCall | Style::ThreeStep | Style::Panicking)
+            && failed.is_none();
+        let doomed = self.doomed.get() || fired.instantiate || refused_at_end;
         match (failed, style, got) {
             (None, Style::OneCall | Style::ThreeStep, Err(_)) if doomed => {
                 self.claim_written(&recorded, Claim::Other);
@@ -2190,6 +2227,7 @@ impl<D: UserKernels> World<D> {
     ) -> Result<(), Disagreement> {
         let stream = self.graph_at(which).stream;
         self.doomed.set(false);
+        self.refuses_instantiate.set(false);
         let c = self.client.clone();
         let found: Found = RefCell::new(None);
         let recorded = RefCell::new(Vec::new());
@@ -2233,7 +2271,7 @@ impl<D: UserKernels> World<D> {
         let recorded = recorded.into_inner();
         let failed = *failed_in.borrow();
         let fired = self.fired(armed, stream);
-        let doomed = self.doomed.get();
+        let doomed = self.doomed.get() || (self.refuses_instantiate.get() && !failing);
         match (failed, got) {
             // A body that fails of itself abandons the window: what the
             // recording would have written is claimed.
@@ -2607,4 +2645,22 @@ fn foreign_ops<D: UserKernels>(
     };
     let built = |k: Result<_, Error>| k.map(Kernel::new).map_err(|e| format!("foreign: {e}"));
     Ok(Some([built(copy)?, built(fill)?]))
+}
+
+/// The model's failing foreign operation, where the backend runs its code
+/// while recording; `None` elsewhere (the host runs it as the work itself,
+/// a fault of the stream, which the model does not follow).
+fn failing_foreign_op<D: UserKernels>(
+    client: &Client<Faulty<D>>,
+) -> Result<Option<Kernel<Faulty<D>>>, Disagreement> {
+    use crate::workload::foreign::ForeignWork;
+    if !D::FOREIGN_FAILS_WHILE_RECORDING {
+        return Ok(None);
+    }
+    match Faulty::<D>::foreign_op(client.device(), &ForeignWork::Fail) {
+        None => Ok(None),
+        Some(k) => k
+            .map(|k| Some(Kernel::new(k)))
+            .map_err(|e| format!("foreign: {e}")),
+    }
 }

@@ -286,6 +286,14 @@ pub trait UserKernels: GraphDriver + Builtins {
     /// Read only where [`UserKernels::foreign_op`] gives operations.
     const FOREIGN_FAILS_WHILE_RECORDING: bool = true;
 
+    /// Whether a foreign operation's code runs when a window's graph is
+    /// made (`true`: Vulkan, which records it into the graph's command
+    /// buffer then, so its failure refuses the instantiate) rather than as
+    /// it is recorded (CUDA and HIP capture it at the call, so its failure
+    /// refuses the call and dooms the window). Read only where
+    /// [`UserKernels::FOREIGN_FAILS_WHILE_RECORDING`] holds.
+    const FOREIGN_RUNS_AT_INSTANTIATE: bool = false;
+
     /// Whether a conditional body may hold a foreign operation; read only
     /// where [`UserKernels::foreign_op`] gives operations.
     const FOREIGN_IN_BODIES: bool = true;

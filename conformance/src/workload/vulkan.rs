@@ -133,6 +133,7 @@ fn foreign_buffer(
 
 impl UserKernels for Vulkan {
     const FOREIGN_FAILS_WHILE_RECORDING: bool = true;
+    const FOREIGN_RUNS_AT_INSTANTIATE: bool = true;
     const FOREIGN_IN_BODIES: bool = false;
 
     /// Transfer commands of the caller's own, as a library that keeps its
