@@ -4,7 +4,9 @@
 //! the dependency graph by their declared buffers and run on every replay;
 //! a re-capture updates such a graph in place. Failing and panicking code
 //! refuses the call, dooms its window and claims what it declared written;
-//! inside a conditional body the node runs on the flag's word; and a driver
+//! inside a conditional body the node runs on the flag's word, and code
+//! panicking there refuses the capture and leaves the stream able to
+//! capture again; and a driver
 //! without the capture functions of 12.3 refuses a foreign operation in a
 //! window, with the reason, while running it at once still works.
 //!
@@ -91,6 +93,16 @@ fn failing_op(device: &Arc<Device>, panics: bool) -> capture_core::Kernel<Cuda> 
     // SAFETY: it enqueues nothing.
     let kernel = unsafe { Kernel::foreign(device, "fails", &[Access::Write], op) };
     capture_core::Kernel::new(kernel.expect("a foreign operation"))
+}
+
+/// Keep the test's own deliberate panics off stderr.
+fn quiet_deliberate_panics() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !info.to_string().contains("deliberate panic") {
+            report(info);
+        }
+    }));
 }
 
 /// One of the stub's kernels (`add`).
@@ -300,12 +312,7 @@ fn foreign_work_runs_at_once_and_as_child_graph_nodes_in_the_dependency_graph() 
 
 /// In the child: failing and panicking code, at once and in a window.
 fn check_failures() {
-    let report = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        if !info.to_string().contains("deliberate panic") {
-            report(info);
-        }
-    }));
+    quiet_deliberate_panics();
     let rig = Rig::new();
     let (client, stream) = (&rig.client, rig.stream);
     for (panics, says) in [(false, "refuses"), (true, "panicked")] {
@@ -393,6 +400,26 @@ fn check_in_body() {
     client.replay(&graph).expect("replay, flag clear");
     client.sync(stream).expect("sync");
     assert_eq!(rig.value(&y), 0.0, "the body was skipped");
+
+    // Code that panics inside a body: the call is refused, the capture
+    // with it, and the stream captures again after.
+    quiet_deliberate_panics();
+    let panics = failing_op(&rig.device, true);
+    let err = client
+        .capture(stream, |_| {
+            client
+                .if_flag(stream, &flag, || client.foreign(stream, &panics, &[&y]))
+                .map(|_: Ran| ())
+        })
+        .expect_err("a panicking body operation is refused");
+    assert!(err.to_string().contains("panicked"), "{err}");
+    let (graph, ()) = client
+        .capture(stream, |_| client.foreign(stream, &fill, &[&y]))
+        .expect("the stream captures again");
+    client.write_f32(&y, &[0.0; N]).expect("clear y");
+    client.replay(&graph).expect("replay");
+    client.sync(stream).expect("sync");
+    assert_eq!(rig.value(&y), 5.0);
     println!("\n{DONE}");
 }
 
