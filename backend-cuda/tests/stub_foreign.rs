@@ -481,3 +481,107 @@ fn a_driver_without_the_capture_functions_refuses_foreign_work_in_a_window() {
         &[],
     );
 }
+
+/// `cuMemAllocAsync`, as the stub exports it.
+type AllocAsyncFn = unsafe extern "C" fn(*mut CUdeviceptr, usize, CUstream) -> i32;
+
+/// In the child: work that allocates is refused in a window, as a foreign
+/// operation at its call and as the caller's own work on an adopted stream
+/// at the instantiate; each window claims what it wrote, and the stream
+/// captures again after.
+fn check_allocations() {
+    let rig = Rig::new();
+    let (client, stream) = (&rig.client, rig.stream);
+    // SAFETY: the stub's prototype.
+    let alloc_async = unsafe { stub_fn::<AllocAsyncFn>("cuMemAllocAsync") };
+    let op = move |s: &ForeignStream<'_>| {
+        let mut pointer: CUdeviceptr = 0;
+        // SAFETY: a valid place for the address, on the stream handed over.
+        match unsafe { alloc_async(&mut pointer, 256, s.stream) } {
+            0 => Ok(()),
+            code => Err(format!("cuMemAllocAsync answered {code}")),
+        }
+    };
+    // SAFETY: deliberately breaks the contract by allocating, which the
+    // backend must refuse inside a window; it touches no memory.
+    let allocating = capture_core::Kernel::new(
+        unsafe { Kernel::foreign(&rig.device, "allocates", &[Access::Write], op) }
+            .expect("a foreign operation"),
+    );
+    let y = rig.floats(1.0);
+    client
+        .foreign(stream, &allocating, &[&y])
+        .expect("at once, an allocation is the caller's business");
+    let err = client
+        .capture(stream, |_| client.foreign(stream, &allocating, &[&y]))
+        .expect_err("refused in a window");
+    assert!(
+        err.to_string().contains("allocates or frees memory"),
+        "{err}"
+    );
+    assert!(matches!(client.read(&y), Err(Error::Claimed { .. })));
+
+    // The caller's own allocation on an adopted stream, inside a window.
+    type CreateFn = unsafe extern "C" fn(*mut CUstream, u32) -> i32;
+    // SAFETY: the stub's prototype of cuStreamCreate.
+    let create = unsafe { stub_fn::<CreateFn>("cuStreamCreate") };
+    type PushFn = unsafe extern "C" fn(backend_cuda::CUcontext) -> i32;
+    type PopFn = unsafe extern "C" fn(*mut backend_cuda::CUcontext) -> i32;
+    // SAFETY: the stub's prototypes of cuCtxPushCurrent_v2 and
+    // cuCtxPopCurrent_v2.
+    let (push, pop) = unsafe {
+        (
+            stub_fn::<PushFn>("cuCtxPushCurrent_v2"),
+            stub_fn::<PopFn>("cuCtxPopCurrent_v2"),
+        )
+    };
+    let mut raw: CUstream = std::ptr::null_mut();
+    let mut popped = std::ptr::null_mut();
+    // SAFETY: the device's live context, current for the creation of a
+    // non-blocking stream (a valid place for its handle), then popped.
+    unsafe {
+        assert_eq!(push(rig.device.raw_context()), 0);
+        assert_eq!(create(&mut raw, 1), 0);
+        assert_eq!(pop(&mut popped), 0);
+    }
+    // SAFETY: the stub's stream lives for the process; the caller's own
+    // work on it below touches no memory of the library's.
+    let adopted = unsafe { backend_cuda::Stream::from_raw(&rig.device, raw, ()) }
+        .expect("a stream of device 0");
+    let adopted = client.adopt_stream(adopted).expect("adopted");
+    let x = client.create_f32(adopted, &[1.0; N]).expect("x");
+    let one = client.create_f32(adopted, &[1.0; N]).expect("one");
+    let add = |to: &Buffer| {
+        let info = BuiltinInfo::new(N as u32, 0.0).to_bytes();
+        client.launch(adopted, &rig.add, [1, 1, 1], &[to, &one], &info, &[])
+    };
+    add(&x).expect("its info bytes met before the window");
+    let window = client.prepare(adopted).expect("prepare");
+    client.begin(adopted, window).expect("begin");
+    add(&x).expect("recorded");
+    let mut pointer: CUdeviceptr = 0;
+    // SAFETY: a valid place for the address, on the caller's own stream.
+    assert_eq!(unsafe { alloc_async(&mut pointer, 256, raw) }, 0);
+    let err = client
+        .instantiate(adopted, window)
+        .expect_err("a graph that allocates is refused");
+    assert!(err.to_string().contains("memory allocation"), "{err}");
+    assert!(matches!(client.read(&x), Err(Error::Claimed { .. })));
+    let (graph, ()) = client
+        .capture(stream, |_| rig.add(&rig.floats(1.0), &rig.floats(2.0)))
+        .expect("the library's own stream captures still");
+    drop(graph);
+    println!("\n{DONE}");
+}
+
+#[test]
+fn work_that_allocates_inside_a_window_is_refused() {
+    if in_child() {
+        return check_allocations();
+    }
+    CHILDREN.run(
+        "work_that_allocates_inside_a_window_is_refused",
+        &stub_dir(None),
+        &[],
+    );
+}

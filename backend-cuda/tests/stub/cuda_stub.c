@@ -91,6 +91,9 @@
  * next node creation fail. Built with CUDA_STUB_NO_CONDITIONALS, it lacks
  * those five functions, as a driver before 12.3 does.
  *
+ * cuMemAllocAsync allocates at once, and in a capture adds a memory
+ * allocation node too.
+ *
  * Child graph nodes (cuGraphAddChildGraphNode, counted by
  * cuStubChildGraphNodes) hold their own copy of the child, which a replay
  * runs where the node stands.
@@ -421,6 +424,7 @@ enum {
     CU_GRAPH_NODE_TYPE_MEMCPY = 1,
     CU_GRAPH_NODE_TYPE_GRAPH = 4,
     CU_GRAPH_NODE_TYPE_EMPTY = 5,
+    CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10,
     CU_GRAPH_NODE_TYPE_CONDITIONAL = 13,
     CU_GRAPH_COND_TYPE_IF = 0,
     CU_GRAPH_COND_TYPE_WHILE = 1,
@@ -674,6 +678,17 @@ CUresult cuMemAlloc_v2(unsigned long long *pointer, size_t bytes) {
     Allocation made = {*pointer, bytes, current_context()};
     allocations[allocation_count++] = made;
     return CUDA_SUCCESS;
+}
+
+/* Stream-ordered allocation: at once outside a capture; in one, a memory
+ * allocation node (its memory made at once too, as the driver reserves
+ * it when the graph is instantiated). */
+CUresult cuMemAllocAsync(unsigned long long *pointer, size_t bytes, void *stream) {
+    CUresult made = cuMemAlloc_v2(pointer, bytes);
+    Stream *s = stream;
+    if (made != CUDA_SUCCESS || s == NULL || !s->capturing) return made;
+    Node node = {.kind = CU_GRAPH_NODE_TYPE_MEM_ALLOC, .dst = (void *)(size_t)*pointer, .bytes = bytes};
+    return capture_node(s, node) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 enum { CU_POINTER_ATTRIBUTE_CONTEXT = 1, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9 };
