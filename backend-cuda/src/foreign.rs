@@ -181,12 +181,6 @@ impl Foreign {
     }
 }
 
-impl std::fmt::Debug for Foreign {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Foreign").finish_non_exhaustive()
-    }
-}
-
 /// A graph the library made, destroyed when dropped (the context current).
 struct Owned(CUgraph, &'static Api);
 

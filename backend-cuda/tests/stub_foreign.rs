@@ -245,6 +245,7 @@ fn check_runs() {
     );
 
     let children = stub_int("cuStubChildGraphNodes");
+    let destroyed = stub_int("cuStubGraphsDestroyed");
     let body = || -> Result<(), Error> {
         rig.add(&x, &one)?; // 0: x += 1
         client.foreign(stream, &fill, &[&z])?; // 1: z = 5
@@ -260,6 +261,11 @@ fn check_runs() {
         stub_int("cuStubChildGraphNodes") - children,
         2,
         "one child graph node per foreign operation"
+    );
+    assert_eq!(
+        stub_int("cuStubGraphsDestroyed") - destroyed,
+        3,
+        "each operation's own graph destroyed once copied, and the recording once instantiated"
     );
     assert_eq!(
         stub_edges(),

@@ -62,12 +62,6 @@ pub(crate) struct Foreign {
     op: Box<Op>,
 }
 
-impl std::fmt::Debug for Foreign {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Foreign").finish_non_exhaustive()
-    }
-}
-
 impl Foreign {
     pub(crate) fn new(
         device: &Arc<Device>,
@@ -185,12 +179,17 @@ fn add_child(
             format!("the recording stream is not capturing (capture status {status})"),
         ));
     }
-    let after: &[ffi::GraphNode] = if count == 0 || dependencies.is_null() {
-        &[]
-    } else {
+    let after: &[ffi::GraphNode] = match count {
+        0 => &[],
+        _ if dependencies.is_null() => {
+            return Err(other(
+                OP,
+                format!("the runtime reported {count} dependencies of the capture, and no nodes"),
+            ));
+        }
         // SAFETY: on success the runtime points `dependencies` at `count`
         // nodes, valid until the next call on the stream; read before it.
-        unsafe { std::slice::from_raw_parts(dependencies, count) }
+        _ => unsafe { std::slice::from_raw_parts(dependencies, count) },
     };
     let mut node = ptr::null_mut();
     // SAFETY: both graphs are live; every dependency is a node of the

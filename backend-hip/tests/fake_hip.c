@@ -38,7 +38,8 @@
  * (hipStreamGetCaptureInfo_v2, hipGraphAddChildGraphNode,
  * hipStreamUpdateCaptureDependencies, each logged): one more node of the
  * capturing stream's chain, the child being any graph an earlier capture
- * ended. Built with FAKE_HIP_NO_CAPTURE_NODES, those three are missing.
+ * ended; fake_next_capture_info makes the next capture-info answer wrong.
+ * Built with FAKE_HIP_NO_CAPTURE_NODES, those three are missing.
  *
  * A code object is an ELF whose e_ident padding (bytes 9 to 12) holds a
  * four-letter tag, which hipModuleLoadData logs; "BAD!" is refused. Any
@@ -599,18 +600,29 @@ static void* capture_token(int stream, int which) {
     return (void*)((uintptr_t)streams[stream].handle + (uintptr_t)which);
 }
 static void* capture_dependency[1];
+/* What the next hipStreamGetCaptureInfo_v2 answers wrongly: a status in
+ * place of the stream's (when not -1), and its dependencies as null. */
+static int info_status = -1, info_null_dependencies = 0;
+void fake_next_capture_info(int status, int null_dependencies) {
+    info_status = status;
+    info_null_dependencies = null_dependencies;
+}
 int hipStreamGetCaptureInfo_v2(void* stream, int* status, unsigned long long* id, void** graph,
                                void* const** dependencies, size_t* count) {
     int i = find_stream(stream);
     say("hipStreamGetCaptureInfo_v2");
     if (i < 0 || !status) return 400;
-    *status = streams[i].capturing;
+    *status = info_status >= 0 ? info_status : streams[i].capturing;
+    info_status = -1;
     if (id) *id = (unsigned long long)(uintptr_t)streams[i].handle;
     int active = streams[i].capturing == 1;
     if (graph) *graph = active ? capture_token(i, 1) : 0;
     capture_dependency[0] = capture_token(i, 2);
-    if (dependencies) *dependencies = capture_dependency;
-    if (count) *count = active && streams[i].nodes > 0 ? 1 : 0;
+    size_t n = active && streams[i].nodes > 0 ? 1 : 0;
+    /* No dependencies come as a null array, as ROCm answers them. */
+    if (dependencies) *dependencies = info_null_dependencies || n == 0 ? 0 : capture_dependency;
+    info_null_dependencies = 0;
+    if (count) *count = n;
     return 0;
 }
 /* A child graph node of a capture in progress: one more node of its

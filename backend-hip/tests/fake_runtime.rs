@@ -2771,6 +2771,43 @@ fn foreign_operations(library: &Path, log: &Path) {
     ok(graph.replay());
     ok(client.sync(stream));
 
+    // First in its window, it follows nothing.
+    let window = ok(client.prepare(stream));
+    ok(client.begin(stream, window));
+    calls.take();
+    ok(client.foreign(stream, &op, &[&x]));
+    let first = ok(client.instantiate(stream, window));
+    assert!(
+        calls
+            .take()
+            .contains(&"hipGraphAddChildGraphNode child=1 deps=0".to_owned())
+    );
+    // SAFETY: no arguments.
+    let held = unsafe { nodes() };
+    assert_eq!(held, 1);
+    ok(first.replay());
+
+    // A runtime answering the capture's state wrongly: refused, with what
+    // it said, and the window doomed.
+    // SAFETY: `void fake_next_capture_info(int, int)`.
+    let wrong = unsafe { fake.get::<unsafe extern "C" fn(c_int, c_int)>("fake_next_capture_info") };
+    for (status, null, says) in [
+        (2, 0, "not capturing (capture status 2)"),
+        (-1, 1, "1 dependencies of the capture, and no nodes"),
+    ] {
+        let window = ok(client.prepare(stream));
+        ok(client.begin(stream, window));
+        ok(client.launch(stream, &fill, [1, 1, 1], &[&x], &fill_info(), &[]));
+        // SAFETY: plain values.
+        unsafe { wrong(status, null) };
+        let err = client
+            .foreign(stream, &op, &[&x])
+            .expect_err("a wrong answer is refused");
+        assert!(err.to_string().contains(says), "{err}");
+        assert!(client.instantiate(stream, window).is_err());
+        ok(client.write_f32(&x, &[0.0; N]));
+    }
+
     let fails = caller_op(library, &device, true, &seen);
     let window = ok(client.prepare(stream));
     ok(client.begin(stream, window));

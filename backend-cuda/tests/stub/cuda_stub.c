@@ -96,7 +96,7 @@
  *
  * Child graph nodes (cuGraphAddChildGraphNode, counted by
  * cuStubChildGraphNodes) hold their own copy of the child, which a replay
- * runs where the node stands.
+ * runs where the node stands; cuStubGraphsDestroyed counts cuGraphDestroy.
  *
  * The runs stub also answers what cudarc calls beyond the backend
  * (cuCtxGetCurrent, cuCtxSetCurrent, cuCtxSynchronize,
@@ -1125,9 +1125,13 @@ CUresult cuGraphGetRootNodes(void *graph, void **roots, size_t *count) {
     free(found);
     return result;
 }
+static int graphs_destroyed = 0;
+/* Graphs destroyed so far. */
+int cuStubGraphsDestroyed(void) { return graphs_destroyed; }
 CUresult cuGraphDestroy(void *graph) {
     free_graph(graph);
     free(graph);
+    graphs_destroyed += 1;
     return CUDA_SUCCESS;
 }
 
