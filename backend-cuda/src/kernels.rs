@@ -293,6 +293,13 @@ impl Drop for Kernel {
         if let Some(keep_alive) = self.keep_alive.take() {
             self.device.release(Release::KeepAlive(keep_alive));
         }
+        // Its code may own what a drop tears down with a device-wide sync
+        // (a cuBLAS handle, an NCCL communicator): not while a stream of
+        // the GPU records.
+        if let Some(foreign) = self.foreign.take() {
+            self.device
+                .release(Release::KeepAlive(KeepAlive::new(foreign)));
+        }
     }
 }
 

@@ -100,6 +100,12 @@ impl Drop for Kernel {
         if let Some(keep_alive) = self.keep_alive.take() {
             self.device.let_go(keep_alive);
         }
+        // Its code may own what a drop tears down with a device-wide sync
+        // (a rocBLAS handle, an RCCL communicator): not while a stream of
+        // the GPU records.
+        if let Some(foreign) = self.foreign.take() {
+            self.device.let_go(KeepAlive::new(foreign));
+        }
     }
 }
 

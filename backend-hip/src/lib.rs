@@ -254,7 +254,13 @@ impl Driver for Hip {
         const OP: &str = "launch";
         if let Some(foreign) = launch.kernel.foreign_code() {
             let mut buffers = [ForeignBuffer::NONE; capture_core::MAX_BINDINGS];
-            let count = launch.bindings.len().min(buffers.len());
+            let count = launch.bindings.len();
+            if count > buffers.len() {
+                return Err(error::other(
+                    OP,
+                    format!("more than {} buffers", buffers.len()),
+                ));
+            }
             for (buffer, binding) in buffers.iter_mut().zip(launch.bindings) {
                 let slice = binding.slice;
                 *buffer = ForeignBuffer {

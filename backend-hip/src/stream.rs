@@ -530,21 +530,59 @@ impl Stream {
             ));
         }
         let _current = self.device.enter(OP)?;
-        match &mut self.capture {
-            None => foreign.run(self.raw, false, buffers)?,
-            Some(capture) => {
-                let side = match self.side {
-                    Some(side) => side,
-                    None => *self.side.insert(create_raw(&self.device, OP)?),
-                };
-                foreign.capture_into(self.raw, side, buffers)?;
-                capture
-                    .work
-                    .push(Work::Foreign(ptr::from_ref(foreign) as usize));
-            }
+        if self.capture.is_none() {
+            foreign.run(self.raw, false, buffers)?;
+            self.enqueued();
+            return Ok(());
         }
-        self.enqueued();
+        let side = match self.side {
+            Some(side) => side,
+            None => *self.side.insert(create_raw(&self.device, OP)?),
+        };
+        if let Err(error) = foreign.capture_into(self.raw, side, buffers) {
+            self.retire_side_left_capturing(side);
+            return Err(error);
+        }
+        if let Some(capture) = &mut self.capture {
+            capture
+                .work
+                .push(Work::Foreign(ptr::from_ref(foreign) as usize));
+        }
         Ok(())
+    }
+
+    /// After a failed foreign capture: a side stream the runtime left
+    /// capturing (ROCm may fail an end without ending it) is never used
+    /// again. An invalidated one is destroyed; an active one is leaked, as
+    /// nothing can end it. The device is current.
+    fn retire_side_left_capturing(&mut self, side: ffi::Stream) {
+        const OP: &str = "retire a side stream left capturing";
+        let api = self.device.api;
+        let status = match api.stream_is_capturing {
+            Some(is_capturing) => {
+                let mut status = ffi::CAPTURE_STATUS_ACTIVE;
+                // SAFETY: the side stream is live; the out-pointer is a
+                // live local.
+                let code = unsafe { is_capturing(side, &mut status) };
+                (code == ffi::SUCCESS).then_some(status)
+            }
+            None => None,
+        };
+        if status == Some(ffi::CAPTURE_STATUS_NONE) {
+            return;
+        }
+        self.side = None;
+        if status == Some(ffi::CAPTURE_STATUS_ACTIVE) {
+            log::warn!("hip: a side stream was left capturing a foreign operation; it is leaked");
+            return;
+        }
+        // SAFETY: the side stream is the stream's own, holds no work that
+        // ran (a capture runs nothing), is no longer reachable, and is
+        // destroyed once, here.
+        let code = unsafe { (api.stream_destroy)(side) };
+        if let Err(error) = error::check(api, OP, code) {
+            log::warn!("{error}");
+        }
     }
 
     /// Open a capture: from here every launch and copy is recorded.

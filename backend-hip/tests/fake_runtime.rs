@@ -2808,6 +2808,44 @@ fn foreign_operations(library: &Path, log: &Path) {
         ok(client.write_f32(&x, &[0.0; N]));
     }
 
+    // A side capture the runtime fails to end: an invalidated side stream
+    // is destroyed, an active one left alone, and the next foreign
+    // operation captures on a fresh one.
+    for active in [false, true] {
+        let window = ok(client.prepare(stream));
+        ok(client.begin(stream, window));
+        ok(client.launch(stream, &fill, [1, 1, 1], &[&x], &fill_info(), &[]));
+        if active {
+            fake.fail_next_end_active(901);
+        } else {
+            fake.fail_next_end(901, true);
+        }
+        calls.take();
+        let err = client
+            .foreign(stream, &op, &[&x])
+            .expect_err("a failed end");
+        assert!(err.to_string().contains("could not be captured"), "{err}");
+        let failed = calls.take();
+        assert_eq!(
+            failed.iter().filter(|c| *c == "hipStreamDestroy").count(),
+            usize::from(!active),
+            "{failed:?}"
+        );
+        assert!(client.instantiate(stream, window).is_err());
+        ok(client.write_f32(&x, &[0.0; N]));
+        let window = ok(client.prepare(stream));
+        ok(client.begin(stream, window));
+        calls.take();
+        ok(client.foreign(stream, &op, &[&x]));
+        let again = calls.take();
+        assert_eq!(
+            names(&again[..2]),
+            ["hipStreamCreateWithFlags", "hipStreamBeginCapture"],
+            "{again:?}"
+        );
+        ok(client.instantiate(stream, window));
+    }
+
     let fails = caller_op(library, &device, true, &seen);
     let window = ok(client.prepare(stream));
     ok(client.begin(stream, window));
