@@ -21,9 +21,6 @@ const ROWS: usize = 256;
 const COLS: usize = 512;
 const BATCH: usize = 8;
 const REPLAYS: usize = 10;
-/// Bytes of the workspace cuBLAS is given, so that it never allocates
-/// while a window records.
-const WORKSPACE: usize = 4 << 20;
 
 fn main() {
     if let Availability::Unavailable(reason) = Cuda::probe() {
@@ -68,22 +65,6 @@ fn run() -> Result<(), Box<dyn Error>> {
     let context = CudaContext::new(0)?;
     let cuda_stream = context.new_stream()?;
     let blas = CudaBlas::new(Arc::clone(&cuda_stream))?;
-    let workspace = cuda_stream.alloc_zeros::<u8>(WORKSPACE)?;
-    let workspace_ptr = {
-        let (ptr, _record) = cudarc::driver::DevicePtr::device_ptr(&workspace, &cuda_stream);
-        ptr
-    };
-    // SAFETY: the handle is live; the workspace is device memory of the
-    // handle's context, WORKSPACE bytes, alive as long as the handle is used.
-    unsafe {
-        sys::cublasSetWorkspace_v2(
-            *blas.handle(),
-            workspace_ptr as usize as *mut std::ffi::c_void,
-            WORKSPACE,
-        )
-        .result()?;
-    }
-    cuda_stream.synchronize()?;
     let blas = Arc::new(Mutex::new(blas));
 
     let device = backend_cuda::cudarc::device(&context)?;
@@ -95,14 +76,25 @@ fn run() -> Result<(), Box<dyn Error>> {
         let [w, x, y] = s.buffers else {
             return Err("sgemm takes w, x and y".into());
         };
+        let holds = |len: u64, elements: usize| len / 4 >= elements as u64;
+        if !(holds(w.len, ROWS * COLS) && holds(x.len, BATCH * COLS) && holds(y.len, BATCH * ROWS))
+        {
+            return Err("sgemm's buffers are too short for its shape".into());
+        }
         let blas = sgemm_blas.lock().unwrap_or_else(PoisonError::into_inner);
         let (alpha, beta) = (1.0f32, 0.0f32);
         // Column-major: yᵀ (ROWS x BATCH) = (w stored COLS x ROWS)ᵀ xᵀ.
         // SAFETY: the handle is used under its lock, on the stream handed
         // over; w, x and y are the declared ranges, each holding the
-        // elements the shape touches (the buffers below are made so).
+        // elements the shape touches (checked above).
+        // No workspace: setting the stream hands cuBLAS its default pool
+        // back, which it may allocate from, and a workspace of our own would
+        // be shared by graphs replaying at once.
         unsafe {
             result::set_stream(*blas.handle(), s.stream.cast())
+                .and_then(|()| {
+                    sys::cublasSetWorkspace_v2(*blas.handle(), std::ptr::null_mut(), 0).result()
+                })
                 .and_then(|()| {
                     result::sgemm(
                         *blas.handle(),
@@ -125,8 +117,9 @@ fn run() -> Result<(), Box<dyn Error>> {
         }
     };
     // SAFETY: the SGEMM reads w and x and writes y, within their declared
-    // ranges, on the stream it is given; cuBLAS got its workspace above, so
-    // it allocates nothing; the handle lives as long as the kernel.
+    // ranges (checked against its shape), on the stream it is given; with
+    // no workspace cuBLAS allocates nothing; the handle lives as long as
+    // the kernel.
     let sgemm = capture_core::Kernel::new(unsafe {
         Kernel::foreign(
             &device,
@@ -173,6 +166,5 @@ fn run() -> Result<(), Box<dyn Error>> {
     drop(graph);
     drop(sgemm);
     drop(blas);
-    drop(workspace);
     Ok(())
 }

@@ -17,7 +17,8 @@
 
 use std::error::Error;
 use std::ffi::{c_int, c_void};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use backend_cuda::{Cuda, ForeignStream, Kernel};
 use capture_core::{Access, Availability, Builtin, Client, Config, Driver};
@@ -46,21 +47,41 @@ fn main() {
     }
 }
 
-/// One rank's communicator, used by its own thread only.
-struct Communicator(sys::ncclComm_t);
+/// One rank's communicator: its calls serialized, and aborted at once when
+/// any rank fails, so that no other rank waits forever for it.
+struct Communicator {
+    raw: sys::ncclComm_t,
+    calls: Mutex<()>,
+    aborted: AtomicBool,
+}
 
-// SAFETY: a communicator may be used from any thread, one at a time; each
-// is moved to its rank's thread and used there alone.
+// SAFETY: NCCL lets any thread use a communicator, one call at a time
+// (`calls` serializes them), and abort it from another thread.
 unsafe impl Send for Communicator {}
-// SAFETY: as above: only the rank's own foreign operation calls with it,
-// under that rank's stream lock.
+// SAFETY: as above.
 unsafe impl Sync for Communicator {}
+
+impl Communicator {
+    /// Abort it, once: its operations in flight end in error.
+    fn abort(&self) {
+        if !self.aborted.swap(true, Ordering::SeqCst) {
+            // SAFETY: the communicator is live; abort may come from any
+            // thread, and it is neither aborted nor destroyed again.
+            if let Err(e) = unsafe { result::comm_abort(self.raw) } {
+                eprintln!("nccl example: aborting a communicator: {e:?}");
+            }
+        }
+    }
+}
 
 impl Drop for Communicator {
     fn drop(&mut self) {
+        if self.aborted.load(Ordering::SeqCst) {
+            return;
+        }
         // SAFETY: the communicator is live and destroyed once, after every
         // graph using it was dropped and its work finished.
-        if let Err(e) = unsafe { result::comm_destroy(self.0) } {
+        if let Err(e) = unsafe { result::comm_destroy(self.raw) } {
             eprintln!("nccl example: destroying a communicator: {e:?}");
         }
     }
@@ -78,16 +99,30 @@ fn run() -> Result<(), Box<dyn Error>> {
     // SAFETY: `raw` holds one slot per device listed.
     unsafe { result::comm_init_all(raw.as_mut_ptr(), ranks as c_int, ordinals.as_ptr()) }
         .map_err(|e| format!("ncclCommInitAll: {e:?}"))?;
-    let comms: Vec<Arc<Communicator>> =
-        raw.into_iter().map(|c| Arc::new(Communicator(c))).collect();
+    let comms: Vec<Arc<Communicator>> = raw
+        .into_iter()
+        .map(|raw| {
+            Arc::new(Communicator {
+                raw,
+                calls: Mutex::new(()),
+                aborted: AtomicBool::new(false),
+            })
+        })
+        .collect();
 
     let outcomes: Vec<Result<String, String>> = std::thread::scope(|scope| {
         let threads: Vec<_> = comms
             .iter()
             .enumerate()
             .map(|(rank, comm)| {
-                let comm = Arc::clone(comm);
-                scope.spawn(move || rank_run(rank, ranks, comm).map_err(|e| e.to_string()))
+                let (comm, all) = (Arc::clone(comm), &comms);
+                scope.spawn(move || {
+                    rank_run(rank, ranks, comm).map_err(|e| {
+                        // The other ranks would wait for this one forever.
+                        all.iter().for_each(|c| c.abort());
+                        format!("rank {rank}: {e}")
+                    })
+                })
             })
             .collect();
         threads
@@ -125,9 +160,10 @@ fn rank_run(rank: usize, ranks: usize, comm: Arc<Communicator>) -> Result<String
             return Err("the all-reduce takes send and receive buffers".into());
         };
         let count = (send.len.min(receive.len) / 4) as usize;
+        let _one_call = comm.calls.lock().unwrap_or_else(PoisonError::into_inner);
         // SAFETY: the declared ranges, `count` floats each; the communicator
-        // is this rank's, on the device whose context is current; the
-        // stream is the one handed over.
+        // is this rank's, live and used by this call alone, on the device
+        // whose context is current; the stream is the one handed over.
         unsafe {
             result::all_reduce(
                 send.address as usize as *const c_void,
@@ -135,7 +171,7 @@ fn rank_run(rank: usize, ranks: usize, comm: Arc<Communicator>) -> Result<String
                 count,
                 sys::ncclDataType_t::ncclFloat32,
                 sys::ncclRedOp_t::ncclSum,
-                comm.0,
+                comm.raw,
                 s.stream.cast(),
             )
         }

@@ -630,10 +630,20 @@ impl Kernel {
     /// workspace: give it one made beforehand). It enqueues on no other
     /// stream unless that stream waits on an event of the given one first
     /// and is waited on again before `op` returns. It calls no method of
-    /// the client (it runs with the stream's lock held). Everything its
-    /// work uses (a cuBLAS handle, an NCCL communicator, a workspace)
-    /// stays alive and unchanged while the kernel, and any graph made from
-    /// a window holding it, lives.
+    /// the client (it runs with the stream's lock held). It checks each
+    /// buffer's length against what its work touches, on every call. It
+    /// keeps neither the stream nor the context after it returns (no
+    /// library handle left bound to them: a side stream is reused or
+    /// destroyed), leaves the current context and the thread's capture
+    /// mode as it found them, and captures no conditional node (a child
+    /// graph may hold none). Its work reads no host memory at replay
+    /// (copies from the host, host callbacks) unless that memory outlives
+    /// every graph holding it, and shares no scratch memory with work that
+    /// may run at the same time (a cuBLAS workspace: set none, or one per
+    /// stream, after each `cublasSetStream`, which resets it). Everything
+    /// its work uses (a cuBLAS handle, an NCCL communicator) stays alive
+    /// and unchanged while the kernel, and any graph made from a window
+    /// holding it, lives.
     pub unsafe fn foreign(
         device: &Arc<Device>,
         name: &str,

@@ -285,9 +285,18 @@ impl Kernel {
     /// memory. It enqueues on no other stream unless that stream waits on
     /// an event of the given one first and is waited on again before `op`
     /// returns. It calls no method of the client (it runs with the stream's
-    /// lock held). Everything its work uses (a rocBLAS handle, an RCCL
-    /// communicator, a workspace) stays alive and unchanged while the
-    /// kernel, and any graph made from a window holding it, lives.
+    /// lock held), and no synchronous `hipMemcpy` or `hipMemset`, which
+    /// invalidate every capture in the process on ROCm. It checks each
+    /// buffer's length against what its work touches, on every call. It
+    /// keeps neither the stream nor the device after it returns, and
+    /// leaves the current device and the thread's capture mode as it found
+    /// them. Its work reads no host memory at replay unless that memory
+    /// outlives every graph holding it, and shares no scratch memory with
+    /// work that may run at the same time; it allocates or frees nothing
+    /// (a child graph holding memory nodes is not checked for here).
+    /// Everything its work uses (a rocBLAS handle, an RCCL communicator)
+    /// stays alive and unchanged while the kernel, and any graph made from
+    /// a window holding it, lives.
     pub unsafe fn foreign(
         device: &Arc<Device>,
         name: &str,

@@ -14,7 +14,6 @@ use super::foreign::{DELIBERATE, FOREIGN_FAILURE, ForeignWork};
 
 type CopyFn = unsafe extern "C" fn(CUdeviceptr, CUdeviceptr, usize, CUstream) -> c_int;
 type MemsetFn = unsafe extern "C" fn(CUdeviceptr, u32, usize, CUstream) -> c_int;
-type AllocFn = unsafe extern "C" fn(*mut CUdeviceptr, usize) -> c_int;
 type PushFn = unsafe extern "C" fn(CUcontext) -> c_int;
 type PopFn = unsafe extern "C" fn(*mut CUcontext) -> c_int;
 
@@ -22,7 +21,6 @@ type PopFn = unsafe extern "C" fn(*mut CUcontext) -> c_int;
 struct Driver {
     copy: CopyFn,
     memset: MemsetFn,
-    alloc: AllocFn,
     push: PushFn,
     pop: PopFn,
     _library: libloading::Library,
@@ -50,7 +48,6 @@ fn driver() -> Result<&'static Driver, String> {
                     memset: std::mem::transmute::<*const c_void, MemsetFn>(get(
                         b"cuMemsetD32Async\0",
                     )?),
-                    alloc: std::mem::transmute::<*const c_void, AllocFn>(get(b"cuMemAlloc_v2\0")?),
                     push: std::mem::transmute::<*const c_void, PushFn>(get(
                         b"cuCtxPushCurrent_v2\0",
                     )?),
@@ -92,14 +89,11 @@ type SgemmFn = unsafe extern "C" fn(
     c_int,
 ) -> c_int;
 
-/// Bytes of the workspace each cuBLAS handle is given before any capture,
-/// so that it never allocates while one records.
-const WORKSPACE: usize = 4 << 20;
-
 /// One cuBLAS handle, on one device, used by one caller at a time.
 struct Blas {
     handle: *mut c_void,
     set_stream: SetStreamFn,
+    set_workspace: SetWorkspaceFn,
     sgemm: SgemmFn,
     _library: Arc<libloading::Library>,
 }
@@ -107,7 +101,7 @@ struct Blas {
 // SAFETY: the handle is used only under the mutex holding it.
 unsafe impl Send for Blas {}
 
-/// A cuBLAS handle for `device`'s context, with its workspace.
+/// A cuBLAS handle for `device`'s context.
 fn blas(device: &Device) -> Result<Blas, String> {
     let names: Vec<String> = std::env::var("CAPTURE_CUBLAS_LIBRARY")
         .into_iter()
@@ -122,8 +116,7 @@ fn blas(device: &Device) -> Result<Blas, String> {
     let library = Arc::new(library);
     let driver = driver()?;
     // SAFETY: each symbol with its prototype in cublas_api.h; the context is
-    // the device's, live, pushed for the calls and popped after; the
-    // workspace is allocated in it and kept for the life of the process.
+    // the device's, live, pushed for the creation and popped after.
     unsafe {
         let get = |name: &[u8]| -> Result<*const c_void, String> {
             library
@@ -139,21 +132,14 @@ fn blas(device: &Device) -> Result<Blas, String> {
         let sgemm = std::mem::transmute::<*const c_void, SgemmFn>(get(b"cublasSgemm_v2\0")?);
         checked("cuCtxPushCurrent_v2", (driver.push)(device.raw_context()))?;
         let mut handle: *mut c_void = std::ptr::null_mut();
-        let mut workspace: CUdeviceptr = 0;
-        let made = checked("cublasCreate_v2", create(&mut handle))
-            .and_then(|()| checked("cuMemAlloc_v2", (driver.alloc)(&mut workspace, WORKSPACE)))
-            .and_then(|()| {
-                checked(
-                    "cublasSetWorkspace_v2",
-                    set_workspace(handle, workspace as usize as *mut c_void, WORKSPACE),
-                )
-            });
+        let made = checked("cublasCreate_v2", create(&mut handle));
         let mut popped: CUcontext = std::ptr::null_mut();
         (driver.pop)(&mut popped);
         made?;
         Ok(Blas {
             handle,
             set_stream,
+            set_workspace,
             sgemm,
             _library: library,
         })
@@ -201,6 +187,13 @@ fn sgemm(
         checked(
             "cublasSetStream_v2",
             (blas.set_stream)(blas.handle, stream.stream),
+        )?;
+        // No workspace: setting the stream hands cuBLAS its default pool
+        // back, which it may allocate from, and one workspace of ours would
+        // be shared by graphs replaying at once on different streams.
+        checked(
+            "cublasSetWorkspace_v2",
+            (blas.set_workspace)(blas.handle, std::ptr::null_mut(), 0),
         )?;
         checked(
             "cublasSgemm_v2",
@@ -304,7 +297,7 @@ pub(super) fn foreign_op(
         }
     };
     // SAFETY: each call above enqueues on the stream it is given, touches
-    // only the declared ranges as declared, and allocates nothing (cuBLAS
-    // got its workspace before any capture).
+    // only the declared ranges as declared (the GEMM's checked against its
+    // shape), and allocates nothing (cuBLAS runs without a workspace).
     Some(unsafe { Kernel::foreign(device, name, accesses, op) })
 }
