@@ -9,9 +9,16 @@ use std::sync::Arc;
 use graph_capture::hip::{Device, Hip, Kernel};
 use graph_capture::{Access, Error, Signature};
 
-use super::{CUDA_SOURCE, UserKernel, UserKernels};
+use super::foreign::ForeignWork;
+use super::{CUDA_SOURCE, UserKernel, UserKernels, hip_foreign};
 
 impl UserKernels for Hip {
+    /// The runtime's own device copies and memsets, each captured into a
+    /// child graph node; no foreign GEMM.
+    fn foreign_op(device: &Arc<Device>, work: &ForeignWork) -> Option<Result<Kernel, Error>> {
+        hip_foreign::foreign_op(device, work)
+    }
+
     unsafe fn user_kernel(device: &Arc<Device>, which: UserKernel) -> Result<Kernel, Error> {
         // SAFETY: every workload kernel touches element i of a buffer only
         // below the count it is given (`n`, or `rows` and `cols` for matvec,

@@ -53,6 +53,8 @@ mod footprint;
 pub mod foreign;
 #[cfg(feature = "hip")]
 mod hip;
+#[cfg(feature = "hip")]
+mod hip_foreign;
 mod host;
 pub mod rng;
 pub mod transformer;
