@@ -4,7 +4,6 @@
 //! a graph of its own, which becomes one child graph node of the recording:
 //! one node per operation, ordered by the dependency graph like a launch.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
 use std::sync::Arc;
 
@@ -87,11 +86,7 @@ impl Foreign {
             capturing,
             buffers,
         };
-        match catch_unwind(AssertUnwindSafe(|| (self.op)(&handed))) {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(why)) => Err(refuse(OP, why)),
-            Err(_) => Err(refuse(OP, "it panicked")),
-        }
+        capture_core::run_foreign_code(|| (self.op)(&handed)).map_err(|why| refuse(OP, why))
     }
 
     /// Enqueue the operation on `target`, the stream's own or, inside a

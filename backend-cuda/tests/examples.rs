@@ -8,8 +8,6 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-// Only where the stubs lie is needed here.
-#[allow(dead_code)]
 mod runs_stub;
 use runs_stub::stub_dir;
 

@@ -19,17 +19,16 @@
 //! loaded, stays loaded for the life of a process.
 #![cfg(target_os = "linux")]
 
-use std::ffi::{CString, c_char};
 use std::sync::Arc;
 
-use backend_cuda::{CUfunction, Cuda, Device, Kernel};
+use backend_cuda::{Cuda, Device, Kernel};
 use capture_core::{
     Access, Buffer, Builtin, BuiltinInfo, Client, Config, Driver, Error, GraphHandle, Pass, Ran,
     ReplayOrder, Signature, StreamId, Update,
 };
 
 mod runs_stub;
-use runs_stub::{Children, stub_dir, stub_fn, stub_int};
+use runs_stub::{Children, stub_dir, stub_fn, stub_function, stub_int};
 
 const DONE: &str = "CONDITIONALS_CHILD_DONE";
 const CHILDREN: Children = Children {
@@ -122,18 +121,6 @@ fn fail_next_add_node(code: i32) {
 const KERNEL: u32 = 0;
 const MEMCPY: u32 = 1;
 const CONDITIONAL: u32 = 13;
-
-/// One of the stub's kernels (`fill`, `add`, `countdown`).
-fn stub_function(name: &str) -> CUfunction {
-    // SAFETY: `void* cuStubFunction(const char*)`.
-    let function =
-        unsafe { stub_fn::<unsafe extern "C" fn(*const c_char) -> CUfunction>("cuStubFunction") };
-    let name = CString::new(name).expect("no NUL");
-    // SAFETY: a NUL-terminated name.
-    let found = unsafe { function(name.as_ptr()) };
-    assert!(!found.is_null(), "the stub has no {name:?}");
-    found
-}
 
 /// What every case works on: a client of the stub's device, its kernels,
 /// an accumulator `x` and the values added to it, a flag and a second one,

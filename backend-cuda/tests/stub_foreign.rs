@@ -15,16 +15,17 @@
 //! loaded, stays loaded for the life of a process.
 #![cfg(target_os = "linux")]
 
-use std::ffi::{CString, c_char};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use backend_cuda::{CUdeviceptr, CUfunction, CUstream, Cuda, Device, ForeignStream, Kernel};
+use backend_cuda::{CUdeviceptr, CUstream, Cuda, Device, ForeignStream, Kernel};
 use capture_core::{
     Access, Buffer, Builtin, BuiltinInfo, Client, Config, Driver, Error, Ran, StreamId, Update,
 };
 
 mod runs_stub;
-use runs_stub::{Children, stub_dir, stub_fn, stub_int};
+use runs_stub::{
+    Children, raw_alloc, raw_stream, stub_dir, stub_edges, stub_fn, stub_function, stub_int,
+};
 
 const DONE: &str = "FOREIGN_CHILD_DONE";
 const CHILDREN: Children = Children {
@@ -105,16 +106,6 @@ fn quiet_deliberate_panics() {
     }));
 }
 
-/// One of the stub's kernels (`add`).
-fn stub_function(name: &str) -> CUfunction {
-    // SAFETY: `void* cuStubFunction(const char*)`.
-    let function =
-        unsafe { stub_fn::<unsafe extern "C" fn(*const c_char) -> CUfunction>("cuStubFunction") };
-    let name = CString::new(name).expect("no NUL");
-    // SAFETY: a NUL-terminated name.
-    unsafe { function(name.as_ptr()) }
-}
-
 /// The stub's add kernel, with the builtin's signature.
 fn add_kernel(device: &Arc<Device>) -> capture_core::Kernel<Cuda> {
     // SAFETY: the stub's add takes the builtin's parameters and touches the
@@ -124,15 +115,10 @@ fn add_kernel(device: &Arc<Device>) -> capture_core::Kernel<Cuda> {
     capture_core::Kernel::new(kernel.expect("a kernel over the stub's function"))
 }
 
-/// Memory of the caller's own, `N` floats of `value`.
-fn caller_floats(value: f32) -> CUdeviceptr {
-    type Alloc = unsafe extern "C" fn(*mut CUdeviceptr, usize) -> i32;
-    // SAFETY: the stub's cuMemAlloc_v2.
-    let alloc = unsafe { stub_fn::<Alloc>("cuMemAlloc_v2") };
-    let mut pointer: CUdeviceptr = 0;
-    // SAFETY: a valid place for the address; the stub's context is current
-    // enough for it (its allocations take the current one, or none).
-    assert_eq!(unsafe { alloc(&mut pointer, N * 4) }, 0);
+/// Memory of the caller's own in `device`'s context, `N` floats of
+/// `value`.
+fn caller_floats(device: &Device, value: f32) -> CUdeviceptr {
+    let pointer = raw_alloc(device.raw_context(), N * 4);
     let bytes: Vec<u8> = std::iter::repeat_n(value.to_le_bytes(), N)
         .flatten()
         .collect();
@@ -176,30 +162,25 @@ impl Rig {
             .launch(self.stream, &self.add, [1, 1, 1], &[to, what], &info, &[])
     }
 
+    /// A foreign operation copying fives of the caller's own into its one
+    /// buffer, noting what it was handed in `seen`.
+    fn fill_five(&self, seen: &Seen) -> capture_core::Kernel<Cuda> {
+        let fives = caller_floats(&self.device, 5.0);
+        copy_op(
+            &self.device,
+            "fill_five",
+            &[Access::Write],
+            Some(fives),
+            seen,
+        )
+    }
+
     /// Every element of `buffer`, which must all be equal.
     fn value(&self, buffer: &Buffer) -> f32 {
         let values = self.client.read_f32(buffer).expect("read floats");
         assert!(values.iter().all(|&v| v == values[0]), "{values:?}");
         values[0]
     }
-}
-
-/// The edges of the graph the stub last instantiated or updated from.
-fn stub_edges() -> Vec<(usize, usize)> {
-    const MAX: usize = 64;
-    type Edges = unsafe extern "C" fn(*mut usize, *mut usize, usize) -> usize;
-    let (mut from, mut to) = ([0usize; MAX], [0usize; MAX]);
-    // SAFETY: cuStubGraphEdges takes two arrays of `MAX` size_t and their
-    // length, and writes at most that many.
-    let count =
-        unsafe { stub_fn::<Edges>("cuStubGraphEdges")(from.as_mut_ptr(), to.as_mut_ptr(), MAX) };
-    let mut edges: Vec<(usize, usize)> = from[..count]
-        .iter()
-        .copied()
-        .zip(to[..count].iter().copied())
-        .collect();
-    edges.sort_unstable();
-    edges
 }
 
 /// In the child: run at once, then as child graph nodes in the dependency
@@ -215,14 +196,7 @@ fn check_runs() {
         None,
         &seen,
     );
-    let fives = caller_floats(5.0);
-    let fill = copy_op(
-        &rig.device,
-        "fill_five",
-        &[Access::Write],
-        Some(fives),
-        &seen,
-    );
+    let fill = rig.fill_five(&seen);
     let (x, one, y, z) = (
         rig.floats(1.0),
         rig.floats(1.0),
@@ -378,14 +352,7 @@ fn check_in_body() {
     let rig = Rig::new();
     let (client, stream) = (&rig.client, rig.stream);
     let seen: Seen = Arc::default();
-    let fives = caller_floats(5.0);
-    let fill = copy_op(
-        &rig.device,
-        "fill_five",
-        &[Access::Write],
-        Some(fives),
-        &seen,
-    );
+    let fill = rig.fill_five(&seen);
     let y = rig.floats(0.0);
     let flag = client.create(stream, &1u32.to_le_bytes()).expect("flag");
     let (graph, ()) = client
@@ -447,14 +414,7 @@ fn check_old_driver() {
     let rig = Rig::new();
     let (client, stream) = (&rig.client, rig.stream);
     let seen: Seen = Arc::default();
-    let fives = caller_floats(5.0);
-    let fill = copy_op(
-        &rig.device,
-        "fill_five",
-        &[Access::Write],
-        Some(fives),
-        &seen,
-    );
+    let fill = rig.fill_five(&seen);
     let y = rig.floats(0.0);
     client.foreign(stream, &fill, &[&y]).expect("at once");
     assert_eq!(rig.value(&y), 5.0);
@@ -528,28 +488,7 @@ fn check_allocations() {
     assert!(matches!(client.read(&y), Err(Error::Claimed { .. })));
 
     // The caller's own allocation on an adopted stream, inside a window.
-    type CreateFn = unsafe extern "C" fn(*mut CUstream, u32) -> i32;
-    // SAFETY: the stub's prototype of cuStreamCreate.
-    let create = unsafe { stub_fn::<CreateFn>("cuStreamCreate") };
-    type PushFn = unsafe extern "C" fn(backend_cuda::CUcontext) -> i32;
-    type PopFn = unsafe extern "C" fn(*mut backend_cuda::CUcontext) -> i32;
-    // SAFETY: the stub's prototypes of cuCtxPushCurrent_v2 and
-    // cuCtxPopCurrent_v2.
-    let (push, pop) = unsafe {
-        (
-            stub_fn::<PushFn>("cuCtxPushCurrent_v2"),
-            stub_fn::<PopFn>("cuCtxPopCurrent_v2"),
-        )
-    };
-    let mut raw: CUstream = std::ptr::null_mut();
-    let mut popped = std::ptr::null_mut();
-    // SAFETY: the device's live context, current for the creation of a
-    // non-blocking stream (a valid place for its handle), then popped.
-    unsafe {
-        assert_eq!(push(rig.device.raw_context()), 0);
-        assert_eq!(create(&mut raw, 1), 0);
-        assert_eq!(pop(&mut popped), 0);
-    }
+    let raw = raw_stream(rig.device.raw_context());
     // SAFETY: the stub's stream lives for the process; the caller's own
     // work on it below touches no memory of the library's.
     let adopted = unsafe { backend_cuda::Stream::from_raw(&rig.device, raw, ()) }

@@ -28,7 +28,7 @@
 //! loaded, stays loaded for the life of a process.
 #![cfg(target_os = "linux")]
 
-use std::ffi::{CString, c_char, c_void};
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::thread;
@@ -44,7 +44,10 @@ use capture_core::{
 };
 
 mod runs_stub;
-use runs_stub::{Children, stub_dir, stub_fn, stub_int};
+use runs_stub::{
+    Children, raw_alloc, raw_stream, raw_stream_with, stub_dir, stub_edges, stub_fn, stub_function,
+    stub_int,
+};
 
 const DONE: &str = "RUNS_CHILD_DONE";
 const CHILDREN: Children = Children {
@@ -78,32 +81,6 @@ fn fail_next_end(code: i32) {
             .expect("the stub exports it");
         function(code);
     }
-}
-
-/// The edges of the graph the stub last instantiated or updated from, as
-/// node positions in creation order, sorted.
-fn stub_edges() -> Vec<(usize, usize)> {
-    const MAX: usize = 64;
-    let (mut from, mut to) = ([0usize; MAX], [0usize; MAX]);
-    // SAFETY: as in `stub_int`; cuStubGraphEdges takes two arrays of `MAX`
-    // size_t and their length, and writes at most that many.
-    let count = unsafe {
-        let library = libloading::Library::new("libcuda.so.1").expect("the stub is loaded");
-        let function = library
-            .get::<unsafe extern "C" fn(*mut usize, *mut usize, usize) -> usize>(
-                b"cuStubGraphEdges\0",
-            )
-            .expect("the stub exports it");
-        function(from.as_mut_ptr(), to.as_mut_ptr(), MAX)
-    };
-    assert!(count <= MAX, "the stub holds {count} edges");
-    let mut edges: Vec<(usize, usize)> = from[..count]
-        .iter()
-        .copied()
-        .zip(to[..count].iter().copied())
-        .collect();
-    edges.sort_unstable();
-    edges
 }
 
 /// Make the stub's captures put every node after the first instead of
@@ -945,58 +922,6 @@ fn allocations_frees_and_module_loads_go_ahead_beside_another_librarys_global_ca
     );
 }
 
-/// Run `f` with `context` current, as a program using the driver itself.
-fn in_context<R>(context: CUcontext, f: impl FnOnce() -> R) -> R {
-    // SAFETY: the stub's push and pop take and give a context handle.
-    let push = unsafe { stub_fn::<unsafe extern "C" fn(CUcontext) -> i32>("cuCtxPushCurrent_v2") };
-    // SAFETY: as above.
-    let pop =
-        unsafe { stub_fn::<unsafe extern "C" fn(*mut CUcontext) -> i32>("cuCtxPopCurrent_v2") };
-    // SAFETY: a context the stub handed out.
-    assert_eq!(unsafe { push(context) }, 0, "push the context");
-    let result = f();
-    let mut popped: CUcontext = std::ptr::null_mut();
-    // SAFETY: a valid place for the handle.
-    assert_eq!(unsafe { pop(&mut popped) }, 0, "pop the context");
-    result
-}
-
-/// `bytes` of device memory allocated in `context` by the caller's own
-/// `cuMemAlloc_v2`, as another library would.
-fn raw_alloc(context: CUcontext, bytes: usize) -> CUdeviceptr {
-    // SAFETY: `cuMemAlloc_v2(CUdeviceptr*, size_t)`.
-    let alloc =
-        unsafe { stub_fn::<unsafe extern "C" fn(*mut CUdeviceptr, usize) -> i32>("cuMemAlloc_v2") };
-    let mut pointer: CUdeviceptr = 0;
-    let code = in_context(context, || {
-        // SAFETY: a valid place for the address.
-        unsafe { alloc(&mut pointer, bytes) }
-    });
-    assert_eq!(code, 0);
-    pointer
-}
-
-/// A non-blocking stream made in `context` by the caller's own
-/// `cuStreamCreate`.
-fn raw_stream(context: CUcontext) -> CUstream {
-    raw_stream_with(context, 1)
-}
-
-/// A stream made in `context` by the caller's own `cuStreamCreate`, with
-/// `flags`.
-fn raw_stream_with(context: CUcontext, flags: u32) -> CUstream {
-    // SAFETY: `cuStreamCreate(CUstream*, unsigned)`.
-    let create =
-        unsafe { stub_fn::<unsafe extern "C" fn(*mut CUstream, u32) -> i32>("cuStreamCreate") };
-    let mut stream: CUstream = std::ptr::null_mut();
-    let code = in_context(context, || {
-        // SAFETY: a valid place for the handle.
-        unsafe { create(&mut stream, flags) }
-    });
-    assert_eq!(code, 0);
-    stream
-}
-
 /// How many times the stub destroyed `stream`.
 fn destroyed(stream: CUstream) -> i32 {
     // SAFETY: `int cuStubStreamDestroyed(void*)`.
@@ -1012,16 +937,6 @@ fn second_context(device: i32) -> CUcontext {
     let context = unsafe { stub_fn::<unsafe extern "C" fn(i32) -> CUcontext>("cuStubContext") };
     // SAFETY: a plain value.
     unsafe { context(device) }
-}
-
-/// One of the stub's kernels (`fill`, `add`, `narrow`).
-fn stub_function(name: &str) -> CUfunction {
-    // SAFETY: `void* cuStubFunction(const char*)`.
-    let function =
-        unsafe { stub_fn::<unsafe extern "C" fn(*const c_char) -> CUfunction>("cuStubFunction") };
-    let name = CString::new(name).expect("no NUL");
-    // SAFETY: a NUL-terminated name.
-    unsafe { function(name.as_ptr()) }
 }
 
 /// The stub's `which` kernel as a kernel of `device`, with the builtin's

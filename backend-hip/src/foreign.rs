@@ -5,7 +5,6 @@
 //! recording, placed in the dependency graph like a launch.
 
 use std::ffi::{c_int, c_void};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
 use std::sync::Arc;
 
@@ -86,11 +85,7 @@ impl Foreign {
             capturing,
             buffers,
         };
-        match catch_unwind(AssertUnwindSafe(|| (self.op)(&handed))) {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(why)) => Err(other(OP, why)),
-            Err(_) => Err(other(OP, "it panicked")),
-        }
+        capture_core::run_foreign_code(|| (self.op)(&handed)).map_err(|why| other(OP, why))
     }
 
     /// Capture the operation on `side` into a graph of its own and add that

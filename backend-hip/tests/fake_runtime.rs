@@ -2717,7 +2717,13 @@ fn foreign_operations(library: &Path, log: &Path) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let op = caller_op(library, &device, false, &seen);
     let x = ok(client.create_f32(stream, &[0.0; N]));
-    ok(client.launch(stream, &fill, [1, 1, 1], &[&x], &fill_info(), &[]));
+    let fill_x = || ok(client.launch(stream, &fill, [1, 1, 1], &[&x], &fill_info(), &[]));
+    let open = || {
+        let window = ok(client.prepare(stream));
+        ok(client.begin(stream, window));
+        window
+    };
+    fill_x();
     calls.take();
     ok(client.foreign(stream, &op, &[&x]));
     let at_once = calls.take();
@@ -2728,11 +2734,10 @@ fn foreign_operations(library: &Path, log: &Path) {
     );
     assert_eq!(seen.lock().unwrap().pop(), Some(false));
 
-    let window = ok(client.prepare(stream));
-    ok(client.begin(stream, window));
-    ok(client.launch(stream, &fill, [1, 1, 1], &[&x], &fill_info(), &[]));
+    let window = open();
+    fill_x();
     ok(client.foreign(stream, &op, &[&x]));
-    ok(client.launch(stream, &fill, [1, 1, 1], &[&x], &fill_info(), &[]));
+    fill_x();
     let graph = ok(client.instantiate(stream, window));
     let recorded = calls.take();
     let from = recorded
@@ -2772,8 +2777,7 @@ fn foreign_operations(library: &Path, log: &Path) {
     ok(client.sync(stream));
 
     // First in its window, it follows nothing.
-    let window = ok(client.prepare(stream));
-    ok(client.begin(stream, window));
+    let window = open();
     calls.take();
     ok(client.foreign(stream, &op, &[&x]));
     let first = ok(client.instantiate(stream, window));
@@ -2795,9 +2799,8 @@ fn foreign_operations(library: &Path, log: &Path) {
         (2, 0, "not capturing (capture status 2)"),
         (-1, 1, "1 dependencies of the capture, and no nodes"),
     ] {
-        let window = ok(client.prepare(stream));
-        ok(client.begin(stream, window));
-        ok(client.launch(stream, &fill, [1, 1, 1], &[&x], &fill_info(), &[]));
+        let window = open();
+        fill_x();
         // SAFETY: plain values.
         unsafe { wrong(status, null) };
         let err = client
@@ -2812,9 +2815,8 @@ fn foreign_operations(library: &Path, log: &Path) {
     // is destroyed, an active one left alone, and the next foreign
     // operation captures on a fresh one.
     for active in [false, true] {
-        let window = ok(client.prepare(stream));
-        ok(client.begin(stream, window));
-        ok(client.launch(stream, &fill, [1, 1, 1], &[&x], &fill_info(), &[]));
+        let window = open();
+        fill_x();
         if active {
             fake.fail_next_end_active(901);
         } else {
@@ -2833,8 +2835,7 @@ fn foreign_operations(library: &Path, log: &Path) {
         );
         assert!(client.instantiate(stream, window).is_err());
         ok(client.write_f32(&x, &[0.0; N]));
-        let window = ok(client.prepare(stream));
-        ok(client.begin(stream, window));
+        let window = open();
         calls.take();
         ok(client.foreign(stream, &op, &[&x]));
         let again = calls.take();
@@ -2847,8 +2848,7 @@ fn foreign_operations(library: &Path, log: &Path) {
     }
 
     let fails = caller_op(library, &device, true, &seen);
-    let window = ok(client.prepare(stream));
-    ok(client.begin(stream, window));
+    let window = open();
     let err = client
         .foreign(stream, &fails, &[&x])
         .expect_err("failing code is refused");

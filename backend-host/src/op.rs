@@ -61,14 +61,10 @@ pub(crate) fn run_kernel(
     work: impl FnOnce() -> Result<(), String>,
 ) -> Result<(), String> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|panic| {
-        let what = panic
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic".into());
         Err(format!(
-            "kernel {} panicked: {what}",
-            kernel.signature().name()
+            "kernel {} panicked: {}",
+            kernel.signature().name(),
+            capture_core::panic_message(&*panic)
         ))
     })
 }

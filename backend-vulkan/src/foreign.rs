@@ -1,7 +1,6 @@
 //! Foreign operations: a caller's own commands, recorded where a launch of
 //! ours would be, over the buffers it declared.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use ash::vk;
@@ -74,10 +73,6 @@ impl Foreign {
             command_buffer: cmd,
             buffers,
         };
-        match catch_unwind(AssertUnwindSafe(|| (self.op)(&commands))) {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(why)) => Err(error(OP, why)),
-            Err(_) => Err(error(OP, "it panicked")),
-        }
+        capture_core::run_foreign_code(|| (self.op)(&commands)).map_err(|why| error(OP, why))
     }
 }

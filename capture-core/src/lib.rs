@@ -75,6 +75,7 @@ pub use error::{Error, Result};
 pub use ids::{BufferId, GraphId, StreamId, WindowId};
 pub use kernels::{
     MAX_BINDINGS, MAX_INFO_BYTES, MAX_PARAM_BYTES, MAX_WORKGROUP_THREADS, Params, Signature, Span,
+    panic_message, run_foreign_code,
 };
 pub use memory::{KeepAlive, PoolUsage, Rejected, SLICE_ALIGN};
 pub use phase::Phase;

@@ -6,8 +6,10 @@
 
 pub(crate) mod signature;
 pub(crate) mod span;
+pub(crate) mod user_code;
 
 pub use signature::{
     MAX_BINDINGS, MAX_INFO_BYTES, MAX_PARAM_BYTES, MAX_WORKGROUP_THREADS, Params, Signature,
 };
 pub use span::Span;
+pub use user_code::{panic_message, run_foreign_code};

@@ -72,6 +72,27 @@ fn judge<D: UserKernels>(
     Ok(())
 }
 
+/// From `starts`, `STEPS` eager steps of `batch` generate the reference's
+/// tokens.
+fn eager_steps_match<D: UserKernels>(
+    weights: &Weights,
+    model: &Transformer<D>,
+    starts: &[Start],
+    batch: u32,
+) -> Outcome {
+    model.reset(starts).step("reset")?;
+    for _ in 0..STEPS {
+        model.step(batch).step("eager step")?;
+    }
+    judge(
+        weights,
+        model,
+        starts,
+        STEPS,
+        &format!("eager batch {batch}"),
+    )
+}
+
 /// Launched eagerly, a batch of every size generates the reference's tokens
 /// for 64 steps, each sequence from its own token and position.
 pub fn transformer_eager_tokens_match_the_reference<D: UserKernels>(
@@ -82,18 +103,7 @@ pub fn transformer_eager_tokens_match_the_reference<D: UserKernels>(
     let weights = Weights::new(Config::SMALL);
     let model = Transformer::new(&client, stream, &weights, 8).step("the model")?;
     for batch in BATCHES {
-        let starts = starts(batch, &weights.config);
-        model.reset(&starts).step("reset")?;
-        for _ in 0..STEPS {
-            model.step(batch).step("eager step")?;
-        }
-        judge(
-            &weights,
-            &model,
-            &starts,
-            STEPS,
-            &format!("eager batch {batch}"),
-        )?;
+        eager_steps_match(&weights, &model, &starts(batch, &weights.config), batch)?;
     }
     usable(&client, stream)
 }
@@ -160,17 +170,7 @@ pub fn transformer_with_foreign_matmuls_matches_the_reference<D: UserKernels>(
     // A full batch and a partial one, each its own shapes of GEMM.
     for batch in [8, 3] {
         let starts = starts(batch, &weights.config);
-        model.reset(&starts).step("reset")?;
-        for _ in 0..STEPS {
-            model.step(batch).step("eager step")?;
-        }
-        judge(
-            &weights,
-            &model,
-            &starts,
-            STEPS,
-            &format!("eager batch {batch}"),
-        )?;
+        eager_steps_match(&weights, &model, &starts, batch)?;
         model.reset(&starts).step("reset")?;
         let (graph, ()) = client
             .capture(stream, |_| model.step(batch))

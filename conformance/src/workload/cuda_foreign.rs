@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use graph_capture::cuda::{CUcontext, CUdeviceptr, CUstream, Device, ForeignStream, Kernel};
 use graph_capture::{DriverError, Error};
 
-use super::foreign::{DELIBERATE, FOREIGN_FAILURE, ForeignWork};
+use super::foreign::{DELIBERATE, FOREIGN_FAILURE, ForeignWork, answered, equal_runs};
 
 type CopyFn = unsafe extern "C" fn(CUdeviceptr, CUdeviceptr, usize, CUstream) -> c_int;
 type MemsetFn = unsafe extern "C" fn(CUdeviceptr, u32, usize, CUstream) -> c_int;
@@ -58,14 +58,6 @@ fn driver() -> Result<&'static Driver, String> {
         })
         .as_ref()
         .map_err(Clone::clone)
-}
-
-fn checked(call: &str, code: c_int) -> Result<(), String> {
-    if code == 0 {
-        Ok(())
-    } else {
-        Err(format!("{call} answered {code}"))
-    }
 }
 
 type CreateFn = unsafe extern "C" fn(*mut *mut c_void) -> c_int;
@@ -130,9 +122,9 @@ fn blas(device: &Device) -> Result<Blas, String> {
         let set_stream =
             std::mem::transmute::<*const c_void, SetStreamFn>(get(b"cublasSetStream_v2\0")?);
         let sgemm = std::mem::transmute::<*const c_void, SgemmFn>(get(b"cublasSgemm_v2\0")?);
-        checked("cuCtxPushCurrent_v2", (driver.push)(device.raw_context()))?;
+        answered("cuCtxPushCurrent_v2", (driver.push)(device.raw_context()))?;
         let mut handle: *mut c_void = std::ptr::null_mut();
-        let made = checked("cublasCreate_v2", create(&mut handle));
+        let made = answered("cublasCreate_v2", create(&mut handle));
         let mut popped: CUcontext = std::ptr::null_mut();
         (driver.pop)(&mut popped);
         made?;
@@ -184,18 +176,18 @@ fn sgemm(
     // checked to hold the elements the shape reads or writes; the scalars
     // are host values, read during the call.
     unsafe {
-        checked(
+        answered(
             "cublasSetStream_v2",
             (blas.set_stream)(blas.handle, stream.stream),
         )?;
         // No workspace: setting the stream hands cuBLAS its default pool
         // back, which it may allocate from, and one workspace of ours would
         // be shared by graphs replaying at once on different streams.
-        checked(
+        answered(
             "cublasSetWorkspace_v2",
             (blas.set_workspace)(blas.handle, std::ptr::null_mut(), 0),
         )?;
-        checked(
+        answered(
             "cublasSgemm_v2",
             (blas.sgemm)(
                 blas.handle,
@@ -246,7 +238,7 @@ pub(super) fn foreign_op(
         // lengths, on the stream handed over.
         unsafe {
             match (&work, s.buffers) {
-                (ForeignWork::Copy, [src, dst]) => checked(
+                (ForeignWork::Copy, [src, dst]) => answered(
                     "cuMemcpyDtoDAsync_v2",
                     (driver.copy)(
                         dst.address,
@@ -255,7 +247,7 @@ pub(super) fn foreign_op(
                         s.stream,
                     ),
                 ),
-                (ForeignWork::Fill(value), [dst]) => checked(
+                (ForeignWork::Fill(value), [dst]) => answered(
                     "cuMemsetD32Async",
                     (driver.memset)(
                         dst.address,
@@ -265,24 +257,11 @@ pub(super) fn foreign_op(
                     ),
                 ),
                 (ForeignWork::Update(values), [dst]) => {
-                    let n = values.len().min((dst.len / 4) as usize);
-                    // One memset per run of equal values.
-                    let mut at = 0;
-                    while at < n {
-                        let run = values[at..n]
-                            .iter()
-                            .take_while(|v| v.to_bits() == values[at].to_bits())
-                            .count();
-                        checked(
+                    for (at, run, bits) in equal_runs(values, (dst.len / 4) as usize) {
+                        answered(
                             "cuMemsetD32Async",
-                            (driver.memset)(
-                                dst.address + at as u64 * 4,
-                                values[at].to_bits(),
-                                run,
-                                s.stream,
-                            ),
+                            (driver.memset)(dst.address + at as u64 * 4, bits, run, s.stream),
                         )?;
-                        at += run;
                     }
                     Ok(())
                 }

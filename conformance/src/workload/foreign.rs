@@ -94,6 +94,34 @@ impl ForeignWork {
     }
 }
 
+/// The runs of equal values among the first `n` of `values`: each run's
+/// first index, length and bits, for a backend that writes an update as
+/// one 32-bit fill per run (CUDA's and HIP's memsets).
+pub fn equal_runs(values: &[f32], n: usize) -> impl Iterator<Item = (usize, usize, u32)> + '_ {
+    let values = &values[..n.min(values.len())];
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let first = values.get(at)?.to_bits();
+        let run = values[at..]
+            .iter()
+            .take_while(|v| v.to_bits() == first)
+            .count();
+        let found = (at, run, first);
+        at += run;
+        Some(found)
+    })
+}
+
+/// A driver or runtime call's answer as a foreign operation's result: `Ok`
+/// for 0, else an error naming the call and its code.
+pub fn answered(call: &str, code: i32) -> Result<(), String> {
+    if code == 0 {
+        Ok(())
+    } else {
+        Err(format!("{call} answered {code}"))
+    }
+}
+
 /// `y = x wᵀ` for `w` of `rows x cols`, `x` of `batch x cols`, `y` of
 /// `batch x rows`, all row-major, through ndarray's GEMM.
 fn matmul(
@@ -123,4 +151,28 @@ fn matmul(
     let mut y = ArrayViewMut2::from_shape((batch, rows), &mut y[..ny]).map_err(shape)?;
     ndarray::linalg::general_mat_mul(1.0, &x, &w.t(), 0.0, &mut y);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_runs_cover_the_values_in_order() {
+        let values = [1.0, 1.0, 2.0, -0.0, 0.0, 0.0, 3.0];
+        let runs: Vec<_> = equal_runs(&values, 6).collect();
+        assert_eq!(
+            runs,
+            [
+                (0, 2, 1.0f32.to_bits()),
+                (2, 1, 2.0f32.to_bits()),
+                (3, 1, (-0.0f32).to_bits()),
+                (4, 2, 0.0f32.to_bits()),
+            ]
+        );
+        assert_eq!(equal_runs(&values, 99).count(), 5);
+        assert_eq!(equal_runs(&[], 3).count(), 0);
+        assert_eq!(answered("f", 0), Ok(()));
+        assert_eq!(answered("f", 2), Err("f answered 2".into()));
+    }
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use graph_capture::hip::{Device, ForeignStream, Kernel};
 use graph_capture::{DriverError, Error};
 
-use super::foreign::{DELIBERATE, FOREIGN_FAILURE, ForeignWork};
+use super::foreign::{DELIBERATE, FOREIGN_FAILURE, ForeignWork, answered, equal_runs};
 
 type CopyFn = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, *mut c_void) -> c_int;
 type MemsetFn = unsafe extern "C" fn(*mut c_void, c_int, usize, *mut c_void) -> c_int;
@@ -53,14 +53,6 @@ fn runtime() -> Result<&'static Runtime, String> {
         .map_err(Clone::clone)
 }
 
-fn checked(call: &str, code: c_int) -> Result<(), String> {
-    if code == 0 {
-        Ok(())
-    } else {
-        Err(format!("{call} answered {code}"))
-    }
-}
-
 /// `work` as a HIP foreign operation; `None` for a matmul.
 pub(super) fn foreign_op(
     device: &Arc<Device>,
@@ -86,7 +78,7 @@ pub(super) fn foreign_op(
             // SAFETY: `count` words from `at` lie in the declared range
             // (each caller below bounds them), on the stream handed over.
             let code = unsafe { (runtime.memset)(at, bits as c_int, count, s.stream) };
-            checked("hipMemsetD32Async", code)
+            answered("hipMemsetD32Async", code)
         };
         match (&work, s.buffers) {
             (ForeignWork::Copy, [src, dst]) => {
@@ -94,23 +86,14 @@ pub(super) fn foreign_op(
                 // SAFETY: both declared ranges hold `bytes`; the stream is
                 // the one handed over.
                 let code = unsafe { (runtime.copy)(dst.address, src.address, bytes, s.stream) };
-                checked("hipMemcpyDtoDAsync", code)
+                answered("hipMemcpyDtoDAsync", code)
             }
             (ForeignWork::Fill(value), [dst]) => {
                 memset(dst.address, value.to_bits(), (dst.len / 4) as usize)
             }
             (ForeignWork::Update(values), [dst]) => {
-                let n = values.len().min((dst.len / 4) as usize);
-                // One memset per run of equal values.
-                let mut at = 0;
-                while at < n {
-                    let run = values[at..n]
-                        .iter()
-                        .take_while(|v| v.to_bits() == values[at].to_bits())
-                        .count();
-                    let start = dst.address.wrapping_byte_add(at * 4);
-                    memset(start, values[at].to_bits(), run)?;
-                    at += run;
+                for (at, run, bits) in equal_runs(values, (dst.len / 4) as usize) {
+                    memset(dst.address.wrapping_byte_add(at * 4), bits, run)?;
                 }
                 Ok(())
             }
