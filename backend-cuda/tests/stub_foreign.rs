@@ -15,6 +15,7 @@
 //! loaded, stays loaded for the life of a process.
 #![cfg(target_os = "linux")]
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use backend_cuda::{CUdeviceptr, CUstream, Cuda, Device, ForeignStream, Kernel};
@@ -526,6 +527,58 @@ fn work_that_allocates_inside_a_window_is_refused() {
     }
     CHILDREN.run(
         "work_that_allocates_inside_a_window_is_refused",
+        &stub_dir(None),
+        &[],
+    );
+}
+
+/// Set when dropped: what a foreign operation's code owns, watched.
+struct Watched(Arc<AtomicBool>);
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// In the child: a foreign operation dropped while another stream of the
+/// GPU records keeps its code (and what the code owns, such as a cuBLAS
+/// handle whose destruction syncs the device) until the recording ends.
+fn check_code_outlives_recordings() {
+    let rig = Rig::new();
+    let client = &rig.client;
+    let dropped = Arc::new(AtomicBool::new(false));
+    let owned = Watched(Arc::clone(&dropped));
+    let op = move |_: &ForeignStream<'_>| {
+        let _owned = &owned;
+        Ok(())
+    };
+    // SAFETY: it enqueues nothing.
+    let kernel = unsafe { Kernel::foreign(&rig.device, "owns", &[Access::Write], op) }
+        .expect("a foreign operation");
+    let recording = client.create_stream().expect("another stream");
+    let window = client.prepare(recording).expect("prepare");
+    client.begin(recording, window).expect("begin");
+    drop(kernel);
+    assert!(
+        !dropped.load(Ordering::SeqCst),
+        "its code lives while a stream of the GPU records"
+    );
+    drop(client.instantiate(recording, window));
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "and goes once no stream records"
+    );
+    println!("\n{DONE}");
+}
+
+#[test]
+fn a_foreign_operations_code_is_dropped_only_once_no_stream_records() {
+    if in_child() {
+        return check_code_outlives_recordings();
+    }
+    CHILDREN.run(
+        "a_foreign_operations_code_is_dropped_only_once_no_stream_records",
         &stub_dir(None),
         &[],
     );

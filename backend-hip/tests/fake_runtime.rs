@@ -2668,14 +2668,23 @@ fn a_recorded_conditional_is_refused_naming_hip_and_runs_eagerly_outside_a_captu
     );
 }
 
-/// The foreign operation the scenarios issue: the caller's own launch of
-/// `caller__p` over its one declared buffer, on the stream it is handed,
-/// or (`fails`) an error instead; each call notes whether the stream
-/// captured.
+/// What the scenarios' foreign operation does.
+#[derive(Clone, Copy, PartialEq)]
+enum Code {
+    /// The caller's own launch of `caller__p` over its one buffer.
+    Launches,
+    /// An error instead.
+    Fails,
+    /// A panic instead.
+    Panics,
+}
+
+/// The foreign operation the scenarios issue, doing what `code` says on
+/// the stream it is handed; each call notes whether the stream captured.
 fn caller_op(
     library: &Path,
     device: &Arc<Device>,
-    fails: bool,
+    code: Code,
     seen: &Arc<Mutex<Vec<bool>>>,
 ) -> capture_core::Kernel<Hip> {
     let fake = Fake::open(library);
@@ -2685,8 +2694,10 @@ fn caller_op(
         seen.lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(s.capturing);
-        if fails {
-            return Err("the foreign operation refuses".to_owned());
+        match code {
+            Code::Fails => return Err("the foreign operation refuses".to_owned()),
+            Code::Panics => panic!("deliberate panic in a foreign operation"),
+            Code::Launches => {}
         }
         let [buffer] = s.buffers else {
             return Err("one buffer".to_owned());
@@ -2703,7 +2714,8 @@ fn caller_op(
 /// captured on a side stream into a graph of their own, which becomes one
 /// child graph node after what the stream's next node would follow, the
 /// stream then following it; one node per operation in the instantiated
-/// graph; failing code refusing the call and dooming the window.
+/// graph; failing or panicking code refusing the call and dooming the
+/// window; and its code dropped only once no stream of the GPU records.
 fn foreign_operations(library: &Path, log: &Path) {
     let fake = Fake::open(library);
     let mut calls = Calls {
@@ -2715,7 +2727,7 @@ fn foreign_operations(library: &Path, log: &Path) {
     let stream = ok(client.create_stream());
     let fill = raw_fill(&fake, &device);
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let op = caller_op(library, &device, false, &seen);
+    let op = caller_op(library, &device, Code::Launches, &seen);
     let x = ok(client.create_f32(stream, &[0.0; N]));
     let fill_x = || ok(client.launch(stream, &fill, [1, 1, 1], &[&x], &fill_info(), &[]));
     let open = || {
@@ -2847,20 +2859,53 @@ fn foreign_operations(library: &Path, log: &Path) {
         ok(client.instantiate(stream, window));
     }
 
-    let fails = caller_op(library, &device, true, &seen);
-    let window = open();
-    let err = client
-        .foreign(stream, &fails, &[&x])
-        .expect_err("failing code is refused");
-    assert!(err.to_string().contains("refuses"), "{err}");
-    let err = client
-        .instantiate(stream, window)
-        .expect_err("its window is doomed");
-    assert!(err.to_string().contains("refuses"), "{err}");
-    assert!(matches!(client.read(&x), Err(Error::Claimed { .. })));
-    let y = ok(client.create_f32(stream, &[0.0; N]));
-    ok(client.foreign(stream, &op, &[&y]));
-    ok(client.sync(stream));
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !info.to_string().contains("deliberate panic") {
+            report(info);
+        }
+    }));
+    for (code, says) in [(Code::Fails, "refuses"), (Code::Panics, "panicked")] {
+        let failing = caller_op(library, &device, code, &seen);
+        ok(client.write_f32(&x, &[0.0; N]));
+        let window = open();
+        let err = client
+            .foreign(stream, &failing, &[&x])
+            .expect_err("failing code is refused");
+        assert!(err.to_string().contains(says), "{err}");
+        let err = client
+            .instantiate(stream, window)
+            .expect_err("its window is doomed");
+        assert!(err.to_string().contains(says), "{err}");
+        assert!(matches!(client.read(&x), Err(Error::Claimed { .. })));
+        let y = ok(client.create_f32(stream, &[0.0; N]));
+        ok(client.foreign(stream, &op, &[&y]));
+        ok(client.sync(stream));
+    }
+
+    // Dropped while a stream of the GPU records, its code (and what the
+    // code owns: a rocBLAS handle, an RCCL communicator) goes only once
+    // the recording ends.
+    let (owned, dropped) = watched();
+    let owner = move |_: &backend_hip::ForeignStream<'_>| {
+        let _owned = &owned;
+        Ok(())
+    };
+    // SAFETY: it enqueues nothing.
+    let owner = ok(unsafe { Kernel::foreign(&device, "owns", &[Access::Write], owner) });
+    let recording = ok(client.create_stream());
+    let window = ok(client.prepare(recording));
+    ok(client.begin(recording, window));
+    drop(owner);
+    assert!(
+        !dropped.load(AtomicOrdering::SeqCst),
+        "kept while recording"
+    );
+    drop(client.instantiate(recording, window));
+    assert!(
+        dropped.load(AtomicOrdering::SeqCst),
+        "gone once no stream records"
+    );
 }
 
 #[test]
@@ -2878,7 +2923,7 @@ fn foreign_without_capture_nodes(library: &Path, _log: &Path) {
     let client = Client::<Hip>::with_device(Arc::clone(&device), Config::default());
     let stream = ok(client.create_stream());
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let op = caller_op(library, &device, false, &seen);
+    let op = caller_op(library, &device, Code::Launches, &seen);
     let x = ok(client.create_f32(stream, &[0.0; N]));
     ok(client.foreign(stream, &op, &[&x]));
     let window = ok(client.prepare(stream));
